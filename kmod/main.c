@@ -1,0 +1,210 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * kvpool: /dev/kvpool, a host-wide pool of pinned pages handed out as
+ * KV-cache blocks.  This file holds the module glue and the ioctl
+ * dispatcher; every ioctl validates flags, reserved fields and counts here,
+ * before anything is allocated.
+ */
+#include <linux/fs.h>
+#include <linux/miscdevice.h>
+#include <linux/module.h>
+#include <linux/slab.h>
+#include <linux/uaccess.h>
+
+#include "kvpool.h"
+
+static unsigned int pool_mb_per_node = 64;
+module_param(pool_mb_per_node, uint, 0444);
+MODULE_PARM_DESC(pool_mb_per_node, "MiB of pinned pages reserved on each NUMA node at load");
+
+static bool kvp_zero(const void *p, size_t len)
+{
+	return !memchr_inv(p, 0, len);
+}
+
+static long kvp_ioctl_info(void __user *uarg)
+{
+	struct kvpool_info info;
+	u64 held;
+	int nid;
+
+	if (copy_from_user(&info, uarg, sizeof(info)))
+		return -EFAULT;
+	if (info.flags || !kvp_zero(info.reserved, sizeof(info.reserved)))
+		return -EINVAL;
+	memset(&info, 0, sizeof(info));
+	info.api_version = KVPOOL_API_VERSION;
+	info.features = KVPOOL_FEATURES;
+	info.page_size = PAGE_SIZE;
+	info.chunk_size = KVP_CHUNK_BYTES;
+	info.nr_nodes = kvp_pool.nr_nodes;
+	info.max_batch = KVPOOL_MAX_BATCH;
+	for_each_node_mask(nid, kvp_pool.pool_nodes)
+		info.node_mask |= 1ULL << nid;
+	kvp_pool_totals(&info.pool_bytes, &info.free_bytes, &held);
+	if (copy_to_user(uarg, &info, sizeof(info)))
+		return -EFAULT;
+	return 0;
+}
+
+static long kvp_ioctl_space_open(struct kvp_client *client, void __user *uarg)
+{
+	struct kvpool_space_open args;
+	long ret;
+
+	if (copy_from_user(&args, uarg, sizeof(args)))
+		return -EFAULT;
+	if (args.flags & ~KVPOOL_SPACE_FLAGS)
+		return -EINVAL;
+	if ((args.flags & KVPOOL_SPACE_EXCL) && !(args.flags & KVPOOL_SPACE_CREATE))
+		return -EINVAL;
+	if (args.pad || !kvp_zero(args.reserved, sizeof(args.reserved)))
+		return -EINVAL;
+	ret = kvp_space_open(client, &args);
+	if (ret)
+		return ret;
+	/* The fd has joined; a failed copy-out leaves it joined, as dup'd fds would. */
+	if (copy_to_user(uarg, &args, sizeof(args)))
+		return -EFAULT;
+	return 0;
+}
+
+static long kvp_blocks_args(void __user *uarg, struct kvpool_blocks *args)
+{
+	if (copy_from_user(args, uarg, sizeof(*args)))
+		return -EFAULT;
+	if (args->flags || !kvp_zero(args->reserved, sizeof(args->reserved)) || !args->count)
+		return -EINVAL;
+	if (args->count > KVPOOL_MAX_BATCH)
+		return -E2BIG;
+	return 0;
+}
+
+static long kvp_ioctl_blocks(struct kvp_client *client, unsigned int cmd, void __user *uarg)
+{
+	struct kvpool_blocks args;
+	long ret = kvp_blocks_args(uarg, &args);
+
+	if (ret)
+		return ret;
+	if (cmd == KVPOOL_IOC_ALLOC)
+		return kvp_ioctl_alloc(client, &args);
+	return kvp_ioctl_free(client, &args);
+}
+
+static long kvp_ioctl_space_info_user(struct kvp_client *client, void __user *uarg)
+{
+	struct kvpool_space_info info;
+	long ret;
+
+	if (copy_from_user(&info, uarg, sizeof(info)))
+		return -EFAULT;
+	if (info.flags || !kvp_zero(info.reserved, sizeof(info.reserved)))
+		return -EINVAL;
+	memset(&info, 0, sizeof(info));
+	ret = kvp_ioctl_space_info(client, &info);
+	if (ret)
+		return ret;
+	if (copy_to_user(uarg, &info, sizeof(info)))
+		return -EFAULT;
+	return 0;
+}
+
+static long kvp_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
+{
+	struct kvp_client *client = file->private_data;
+	void __user *uarg = (void __user *)arg;
+
+	switch (cmd) {
+	case KVPOOL_IOC_INFO:
+		return kvp_ioctl_info(uarg);
+	case KVPOOL_IOC_SPACE_OPEN:
+		return kvp_ioctl_space_open(client, uarg);
+	case KVPOOL_IOC_ALLOC:
+	case KVPOOL_IOC_FREE:
+		return kvp_ioctl_blocks(client, cmd, uarg);
+	case KVPOOL_IOC_SPACE_INFO:
+		return kvp_ioctl_space_info_user(client, uarg);
+	}
+	return -ENOTTY;
+}
+
+static int kvp_open(struct inode *inode, struct file *file)
+{
+	struct kvp_client *client = kzalloc(sizeof(*client), GFP_KERNEL);
+
+	if (!client)
+		return -ENOMEM;
+	file->private_data = client;
+	return 0;
+}
+
+static int kvp_release(struct inode *inode, struct file *file)
+{
+	struct kvp_client *client = file->private_data;
+
+	kvp_client_release(client);
+	kfree(client);
+	return 0;
+}
+
+static int kvp_mmap(struct file *file, struct vm_area_struct *vma)
+{
+	return kvp_space_mmap(file->private_data, vma);
+}
+
+static const struct file_operations kvp_fops = {
+	.owner = THIS_MODULE,
+	.open = kvp_open,
+	.release = kvp_release,
+	.unlocked_ioctl = kvp_ioctl,
+	.compat_ioctl = compat_ptr_ioctl,
+	.mmap = kvp_mmap,
+	.llseek = noop_llseek,
+};
+
+static struct miscdevice kvp_misc = {
+	.minor = MISC_DYNAMIC_MINOR,
+	.name = "kvpool",
+	.fops = &kvp_fops,
+	.mode = 0660,
+};
+
+static int __init kvp_init(void)
+{
+	int ret;
+
+	ret = kvp_pool_init((unsigned long)pool_mb_per_node << 20);
+	if (ret)
+		return ret;
+	kvp_misc.groups = kvp_dev_groups;
+	ret = misc_register(&kvp_misc);
+	if (ret)
+		goto out_pool_exit;
+	ret = kvp_sysfs_nodes_init(kvp_misc.this_device);
+	if (ret)
+		goto out_misc_deregister;
+	kvp_debugfs_init();
+	pr_info("kvpool: %u MiB reserved on each of %u nodes\n", pool_mb_per_node,
+		kvp_pool.nr_nodes);
+	return 0;
+
+out_misc_deregister:
+	misc_deregister(&kvp_misc);
+out_pool_exit:
+	kvp_pool_exit();
+	return ret;
+}
+
+static void __exit kvp_exit(void)
+{
+	kvp_debugfs_exit();
+	kvp_sysfs_nodes_exit();
+	misc_deregister(&kvp_misc);
+	kvp_pool_exit();
+}
+
+module_init(kvp_init);
+module_exit(kvp_exit);
+MODULE_LICENSE("GPL");
+MODULE_DESCRIPTION("Host-wide pinned KV-cache block pool");

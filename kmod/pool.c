@@ -1,0 +1,302 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * The pool: pinned chunks reserved per NUMA node.  Chunks are allocated at
+ * load and on sysfs growth, handed to spaces whole, and given back to the
+ * page allocator only when free and unreferenced (design invariant 2).
+ */
+#include <linux/gfp.h>
+#include <linux/highmem.h>
+#include <linux/sched/signal.h>
+#include <linux/slab.h>
+
+#include "kvpool.h"
+
+struct kvp_pool kvp_pool;
+
+/* Fallback orders when 2 MiB blocks are fragmented away. */
+static const unsigned int kvp_orders[] = { KVP_CHUNK_ORDER, 4, 0 };
+
+static gfp_t kvp_order_gfp(unsigned int order)
+{
+	gfp_t gfp = GFP_HIGHUSER | __GFP_THISNODE | __GFP_ZERO | __GFP_NOWARN;
+
+	/* Large orders should fail fast and fall back rather than reclaim hard. */
+	if (order)
+		gfp |= __GFP_NORETRY;
+	return gfp;
+}
+
+/* Allocate one chunk on nid, largest order first. */
+static struct kvp_chunk *kvp_chunk_alloc(int nid, u64 max_bytes)
+{
+	struct kvp_chunk *chunk;
+	struct page *page = NULL;
+	unsigned int i;
+
+	chunk = kzalloc_node(sizeof(*chunk), GFP_KERNEL, nid);
+	if (!chunk)
+		return NULL;
+	for (i = 0; i < ARRAY_SIZE(kvp_orders); i++) {
+		unsigned int order = kvp_orders[i];
+
+		if ((PAGE_SIZE << order) > max_bytes && order)
+			continue;
+		page = alloc_pages_node(nid, kvp_order_gfp(order), order);
+		if (page) {
+			chunk->order = order;
+			break;
+		}
+	}
+	if (!page) {
+		kfree(chunk);
+		return NULL;
+	}
+	if (chunk->order)
+		split_page(page, chunk->order);
+	chunk->page = page;
+	chunk->nid = nid;
+	INIT_LIST_HEAD(&chunk->link);
+	return chunk;
+}
+
+/*
+ * A chunk is busy while any of its pages is referenced by more than the
+ * pool: a user mapping, a get_user_pages pin (DMA, RDMA, O_DIRECT), or
+ * anything else.  folio_maybe_dma_pinned() and page_mapped() name the
+ * usual causes; the refcount catches them all.
+ */
+bool kvp_chunk_busy(const struct kvp_chunk *chunk)
+{
+	unsigned long i, n = 1UL << chunk->order;
+
+	for (i = 0; i < n; i++) {
+		struct page *page = chunk->page + i;
+
+		if (page_count(page) != 1 || page_mapped(page) ||
+		    folio_maybe_dma_pinned(page_folio(page)))
+			return true;
+	}
+	return false;
+}
+
+static void kvp_chunk_free(struct kvp_chunk *chunk)
+{
+	unsigned long i, n = 1UL << chunk->order;
+
+	/* Drop the pool's reference; a page still pinned is freed by its last put. */
+	for (i = 0; i < n; i++)
+		__free_page(chunk->page + i);
+	kfree(chunk);
+}
+
+static struct kvp_node *kvp_node_new(int nid)
+{
+	struct kvp_node *node = kzalloc_node(sizeof(*node), GFP_KERNEL, nid);
+
+	if (!node)
+		return NULL;
+	spin_lock_init(&node->lock);
+	node->nid = nid;
+	INIT_LIST_HEAD(&node->free_chunks);
+	INIT_LIST_HEAD(&node->held_chunks);
+	return node;
+}
+
+/* Move held chunks that nobody references any more to the free list. */
+static void kvp_node_recycle_held(struct kvp_node *node)
+{
+	struct kvp_chunk *chunk, *next;
+
+	lockdep_assert_held(&node->lock);
+	list_for_each_entry_safe(chunk, next, &node->held_chunks, link) {
+		if (kvp_chunk_busy(chunk))
+			continue;
+		list_move_tail(&chunk->link, &node->free_chunks);
+		node->held_bytes -= kvp_chunk_bytes(chunk);
+		node->free_bytes += kvp_chunk_bytes(chunk);
+	}
+}
+
+static int kvp_node_grow(struct kvp_node *node, u64 target)
+{
+	while (READ_ONCE(node->reserved_bytes) < target) {
+		struct kvp_chunk *chunk;
+
+		if (fatal_signal_pending(current))
+			return -EINTR;
+		chunk = kvp_chunk_alloc(node->nid, target - READ_ONCE(node->reserved_bytes));
+		if (!chunk)
+			return -ENOMEM;
+		spin_lock(&node->lock);
+		list_add_tail(&chunk->link, &node->free_chunks);
+		node->reserved_bytes += kvp_chunk_bytes(chunk);
+		node->free_bytes += kvp_chunk_bytes(chunk);
+		node->nr_chunks++;
+		spin_unlock(&node->lock);
+		cond_resched();
+	}
+	return 0;
+}
+
+/* Free unreferenced free chunks until reserved <= target; -EBUSY if short. */
+static int kvp_node_shrink(struct kvp_node *node, u64 target)
+{
+	for (;;) {
+		struct kvp_chunk *chunk = NULL, *it;
+
+		spin_lock(&node->lock);
+		kvp_node_recycle_held(node);
+		if (node->reserved_bytes <= target) {
+			spin_unlock(&node->lock);
+			return 0;
+		}
+		list_for_each_entry(it, &node->free_chunks, link) {
+			if (!kvp_chunk_busy(it)) {
+				chunk = it;
+				break;
+			}
+		}
+		if (!chunk) {
+			spin_unlock(&node->lock);
+			return -EBUSY;
+		}
+		list_del(&chunk->link);
+		node->reserved_bytes -= kvp_chunk_bytes(chunk);
+		node->free_bytes -= kvp_chunk_bytes(chunk);
+		node->nr_chunks--;
+		spin_unlock(&node->lock);
+		kvp_chunk_free(chunk);
+		cond_resched();
+	}
+}
+
+int kvp_pool_resize(u64 total_bytes)
+{
+	u64 per_node;
+	int nid, ret = 0;
+
+	if (!kvp_pool.nr_nodes)
+		return -ENODEV;
+	per_node = round_up(div_u64(total_bytes + kvp_pool.nr_nodes - 1, kvp_pool.nr_nodes),
+			    KVP_CHUNK_BYTES);
+	mutex_lock(&kvp_pool.resize_lock);
+	for_each_node_mask(nid, kvp_pool.pool_nodes) {
+		struct kvp_node *node = kvp_pool.nodes[nid];
+		int err;
+
+		if (READ_ONCE(node->reserved_bytes) < per_node)
+			err = kvp_node_grow(node, per_node);
+		else
+			err = kvp_node_shrink(node, per_node);
+		if (err && !ret)
+			ret = err;
+	}
+	mutex_unlock(&kvp_pool.resize_lock);
+	return ret;
+}
+
+/* Take a chunk from nid for a space, or NULL when the node has none free. */
+struct kvp_chunk *kvp_pool_take(int nid)
+{
+	struct kvp_node *node;
+	struct kvp_chunk *chunk = NULL;
+
+	if (nid < 0 || nid >= MAX_NUMNODES || !node_isset(nid, kvp_pool.pool_nodes))
+		return NULL;
+	node = kvp_pool.nodes[nid];
+	spin_lock(&node->lock);
+	if (list_empty(&node->free_chunks))
+		kvp_node_recycle_held(node);
+	if (!list_empty(&node->free_chunks)) {
+		chunk = list_first_entry(&node->free_chunks, struct kvp_chunk, link);
+		list_del_init(&chunk->link);
+		node->free_bytes -= kvp_chunk_bytes(chunk);
+		node->in_spaces_bytes += kvp_chunk_bytes(chunk);
+	}
+	spin_unlock(&node->lock);
+	return chunk;
+}
+
+/* A space gives a chunk back; busy chunks wait on the held list. */
+void kvp_pool_return(struct kvp_chunk *chunk)
+{
+	struct kvp_node *node = kvp_pool.nodes[chunk->nid];
+	bool busy = kvp_chunk_busy(chunk);
+
+	spin_lock(&node->lock);
+	node->in_spaces_bytes -= kvp_chunk_bytes(chunk);
+	if (busy) {
+		list_add_tail(&chunk->link, &node->held_chunks);
+		node->held_bytes += kvp_chunk_bytes(chunk);
+	} else {
+		list_add(&chunk->link, &node->free_chunks);
+		node->free_bytes += kvp_chunk_bytes(chunk);
+	}
+	spin_unlock(&node->lock);
+}
+
+void kvp_pool_totals(u64 *reserved, u64 *free, u64 *held)
+{
+	int nid;
+
+	*reserved = *free = *held = 0;
+	for_each_node_mask(nid, kvp_pool.pool_nodes) {
+		struct kvp_node *node = kvp_pool.nodes[nid];
+
+		spin_lock(&node->lock);
+		*reserved += node->reserved_bytes;
+		*free += node->free_bytes;
+		*held += node->held_bytes;
+		spin_unlock(&node->lock);
+	}
+}
+
+int kvp_pool_init(unsigned long bytes_per_node)
+{
+	int nid, ret;
+
+	init_rwsem(&kvp_pool.backing_rwsem);
+	mutex_init(&kvp_pool.resize_lock);
+	nodes_clear(kvp_pool.pool_nodes);
+	for_each_node_state(nid, N_MEMORY) {
+		if (nid >= KVPOOL_MAX_NODES)
+			break;
+		kvp_pool.nodes[nid] = kvp_node_new(nid);
+		if (!kvp_pool.nodes[nid]) {
+			ret = -ENOMEM;
+			goto out_free_nodes;
+		}
+		node_set(nid, kvp_pool.pool_nodes);
+		kvp_pool.nr_nodes++;
+	}
+	if (!kvp_pool.nr_nodes)
+		return -ENODEV;
+	ret = kvp_pool_resize((u64)bytes_per_node * kvp_pool.nr_nodes);
+	if (ret)
+		goto out_free_nodes;
+	return 0;
+
+out_free_nodes:
+	kvp_pool_exit();
+	return ret;
+}
+
+void kvp_pool_exit(void)
+{
+	int nid;
+
+	for_each_node_mask(nid, kvp_pool.pool_nodes) {
+		struct kvp_node *node = kvp_pool.nodes[nid];
+		struct kvp_chunk *chunk, *next;
+
+		list_splice_init(&node->held_chunks, &node->free_chunks);
+		list_for_each_entry_safe(chunk, next, &node->free_chunks, link) {
+			list_del(&chunk->link);
+			kvp_chunk_free(chunk);
+		}
+		kfree(node);
+		kvp_pool.nodes[nid] = NULL;
+	}
+	nodes_clear(kvp_pool.pool_nodes);
+	kvp_pool.nr_nodes = 0;
+}

@@ -1,0 +1,518 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Spaces: trust domains with a block geometry, a quota, a NUMA policy and
+ * file-like permissions.  A space's range is backed lazily by pool chunks;
+ * block i lives at offset i * block_bytes of the range and of its mapping.
+ */
+#include <linux/capability.h>
+#include <linux/cred.h>
+#include <linux/ctype.h>
+#include <linux/highmem.h>
+#include <linux/sched/signal.h>
+#include <linux/slab.h>
+#include <linux/topology.h>
+#include <linux/version.h>
+
+#include "kvpool.h"
+
+DEFINE_MUTEX(kvp_spaces_lock);
+LIST_HEAD(kvp_spaces);
+unsigned int kvp_nr_spaces;
+static u64 kvp_space_serial;
+
+const char *kvp_policy_name(u32 policy)
+{
+	switch (policy) {
+	case KVPOOL_NUMA_PREFERRED:
+		return "preferred";
+	case KVPOOL_NUMA_BIND:
+		return "bind";
+	case KVPOOL_NUMA_INTERLEAVE:
+		return "interleave";
+	}
+	return "unknown";
+}
+
+static bool kvp_name_valid(const char *name)
+{
+	size_t i, len = strnlen(name, KVPOOL_NAME_MAX);
+
+	if (!len || len == KVPOOL_NAME_MAX)
+		return false;
+	for (i = 0; i < len; i++) {
+		char c = name[i];
+
+		if (!isalnum(c) && c != '.' && c != '_' && c != '-')
+			return false;
+	}
+	return true;
+}
+
+static u64 kvp_pool_node_mask(void)
+{
+	u64 mask = 0;
+	int nid;
+
+	for_each_node_mask(nid, kvp_pool.pool_nodes)
+		mask |= 1ULL << nid;
+	return mask;
+}
+
+/* Validate a create request before anything is allocated. */
+static int kvp_space_args_valid(const struct kvpool_space_open *args)
+{
+	if (!args->block_bytes || !PAGE_ALIGNED(args->block_bytes))
+		return -EINVAL;
+	if (args->block_bytes > KVPOOL_MAX_BLOCK_BYTES)
+		return -E2BIG;
+	if (args->quota_bytes < args->block_bytes)
+		return -EINVAL;
+	if (args->quota_bytes > KVPOOL_MAX_SPACE_BYTES)
+		return -E2BIG;
+	if (args->mode & ~0777U)
+		return -EINVAL;
+	if (args->numa_policy > KVPOOL_NUMA_INTERLEAVE)
+		return -EINVAL;
+	if (args->node_mask & ~kvp_pool_node_mask())
+		return -EINVAL;
+	if (args->numa_policy == KVPOOL_NUMA_BIND && !args->node_mask)
+		return -EINVAL;
+	return 0;
+}
+
+/* Like a file opened O_RDWR: both r and w for the caller's class. */
+static bool kvp_space_permitted(const struct kvp_space *space)
+{
+	const struct cred *cred = current_cred();
+	unsigned int mode = space->mode;
+
+	if (uid_eq(cred->fsuid, space->uid))
+		mode >>= 6;
+	else if (in_group_p(space->gid))
+		mode >>= 3;
+	if ((mode & 06) == 06)
+		return true;
+	return capable(CAP_SYS_ADMIN);
+}
+
+static struct kvp_space *kvp_space_find(const char *name)
+{
+	struct kvp_space *space;
+
+	lockdep_assert_held(&kvp_spaces_lock);
+	list_for_each_entry(space, &kvp_spaces, link)
+		if (!strcmp(space->name, name))
+			return space;
+	return NULL;
+}
+
+/* Zero a chunk that last belonged to another space (design: scrubbing). */
+static void kvp_chunk_scrub(struct kvp_chunk *chunk)
+{
+	unsigned long i, n = 1UL << chunk->order;
+
+	for (i = 0; i < n; i++) {
+		clear_highpage(chunk->page + i);
+		if ((i & 63) == 63)
+			cond_resched();
+	}
+	atomic64_inc(&kvp_pool.zeroed_chunks);
+}
+
+/* Next node to take a chunk from under the space's policy, or -1. */
+static struct kvp_chunk *kvp_space_take_chunk(struct kvp_space *space)
+{
+	u64 mask = space->node_mask ? space->node_mask : kvp_pool_node_mask();
+	struct kvp_chunk *chunk;
+	int nid, i;
+
+	switch (space->numa_policy) {
+	case KVPOOL_NUMA_INTERLEAVE:
+		for (i = 0; i < KVPOOL_MAX_NODES; i++) {
+			nid = (space->interleave_next + i) % KVPOOL_MAX_NODES;
+			if (!(mask & (1ULL << nid)))
+				continue;
+			chunk = kvp_pool_take(nid);
+			if (chunk) {
+				space->interleave_next = nid + 1;
+				return chunk;
+			}
+		}
+		return NULL;
+	case KVPOOL_NUMA_BIND:
+		for_each_node_mask(nid, kvp_pool.pool_nodes) {
+			if (!(mask & (1ULL << nid)))
+				continue;
+			chunk = kvp_pool_take(nid);
+			if (chunk)
+				return chunk;
+		}
+		return NULL;
+	default:
+		/* Preferred: the mask (or the caller's node), then anywhere. */
+		if (space->node_mask) {
+			for_each_node_mask(nid, kvp_pool.pool_nodes) {
+				if (!(space->node_mask & (1ULL << nid)))
+					continue;
+				chunk = kvp_pool_take(nid);
+				if (chunk)
+					return chunk;
+			}
+		} else {
+			chunk = kvp_pool_take(numa_node_id());
+			if (chunk)
+				return chunk;
+		}
+		for_each_node_mask(nid, kvp_pool.pool_nodes) {
+			chunk = kvp_pool_take(nid);
+			if (chunk)
+				return chunk;
+		}
+		return NULL;
+	}
+}
+
+/* Attach a chunk's pages at range offset 'at'. */
+static int kvp_space_attach(struct kvp_space *space, struct kvp_chunk *chunk, u64 at)
+{
+	unsigned long i, n = 1UL << chunk->order, first = at >> PAGE_SHIFT;
+	int ret;
+
+	for (i = 0; i < n; i++) {
+		ret = xa_err(xa_store(&space->pages, first + i, chunk->page + i, GFP_KERNEL));
+		if (ret)
+			goto out_erase;
+	}
+	list_add_tail(&chunk->link, &space->chunks);
+	return 0;
+
+out_erase:
+	while (i--)
+		xa_erase(&space->pages, first + i);
+	return ret;
+}
+
+/* kvcore grow callback: back at least want more bytes of the range. */
+static long long kvp_space_grow(struct kvc_space *core, u64 want)
+{
+	struct kvp_space *space = container_of(core, struct kvp_space, core);
+	u64 range = core->nr_blocks * core->block_bytes;
+	u64 got = 0;
+	int ret = 0;
+
+	lockdep_assert_held(&space->lock);
+	down_read(&kvp_pool.backing_rwsem);
+	while (got < want && core->backed_bytes + got < range) {
+		struct kvp_chunk *chunk;
+
+		if (fatal_signal_pending(current)) {
+			ret = -EINTR;
+			break;
+		}
+		chunk = kvp_space_take_chunk(space);
+		if (!chunk)
+			break;
+		if (chunk->last_space != space->serial)
+			kvp_chunk_scrub(chunk);
+		chunk->last_space = space->serial;
+		ret = kvp_space_attach(space, chunk, core->backed_bytes + got);
+		if (ret) {
+			kvp_pool_return(chunk);
+			break;
+		}
+		got += kvp_chunk_bytes(chunk);
+	}
+	up_read(&kvp_pool.backing_rwsem);
+	/* Pages already attached must be accounted even when we stop early. */
+	if (got)
+		return got;
+	return ret;
+}
+
+static const struct kvc_space_ops kvp_space_ops = {
+	.grow = kvp_space_grow,
+};
+
+static struct kvp_space *kvp_space_create(const struct kvpool_space_open *args)
+{
+	struct kvp_space *space;
+	int ret;
+
+	lockdep_assert_held(&kvp_spaces_lock);
+	space = kzalloc(sizeof(*space), GFP_KERNEL);
+	if (!space)
+		return ERR_PTR(-ENOMEM);
+	ret = kvc_space_init(&space->core, args->block_bytes,
+			     div64_u64(args->quota_bytes, args->block_bytes),
+			     &kvp_space_ops, space);
+	if (ret) {
+		kfree(space);
+		return ERR_PTR(ret);
+	}
+	mutex_init(&space->lock);
+	INIT_LIST_HEAD(&space->chunks);
+	xa_init(&space->pages);
+	strscpy(space->name, args->name, sizeof(space->name));
+	space->serial = ++kvp_space_serial;
+	space->id = (u32)space->serial;
+	space->uid = current_fsuid();
+	space->gid = current_fsgid();
+	space->mode = args->mode;
+	space->numa_policy = args->numa_policy;
+	space->node_mask = args->node_mask;
+	space->next_owner = 1;
+	list_add_tail(&space->link, &kvp_spaces);
+	kvp_nr_spaces++;
+	return space;
+}
+
+/* Called with no users left: nothing maps or references the space. */
+static void kvp_space_destroy(struct kvp_space *space)
+{
+	struct kvp_chunk *chunk, *next;
+
+	down_read(&kvp_pool.backing_rwsem);
+	list_for_each_entry_safe(chunk, next, &space->chunks, link) {
+		list_del_init(&chunk->link);
+		kvp_pool_return(chunk);
+	}
+	up_read(&kvp_pool.backing_rwsem);
+	xa_destroy(&space->pages);
+	kvc_space_fini(&space->core);
+	mutex_destroy(&space->lock);
+	kfree(space);
+}
+
+static void kvp_space_fill_open(const struct kvp_space *space, struct kvpool_space_open *args)
+{
+	struct user_namespace *ns = current_user_ns();
+
+	args->space_id = space->id;
+	args->uid = from_kuid_munged(ns, space->uid);
+	args->gid = from_kgid_munged(ns, space->gid);
+	args->block_bytes = space->core.block_bytes;
+	args->nr_blocks = space->core.nr_blocks;
+	args->map_bytes = space->core.nr_blocks * space->core.block_bytes;
+	args->mode = space->mode;
+	args->numa_policy = space->numa_policy;
+	args->node_mask = space->node_mask;
+}
+
+int kvp_space_open(struct kvp_client *client, struct kvpool_space_open *args)
+{
+	struct kvp_space *space;
+	int ret = 0;
+
+	if (!kvp_name_valid(args->name))
+		return -EINVAL;
+	if (args->flags & KVPOOL_SPACE_CREATE) {
+		ret = kvp_space_args_valid(args);
+		if (ret)
+			return ret;
+	}
+
+	mutex_lock(&kvp_spaces_lock);
+	if (client->space) {
+		ret = -EBUSY;
+		goto out_unlock;
+	}
+	space = kvp_space_find(args->name);
+	if (space) {
+		if ((args->flags & KVPOOL_SPACE_CREATE) && (args->flags & KVPOOL_SPACE_EXCL)) {
+			ret = -EEXIST;
+			goto out_unlock;
+		}
+		if (args->block_bytes && args->block_bytes != space->core.block_bytes) {
+			ret = -EINVAL;
+			goto out_unlock;
+		}
+		if (!kvp_space_permitted(space)) {
+			ret = -EACCES;
+			goto out_unlock;
+		}
+		args->created = 0;
+	} else {
+		if (!(args->flags & KVPOOL_SPACE_CREATE)) {
+			ret = -ENOENT;
+			goto out_unlock;
+		}
+		space = kvp_space_create(args);
+		if (IS_ERR(space)) {
+			ret = PTR_ERR(space);
+			goto out_unlock;
+		}
+		args->created = 1;
+	}
+	space->nr_clients++;
+	mutex_lock(&space->lock);
+	client->owner = space->next_owner++;
+	mutex_unlock(&space->lock);
+	kvp_space_fill_open(space, args);
+	smp_store_release(&client->space, space);
+
+out_unlock:
+	mutex_unlock(&kvp_spaces_lock);
+	return ret;
+}
+
+void kvp_client_release(struct kvp_client *client)
+{
+	struct kvp_space *space = client->space;
+	u64 freed;
+
+	if (!space)
+		return;
+	mutex_lock(&space->lock);
+	freed = kvc_release_owner(&space->core, client->owner);
+	mutex_unlock(&space->lock);
+	atomic64_add(freed, &kvp_pool.frees);
+
+	mutex_lock(&kvp_spaces_lock);
+	if (--space->nr_clients) {
+		space = NULL;
+	} else {
+		list_del(&space->link);
+		kvp_nr_spaces--;
+	}
+	mutex_unlock(&kvp_spaces_lock);
+	if (space)
+		kvp_space_destroy(space);
+}
+
+static struct kvp_space *kvp_client_space(struct kvp_client *client)
+{
+	return smp_load_acquire(&client->space);
+}
+
+/* Pages are inserted one fault at a time; unbacked offsets are SIGBUS. */
+static vm_fault_t kvp_vm_fault(struct vm_fault *vmf)
+{
+	struct kvp_client *client = vmf->vma->vm_file->private_data;
+	struct kvp_space *space = kvp_client_space(client);
+	struct page *page;
+
+	if (!space)
+		return VM_FAULT_SIGBUS;
+	page = xa_load(&space->pages, vmf->pgoff);
+	if (!page)
+		return VM_FAULT_SIGBUS;
+	get_page(page);
+	vmf->page = page;
+	return 0;
+}
+
+static const struct vm_operations_struct kvp_vm_ops = {
+	.fault = kvp_vm_fault,
+};
+
+static void kvp_vma_set_flags(struct vm_area_struct *vma, unsigned long set, unsigned long clear)
+{
+#if LINUX_VERSION_CODE >= KERNEL_VERSION(6, 3, 0)
+	vm_flags_mod(vma, set, clear);
+#else
+	vma->vm_flags = (vma->vm_flags | set) & ~clear;
+#endif
+}
+
+int kvp_space_mmap(struct kvp_client *client, struct vm_area_struct *vma)
+{
+	struct kvp_space *space = kvp_client_space(client);
+	u64 range_pages, pages = vma_pages(vma);
+
+	if (!space)
+		return -EBADFD;
+	if (!(vma->vm_flags & VM_SHARED))
+		return -EINVAL;
+	if (vma->vm_flags & VM_EXEC)
+		return -EPERM;
+	range_pages = (space->core.nr_blocks * space->core.block_bytes) >> PAGE_SHIFT;
+	if (vma->vm_pgoff > range_pages || pages > range_pages - vma->vm_pgoff)
+		return -ENXIO;
+	/* Page-backed on purpose (no VM_IO/VM_PFNMAP): GUP must work here. */
+	kvp_vma_set_flags(vma, VM_DONTEXPAND | VM_DONTDUMP, VM_MAYEXEC);
+	vma->vm_ops = &kvp_vm_ops;
+	return 0;
+}
+
+long kvp_ioctl_alloc(struct kvp_client *client, struct kvpool_blocks *args)
+{
+	struct kvp_space *space = kvp_client_space(client);
+	u32 *ids;
+	long ret;
+
+	if (!space)
+		return -EBADFD;
+	ids = kvmalloc_array(args->count, sizeof(*ids), GFP_KERNEL);
+	if (!ids)
+		return -ENOMEM;
+	if (mutex_lock_killable(&space->lock)) {
+		ret = -EINTR;
+		goto out_free_ids;
+	}
+	ret = kvc_alloc(&space->core, client->owner, args->count, ids);
+	/* Copy out under the lock so a failed copy can undo exactly this batch. */
+	if (!ret && copy_to_user(u64_to_user_ptr(args->ids), ids,
+				 (size_t)args->count * sizeof(*ids))) {
+		kvc_free(&space->core, client->owner, args->count, ids);
+		ret = -EFAULT;
+	}
+	mutex_unlock(&space->lock);
+	if (ret) {
+		atomic64_inc(&kvp_pool.alloc_failures);
+		goto out_free_ids;
+	}
+	atomic64_add(args->count, &kvp_pool.allocs);
+
+out_free_ids:
+	kvfree(ids);
+	return ret;
+}
+
+long kvp_ioctl_free(struct kvp_client *client, struct kvpool_blocks *args)
+{
+	struct kvp_space *space = kvp_client_space(client);
+	u32 *ids;
+	long ret;
+
+	if (!space)
+		return -EBADFD;
+	ids = kvmalloc_array(args->count, sizeof(*ids), GFP_KERNEL);
+	if (!ids)
+		return -ENOMEM;
+	if (copy_from_user(ids, u64_to_user_ptr(args->ids), (size_t)args->count * sizeof(*ids))) {
+		ret = -EFAULT;
+		goto out_free_ids;
+	}
+	if (mutex_lock_killable(&space->lock)) {
+		ret = -EINTR;
+		goto out_free_ids;
+	}
+	ret = kvc_free(&space->core, client->owner, args->count, ids);
+	mutex_unlock(&space->lock);
+	if (!ret)
+		atomic64_add(args->count, &kvp_pool.frees);
+
+out_free_ids:
+	kvfree(ids);
+	return ret;
+}
+
+long kvp_ioctl_space_info(struct kvp_client *client, struct kvpool_space_info *info)
+{
+	struct kvp_space *space = kvp_client_space(client);
+
+	if (!space)
+		return -EBADFD;
+	if (mutex_lock_killable(&space->lock))
+		return -EINTR;
+	info->space_id = space->id;
+	info->block_bytes = space->core.block_bytes;
+	info->nr_blocks = space->core.nr_blocks;
+	info->backed_blocks = space->core.backed_blocks;
+	info->free_blocks = space->core.nr_free;
+	info->owned_blocks = space->core.nr_owned;
+	info->my_blocks = kvc_owner_blocks(&space->core, client->owner);
+	info->backed_bytes = space->core.backed_bytes;
+	mutex_unlock(&space->lock);
+	return 0;
+}
