@@ -421,7 +421,8 @@ int kvp_space_mmap(struct kvp_client *client, struct vm_area_struct *vma)
 
 	if (!space)
 		return -EBADFD;
-	if (!(vma->vm_flags & VM_SHARED))
+	/* VM_MAYSHARE: MAP_SHARED of a read-only fd lacks VM_SHARED but is fine. */
+	if (!(vma->vm_flags & VM_MAYSHARE))
 		return -EINVAL;
 	if (vma->vm_flags & VM_EXEC)
 		return -EPERM;

@@ -13,6 +13,9 @@ int kvc_space_init(struct kvc_space *s, kvc_u64 block_bytes, kvc_u64 nr_blocks,
 {
 	if (!block_bytes || !nr_blocks || nr_blocks > KVC_MAX_BLOCKS || !ops || !ops->grow)
 		return -EINVAL;
+	/* The range is counted in bytes: nr_blocks * block_bytes must not wrap. */
+	if (block_bytes > ~0ULL / nr_blocks)
+		return -EINVAL;
 	memset(s, 0, sizeof(*s));
 	s->block_bytes = block_bytes;
 	s->nr_blocks = nr_blocks;
@@ -98,8 +101,12 @@ int kvc_alloc(struct kvc_space *s, kvc_u32 owner, kvc_u32 count, kvc_u32 *ids)
 		ret = -ENOSPC;
 		goto out_fail;
 	}
+	/*
+	 * Backing that came in earlier becomes blocks first.  When that needs
+	 * memory that is not there, free blocks can still serve the request.
+	 */
 	ret = kvc_push_backed(s);
-	if (ret)
+	if (ret && s->nr_free < count)
 		goto out_fail;
 	while (s->nr_free < count) {
 		kvc_u64 range_bytes = s->nr_blocks * s->block_bytes;
@@ -108,7 +115,8 @@ int kvc_alloc(struct kvc_space *s, kvc_u32 owner, kvc_u32 count, kvc_u32 *ids)
 		long long got = s->ops->grow(s, want);
 
 		if (got < 0) {
-			ret = (int)got;
+			/* Anything below -4095 is no errno: do not truncate it to one. */
+			ret = got >= -4095 ? (int)got : -EIO;
 			goto out_fail;
 		}
 		if (got == 0) {
@@ -138,12 +146,12 @@ out_fail:
 	return ret;
 }
 
-static void kvc_unmark(struct kvc_space *s, kvc_u32 n, const kvc_u32 *ids)
+static void kvc_unmark(struct kvc_block *blocks, kvc_u32 n, const kvc_u32 *ids)
 {
 	kvc_u32 i;
 
 	for (i = 0; i < n; i++)
-		s->blocks[ids[i]].state &= ~KVC_BLOCK_MARKED;
+		blocks[ids[i]].state &= ~KVC_BLOCK_MARKED;
 }
 
 int kvc_free(struct kvc_space *s, kvc_u32 owner, kvc_u32 count, const kvc_u32 *ids)
@@ -183,7 +191,7 @@ int kvc_free(struct kvc_space *s, kvc_u32 owner, kvc_u32 count, const kvc_u32 *i
 	return 0;
 
 out_unmark:
-	kvc_unmark(s, i, ids);
+	kvc_unmark(s->blocks, i, ids);
 	return ret;
 }
 
@@ -253,14 +261,24 @@ int kvc_space_check(const struct kvc_space *s, char *msg, unsigned long len)
 			 (unsigned long long)s->backed_blocks);
 		return -EUCLEAN;
 	}
+	/*
+	 * Each free block must be in the stack exactly once: mark them while
+	 * scanning (the caller holds the space's lock, as for every call) and
+	 * take the marks off again before returning.
+	 */
 	for (i = 0; i < s->nr_free; i++) {
 		kvc_u32 id2 = s->free_stack[i];
 
 		if (id2 >= s->backed_blocks || s->blocks[id2].state != KVC_BLOCK_FREE) {
-			snprintf(msg, len, "free stack entry %llu holds block %u that is not free",
-				 (unsigned long long)i, id2);
-			return -EUCLEAN;
+			snprintf(msg, len, "free stack entry %llu holds block %u that is %s",
+				 (unsigned long long)i, id2,
+				 id2 >= s->backed_blocks ? "not backed" :
+				 s->blocks[id2].state & KVC_BLOCK_MARKED ? "already in the stack" :
+				 "not free");
+			break;
 		}
+		s->blocks[id2].state |= KVC_BLOCK_MARKED;
 	}
-	return 0;
+	kvc_unmark(s->blocks, (kvc_u32)i, s->free_stack);
+	return i == s->nr_free ? 0 : -EUCLEAN;
 }
