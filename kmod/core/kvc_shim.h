@@ -17,7 +17,7 @@
 typedef u8 kvc_u8;
 typedef u32 kvc_u32;
 typedef u64 kvc_u64;
-static inline void *kvc_zalloc(size_t n) { return kvzalloc(n, GFP_KERNEL); }
+static inline void *kvc_zalloc(size_t n) { return kvzalloc(n, GFP_KERNEL | __GFP_NOWARN); }
 static inline void kvc_free_mem(void *p) { kvfree(p); }
 #else
 #include <errno.h>
