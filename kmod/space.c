@@ -8,6 +8,7 @@
 #include <linux/cred.h>
 #include <linux/ctype.h>
 #include <linux/highmem.h>
+#include <linux/pagemap.h>
 #include <linux/sched/signal.h>
 #include <linux/slab.h>
 #include <linux/topology.h>
@@ -192,38 +193,54 @@ out_erase:
 	return ret;
 }
 
-/* kvcore grow callback: back at least want more bytes of the range. */
+/*
+ * kvcore grow callback: back at least want more bytes of the range, all or
+ * nothing, so a failed ALLOC leaves the pool as it found it.  Chunks are
+ * taken first and scrubbed and attached only once all are in hand.
+ */
 static long long kvp_space_grow(struct kvc_space *core, u64 want)
 {
 	struct kvp_space *space = container_of(core, struct kvp_space, core);
-	u64 range = core->nr_blocks * core->block_bytes;
-	u64 got = 0;
+	u64 room = core->nr_blocks * core->block_bytes - core->backed_bytes;
+	struct kvp_chunk *chunk, *next;
+	LIST_HEAD(taken);
+	u64 have = 0, got = 0;
 	int ret = 0;
 
 	lockdep_assert_held(&space->lock);
+	want = min(want, room);
 	down_read(&kvp_pool.backing_rwsem);
-	while (got < want && core->backed_bytes + got < range) {
-		struct kvp_chunk *chunk;
-
+	while (have < want) {
 		if (fatal_signal_pending(current)) {
 			ret = -EINTR;
-			break;
+			goto out_return;
 		}
 		chunk = kvp_space_take_chunk(space);
 		if (!chunk)
-			break;
+			goto out_return;	/* 0: kvcore reports -ENOSPC */
+		list_add_tail(&chunk->link, &taken);
+		have += kvp_chunk_bytes(chunk);
+	}
+	list_for_each_entry_safe(chunk, next, &taken, link) {
+		list_del_init(&chunk->link);
 		if (chunk->last_space != space->serial)
 			kvp_chunk_scrub(chunk);
 		chunk->last_space = space->serial;
 		ret = kvp_space_attach(space, chunk, core->backed_bytes + got);
 		if (ret) {
-			kvp_pool_return(chunk);
+			list_add(&chunk->link, &taken);
 			break;
 		}
 		got += kvp_chunk_bytes(chunk);
 	}
+
+out_return:
+	list_for_each_entry_safe(chunk, next, &taken, link) {
+		list_del_init(&chunk->link);
+		kvp_pool_return(chunk);
+	}
 	up_read(&kvp_pool.backing_rwsem);
-	/* Pages already attached must be accounted even when we stop early. */
+	/* Pages already attached are the space's even when attaching stopped early. */
 	if (got)
 		return got;
 	return ret;
@@ -305,11 +322,6 @@ int kvp_space_open(struct kvp_client *client, struct kvpool_space_open *args)
 
 	if (!kvp_name_valid(args->name))
 		return -EINVAL;
-	if (args->flags & KVPOOL_SPACE_CREATE) {
-		ret = kvp_space_args_valid(args);
-		if (ret)
-			return ret;
-	}
 
 	mutex_lock(&kvp_spaces_lock);
 	if (client->space) {
@@ -336,6 +348,10 @@ int kvp_space_open(struct kvp_client *client, struct kvpool_space_open *args)
 			ret = -ENOENT;
 			goto out_unlock;
 		}
+		/* Create fields matter only when creating; a join ignores them. */
+		ret = kvp_space_args_valid(args);
+		if (ret)
+			goto out_unlock;
 		space = kvp_space_create(args);
 		if (IS_ERR(space)) {
 			ret = PTR_ERR(space);
@@ -443,6 +459,14 @@ long kvp_ioctl_alloc(struct kvp_client *client, struct kvpool_blocks *args)
 
 	if (!space)
 		return -EBADFD;
+	/*
+	 * An unwritable ids array fails before any block or chunk is taken.
+	 * fault_in_safe_writeable() does not write, so a failed call leaves
+	 * the caller's array as it was.
+	 */
+	if (fault_in_safe_writeable(u64_to_user_ptr(args->ids),
+				    (size_t)args->count * sizeof(*ids)))
+		return -EFAULT;
 	ids = kvmalloc_array(args->count, sizeof(*ids), GFP_KERNEL);
 	if (!ids)
 		return -ENOMEM;

@@ -4,6 +4,7 @@
  * one nodeN/ directory per pool node.  Documented in
  * Documentation/ABI/testing/sysfs-class-misc-kvpool.
  */
+#include <linux/ctype.h>
 #include <linux/device.h>
 #include <linux/kobject.h>
 #include <linux/string.h>
@@ -26,6 +27,9 @@ static ssize_t pool_bytes_store(struct device *dev, struct device_attribute *att
 	u64 bytes;
 	int ret;
 
+	/* memparse() reads a bare suffix such as "M" as 0: require a digit. */
+	if (!isdigit(buf[0]))
+		return -EINVAL;
 	bytes = memparse(buf, &end);
 	if (end == buf || (*end && *end != '\n') || (*end == '\n' && end[1]))
 		return -EINVAL;

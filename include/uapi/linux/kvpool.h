@@ -57,7 +57,7 @@ enum kvpool_numa_policy {
 struct kvpool_space_open {
 	char name[KVPOOL_NAME_MAX];	/* in: NUL-terminated, [A-Za-z0-9._-]+ */
 	__u32 flags;		/* in: KVPOOL_SPACE_* */
-	__u32 mode;		/* in, create: permission bits 0777 (r: join, w: alloc) */
+	__u32 mode;		/* in, create: 0777 bits; joining needs r and w */
 	__u64 block_bytes;	/* in: page multiple; on join 0 or the space's value */
 	__u64 quota_bytes;	/* in, create: at least block_bytes */
 	__u64 node_mask;	/* in, create: nodes for the policy */
