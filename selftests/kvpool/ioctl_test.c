@@ -1,0 +1,1169 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * ioctl_test: struct layout and one test per documented errno of every
+ * kvpool ioctl (INFO, SPACE_OPEN, ALLOC, FREE, SPACE_INFO).  Each failure
+ * asserts the exact errno and, where the call could have had an effect,
+ * that it had none.
+ */
+#include "kvpool_util.h"
+
+#define BLOCK	(64 * KiB)
+#define QUOTA	(8 * MiB)	/* 128 blocks, 4 chunks */
+
+static long page_size(void)
+{
+	return sysconf(_SC_PAGESIZE);
+}
+
+/* A page that can be read but not written. */
+static void *ro_page(void)
+{
+	void *p = mmap(NULL, page_size(), PROT_READ,
+		       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+	return p == MAP_FAILED ? NULL : p;
+}
+
+/* A page that cannot be touched at all. */
+static void *none_page(void)
+{
+	void *p = mmap(NULL, page_size(), PROT_NONE,
+		       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+	return p == MAP_FAILED ? NULL : p;
+}
+
+/* Two pages, the second PROT_NONE: returns the first. */
+static void *rw_then_none(void)
+{
+	long ps = page_size();
+	char *p = mmap(NULL, 2 * ps, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+	if (p == MAP_FAILED)
+		return NULL;
+	if (mprotect(p + ps, ps, PROT_NONE))
+		return NULL;
+	return p;
+}
+
+/* ---- layout --------------------------------------------------------------- */
+
+TEST(struct_sizes_are_multiples_of_8)
+{
+	EXPECT_EQ(0, sizeof(struct kvpool_info) % 8);
+	EXPECT_EQ(0, sizeof(struct kvpool_space_open) % 8);
+	EXPECT_EQ(0, sizeof(struct kvpool_blocks) % 8);
+	EXPECT_EQ(0, sizeof(struct kvpool_space_info) % 8);
+}
+
+TEST(struct_layout_has_no_holes)
+{
+	/* Sum of the members: no implicit padding on any ABI. */
+	EXPECT_EQ(88, sizeof(struct kvpool_info));
+	EXPECT_EQ(168, sizeof(struct kvpool_space_open));
+	EXPECT_EQ(32, sizeof(struct kvpool_blocks));
+	EXPECT_EQ(96, sizeof(struct kvpool_space_info));
+
+	/* Every __u64 is naturally aligned, so i386 and x86-64 agree. */
+	EXPECT_EQ(0, offsetof(struct kvpool_info, features) % 8);
+	EXPECT_EQ(0, offsetof(struct kvpool_info, node_mask) % 8);
+	EXPECT_EQ(0, offsetof(struct kvpool_info, reserved) % 8);
+	EXPECT_EQ(0, offsetof(struct kvpool_space_open, block_bytes) % 8);
+	EXPECT_EQ(0, offsetof(struct kvpool_space_open, quota_bytes) % 8);
+	EXPECT_EQ(0, offsetof(struct kvpool_space_open, node_mask) % 8);
+	EXPECT_EQ(0, offsetof(struct kvpool_space_open, nr_blocks) % 8);
+	EXPECT_EQ(0, offsetof(struct kvpool_space_open, map_bytes) % 8);
+	EXPECT_EQ(0, offsetof(struct kvpool_space_open, reserved) % 8);
+	EXPECT_EQ(0, offsetof(struct kvpool_blocks, ids) % 8);
+	EXPECT_EQ(0, offsetof(struct kvpool_blocks, reserved) % 8);
+	EXPECT_EQ(0, offsetof(struct kvpool_space_info, block_bytes) % 8);
+	EXPECT_EQ(0, offsetof(struct kvpool_space_info, reserved) % 8);
+}
+
+TEST(ioctl_numbers_encode_struct_sizes)
+{
+	EXPECT_EQ(sizeof(struct kvpool_info), _IOC_SIZE(KVPOOL_IOC_INFO));
+	EXPECT_EQ(sizeof(struct kvpool_space_open),
+		  _IOC_SIZE(KVPOOL_IOC_SPACE_OPEN));
+	EXPECT_EQ(sizeof(struct kvpool_blocks), _IOC_SIZE(KVPOOL_IOC_ALLOC));
+	EXPECT_EQ(sizeof(struct kvpool_blocks), _IOC_SIZE(KVPOOL_IOC_FREE));
+	EXPECT_EQ(sizeof(struct kvpool_space_info),
+		  _IOC_SIZE(KVPOOL_IOC_SPACE_INFO));
+	EXPECT_EQ(KVPOOL_IOC_MAGIC, _IOC_TYPE(KVPOOL_IOC_INFO));
+}
+
+/* ---- fixtures ------------------------------------------------------------- */
+
+/* An fd that has not joined a space. */
+FIXTURE(dev) {
+	int fd;
+	char name[KVPOOL_NAME_MAX];
+};
+
+FIXTURE_SETUP(dev)
+{
+	self->fd = kv_open();
+	ASSERT_LE(0, self->fd) TH_LOG("open %s: %s", KV_DEV, strerror(errno));
+	kv_name(self->name, sizeof(self->name), "ioctl");
+}
+
+FIXTURE_TEARDOWN(dev)
+{
+	close(self->fd);
+}
+
+/* fd joined to a fresh space (64 KiB blocks, 8 MiB quota); fd2 unjoined. */
+FIXTURE(space) {
+	int fd;
+	int fd2;
+	char name[KVPOOL_NAME_MAX];
+	struct kvpool_space_open so;
+};
+
+FIXTURE_SETUP(space)
+{
+	kv_name(self->name, sizeof(self->name), "ioctl");
+	self->fd = kv_open_create(self->name, BLOCK, QUOTA, &self->so);
+	ASSERT_LE(0, self->fd) TH_LOG("create %s: %s", self->name,
+				      strerror(-self->fd));
+	ASSERT_EQ(128, self->so.nr_blocks);
+	self->fd2 = kv_open();
+	ASSERT_LE(0, self->fd2);
+}
+
+FIXTURE_TEARDOWN(space)
+{
+	close(self->fd2);
+	close(self->fd);
+}
+
+/* ---- any ioctl ------------------------------------------------------------ */
+
+static void check_enotty(struct __test_metadata *_metadata, int fd)
+{
+	struct kvpool_info info;
+	char buf[256];
+
+	memset(buf, 0, sizeof(buf));
+	EXPECT_EQ(-ENOTTY, kv_ioctl(fd, _IOWR(KVPOOL_IOC_MAGIC, 0xff,
+					      struct kvpool_info), &info));
+	EXPECT_EQ(-ENOTTY, kv_ioctl(fd, _IOWR(KVPOOL_IOC_MAGIC, 0x7f,
+					      struct kvpool_blocks), buf));
+	EXPECT_EQ(-ENOTTY, kv_ioctl(fd, _IO(KVPOOL_IOC_MAGIC, 0xfe), NULL));
+	/* Right number, wrong magic. */
+	EXPECT_EQ(-ENOTTY, kv_ioctl(fd, _IOWR(KVPOOL_IOC_MAGIC + 1, 0x00,
+					      struct kvpool_info), &info));
+	EXPECT_EQ(-ENOTTY, kv_ioctl(fd, 0, buf));
+}
+
+TEST_F(dev, unknown_command_enotty)
+{
+	check_enotty(_metadata, self->fd);
+}
+
+TEST_F(space, unknown_command_on_joined_fd_enotty)
+{
+	check_enotty(_metadata, self->fd);
+}
+
+/* ---- INFO ----------------------------------------------------------------- */
+
+TEST_F(dev, info_reports_pool)
+{
+	struct kvpool_info info;
+	__u64 v;
+	int i;
+
+	ASSERT_EQ(0, kv_info(self->fd, &info));
+	EXPECT_EQ(0, info.flags);
+	EXPECT_EQ(KVPOOL_API_VERSION, info.api_version);
+	EXPECT_EQ(KVPOOL_FEATURES, info.features);
+	EXPECT_EQ((__u32)getpagesize(), info.page_size);
+	EXPECT_EQ(KV_CHUNK, info.chunk_size);
+	EXPECT_EQ(2, info.nr_nodes);
+	EXPECT_EQ(0x3, info.node_mask);
+	EXPECT_EQ(KVPOOL_MAX_BATCH, info.max_batch);
+	EXPECT_EQ(KV_POOL_DEFAULT, info.pool_bytes);
+	EXPECT_LE(info.free_bytes, info.pool_bytes);
+	EXPECT_EQ(0, info.free_bytes % info.page_size);
+	for (i = 0; i < 4; i++) {
+		EXPECT_EQ(0, info.reserved[i]);
+	}
+
+	/* INFO agrees with sysfs. */
+	ASSERT_EQ(0, sysfs_u64("pool_bytes", &v));
+	EXPECT_EQ(v, info.pool_bytes);
+	ASSERT_EQ(0, sysfs_u64("free_bytes", &v));
+	EXPECT_EQ(v, info.free_bytes);
+	ASSERT_EQ(0, sysfs_u64("chunk_bytes", &v));
+	EXPECT_EQ(v, info.chunk_size);
+	ASSERT_EQ(0, sysfs_u64("max_batch", &v));
+	EXPECT_EQ(v, info.max_batch);
+}
+
+TEST_F(space, info_free_bytes_tracks_space_chunks)
+{
+	struct kvpool_info before, after;
+	__u32 id;
+
+	ASSERT_EQ(0, kv_info(self->fd, &before));
+	ASSERT_EQ(0, kv_alloc(self->fd, &id, 1));
+	ASSERT_EQ(0, kv_info(self->fd, &after));
+	/* One 64 KiB block needs exactly one more chunk from the pool. */
+	EXPECT_EQ(before.free_bytes - KV_CHUNK, after.free_bytes);
+	EXPECT_EQ(before.pool_bytes, after.pool_bytes);
+}
+
+TEST_F(dev, info_flags_nonzero_einval)
+{
+	static const __u32 bad[] = { 1, 2, 0x80000000u, 0xffffffffu };
+	struct kvpool_info info;
+	unsigned int i;
+
+	for (i = 0; i < ARRAY_SIZE(bad); i++) {
+		memset(&info, 0, sizeof(info));
+		info.flags = bad[i];
+		EXPECT_EQ(-EINVAL, kv_ioctl(self->fd, KVPOOL_IOC_INFO, &info))
+			TH_LOG("flags 0x%x", bad[i]);
+	}
+}
+
+TEST_F(dev, info_reserved_nonzero_einval)
+{
+	struct kvpool_info info;
+	int i;
+
+	for (i = 0; i < 4; i++) {
+		memset(&info, 0, sizeof(info));
+		info.reserved[i] = 1ULL << (i * 13);
+		EXPECT_EQ(-EINVAL, kv_ioctl(self->fd, KVPOOL_IOC_INFO, &info))
+			TH_LOG("reserved[%d]", i);
+	}
+}
+
+TEST_F(dev, info_bad_pointer_efault)
+{
+	void *ro = ro_page(), *none = none_page();
+
+	ASSERT_NE(NULL, ro);
+	ASSERT_NE(NULL, none);
+	EXPECT_EQ(-EFAULT, kv_ioctl(self->fd, KVPOOL_IOC_INFO, NULL));
+	EXPECT_EQ(-EFAULT, kv_ioctl(self->fd, KVPOOL_IOC_INFO, none));
+	/* Readable (flags 0, reserved 0) but the answer cannot be written. */
+	EXPECT_EQ(-EFAULT, kv_ioctl(self->fd, KVPOOL_IOC_INFO, ro));
+}
+
+/* ---- SPACE_OPEN ----------------------------------------------------------- */
+
+static void so_create(struct kvpool_space_open *so, const char *name)
+{
+	kv_so_init(so, name, KVPOOL_SPACE_CREATE | KVPOOL_SPACE_EXCL,
+		   BLOCK, QUOTA);
+}
+
+/* The request fails with @err and the fd is still free to join afterwards. */
+#define EXPECT_OPEN_FAILS(_fd, _so, _err, _what) do { \
+	struct kvpool_space_open __so = *(_so); \
+	EXPECT_EQ(-(_err), kv_space_open(_fd, &__so)) TH_LOG("%s", _what); \
+} while (0)
+
+static void assert_still_unjoined(struct __test_metadata *_metadata, int fd,
+				  const char *name)
+{
+	struct kvpool_space_open so;
+	struct kvpool_space_info si;
+
+	/* Nothing was joined or created by the failed calls. */
+	EXPECT_EQ(-EBADFD, kv_space_info(fd, &si));
+	EXPECT_EQ(-ENOENT, kv_join(fd, name, &so));
+	/* And the fd can still create and join. */
+	EXPECT_EQ(0, kv_create(fd, name, BLOCK, QUOTA, &so));
+	EXPECT_EQ(1, so.created);
+}
+
+TEST_F(dev, space_open_unknown_flags_einval)
+{
+	static const __u32 bad[] = { 1u << 2, 1u << 3, 1u << 31,
+				     KVPOOL_SPACE_FLAGS | (1u << 8) };
+	struct kvpool_space_open so;
+	unsigned int i;
+
+	for (i = 0; i < ARRAY_SIZE(bad); i++) {
+		so_create(&so, self->name);
+		so.flags = bad[i];
+		EXPECT_OPEN_FAILS(self->fd, &so, EINVAL, "unknown flag");
+	}
+	assert_still_unjoined(_metadata, self->fd, self->name);
+}
+
+TEST_F(dev, space_open_excl_without_create_einval)
+{
+	struct kvpool_space_open so;
+
+	so_create(&so, self->name);
+	so.flags = KVPOOL_SPACE_EXCL;
+	EXPECT_OPEN_FAILS(self->fd, &so, EINVAL, "EXCL alone");
+	assert_still_unjoined(_metadata, self->fd, self->name);
+}
+
+TEST_F(dev, space_open_pad_nonzero_einval)
+{
+	struct kvpool_space_open so;
+
+	so_create(&so, self->name);
+	so.pad = 1;
+	EXPECT_OPEN_FAILS(self->fd, &so, EINVAL, "pad");
+	assert_still_unjoined(_metadata, self->fd, self->name);
+}
+
+TEST_F(dev, space_open_reserved_nonzero_einval)
+{
+	struct kvpool_space_open so;
+	int i;
+
+	for (i = 0; i < 4; i++) {
+		so_create(&so, self->name);
+		so.reserved[i] = 1ULL << 63;
+		EXPECT_OPEN_FAILS(self->fd, &so, EINVAL, "reserved");
+	}
+	assert_still_unjoined(_metadata, self->fd, self->name);
+}
+
+TEST_F(dev, space_open_reserved_nonzero_on_join_einval)
+{
+	struct kvpool_space_open so;
+	int fd;
+
+	fd = kv_open_create(self->name, BLOCK, QUOTA, NULL);
+	ASSERT_LE(0, fd);
+	kv_so_init(&so, self->name, 0, 0, 0);
+	so.reserved[3] = 1;
+	EXPECT_OPEN_FAILS(self->fd, &so, EINVAL, "reserved[3] on join");
+	kv_so_init(&so, self->name, 0, 0, 0);
+	so.pad = 1;
+	EXPECT_OPEN_FAILS(self->fd, &so, EINVAL, "pad on join");
+	close(fd);
+}
+
+TEST_F(dev, space_open_bad_names_einval)
+{
+	static const char *const bad[] = {
+		"", "a b", "a/b", "../x", "x\n", "tab\there", "semi;colon",
+		"caf\xc3\xa9", "star*", "a:b", "\x7f",
+	};
+	struct kvpool_space_open so;
+	unsigned int i;
+
+	for (i = 0; i < ARRAY_SIZE(bad); i++) {
+		so_create(&so, "x");
+		memset(so.name, 0, sizeof(so.name));
+		memcpy(so.name, bad[i], strlen(bad[i]));
+		EXPECT_OPEN_FAILS(self->fd, &so, EINVAL, bad[i]);
+		/* Without CREATE the name is validated as well. */
+		so.flags = 0;
+		so.block_bytes = 0;
+		EXPECT_OPEN_FAILS(self->fd, &so, EINVAL, bad[i]);
+	}
+	assert_still_unjoined(_metadata, self->fd, self->name);
+}
+
+TEST_F(dev, space_open_name_not_terminated_einval)
+{
+	struct kvpool_space_open so;
+
+	so_create(&so, "x");
+	memset(so.name, 'a', sizeof(so.name));
+	EXPECT_OPEN_FAILS(self->fd, &so, EINVAL, "64 x 'a', no NUL");
+	so.flags = 0;
+	EXPECT_OPEN_FAILS(self->fd, &so, EINVAL, "64 x 'a', no NUL, join");
+	assert_still_unjoined(_metadata, self->fd, self->name);
+}
+
+TEST_F(dev, space_open_name_charset_and_length_accepted)
+{
+	struct kvpool_space_open so;
+	char longname[KVPOOL_NAME_MAX];
+	int fd;
+
+	/* Every allowed character class, and a name that starts with dots. */
+	so_create(&so, "AZaz09._-");
+	snprintf(so.name, sizeof(so.name), "AZaz09._-%d", (int)getpid());
+	EXPECT_EQ(0, kv_space_open(self->fd, &so));
+	EXPECT_EQ(1, so.created);
+
+	/* 63 characters plus the NUL: the longest name. */
+	memset(longname, 0, sizeof(longname));
+	snprintf(longname, sizeof(longname), "L%d-", (int)getpid());
+	memset(longname + strlen(longname), 'L',
+	       sizeof(longname) - 1 - strlen(longname));
+	ASSERT_EQ(KVPOOL_NAME_MAX - 1, strlen(longname));
+	fd = kv_open();
+	ASSERT_LE(0, fd);
+	so_create(&so, longname);
+	ASSERT_EQ(0, memcmp(so.name, longname, sizeof(longname)));
+	EXPECT_EQ(0, kv_space_open(fd, &so));
+	close(fd);
+
+	fd = kv_open();
+	ASSERT_LE(0, fd);
+	snprintf(longname, sizeof(longname), "..%d", (int)getpid());
+	so_create(&so, longname);
+	EXPECT_EQ(0, kv_space_open(fd, &so));
+	close(fd);
+}
+
+TEST_F(space, space_open_twice_ebusy)
+{
+	struct kvpool_space_open so;
+	char other[KVPOOL_NAME_MAX];
+
+	/* Same space again, a new space, a plain join: all EBUSY. */
+	kv_so_init(&so, self->name, KVPOOL_SPACE_CREATE, BLOCK, QUOTA);
+	EXPECT_EQ(-EBUSY, kv_space_open(self->fd, &so));
+	EXPECT_EQ(-EBUSY, kv_join(self->fd, self->name, &so));
+	kv_name(other, sizeof(other), "ioctl-other");
+	EXPECT_EQ(-EBUSY, kv_create(self->fd, other, BLOCK, QUOTA, &so));
+	/* The other space was not created as a side effect. */
+	EXPECT_EQ(-ENOENT, kv_join(self->fd2, other, &so));
+}
+
+TEST_F(dev, space_open_absent_enoent)
+{
+	struct kvpool_space_open so;
+
+	EXPECT_EQ(-ENOENT, kv_join(self->fd, self->name, &so));
+	/* block_bytes given without CREATE: still ENOENT. */
+	kv_so_init(&so, self->name, 0, BLOCK, QUOTA);
+	EXPECT_EQ(-ENOENT, kv_space_open(self->fd, &so));
+	assert_still_unjoined(_metadata, self->fd, self->name);
+}
+
+TEST_F(space, space_open_excl_present_eexist)
+{
+	struct kvpool_space_open so;
+
+	kv_so_init(&so, self->name, KVPOOL_SPACE_CREATE | KVPOOL_SPACE_EXCL,
+		   BLOCK, QUOTA);
+	EXPECT_EQ(-EEXIST, kv_space_open(self->fd2, &so));
+	/* fd2 did not join: it can join now. */
+	EXPECT_EQ(0, kv_join(self->fd2, self->name, &so));
+	EXPECT_EQ(0, so.created);
+}
+
+TEST_F(dev, space_create_block_bytes_invalid_einval)
+{
+	long ps = page_size();
+	const __u64 bad[] = { 0, 1, 512, ps - 1, ps + 1, ps + ps / 2,
+			      3 * ps - 8 };
+	struct kvpool_space_open so;
+	unsigned int i;
+
+	for (i = 0; i < ARRAY_SIZE(bad); i++) {
+		so_create(&so, self->name);
+		so.block_bytes = bad[i];
+		EXPECT_OPEN_FAILS(self->fd, &so, EINVAL, "block_bytes");
+	}
+	assert_still_unjoined(_metadata, self->fd, self->name);
+}
+
+TEST_F(dev, space_create_block_bytes_too_big_e2big)
+{
+	const __u64 bad[] = { KVPOOL_MAX_BLOCK_BYTES + page_size(),
+			      2 * KVPOOL_MAX_BLOCK_BYTES, 1ULL << 40 };
+	struct kvpool_space_open so;
+	unsigned int i;
+
+	for (i = 0; i < ARRAY_SIZE(bad); i++) {
+		so_create(&so, self->name);
+		so.block_bytes = bad[i];
+		so.quota_bytes = KVPOOL_MAX_SPACE_BYTES;
+		EXPECT_OPEN_FAILS(self->fd, &so, E2BIG, "block_bytes");
+	}
+	assert_still_unjoined(_metadata, self->fd, self->name);
+}
+
+TEST_F(dev, space_create_quota_below_block_einval)
+{
+	struct kvpool_space_open so;
+
+	so_create(&so, self->name);
+	so.quota_bytes = 0;
+	EXPECT_OPEN_FAILS(self->fd, &so, EINVAL, "quota 0");
+	so.quota_bytes = BLOCK - page_size();
+	EXPECT_OPEN_FAILS(self->fd, &so, EINVAL, "quota < block");
+	so.quota_bytes = BLOCK - 1;
+	EXPECT_OPEN_FAILS(self->fd, &so, EINVAL, "quota = block - 1");
+	assert_still_unjoined(_metadata, self->fd, self->name);
+}
+
+TEST_F(dev, space_create_quota_too_big_e2big)
+{
+	struct kvpool_space_open so;
+
+	so_create(&so, self->name);
+	so.block_bytes = KV_CHUNK;
+	so.quota_bytes = KVPOOL_MAX_SPACE_BYTES + KV_CHUNK;
+	EXPECT_OPEN_FAILS(self->fd, &so, E2BIG, "quota max + chunk");
+	so.quota_bytes = ~0ULL;
+	EXPECT_OPEN_FAILS(self->fd, &so, E2BIG, "quota ~0");
+	assert_still_unjoined(_metadata, self->fd, self->name);
+}
+
+TEST_F(dev, space_create_limits_are_inclusive)
+{
+	struct kvpool_space_open so;
+
+	/* Largest block and largest quota: 1024 blocks, nothing backed. */
+	so_create(&so, self->name);
+	so.block_bytes = KVPOOL_MAX_BLOCK_BYTES;
+	so.quota_bytes = KVPOOL_MAX_SPACE_BYTES;
+	ASSERT_EQ(0, kv_space_open(self->fd, &so));
+	EXPECT_EQ(1, so.created);
+	EXPECT_EQ(KVPOOL_MAX_SPACE_BYTES / KVPOOL_MAX_BLOCK_BYTES,
+		  so.nr_blocks);
+	EXPECT_EQ(KVPOOL_MAX_SPACE_BYTES, so.map_bytes);
+}
+
+TEST_F(dev, space_create_reports_geometry)
+{
+	struct kvpool_space_open so;
+
+	/* quota not a multiple of block_bytes: nr_blocks rounds down. */
+	so_create(&so, self->name);
+	so.block_bytes = 3 * BLOCK;
+	so.quota_bytes = 10 * BLOCK;
+	ASSERT_EQ(0, kv_space_open(self->fd, &so));
+	EXPECT_EQ(1, so.created);
+	EXPECT_EQ(3, so.nr_blocks);
+	EXPECT_EQ(9 * BLOCK, so.map_bytes);
+	EXPECT_EQ(3 * BLOCK, so.block_bytes);
+	EXPECT_EQ(getuid(), so.uid);
+	EXPECT_EQ(getgid(), so.gid);
+	EXPECT_EQ(0, so.pad);
+}
+
+TEST_F(dev, space_create_mode_bits_einval)
+{
+	static const __u32 bad[] = { 01000, 02000, 04000, 010000, 0x80000000u };
+	struct kvpool_space_open so;
+	unsigned int i;
+
+	for (i = 0; i < ARRAY_SIZE(bad); i++) {
+		so_create(&so, self->name);
+		so.mode = bad[i] | 0600;
+		EXPECT_OPEN_FAILS(self->fd, &so, EINVAL, "mode");
+	}
+	assert_still_unjoined(_metadata, self->fd, self->name);
+}
+
+TEST_F(dev, space_create_numa_policy_invalid_einval)
+{
+	static const __u32 bad[] = { 3, 4, 0x100, 0xffffffffu };
+	struct kvpool_space_open so;
+	unsigned int i;
+
+	for (i = 0; i < ARRAY_SIZE(bad); i++) {
+		so_create(&so, self->name);
+		so.numa_policy = bad[i];
+		so.node_mask = 0x1;
+		EXPECT_OPEN_FAILS(self->fd, &so, EINVAL, "numa_policy");
+	}
+	assert_still_unjoined(_metadata, self->fd, self->name);
+}
+
+TEST_F(dev, space_create_node_mask_without_pool_pages_einval)
+{
+	static const __u64 bad[] = { 1ULL << 2, 0x7, 1ULL << 63, ~0ULL };
+	struct kvpool_space_open so;
+	unsigned int i, pol;
+
+	for (pol = 0; pol <= KVPOOL_NUMA_INTERLEAVE; pol++) {
+		for (i = 0; i < ARRAY_SIZE(bad); i++) {
+			so_create(&so, self->name);
+			so.numa_policy = pol;
+			so.node_mask = bad[i];
+			EXPECT_OPEN_FAILS(self->fd, &so, EINVAL, "node_mask");
+		}
+	}
+	assert_still_unjoined(_metadata, self->fd, self->name);
+}
+
+TEST_F(dev, space_create_bind_empty_mask_einval)
+{
+	struct kvpool_space_open so;
+
+	so_create(&so, self->name);
+	so.numa_policy = KVPOOL_NUMA_BIND;
+	so.node_mask = 0;
+	EXPECT_OPEN_FAILS(self->fd, &so, EINVAL, "BIND, mask 0");
+	assert_still_unjoined(_metadata, self->fd, self->name);
+}
+
+TEST_F(dev, space_create_valid_numa_requests_accepted)
+{
+	struct kvpool_space_open so;
+	char name[KVPOOL_NAME_MAX];
+	static const struct { __u32 pol; __u64 mask; } ok[] = {
+		{ KVPOOL_NUMA_PREFERRED, 0 }, { KVPOOL_NUMA_PREFERRED, 0x2 },
+		{ KVPOOL_NUMA_BIND, 0x1 }, { KVPOOL_NUMA_BIND, 0x3 },
+		{ KVPOOL_NUMA_INTERLEAVE, 0 }, { KVPOOL_NUMA_INTERLEAVE, 0x3 },
+	};
+	unsigned int i;
+	int fd;
+
+	for (i = 0; i < ARRAY_SIZE(ok); i++) {
+		fd = kv_open();
+		ASSERT_LE(0, fd);
+		kv_name(name, sizeof(name), "numaok");
+		so_create(&so, name);
+		so.numa_policy = ok[i].pol;
+		so.node_mask = ok[i].mask;
+		EXPECT_EQ(0, kv_space_open(fd, &so))
+			TH_LOG("policy %u mask 0x%llx", ok[i].pol,
+			       (unsigned long long)ok[i].mask);
+		close(fd);
+	}
+}
+
+TEST_F(space, join_block_bytes_mismatch_einval)
+{
+	struct kvpool_space_open so;
+
+	kv_so_init(&so, self->name, 0, 2 * BLOCK, 0);
+	EXPECT_EQ(-EINVAL, kv_space_open(self->fd2, &so));
+	kv_so_init(&so, self->name, KVPOOL_SPACE_CREATE, BLOCK / 2, QUOTA);
+	EXPECT_EQ(-EINVAL, kv_space_open(self->fd2, &so));
+	kv_so_init(&so, self->name, 0, 1, 0);
+	EXPECT_EQ(-EINVAL, kv_space_open(self->fd2, &so));
+	/* Still unjoined; the space's own block size is accepted. */
+	kv_so_init(&so, self->name, 0, BLOCK, 0);
+	EXPECT_EQ(0, kv_space_open(self->fd2, &so));
+	EXPECT_EQ(0, so.created);
+}
+
+TEST_F(space, join_reports_space_and_ignores_create_params)
+{
+	struct kvpool_space_open so;
+
+	/* CREATE on a present space joins it; other create fields ignored. */
+	kv_so_init(&so, self->name, KVPOOL_SPACE_CREATE, BLOCK, 4 * QUOTA);
+	so.mode = 0666;
+	so.numa_policy = KVPOOL_NUMA_BIND;
+	so.node_mask = 0x2;
+	ASSERT_EQ(0, kv_space_open(self->fd2, &so));
+	EXPECT_EQ(0, so.created);
+	EXPECT_EQ(self->so.space_id, so.space_id);
+	EXPECT_EQ(BLOCK, so.block_bytes);
+	EXPECT_EQ(self->so.nr_blocks, so.nr_blocks);
+	EXPECT_EQ(self->so.map_bytes, so.map_bytes);
+	EXPECT_EQ(self->so.uid, so.uid);
+	EXPECT_EQ(self->so.gid, so.gid);
+}
+
+TEST_F(space, join_with_create_and_block_bytes_zero)
+{
+	struct kvpool_space_open so;
+
+	/* On join, block_bytes 0 means "the space's", CREATE or not. */
+	kv_so_init(&so, self->name, KVPOOL_SPACE_CREATE, 0, QUOTA);
+	EXPECT_EQ(0, kv_space_open(self->fd2, &so));
+	EXPECT_EQ(0, so.created);
+	EXPECT_EQ(self->so.space_id, so.space_id);
+	EXPECT_EQ(BLOCK, so.block_bytes);
+}
+
+TEST_F(space, join_ignores_invalid_create_params)
+{
+	struct kvpool_space_open so;
+	int fd3;
+
+	/* Values that would be EINVAL/E2BIG on create are not checked. */
+	kv_so_init(&so, self->name, KVPOOL_SPACE_CREATE, BLOCK, 0);
+	so.mode = 07777;
+	so.numa_policy = 99;
+	so.node_mask = ~0ULL;
+	EXPECT_EQ(0, kv_space_open(self->fd2, &so));
+	EXPECT_EQ(0, so.created);
+	EXPECT_EQ(self->so.nr_blocks, so.nr_blocks);
+
+	fd3 = kv_open();
+	ASSERT_LE(0, fd3);
+	kv_so_init(&so, self->name, 0, 0, ~0ULL);
+	so.mode = 0xffffffffu;
+	so.numa_policy = KVPOOL_NUMA_BIND;
+	so.node_mask = 0;
+	EXPECT_EQ(0, kv_space_open(fd3, &so));
+	EXPECT_EQ(0, so.created);
+	EXPECT_EQ(self->so.space_id, so.space_id);
+	close(fd3);
+}
+
+TEST_F(space, join_without_permission_eacces)
+{
+	struct kvpool_space_open so;
+	pid_t pid;
+
+	/* The space is root's, mode 0600; uid/gid 65534 may not join it. */
+	pid = fork();
+	ASSERT_LE(0, pid);
+	if (pid == 0) {
+		const struct kv_cred nobody = { .uid = 65534, .gid = 65534 };
+
+		/* fd2 was opened as root; SPACE_OPEN checks the caller. */
+		if (kv_drop_to(&nobody))
+			_exit(200);
+		kv_so_init(&so, self->name, 0, 0, 0);
+		_exit(-kv_space_open(self->fd2, &so));
+	}
+	EXPECT_EQ(EACCES, kv_wait(pid));
+	/* fd2 did not join; root can. */
+	EXPECT_EQ(0, kv_join(self->fd2, self->name, &so));
+}
+
+TEST_F(dev, space_open_bad_pointer_efault)
+{
+	void *none = none_page();
+
+	ASSERT_NE(NULL, none);
+	EXPECT_EQ(-EFAULT, kv_ioctl(self->fd, KVPOOL_IOC_SPACE_OPEN, NULL));
+	EXPECT_EQ(-EFAULT, kv_ioctl(self->fd, KVPOOL_IOC_SPACE_OPEN, none));
+	EXPECT_EQ(-EFAULT, kv_ioctl(self->fd, KVPOOL_IOC_SPACE_OPEN,
+				    (void *)8));
+	assert_still_unjoined(_metadata, self->fd, self->name);
+}
+
+TEST_F(dev, failed_open_leaves_fd_unjoined)
+{
+	struct kvpool_space_open so;
+
+	EXPECT_EQ(-ENOENT, kv_join(self->fd, self->name, &so));
+	so_create(&so, self->name);
+	so.block_bytes = 0;
+	EXPECT_EQ(-EINVAL, kv_space_open(self->fd, &so));
+	assert_still_unjoined(_metadata, self->fd, self->name);
+}
+
+/* ---- ALLOC ---------------------------------------------------------------- */
+
+static void expect_my_blocks(struct __test_metadata *_metadata, int fd,
+			     __u64 mine, __u64 owned)
+{
+	struct kvpool_space_info si;
+
+	ASSERT_EQ(0, kv_space_info(fd, &si));
+	EXPECT_EQ(mine, si.my_blocks);
+	EXPECT_EQ(owned, si.owned_blocks);
+	EXPECT_EQ(si.backed_blocks, si.free_blocks + si.owned_blocks);
+}
+
+TEST_F(dev, alloc_unjoined_ebadfd)
+{
+	__u32 ids[4];
+
+	EXPECT_EQ(-EBADFD, kv_alloc(self->fd, ids, 1));
+	EXPECT_EQ(-EBADFD, kv_alloc(self->fd, ids, 4));
+}
+
+TEST_F(space, alloc_flags_reserved_einval)
+{
+	struct kvpool_blocks b;
+	__u32 ids[2];
+	int i;
+
+	memset(&b, 0, sizeof(b));
+	b.ids = (uintptr_t)ids;
+	b.count = 1;
+	b.flags = 1;
+	EXPECT_EQ(-EINVAL, kv_ioctl(self->fd, KVPOOL_IOC_ALLOC, &b));
+	b.flags = 0x80000000u;
+	EXPECT_EQ(-EINVAL, kv_ioctl(self->fd, KVPOOL_IOC_ALLOC, &b));
+	for (i = 0; i < 2; i++) {
+		memset(&b, 0, sizeof(b));
+		b.ids = (uintptr_t)ids;
+		b.count = 1;
+		b.reserved[i] = 1;
+		EXPECT_EQ(-EINVAL, kv_ioctl(self->fd, KVPOOL_IOC_ALLOC, &b));
+	}
+	expect_my_blocks(_metadata, self->fd, 0, 0);
+}
+
+TEST_F(space, alloc_count_zero_einval)
+{
+	__u32 ids[1];
+
+	EXPECT_EQ(-EINVAL, kv_alloc(self->fd, ids, 0));
+	EXPECT_EQ(-EINVAL, kv_alloc(self->fd, NULL, 0));
+	expect_my_blocks(_metadata, self->fd, 0, 0);
+}
+
+TEST_F(space, alloc_count_over_max_batch_e2big)
+{
+	__u32 *ids = calloc(KVPOOL_MAX_BATCH + 2, sizeof(*ids));
+
+	ASSERT_NE(NULL, ids);
+	EXPECT_EQ(-E2BIG, kv_alloc(self->fd, ids, KVPOOL_MAX_BATCH + 1));
+	EXPECT_EQ(-E2BIG, kv_alloc(self->fd, ids, 0xffffffffu));
+	/* Limits are checked before the ids pointer is used. */
+	EXPECT_EQ(-E2BIG, kv_alloc(self->fd, NULL, KVPOOL_MAX_BATCH + 1));
+	expect_my_blocks(_metadata, self->fd, 0, 0);
+	free(ids);
+}
+
+TEST_F(dev, alloc_count_max_batch_is_not_e2big)
+{
+	__u32 *ids = calloc(KVPOOL_MAX_BATCH, sizeof(*ids));
+	struct kvpool_space_open so;
+
+	ASSERT_NE(NULL, ids);
+	/* 65536 one-page blocks fit the quota but not a 128 MiB pool. */
+	ASSERT_EQ(0, kv_create(self->fd, self->name, page_size(),
+			       KVPOOL_MAX_BATCH * (__u64)page_size(), &so));
+	ASSERT_EQ(KVPOOL_MAX_BATCH, so.nr_blocks);
+	ASSERT_LT(sysfs_get("free_bytes"), KVPOOL_MAX_BATCH * (__u64)page_size());
+	EXPECT_EQ(-ENOSPC, kv_alloc(self->fd, ids, KVPOOL_MAX_BATCH));
+	expect_my_blocks(_metadata, self->fd, 0, 0);
+	free(ids);
+}
+
+TEST_F(space, alloc_quota_exhausted_enospc)
+{
+	__u32 ids[130];
+
+	ASSERT_EQ(0, kv_alloc(self->fd, ids, 120));
+	/* 8 left: a batch of 9 fails whole, 8 then succeed, then 1 fails. */
+	EXPECT_EQ(-ENOSPC, kv_alloc(self->fd, ids + 120, 9));
+	expect_my_blocks(_metadata, self->fd, 120, 120);
+	EXPECT_EQ(0, kv_alloc(self->fd, ids + 120, 8));
+	EXPECT_EQ(-ENOSPC, kv_alloc(self->fd, ids + 128, 1));
+	expect_my_blocks(_metadata, self->fd, 128, 128);
+}
+
+TEST_F(space, alloc_bad_pointers_efault)
+{
+	void *none = none_page();
+
+	ASSERT_NE(NULL, none);
+	EXPECT_EQ(-EFAULT, kv_ioctl(self->fd, KVPOOL_IOC_ALLOC, NULL));
+	EXPECT_EQ(-EFAULT, kv_ioctl(self->fd, KVPOOL_IOC_ALLOC, none));
+	EXPECT_EQ(-EFAULT, kv_alloc(self->fd, NULL, 1));
+	EXPECT_EQ(-EFAULT, kv_alloc(self->fd, none, 4));
+	EXPECT_EQ(-EFAULT, kv_alloc(self->fd, (__u32 *)8, 1));
+	expect_my_blocks(_metadata, self->fd, 0, 0);
+}
+
+TEST_F(space, alloc_ids_unwritable_efault_nothing_allocated)
+{
+	__u32 *ro = ro_page();
+	struct kvpool_space_info si;
+	__u32 ids[128];
+	__u64 allocs;
+
+	ASSERT_NE(NULL, ro);
+	allocs = sysfs_get("allocs");
+	EXPECT_EQ(-EFAULT, kv_alloc(self->fd, ro, 1));
+	EXPECT_EQ(-EFAULT, kv_alloc(self->fd, ro, 16));
+	expect_my_blocks(_metadata, self->fd, 0, 0);
+	EXPECT_EQ(allocs, sysfs_get("allocs"));
+	/* All blocks still free: the whole quota can be allocated. */
+	EXPECT_EQ(0, kv_alloc(self->fd, ids, 128));
+	ASSERT_EQ(0, kv_space_info(self->fd, &si));
+	EXPECT_EQ(128, si.my_blocks);
+}
+
+TEST_F(space, alloc_efault_takes_no_chunks_from_pool)
+{
+	struct kvpool_space_info si;
+	__u32 *ro = ro_page();
+	__u64 free_before;
+
+	ASSERT_NE(NULL, ro);
+	free_before = sysfs_get("free_bytes");
+	/* A fresh space: this batch would need two chunks from the pool. */
+	EXPECT_EQ(-EFAULT, kv_alloc(self->fd, ro, 40));
+	ASSERT_EQ(0, kv_space_info(self->fd, &si));
+	EXPECT_EQ(0, si.my_blocks);
+	EXPECT_EQ(0, si.backed_bytes)
+		TH_LOG("a failed ALLOC left %llu bytes of pool chunks in the space",
+		       (unsigned long long)si.backed_bytes);
+	EXPECT_EQ(free_before, sysfs_get("free_bytes"));
+}
+
+TEST_F(space, alloc_ids_partly_unmapped_efault_nothing_allocated)
+{
+	char *p = rw_then_none();
+	__u32 *ids;
+
+	ASSERT_NE(NULL, p);
+	/* ids[0] and ids[1] writable, ids[2] on the PROT_NONE page. */
+	ids = (__u32 *)(p + page_size()) - 2;
+	EXPECT_EQ(-EFAULT, kv_alloc(self->fd, ids, 3));
+	expect_my_blocks(_metadata, self->fd, 0, 0);
+	EXPECT_EQ(0, kv_alloc(self->fd, ids, 2));
+	expect_my_blocks(_metadata, self->fd, 2, 2);
+}
+
+TEST_F(space, alloc_fresh_space_ids_start_at_zero)
+{
+	__u32 ids[128];
+	unsigned char seen[128];
+	int i;
+
+	ASSERT_EQ(0, kv_alloc(self->fd, ids, 1));
+	EXPECT_EQ(0, ids[0]);
+	ASSERT_EQ(0, kv_alloc(self->fd, ids + 1, 127));
+	memset(seen, 0, sizeof(seen));
+	for (i = 0; i < 128; i++) {
+		ASSERT_LT(ids[i], 128) TH_LOG("ids[%d] = %u", i, ids[i]);
+		EXPECT_EQ(0, seen[ids[i]]) TH_LOG("id %u twice", ids[i]);
+		seen[ids[i]] = 1;
+	}
+	expect_my_blocks(_metadata, self->fd, 128, 128);
+}
+
+/* ---- FREE ----------------------------------------------------------------- */
+
+TEST_F(dev, free_unjoined_ebadfd)
+{
+	__u32 ids[1] = { 0 };
+
+	EXPECT_EQ(-EBADFD, kv_free(self->fd, ids, 1));
+}
+
+TEST_F(space, free_flags_reserved_einval)
+{
+	struct kvpool_blocks b;
+	__u32 ids[1];
+	int i;
+
+	ASSERT_EQ(0, kv_alloc(self->fd, ids, 1));
+	memset(&b, 0, sizeof(b));
+	b.ids = (uintptr_t)ids;
+	b.count = 1;
+	b.flags = 1;
+	EXPECT_EQ(-EINVAL, kv_ioctl(self->fd, KVPOOL_IOC_FREE, &b));
+	b.flags = 0x40000000u;
+	EXPECT_EQ(-EINVAL, kv_ioctl(self->fd, KVPOOL_IOC_FREE, &b));
+	for (i = 0; i < 2; i++) {
+		memset(&b, 0, sizeof(b));
+		b.ids = (uintptr_t)ids;
+		b.count = 1;
+		b.reserved[i] = ~0ULL;
+		EXPECT_EQ(-EINVAL, kv_ioctl(self->fd, KVPOOL_IOC_FREE, &b));
+	}
+	expect_my_blocks(_metadata, self->fd, 1, 1);
+}
+
+TEST_F(space, free_count_zero_einval)
+{
+	__u32 ids[1];
+
+	ASSERT_EQ(0, kv_alloc(self->fd, ids, 1));
+	EXPECT_EQ(-EINVAL, kv_free(self->fd, ids, 0));
+	expect_my_blocks(_metadata, self->fd, 1, 1);
+}
+
+TEST_F(space, free_count_over_max_batch_e2big)
+{
+	__u32 *ids = calloc(KVPOOL_MAX_BATCH + 1, sizeof(*ids));
+
+	ASSERT_NE(NULL, ids);
+	ASSERT_EQ(0, kv_alloc(self->fd, ids, 1));
+	EXPECT_EQ(-E2BIG, kv_free(self->fd, ids, KVPOOL_MAX_BATCH + 1));
+	EXPECT_EQ(-E2BIG, kv_free(self->fd, NULL, 0xffffffffu));
+	expect_my_blocks(_metadata, self->fd, 1, 1);
+	free(ids);
+}
+
+TEST_F(space, free_bad_pointers_efault)
+{
+	void *none = none_page();
+	char *p = rw_then_none();
+	__u32 *ids;
+
+	ASSERT_NE(NULL, none);
+	ASSERT_NE(NULL, p);
+	ids = (__u32 *)(p + page_size()) - 2;
+	ASSERT_EQ(0, kv_alloc(self->fd, ids, 2));
+	EXPECT_EQ(-EFAULT, kv_ioctl(self->fd, KVPOOL_IOC_FREE, NULL));
+	EXPECT_EQ(-EFAULT, kv_ioctl(self->fd, KVPOOL_IOC_FREE, none));
+	EXPECT_EQ(-EFAULT, kv_free(self->fd, NULL, 1));
+	EXPECT_EQ(-EFAULT, kv_free(self->fd, none, 1));
+	/* Two valid ids followed by one on an unreadable page. */
+	EXPECT_EQ(-EFAULT, kv_free(self->fd, ids, 3));
+	expect_my_blocks(_metadata, self->fd, 2, 2);
+	EXPECT_EQ(0, kv_free(self->fd, ids, 2));
+	expect_my_blocks(_metadata, self->fd, 0, 0);
+}
+
+TEST_F(space, free_id_outside_backed_range_einval)
+{
+	struct kvpool_space_info si;
+	__u32 ids[2];
+
+	ASSERT_EQ(0, kv_alloc(self->fd, ids, 1));
+	ASSERT_EQ(0, kv_space_info(self->fd, &si));
+	ASSERT_LT(si.backed_blocks, si.nr_blocks);
+	ids[1] = si.backed_blocks;		/* first unbacked block */
+	EXPECT_EQ(-EINVAL, kv_free(self->fd, ids + 1, 1));
+	ids[1] = si.nr_blocks - 1;
+	EXPECT_EQ(-EINVAL, kv_free(self->fd, ids + 1, 1));
+	ids[1] = si.nr_blocks;			/* past the quota */
+	EXPECT_EQ(-EINVAL, kv_free(self->fd, ids + 1, 1));
+	ids[1] = 0xffffffffu;
+	EXPECT_EQ(-EINVAL, kv_free(self->fd, ids + 1, 1));
+	/* A valid id then an invalid one: nothing freed. */
+	EXPECT_EQ(-EINVAL, kv_free(self->fd, ids, 2));
+	expect_my_blocks(_metadata, self->fd, 1, 1);
+}
+
+TEST_F(space, free_duplicate_id_einval_nothing_freed)
+{
+	__u32 ids[4], dup[3];
+
+	ASSERT_EQ(0, kv_alloc(self->fd, ids, 4));
+	dup[0] = ids[0];
+	dup[1] = ids[1];
+	dup[2] = ids[0];
+	EXPECT_EQ(-EINVAL, kv_free(self->fd, dup, 3));
+	dup[0] = ids[3];
+	dup[1] = ids[3];
+	EXPECT_EQ(-EINVAL, kv_free(self->fd, dup, 2));
+	expect_my_blocks(_metadata, self->fd, 4, 4);
+	EXPECT_EQ(0, kv_free(self->fd, ids, 4));
+	expect_my_blocks(_metadata, self->fd, 0, 0);
+}
+
+TEST_F(space, free_unowned_block_eperm)
+{
+	struct kvpool_space_info si;
+	__u32 ids[2], id;
+
+	ASSERT_EQ(0, kv_alloc(self->fd, ids, 1));
+	ASSERT_EQ(0, kv_space_info(self->fd, &si));
+	ASSERT_GE(si.backed_blocks, 2);
+	/* A backed but free block. */
+	id = ids[0] == 0 ? 1 : 0;
+	EXPECT_EQ(-EPERM, kv_free(self->fd, &id, 1));
+	/* A block this fd freed already. */
+	EXPECT_EQ(0, kv_free(self->fd, ids, 1));
+	EXPECT_EQ(-EPERM, kv_free(self->fd, ids, 1));
+	/* Owned + free in one batch: nothing freed. */
+	ASSERT_EQ(0, kv_alloc(self->fd, ids, 1));
+	ids[1] = id;
+	if (ids[1] == ids[0])
+		ids[1] = ids[0] + 1;
+	EXPECT_EQ(-EPERM, kv_free(self->fd, ids, 2));
+	expect_my_blocks(_metadata, self->fd, 1, 1);
+}
+
+TEST_F(space, free_block_of_other_fd_eperm)
+{
+	struct kvpool_space_open so;
+	__u32 mine[2], theirs[2], mixed[2];
+
+	ASSERT_EQ(0, kv_join(self->fd2, self->name, &so));
+	ASSERT_EQ(0, kv_alloc(self->fd, mine, 2));
+	ASSERT_EQ(0, kv_alloc(self->fd2, theirs, 2));
+	EXPECT_EQ(-EPERM, kv_free(self->fd, theirs, 1));
+	EXPECT_EQ(-EPERM, kv_free(self->fd2, mine, 2));
+	mixed[0] = mine[0];
+	mixed[1] = theirs[1];
+	EXPECT_EQ(-EPERM, kv_free(self->fd, mixed, 2));
+	expect_my_blocks(_metadata, self->fd, 2, 4);
+	expect_my_blocks(_metadata, self->fd2, 2, 4);
+	EXPECT_EQ(0, kv_free(self->fd2, theirs, 2));
+	expect_my_blocks(_metadata, self->fd, 2, 2);
+}
+
+TEST_F(space, free_then_alloc_roundtrip)
+{
+	struct kvpool_space_info si;
+	__u32 ids[128];
+
+	ASSERT_EQ(0, kv_alloc(self->fd, ids, 128));
+	EXPECT_EQ(0, kv_free(self->fd, ids + 100, 28));
+	expect_my_blocks(_metadata, self->fd, 100, 100);
+	EXPECT_EQ(0, kv_alloc(self->fd, ids + 100, 28));
+	EXPECT_EQ(0, kv_free(self->fd, ids, 128));
+	ASSERT_EQ(0, kv_space_info(self->fd, &si));
+	EXPECT_EQ(0, si.my_blocks);
+	EXPECT_EQ(si.backed_blocks, si.free_blocks);
+}
+
+/* ---- SPACE_INFO ----------------------------------------------------------- */
+
+TEST_F(dev, space_info_unjoined_ebadfd)
+{
+	struct kvpool_space_info si;
+
+	EXPECT_EQ(-EBADFD, kv_space_info(self->fd, &si));
+}
+
+TEST_F(space, space_info_flags_reserved_einval)
+{
+	struct kvpool_space_info si;
+	int i;
+
+	memset(&si, 0, sizeof(si));
+	si.flags = 1;
+	EXPECT_EQ(-EINVAL, kv_ioctl(self->fd, KVPOOL_IOC_SPACE_INFO, &si));
+	memset(&si, 0, sizeof(si));
+	si.flags = 0x80000000u;
+	EXPECT_EQ(-EINVAL, kv_ioctl(self->fd, KVPOOL_IOC_SPACE_INFO, &si));
+	for (i = 0; i < 4; i++) {
+		memset(&si, 0, sizeof(si));
+		si.reserved[i] = 1;
+		EXPECT_EQ(-EINVAL,
+			  kv_ioctl(self->fd, KVPOOL_IOC_SPACE_INFO, &si));
+	}
+}
+
+TEST_F(space, space_info_bad_pointer_efault)
+{
+	void *ro = ro_page(), *none = none_page();
+
+	ASSERT_NE(NULL, ro);
+	ASSERT_NE(NULL, none);
+	EXPECT_EQ(-EFAULT, kv_ioctl(self->fd, KVPOOL_IOC_SPACE_INFO, NULL));
+	EXPECT_EQ(-EFAULT, kv_ioctl(self->fd, KVPOOL_IOC_SPACE_INFO, none));
+	EXPECT_EQ(-EFAULT, kv_ioctl(self->fd, KVPOOL_IOC_SPACE_INFO, ro));
+}
+
+TEST_F(space, space_info_counts)
+{
+	struct kvpool_space_info si, si2;
+	struct kvpool_space_open so;
+	__u32 ids[40];
+
+	ASSERT_EQ(0, kv_space_info(self->fd, &si));
+	EXPECT_EQ(0, si.flags);
+	EXPECT_EQ(self->so.space_id, si.space_id);
+	EXPECT_EQ(BLOCK, si.block_bytes);
+	EXPECT_EQ(128, si.nr_blocks);
+	EXPECT_EQ(0, si.backed_blocks);
+	EXPECT_EQ(0, si.backed_bytes);
+	EXPECT_EQ(0, si.owned_blocks);
+	EXPECT_EQ(0, si.my_blocks);
+	EXPECT_EQ(0, si.free_blocks);
+
+	ASSERT_EQ(0, kv_join(self->fd2, self->name, &so));
+	ASSERT_EQ(0, kv_alloc(self->fd, ids, 30));
+	ASSERT_EQ(0, kv_alloc(self->fd2, ids + 30, 10));
+	ASSERT_EQ(0, kv_space_info(self->fd, &si));
+	ASSERT_EQ(0, kv_space_info(self->fd2, &si2));
+	EXPECT_EQ(30, si.my_blocks);
+	EXPECT_EQ(10, si2.my_blocks);
+	EXPECT_EQ(40, si.owned_blocks);
+	EXPECT_EQ(40, si2.owned_blocks);
+	/* 40 blocks of 64 KiB need 2 chunks of 2 MiB = 64 blocks. */
+	EXPECT_EQ(2 * KV_CHUNK, si.backed_bytes);
+	EXPECT_EQ(64, si.backed_blocks);
+	EXPECT_EQ(24, si.free_blocks);
+	EXPECT_EQ(si.backed_blocks, si2.backed_blocks);
+	EXPECT_EQ(si.free_blocks, si2.free_blocks);
+	EXPECT_EQ(0, si.reserved[0] | si.reserved[1] | si.reserved[2] |
+		     si.reserved[3]);
+}
+
+TEST_HARNESS_MAIN

@@ -1,0 +1,440 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * Helpers shared by the kvpool selftests.
+ *
+ * Every helper returns 0 or a negative errno, never touches errno-based
+ * control flow of the caller, and uses no harness macros, so it is safe to
+ * call from forked children (where ASSERT_*() must not be used: it would
+ * longjmp into the parent's test frame).
+ */
+#ifndef KVPOOL_SELFTEST_UTIL_H
+#define KVPOOL_SELFTEST_UTIL_H
+
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+
+#include <linux/kvpool.h>
+
+/*
+ * -Wextra meets the vendored harness: its EXPECT_*()/ASSERT_*() compare an
+ * int constant with __u64 fields by design (it prints both with their own
+ * signedness), and its TEST() and SIGALRM callbacks have unused parameters.
+ */
+#pragma GCC diagnostic ignored "-Wsign-compare"
+#pragma GCC diagnostic ignored "-Wunused-parameter"
+#include "kselftest_harness.h"
+
+#define KV_DEV		"/dev/kvpool"
+#define KV_SYSFS	"/sys/class/misc/kvpool"
+#define KV_CHECK	"/sys/kernel/debug/kvpool/check"
+
+#define KiB		(1ULL << 10)
+#define MiB		(1ULL << 20)
+#define GiB		(1ULL << 30)
+#define KV_CHUNK	(2 * MiB)
+/* The VM loads the module with 64 MiB on each of nodes 0 and 1. */
+#define KV_POOL_DEFAULT	(128 * MiB)
+#define KV_NODE_DEFAULT	(64 * MiB)
+
+static inline int kv_open(void)
+{
+	return open(KV_DEV, O_RDWR | O_CLOEXEC);
+}
+
+static inline int kv_ioctl(int fd, unsigned long cmd, void *arg)
+{
+	return ioctl(fd, cmd, arg) ? -errno : 0;
+}
+
+static inline int kv_info(int fd, struct kvpool_info *info)
+{
+	memset(info, 0, sizeof(*info));
+	return kv_ioctl(fd, KVPOOL_IOC_INFO, info);
+}
+
+/* A unique, valid space name: "<tag>-<pid>-<n>". */
+static inline void kv_name(char *buf, size_t len, const char *tag)
+{
+	static unsigned int seq;
+
+	snprintf(buf, len, "%.40s-%d-%u", tag, (int)getpid(), seq++);
+}
+
+/* Fill a SPACE_OPEN request: mode 0600, PREFERRED, empty mask. */
+static inline void kv_so_init(struct kvpool_space_open *so, const char *name,
+			      __u32 flags, __u64 block_bytes, __u64 quota_bytes)
+{
+	size_t n = strlen(name);
+
+	memset(so, 0, sizeof(*so));
+	if (n > sizeof(so->name) - 1)
+		n = sizeof(so->name) - 1;
+	memcpy(so->name, name, n);
+	so->flags = flags;
+	so->mode = 0600;
+	so->block_bytes = block_bytes;
+	so->quota_bytes = quota_bytes;
+	so->numa_policy = KVPOOL_NUMA_PREFERRED;
+}
+
+static inline int kv_space_open(int fd, struct kvpool_space_open *so)
+{
+	return kv_ioctl(fd, KVPOOL_IOC_SPACE_OPEN, so);
+}
+
+/* Create a new space (CREATE|EXCL) on @fd; @so may be NULL. */
+static inline int kv_create(int fd, const char *name, __u64 block_bytes,
+			    __u64 quota_bytes, struct kvpool_space_open *so)
+{
+	struct kvpool_space_open tmp;
+
+	if (!so)
+		so = &tmp;
+	kv_so_init(so, name, KVPOOL_SPACE_CREATE | KVPOOL_SPACE_EXCL,
+		   block_bytes, quota_bytes);
+	return kv_space_open(fd, so);
+}
+
+/* Create with a NUMA policy. */
+static inline int kv_create_numa(int fd, const char *name, __u64 block_bytes,
+				 __u64 quota_bytes, __u32 policy, __u64 mask,
+				 struct kvpool_space_open *so)
+{
+	struct kvpool_space_open tmp;
+
+	if (!so)
+		so = &tmp;
+	kv_so_init(so, name, KVPOOL_SPACE_CREATE | KVPOOL_SPACE_EXCL,
+		   block_bytes, quota_bytes);
+	so->numa_policy = policy;
+	so->node_mask = mask;
+	return kv_space_open(fd, so);
+}
+
+/* Join an existing space (no CREATE), block_bytes 0. */
+static inline int kv_join(int fd, const char *name,
+			  struct kvpool_space_open *so)
+{
+	struct kvpool_space_open tmp;
+
+	if (!so)
+		so = &tmp;
+	kv_so_init(so, name, 0, 0, 0);
+	return kv_space_open(fd, so);
+}
+
+/* Open the device and create a space on the new fd; returns fd or -errno. */
+static inline int kv_open_create(const char *name, __u64 block_bytes,
+				 __u64 quota_bytes,
+				 struct kvpool_space_open *so)
+{
+	int fd = kv_open();
+	int ret;
+
+	if (fd < 0)
+		return -errno;
+	ret = kv_create(fd, name, block_bytes, quota_bytes, so);
+	if (ret) {
+		close(fd);
+		return ret;
+	}
+	return fd;
+}
+
+static inline int kv_open_join(const char *name, struct kvpool_space_open *so)
+{
+	int fd = kv_open();
+	int ret;
+
+	if (fd < 0)
+		return -errno;
+	ret = kv_join(fd, name, so);
+	if (ret) {
+		close(fd);
+		return ret;
+	}
+	return fd;
+}
+
+static inline int kv_blocks(int fd, unsigned long cmd, __u32 *ids,
+			    __u32 count)
+{
+	struct kvpool_blocks b = {
+		.ids = (__u64)(uintptr_t)ids,
+		.count = count,
+	};
+
+	return kv_ioctl(fd, cmd, &b);
+}
+
+static inline int kv_alloc(int fd, __u32 *ids, __u32 count)
+{
+	return kv_blocks(fd, KVPOOL_IOC_ALLOC, ids, count);
+}
+
+static inline int kv_free(int fd, __u32 *ids, __u32 count)
+{
+	return kv_blocks(fd, KVPOOL_IOC_FREE, ids, count);
+}
+
+static inline int kv_space_info(int fd, struct kvpool_space_info *si)
+{
+	memset(si, 0, sizeof(*si));
+	return kv_ioctl(fd, KVPOOL_IOC_SPACE_INFO, si);
+}
+
+/*
+ * Allocate single blocks until ALLOC fails; ids go to @ids (room for @max).
+ * Returns the number allocated; *@err gets the errno of the failing call
+ * (0 when @max was reached first).
+ */
+static inline long kv_alloc_until_fail(int fd, __u32 *ids, long max, int *err)
+{
+	long n = 0;
+	int ret = 0;
+
+	while (n < max) {
+		ret = kv_alloc(fd, &ids[n], 1);
+		if (ret)
+			break;
+		n++;
+	}
+	*err = ret;
+	return n;
+}
+
+static inline void *kv_mmap(int fd, size_t len, off_t off)
+{
+	return mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, off);
+}
+
+/*
+ * The 6.1 harness runs the test body even when FIXTURE_SETUP() called
+ * SKIP(); tests whose setup may skip start with this.
+ */
+#define RETURN_IF_SKIPPED() do { \
+	if (_metadata->skip) \
+		return; \
+} while (0)
+
+/* ---- sysfs / debugfs ---------------------------------------------------- */
+
+static inline int read_file(const char *path, char *buf, size_t len)
+{
+	ssize_t n;
+	int fd;
+
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	n = read(fd, buf, len - 1);
+	if (n < 0) {
+		n = -errno;
+		close(fd);
+		return n;
+	}
+	close(fd);
+	buf[n] = '\0';
+	return (int)n;
+}
+
+/* Read /sys/class/misc/kvpool/<rel> as an unsigned decimal. */
+static inline int sysfs_u64(const char *rel, __u64 *val)
+{
+	char path[256], buf[64], *end;
+	unsigned long long v;
+	int n;
+
+	snprintf(path, sizeof(path), KV_SYSFS "/%s", rel);
+	n = read_file(path, buf, sizeof(buf));
+	if (n < 0)
+		return n;
+	errno = 0;
+	v = strtoull(buf, &end, 10);
+	if (errno || end == buf || (*end && *end != '\n'))
+		return -EINVAL;
+	*val = v;
+	return 0;
+}
+
+/* Same, but returns the value and ~0 when it cannot be read. */
+static inline __u64 sysfs_get(const char *rel)
+{
+	__u64 v;
+
+	return sysfs_u64(rel, &v) ? ~0ULL : v;
+}
+
+/* write(2) @s to /sys/class/misc/kvpool/<rel> in one call; 0 or -errno. */
+static inline int sysfs_write(const char *rel, const char *s)
+{
+	char path[256];
+	ssize_t n;
+	int fd, ret = 0;
+
+	snprintf(path, sizeof(path), KV_SYSFS "/%s", rel);
+	fd = open(path, O_WRONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	n = write(fd, s, strlen(s));
+	if (n < 0)
+		ret = -errno;
+	else if ((size_t)n != strlen(s))
+		ret = -EIO;
+	close(fd);
+	return ret;
+}
+
+/* 1 when debugfs check reads exactly "ok\n", 0 otherwise, -errno if absent. */
+static inline int kv_check(char *buf, size_t len)
+{
+	int n = read_file(KV_CHECK, buf, len);
+
+	if (n < 0)
+		return n;
+	return strcmp(buf, "ok\n") == 0;
+}
+
+#define ASSERT_KV_CHECK_OK() do { \
+	char __ck[256]; \
+	int __r = kv_check(__ck, sizeof(__ck)); \
+	ASSERT_EQ(1, __r) TH_LOG("debugfs %s: %s", KV_CHECK, \
+				 __r < 0 ? strerror(-__r) : __ck); \
+} while (0)
+
+/* Poll until sysfs @rel equals @want (processes exiting release lazily). */
+static inline __u64 sysfs_wait_eq(const char *rel, __u64 want, int ms)
+{
+	struct timespec ts = { 0, 10 * 1000 * 1000 };
+	__u64 v = sysfs_get(rel);
+
+	while (v != want && ms > 0) {
+		nanosleep(&ts, NULL);
+		ms -= 10;
+		v = sysfs_get(rel);
+	}
+	return v;
+}
+
+/* ---- memory probes -------------------------------------------------------- */
+
+static sigjmp_buf kv_probe_env;
+static volatile sig_atomic_t kv_probe_sig;
+
+static inline void kv_probe_handler(int sig)
+{
+	kv_probe_sig = sig;
+	siglongjmp(kv_probe_env, 1);
+}
+
+/*
+ * Touch one byte at @p (read, or read+write when @write); returns 0 or the
+ * signal (SIGBUS/SIGSEGV) the access raised.
+ */
+static inline int kv_probe(volatile char *p, int write)
+{
+	struct sigaction sa, old_bus, old_segv;
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = kv_probe_handler;
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGBUS, &sa, &old_bus);
+	sigaction(SIGSEGV, &sa, &old_segv);
+	kv_probe_sig = 0;
+	if (sigsetjmp(kv_probe_env, 1) == 0) {
+		char c = *p;
+
+		if (write)
+			*p = c;
+	}
+	sigaction(SIGBUS, &old_bus, NULL);
+	sigaction(SIGSEGV, &old_segv, NULL);
+	return kv_probe_sig;
+}
+
+/* Deterministic byte pattern: different for each (seed, offset). */
+static inline unsigned char kv_pat(unsigned int seed, size_t off)
+{
+	__u64 x = (off >> 3) * 0x9E3779B97F4A7C15ULL + seed * 0xBF58476D1CE4E5B9ULL;
+
+	x ^= x >> 29;
+	return (unsigned char)(x >> (8 * (off & 7)));
+}
+
+static inline void kv_fill(void *p, size_t len, unsigned int seed, size_t base)
+{
+	unsigned char *c = p;
+	size_t i;
+
+	for (i = 0; i < len; i++)
+		c[i] = kv_pat(seed, base + i);
+}
+
+/* Offset of the first mismatch, or -1 when all of [p, p+len) matches. */
+static inline long kv_verify(const void *p, size_t len, unsigned int seed,
+			     size_t base)
+{
+	const unsigned char *c = p;
+	size_t i;
+
+	for (i = 0; i < len; i++)
+		if (c[i] != kv_pat(seed, base + i))
+			return (long)i;
+	return -1;
+}
+
+/* ---- credentials ---------------------------------------------------------- */
+
+struct kv_cred {
+	uid_t uid;
+	gid_t gid;
+	int ngroups;
+	gid_t groups[4];
+};
+
+/* Drop to @c for good (no capabilities left); 0 or -errno. */
+static inline int kv_drop_to(const struct kv_cred *c)
+{
+	if (setgroups(c->ngroups, c->groups))
+		return -errno;
+	if (setresgid(c->gid, c->gid, c->gid))
+		return -errno;
+	if (setresuid(c->uid, c->uid, c->uid))
+		return -errno;
+	return 0;
+}
+
+/* Wait for @pid; returns its exit code, or 1000 + signal when killed. */
+static inline int kv_wait(pid_t pid)
+{
+	int status;
+
+	if (waitpid(pid, &status, 0) != pid)
+		return -1;
+	if (WIFEXITED(status))
+		return WEXITSTATUS(status);
+	if (WIFSIGNALED(status))
+		return 1000 + WTERMSIG(status);
+	return -1;
+}
+
+#endif /* KVPOOL_SELFTEST_UTIL_H */

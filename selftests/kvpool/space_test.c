@@ -1,0 +1,621 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * space_test: creating and joining spaces, name rules, sharing between
+ * processes, permission checks by credentials, and destruction on the last
+ * close.
+ *
+ * /dev/kvpool itself may be 0660 root:root; children that act as other users
+ * open the device while still root and drop their credentials before
+ * SPACE_OPEN, which checks the caller's credentials at ioctl time.
+ */
+#include "kvpool_util.h"
+
+#include <sys/fsuid.h>
+#include <sys/prctl.h>
+
+#define BLOCK	(64 * KiB)
+#define QUOTA	(4 * MiB)
+
+FIXTURE(space) {
+	char name[KVPOOL_NAME_MAX];
+	__u64 spaces0;
+};
+
+FIXTURE_SETUP(space)
+{
+	kv_name(self->name, sizeof(self->name), "space");
+	ASSERT_EQ(0, sysfs_u64("spaces", &self->spaces0));
+}
+
+FIXTURE_TEARDOWN(space)
+{
+}
+
+/* ---- create / join -------------------------------------------------------- */
+
+TEST_F(space, create_reports_space)
+{
+	struct kvpool_space_open so;
+	int fd;
+
+	fd = kv_open_create(self->name, BLOCK, QUOTA, &so);
+	ASSERT_LE(0, fd) TH_LOG("create: %s", strerror(-fd));
+	EXPECT_EQ(1, so.created);
+	EXPECT_EQ(QUOTA / BLOCK, so.nr_blocks);
+	EXPECT_EQ(QUOTA, so.map_bytes);
+	EXPECT_EQ(BLOCK, so.block_bytes);
+	EXPECT_EQ(getuid(), so.uid);
+	EXPECT_EQ(getgid(), so.gid);
+	EXPECT_EQ(self->spaces0 + 1, sysfs_get("spaces"));
+	close(fd);
+}
+
+TEST_F(space, join_reports_same_space)
+{
+	struct kvpool_space_open so1, so2, so3;
+	int fd1, fd2, fd3;
+
+	fd1 = kv_open_create(self->name, BLOCK, QUOTA, &so1);
+	ASSERT_LE(0, fd1);
+	/* Plain join, block_bytes 0. */
+	fd2 = kv_open_join(self->name, &so2);
+	ASSERT_LE(0, fd2) TH_LOG("join: %s", strerror(-fd2));
+	EXPECT_EQ(0, so2.created);
+	EXPECT_EQ(so1.space_id, so2.space_id);
+	EXPECT_EQ(so1.nr_blocks, so2.nr_blocks);
+	EXPECT_EQ(so1.map_bytes, so2.map_bytes);
+	EXPECT_EQ(BLOCK, so2.block_bytes);
+	EXPECT_EQ(so1.uid, so2.uid);
+	EXPECT_EQ(so1.gid, so2.gid);
+	/* Join naming the space's own block size. */
+	fd3 = kv_open();
+	ASSERT_LE(0, fd3);
+	kv_so_init(&so3, self->name, 0, BLOCK, 0);
+	EXPECT_EQ(0, kv_space_open(fd3, &so3));
+	EXPECT_EQ(so1.space_id, so3.space_id);
+	/* Still one space. */
+	EXPECT_EQ(self->spaces0 + 1, sysfs_get("spaces"));
+	close(fd3);
+	close(fd2);
+	close(fd1);
+}
+
+TEST_F(space, create_without_excl_joins_existing)
+{
+	struct kvpool_space_open so1, so2;
+	int fd1, fd2;
+
+	fd1 = kv_open();
+	ASSERT_LE(0, fd1);
+	kv_so_init(&so1, self->name, KVPOOL_SPACE_CREATE, BLOCK, QUOTA);
+	ASSERT_EQ(0, kv_space_open(fd1, &so1));
+	EXPECT_EQ(1, so1.created);
+	fd2 = kv_open();
+	ASSERT_LE(0, fd2);
+	/* Different quota/mode/policy are ignored on join. */
+	kv_so_init(&so2, self->name, KVPOOL_SPACE_CREATE, BLOCK, 2 * QUOTA);
+	so2.mode = 0644;
+	so2.numa_policy = KVPOOL_NUMA_INTERLEAVE;
+	ASSERT_EQ(0, kv_space_open(fd2, &so2));
+	EXPECT_EQ(0, so2.created);
+	EXPECT_EQ(so1.space_id, so2.space_id);
+	EXPECT_EQ(so1.nr_blocks, so2.nr_blocks);
+	EXPECT_EQ(self->spaces0 + 1, sysfs_get("spaces"));
+	close(fd2);
+	close(fd1);
+}
+
+TEST_F(space, create_excl_on_existing_eexist)
+{
+	struct kvpool_space_open so;
+	int fd1, fd2;
+
+	fd1 = kv_open_create(self->name, BLOCK, QUOTA, NULL);
+	ASSERT_LE(0, fd1);
+	fd2 = kv_open();
+	ASSERT_LE(0, fd2);
+	EXPECT_EQ(-EEXIST, kv_create(fd2, self->name, BLOCK, QUOTA, &so));
+	/* Even with a different geometry. */
+	EXPECT_EQ(-EEXIST, kv_create(fd2, self->name, 2 * BLOCK, QUOTA, &so));
+	EXPECT_EQ(self->spaces0 + 1, sysfs_get("spaces"));
+	close(fd2);
+	close(fd1);
+}
+
+TEST_F(space, join_absent_enoent)
+{
+	struct kvpool_space_open so;
+	int fd;
+
+	fd = kv_open();
+	ASSERT_LE(0, fd);
+	EXPECT_EQ(-ENOENT, kv_join(fd, self->name, &so));
+	EXPECT_EQ(self->spaces0, sysfs_get("spaces"));
+	close(fd);
+}
+
+TEST_F(space, join_block_bytes_mismatch_einval)
+{
+	struct kvpool_space_open so;
+	int fd1, fd2;
+
+	fd1 = kv_open_create(self->name, BLOCK, QUOTA, NULL);
+	ASSERT_LE(0, fd1);
+	fd2 = kv_open();
+	ASSERT_LE(0, fd2);
+	kv_so_init(&so, self->name, 0, 2 * BLOCK, 0);
+	EXPECT_EQ(-EINVAL, kv_space_open(fd2, &so));
+	kv_so_init(&so, self->name, KVPOOL_SPACE_CREATE, BLOCK / 2, QUOTA);
+	EXPECT_EQ(-EINVAL, kv_space_open(fd2, &so));
+	kv_so_init(&so, self->name, 0, BLOCK, 0);
+	EXPECT_EQ(0, kv_space_open(fd2, &so));
+	close(fd2);
+	close(fd1);
+}
+
+TEST_F(space, names_are_exact_and_case_sensitive)
+{
+	char upper[KVPOOL_NAME_MAX], lower[KVPOOL_NAME_MAX];
+	char prefix[KVPOOL_NAME_MAX];
+	struct kvpool_space_open a, b, c;
+	int fa, fb, fc, fd;
+
+	snprintf(lower, sizeof(lower), "case-%d-abc", (int)getpid());
+	snprintf(upper, sizeof(upper), "case-%d-ABC", (int)getpid());
+	snprintf(prefix, sizeof(prefix), "case-%d-ab", (int)getpid());
+	fa = kv_open_create(lower, BLOCK, QUOTA, &a);
+	ASSERT_LE(0, fa);
+	fb = kv_open_create(upper, BLOCK, QUOTA, &b);
+	ASSERT_LE(0, fb) TH_LOG("%s vs %s: %s", upper, lower, strerror(-fb));
+	fc = kv_open_create(prefix, BLOCK, QUOTA, &c);
+	ASSERT_LE(0, fc) TH_LOG("%s vs %s: %s", prefix, lower, strerror(-fc));
+	EXPECT_NE(a.space_id, b.space_id);
+	EXPECT_NE(a.space_id, c.space_id);
+	EXPECT_NE(b.space_id, c.space_id);
+	EXPECT_EQ(self->spaces0 + 3, sysfs_get("spaces"));
+	/* A longer name that shares the prefix does not exist. */
+	fd = kv_open();
+	ASSERT_LE(0, fd);
+	snprintf(prefix, sizeof(prefix), "case-%d-abcd", (int)getpid());
+	EXPECT_EQ(-ENOENT, kv_join(fd, prefix, &c));
+	close(fd);
+	close(fc);
+	close(fb);
+	close(fa);
+}
+
+TEST_F(space, name_validation)
+{
+	static const char *const bad[] = {
+		"", " ", "a b", "a/b", "/", "x\n", "q?", "pct%", "ab\\c",
+		"caf\xc3\xa9", "tilde~", "plus+",
+	};
+	struct kvpool_space_open so;
+	unsigned int i;
+	int fd;
+
+	fd = kv_open();
+	ASSERT_LE(0, fd);
+	for (i = 0; i < ARRAY_SIZE(bad); i++) {
+		kv_so_init(&so, bad[i], KVPOOL_SPACE_CREATE, BLOCK, QUOTA);
+		EXPECT_EQ(-EINVAL, kv_space_open(fd, &so)) TH_LOG("'%s'", bad[i]);
+	}
+	/* 64 bytes without a NUL. */
+	kv_so_init(&so, "x", KVPOOL_SPACE_CREATE, BLOCK, QUOTA);
+	memset(so.name, 'n', sizeof(so.name));
+	EXPECT_EQ(-EINVAL, kv_space_open(fd, &so));
+	/* Bytes after the NUL are not part of the name. */
+	kv_so_init(&so, self->name, KVPOOL_SPACE_CREATE, BLOCK, QUOTA);
+	memset(so.name + strlen(self->name) + 1, '!',
+	       sizeof(so.name) - strlen(self->name) - 1);
+	EXPECT_EQ(0, kv_space_open(fd, &so));
+	EXPECT_EQ(1, so.created);
+	EXPECT_EQ(self->spaces0 + 1, sysfs_get("spaces"));
+	close(fd);
+}
+
+TEST_F(space, spaces_are_isolated)
+{
+	struct kvpool_space_open sa, sb;
+	char other[KVPOOL_NAME_MAX];
+	__u32 ida, idb;
+	char *ma, *mb;
+	int fa, fb;
+
+	kv_name(other, sizeof(other), "space-b");
+	fa = kv_open_create(self->name, BLOCK, QUOTA, &sa);
+	ASSERT_LE(0, fa);
+	fb = kv_open_create(other, BLOCK, QUOTA, &sb);
+	ASSERT_LE(0, fb);
+	EXPECT_NE(sa.space_id, sb.space_id);
+	ASSERT_EQ(0, kv_alloc(fa, &ida, 1));
+	ASSERT_EQ(0, kv_alloc(fb, &idb, 1));
+	ma = kv_mmap(fa, sa.map_bytes, 0);
+	ASSERT_NE(MAP_FAILED, ma);
+	mb = kv_mmap(fb, sb.map_bytes, 0);
+	ASSERT_NE(MAP_FAILED, mb);
+	kv_fill(ma + (size_t)ida * BLOCK, BLOCK, 0xa, 0);
+	kv_fill(mb + (size_t)idb * BLOCK, BLOCK, 0xb, 0);
+	EXPECT_EQ(-1, kv_verify(ma + (size_t)ida * BLOCK, BLOCK, 0xa, 0));
+	EXPECT_EQ(-1, kv_verify(mb + (size_t)idb * BLOCK, BLOCK, 0xb, 0));
+	munmap(ma, sa.map_bytes);
+	munmap(mb, sb.map_bytes);
+	close(fb);
+	close(fa);
+}
+
+/* ---- two processes -------------------------------------------------------- */
+
+/*
+ * Child: join @name with its own fd and mapping, check block a holds
+ * pattern 1 (written by the parent), write pattern 2 into block b.
+ * Exit codes: 0 ok, 10+ failure step.
+ */
+static int share_child(const char *name, int rd, int wr)
+{
+	struct kvpool_space_open so;
+	__u32 ids[2];
+	char *m, c = 'd';
+	int fd;
+
+	fd = kv_open_join(name, &so);
+	if (fd < 0)
+		return 10;
+	m = kv_mmap(fd, so.map_bytes, 0);
+	if (m == MAP_FAILED)
+		return 11;
+	if (read(rd, ids, sizeof(ids)) != sizeof(ids))
+		return 12;
+	if (kv_verify(m + (size_t)ids[0] * BLOCK, BLOCK, 1, 0) != -1)
+		return 13;
+	kv_fill(m + (size_t)ids[1] * BLOCK, BLOCK, 2, 0);
+	if (write(wr, &c, 1) != 1)
+		return 14;
+	/* Wait for the parent to overwrite block a, then see it. */
+	if (read(rd, &c, 1) != 1)
+		return 15;
+	if (kv_verify(m + (size_t)ids[0] * BLOCK, BLOCK, 3, 0) != -1)
+		return 16;
+	return 0;
+}
+
+TEST_F(space, two_processes_see_each_others_writes)
+{
+	struct kvpool_space_open so;
+	int to_child[2], to_parent[2];
+	__u32 ids[2];
+	pid_t pid;
+	char *m, c = 'g';
+	int fd;
+
+	fd = kv_open_create(self->name, BLOCK, QUOTA, &so);
+	ASSERT_LE(0, fd);
+	ASSERT_EQ(0, kv_alloc(fd, ids, 2));
+	m = kv_mmap(fd, so.map_bytes, 0);
+	ASSERT_NE(MAP_FAILED, m);
+	kv_fill(m + (size_t)ids[0] * BLOCK, BLOCK, 1, 0);
+	memset(m + (size_t)ids[1] * BLOCK, 0, BLOCK);
+
+	ASSERT_EQ(0, pipe(to_child));
+	ASSERT_EQ(0, pipe(to_parent));
+	pid = fork();
+	ASSERT_LE(0, pid);
+	if (pid == 0) {
+		close(fd);	/* the child uses its own fd and mapping */
+		munmap(m, so.map_bytes);
+		_exit(share_child(self->name, to_child[0], to_parent[1]));
+	}
+	ASSERT_EQ(sizeof(ids), write(to_child[1], ids, sizeof(ids)));
+	ASSERT_EQ(1, read(to_parent[0], &c, 1));
+	EXPECT_EQ(-1, kv_verify(m + (size_t)ids[1] * BLOCK, BLOCK, 2, 0));
+	kv_fill(m + (size_t)ids[0] * BLOCK, BLOCK, 3, 0);
+	ASSERT_EQ(1, write(to_child[1], &c, 1));
+	EXPECT_EQ(0, kv_wait(pid));
+	/* The child's writes outlive the child. */
+	EXPECT_EQ(-1, kv_verify(m + (size_t)ids[1] * BLOCK, BLOCK, 2, 0));
+	munmap(m, so.map_bytes);
+	close(fd);
+}
+
+/* ---- permissions ---------------------------------------------------------- */
+
+/*
+ * Fork a child that opens the device, drops to @c, and runs SPACE_OPEN with
+ * @flags on @name.  Returns the errno (0 on success), or 200+ when the child
+ * could not get that far.
+ */
+static int open_as(const struct kv_cred *c, const char *name, __u32 flags,
+		   struct kvpool_space_open *out)
+{
+	struct kvpool_space_open so;
+	int p[2], ret;
+	pid_t pid;
+
+	if (pipe(p))
+		return 250;
+	pid = fork();
+	if (pid < 0)
+		return 251;
+	if (pid == 0) {
+		int fd = kv_open();
+
+		close(p[0]);
+		if (fd < 0)
+			_exit(200);
+		if (kv_drop_to(c))
+			_exit(201);
+		kv_so_init(&so, name, flags, BLOCK, QUOTA);
+		ret = -kv_space_open(fd, &so);
+		if (write(p[1], &so, sizeof(so)) != sizeof(so))
+			_exit(202);
+		_exit(ret);
+	}
+	close(p[1]);
+	memset(&so, 0, sizeof(so));
+	if (read(p[0], &so, sizeof(so)) != sizeof(so))
+		memset(&so, 0xff, sizeof(so));
+	close(p[0]);
+	if (out)
+		*out = so;
+	return kv_wait(pid);
+}
+
+static int join_as(const struct kv_cred *c, const char *name)
+{
+	return open_as(c, name, 0, NULL);
+}
+
+/*
+ * A child, dropped to @c, that creates @name with @mode and holds it open
+ * until killed.  Returns the child's pid, or -errno of the create.
+ */
+static pid_t hold_space_as(const struct kv_cred *c, const char *name,
+			   __u32 mode, struct kvpool_space_open *out)
+{
+	struct kvpool_space_open so;
+	pid_t pid, parent = getpid();
+	int p[2], ret;
+
+	if (pipe(p))
+		return -errno;
+	pid = fork();
+	if (pid < 0)
+		return -errno;
+	if (pid == 0) {
+		int fd = kv_open();
+
+		close(p[0]);
+		ret = fd < 0 ? -errno : kv_drop_to(c);
+		/* After the credential change, which clears it. */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (getppid() != parent)
+			_exit(1);
+		kv_so_init(&so, name, KVPOOL_SPACE_CREATE | KVPOOL_SPACE_EXCL,
+			   BLOCK, QUOTA);
+		so.mode = mode;
+		if (!ret)
+			ret = kv_space_open(fd, &so);
+		if (write(p[1], &ret, sizeof(ret)) != sizeof(ret) ||
+		    write(p[1], &so, sizeof(so)) != sizeof(so))
+			_exit(1);
+		for (;;)
+			pause();
+	}
+	close(p[1]);
+	if (read(p[0], &ret, sizeof(ret)) != sizeof(ret) ||
+	    read(p[0], &so, sizeof(so)) != sizeof(so))
+		ret = -EPIPE;
+	close(p[0]);
+	if (out)
+		*out = so;
+	if (ret) {
+		kill(pid, SIGKILL);
+		kv_wait(pid);
+		return ret;
+	}
+	return pid;
+}
+
+static void release_holder(pid_t pid)
+{
+	kill(pid, SIGKILL);
+	kv_wait(pid);
+}
+
+static const struct kv_cred nobody = { .uid = 65534, .gid = 65534 };
+static const struct kv_cred u1000 = { .uid = 1000, .gid = 2000 };
+static const struct kv_cred u1001 = { .uid = 1001, .gid = 3000 };
+static const struct kv_cred u1001_g2000 = { .uid = 1001, .gid = 2000 };
+static const struct kv_cred u1001_supp2000 = {
+	.uid = 1001, .gid = 3000, .ngroups = 1, .groups = { 2000 },
+};
+
+TEST_F(space, nobody_cannot_join_root_space_eacces)
+{
+	struct kvpool_space_open so;
+	int fd;
+
+	fd = kv_open_create(self->name, BLOCK, QUOTA, &so);
+	ASSERT_LE(0, fd);
+	EXPECT_EQ(EACCES, join_as(&nobody, self->name));
+	/* CREATE on an existing space is a join: same check. */
+	EXPECT_EQ(EACCES, open_as(&nobody, self->name, KVPOOL_SPACE_CREATE,
+				  NULL));
+	EXPECT_EQ(self->spaces0 + 1, sysfs_get("spaces"));
+	close(fd);
+}
+
+TEST_F(space, other_class_needs_read_and_write)
+{
+	static const struct { __u32 mode; int err; } cases[] = {
+		{ 0666, 0 }, { 0606, 0 }, { 0604, EACCES }, { 0602, EACCES },
+		{ 0660, EACCES }, { 0601, EACCES }, { 0607, 0 },
+	};
+	struct kvpool_space_open so;
+	char name[KVPOOL_NAME_MAX];
+	unsigned int i;
+	int fd;
+
+	for (i = 0; i < ARRAY_SIZE(cases); i++) {
+		kv_name(name, sizeof(name), "perm");
+		fd = kv_open();
+		ASSERT_LE(0, fd);
+		kv_so_init(&so, name, KVPOOL_SPACE_CREATE | KVPOOL_SPACE_EXCL,
+			   BLOCK, QUOTA);
+		so.mode = cases[i].mode;
+		ASSERT_EQ(0, kv_space_open(fd, &so));
+		EXPECT_EQ(cases[i].err, join_as(&nobody, name))
+			TH_LOG("mode 0%o", cases[i].mode);
+		close(fd);
+	}
+}
+
+TEST_F(space, owner_0600_other_uid_eacces_root_allowed)
+{
+	struct kvpool_space_open so;
+	pid_t holder;
+	int fd;
+
+	holder = hold_space_as(&u1000, self->name, 0600, &so);
+	ASSERT_LT(0, holder) TH_LOG("uid 1000 create: %s", strerror(-holder));
+	EXPECT_EQ(1000, so.uid);
+	EXPECT_EQ(2000, so.gid);
+	EXPECT_EQ(1, so.created);
+
+	EXPECT_EQ(EACCES, join_as(&u1001, self->name));
+	EXPECT_EQ(EACCES, join_as(&u1001_g2000, self->name));
+	EXPECT_EQ(EACCES, join_as(&nobody, self->name));
+	/* The owner joins again. */
+	EXPECT_EQ(0, join_as(&u1000, self->name));
+	/* Root (CAP_SYS_ADMIN) overrides the mode. */
+	fd = kv_open_join(self->name, &so);
+	EXPECT_LE(0, fd) TH_LOG("root join: %s", strerror(-fd));
+	EXPECT_EQ(1000, so.uid);
+	EXPECT_EQ(0, so.created);
+	if (fd >= 0)
+		close(fd);
+	release_holder(holder);
+}
+
+TEST_F(space, group_class_permissions)
+{
+	struct kvpool_space_open so;
+	pid_t holder;
+
+	/* Owner has no rights, group has rw, others none. */
+	holder = hold_space_as(&u1000, self->name, 0060, &so);
+	ASSERT_LT(0, holder) TH_LOG("create: %s", strerror(-holder));
+	EXPECT_EQ(2000, so.gid);
+	EXPECT_EQ(0, join_as(&u1001_g2000, self->name));
+	EXPECT_EQ(0, join_as(&u1001_supp2000, self->name));
+	EXPECT_EQ(EACCES, join_as(&u1001, self->name));
+	/* The owner's class is checked first, like a file's. */
+	EXPECT_EQ(EACCES, join_as(&u1000, self->name));
+	release_holder(holder);
+}
+
+TEST_F(space, group_read_only_eacces)
+{
+	struct kvpool_space_open so;
+	pid_t holder;
+
+	holder = hold_space_as(&u1000, self->name, 0640, &so);
+	ASSERT_LT(0, holder) TH_LOG("create: %s", strerror(-holder));
+	EXPECT_EQ(EACCES, join_as(&u1001_g2000, self->name));
+	EXPECT_EQ(0, join_as(&u1000, self->name));
+	release_holder(holder);
+}
+
+TEST_F(space, unprivileged_user_can_create_own_space)
+{
+	struct kvpool_space_open so;
+
+	EXPECT_EQ(0, open_as(&nobody, self->name,
+			     KVPOOL_SPACE_CREATE | KVPOOL_SPACE_EXCL, &so));
+	EXPECT_EQ(65534, so.uid);
+	EXPECT_EQ(65534, so.gid);
+	EXPECT_EQ(1, so.created);
+	/* The child exited: its space is gone. */
+	EXPECT_EQ(self->spaces0, sysfs_wait_eq("spaces", self->spaces0, 2000));
+}
+
+TEST_F(space, owner_is_creator_fsuid_fsgid)
+{
+	struct kvpool_space_open so;
+	int p[2];
+	pid_t pid;
+
+	ASSERT_EQ(0, pipe(p));
+	pid = fork();
+	ASSERT_LE(0, pid);
+	if (pid == 0) {
+		int fd = kv_open(), ret;
+
+		/* euid/egid stay 0; only the filesystem ids change. */
+		setfsgid(4321);
+		setfsuid(1234);
+		if (setfsuid(-1) != 1234 || setfsgid(-1) != 4321)
+			_exit(20);
+		ret = fd < 0 ? 21 : -kv_create(fd, self->name, BLOCK,
+					       QUOTA, &so);
+		if (write(p[1], &so, sizeof(so)) != sizeof(so))
+			_exit(22);
+		_exit(ret);
+	}
+	close(p[1]);
+	ASSERT_EQ(sizeof(so), read(p[0], &so, sizeof(so)));
+	ASSERT_EQ(0, kv_wait(pid));
+	EXPECT_EQ(1234, so.uid);
+	EXPECT_EQ(4321, so.gid);
+}
+
+/* ---- destruction ---------------------------------------------------------- */
+
+TEST_F(space, destroyed_on_last_close)
+{
+	struct kvpool_space_open so;
+	int fd1, fd2, fd3;
+
+	fd1 = kv_open_create(self->name, BLOCK, QUOTA, NULL);
+	ASSERT_LE(0, fd1);
+	EXPECT_EQ(self->spaces0 + 1, sysfs_get("spaces"));
+	fd2 = kv_open_join(self->name, NULL);
+	ASSERT_LE(0, fd2);
+	EXPECT_EQ(self->spaces0 + 1, sysfs_get("spaces"));
+	close(fd1);
+	/* fd2 still holds it. */
+	EXPECT_EQ(self->spaces0 + 1, sysfs_get("spaces"));
+	fd3 = kv_open_join(self->name, NULL);
+	ASSERT_LE(0, fd3) TH_LOG("join after first close: %s",
+				 strerror(-fd3));
+	close(fd3);
+	close(fd2);
+	EXPECT_EQ(self->spaces0, sysfs_get("spaces"));
+	/* Gone: a join fails and a create is a new space. */
+	fd1 = kv_open();
+	ASSERT_LE(0, fd1);
+	EXPECT_EQ(-ENOENT, kv_join(fd1, self->name, &so));
+	EXPECT_EQ(0, kv_create(fd1, self->name, 2 * BLOCK, QUOTA, &so));
+	EXPECT_EQ(1, so.created);
+	EXPECT_EQ(2 * BLOCK, so.block_bytes);
+	close(fd1);
+	EXPECT_EQ(self->spaces0, sysfs_get("spaces"));
+}
+
+TEST_F(space, destroyed_when_holder_process_exits)
+{
+	pid_t holder;
+	int fd;
+
+	holder = hold_space_as(&u1000, self->name, 0600, NULL);
+	ASSERT_LT(0, holder);
+	EXPECT_EQ(self->spaces0 + 1, sysfs_get("spaces"));
+	release_holder(holder);
+	EXPECT_EQ(self->spaces0, sysfs_wait_eq("spaces", self->spaces0, 2000));
+	fd = kv_open();
+	ASSERT_LE(0, fd);
+	EXPECT_EQ(-ENOENT, kv_join(fd, self->name, NULL));
+	close(fd);
+}
+
+TEST_HARNESS_MAIN
