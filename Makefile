@@ -1,0 +1,75 @@
+# SPDX-License-Identifier: GPL-2.0
+#
+# Top-level build.  `make` builds kvpool.ko and the userspace that exists;
+# the check-* targets run the test suites; see README.md.
+
+SHELL := /bin/bash
+SRC := $(CURDIR)
+
+# Kernel to build against: the running kernel's build dir, else the newest
+# installed Debian linux-headers-*-amd64.
+KDIR ?= $(shell d=/lib/modules/$$(uname -r)/build; if [ -d $$d ]; then echo $$d; \
+	else ls -d /usr/src/linux-headers-*-amd64 2>/dev/null | sort -V | tail -1; fi)
+# Debian's kernel.release says 6.1.x where the image is 6.1.0-N-amd64: use UTS_RELEASE.
+KVER ?= $(shell sed -n 's/^\#define UTS_RELEASE "\(.*\)"/\1/p' $(KDIR)/include/generated/utsrelease.h 2>/dev/null)
+export KDIR KVER
+
+CC ?= gcc
+CFLAGS_USER := -O2 -g -Wall -Wextra -Werror -I$(SRC)/include/uapi -I$(SRC)/kmod/core
+export CFLAGS_USER
+
+.PHONY: all module tools selftests deps check check-core check-kmod check-quick demo \
+	bench-pool clean help
+
+all: module tools
+
+help:
+	@echo "make            build kvpool.ko and the tools"
+	@echo "make deps       install the Debian packages the project needs (root), else print the apt-get line"
+	@echo "make check      every test suite (installs what it lacks)"
+	@echo "make check-core kvcore unit tests under ASan+UBSan, then the fuzzer (FUZZ_SECONDS=60)"
+	@echo "make check-kmod the VM selftests against the real module"
+	@echo "make demo       boot a VM, load the module, share blocks between two processes"
+	@echo "make bench-pool kvbench pool in userspace and in the VM; JSON in bench/results/"
+
+module:
+	@if [ -z "$(KDIR)" ] || [ ! -d "$(KDIR)" ]; then \
+		echo "no kernel headers found: run 'make deps' or set KDIR=/path/to/kernel/build" >&2; exit 1; fi
+	$(MAKE) -C $(KDIR) M=$(SRC) modules
+
+tools:
+	$(MAKE) -C tools
+
+selftests:
+	$(MAKE) -C selftests/kvpool
+
+deps:
+	@bash .ci/deps.sh
+
+check-core: deps
+	$(MAKE) -C selftests/core run
+
+check-kmod: deps module tools selftests
+	bash selftests/vm/run-vm.sh check
+
+check: deps
+	@set -o pipefail; start=$$(date +%s); \
+	$(MAKE) --no-print-directory check-core 2>&1 | tee /tmp/kvpool-check-core.log; rc1=$$?; \
+	t1=$$(date +%s); \
+	$(MAKE) --no-print-directory check-kmod 2>&1 | tee /tmp/kvpool-check-kmod.log; rc2=$$?; \
+	t2=$$(date +%s); \
+	echo "suite times: check-core $$((t1-start))s, check-kmod $$((t2-t1))s"; \
+	bash selftests/vm/summarize.sh /tmp/kvpool-check-core.log /tmp/kvpool-check-kmod.log; \
+	[ $$rc1 -eq 0 ] && [ $$rc2 -eq 0 ]
+
+demo: deps module tools
+	bash selftests/vm/run-vm.sh demo
+
+bench-pool: deps module tools
+	bash selftests/vm/run-vm.sh bench
+
+clean:
+	-$(MAKE) -C $(KDIR) M=$(SRC) clean
+	-$(MAKE) -C tools clean
+	-$(MAKE) -C selftests/kvpool clean
+	-$(MAKE) -C selftests/core clean
