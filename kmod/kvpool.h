@@ -102,7 +102,7 @@ struct kvp_space {
 	umode_t mode;
 	u32 numa_policy;
 	u64 node_mask;
-	int interleave_next;
+	unsigned int interleave_next;
 
 	struct mutex lock;
 	struct kvc_space core;

@@ -120,57 +120,27 @@ static void kvp_chunk_scrub(struct kvp_chunk *chunk)
 	atomic64_inc(&kvp_pool.zeroed_chunks);
 }
 
-/* Next node to take a chunk from under the space's policy, or -1. */
+/* Take a chunk from the first node of the policy's order that has one. */
 static struct kvp_chunk *kvp_space_take_chunk(struct kvp_space *space)
 {
-	u64 mask = space->node_mask ? space->node_mask : kvp_pool_node_mask();
-	struct kvp_chunk *chunk;
-	int nid, i;
+	kvc_u8 order[KVC_MAX_NODES];
+	unsigned int i, n;
 
-	switch (space->numa_policy) {
-	case KVPOOL_NUMA_INTERLEAVE:
-		for (i = 0; i < KVPOOL_MAX_NODES; i++) {
-			nid = (space->interleave_next + i) % KVPOOL_MAX_NODES;
-			if (!(mask & (1ULL << nid)))
-				continue;
-			chunk = kvp_pool_take(nid);
-			if (chunk) {
-				space->interleave_next = nid + 1;
-				return chunk;
-			}
+	BUILD_BUG_ON((int)KVC_NUMA_PREFERRED != (int)KVPOOL_NUMA_PREFERRED ||
+		     (int)KVC_NUMA_BIND != (int)KVPOOL_NUMA_BIND ||
+		     (int)KVC_NUMA_INTERLEAVE != (int)KVPOOL_NUMA_INTERLEAVE ||
+		     KVC_MAX_NODES != KVPOOL_MAX_NODES);
+	n = kvc_numa_order(space->numa_policy, space->node_mask, kvp_pool_node_mask(),
+			   numa_node_id(), space->interleave_next, order);
+	for (i = 0; i < n; i++) {
+		struct kvp_chunk *chunk = kvp_pool_take(order[i]);
+
+		if (chunk) {
+			space->interleave_next = order[i] + 1;
+			return chunk;
 		}
-		return NULL;
-	case KVPOOL_NUMA_BIND:
-		for_each_node_mask(nid, kvp_pool.pool_nodes) {
-			if (!(mask & (1ULL << nid)))
-				continue;
-			chunk = kvp_pool_take(nid);
-			if (chunk)
-				return chunk;
-		}
-		return NULL;
-	default:
-		/* Preferred: the mask (or the caller's node), then anywhere. */
-		if (space->node_mask) {
-			for_each_node_mask(nid, kvp_pool.pool_nodes) {
-				if (!(space->node_mask & (1ULL << nid)))
-					continue;
-				chunk = kvp_pool_take(nid);
-				if (chunk)
-					return chunk;
-			}
-		} else {
-			chunk = kvp_pool_take(numa_node_id());
-			if (chunk)
-				return chunk;
-		}
-		for_each_node_mask(nid, kvp_pool.pool_nodes) {
-			chunk = kvp_pool_take(nid);
-			if (chunk)
-				return chunk;
-		}
-		return NULL;
 	}
+	return NULL;
 }
 
 /* Attach a chunk's pages at range offset 'at'. */

@@ -282,3 +282,44 @@ int kvc_space_check(const struct kvc_space *s, char *msg, unsigned long len)
 	kvc_unmark(s->blocks, (kvc_u32)i, s->free_stack);
 	return i == s->nr_free ? 0 : -EUCLEAN;
 }
+
+static unsigned int kvc_add_nodes(kvc_u64 mask, unsigned int first, kvc_u8 *order,
+				  unsigned int n)
+{
+	unsigned int i;
+
+	for (i = 0; i < KVC_MAX_NODES; i++) {
+		unsigned int nid = (first + i) % KVC_MAX_NODES;
+		unsigned int j;
+		int seen = 0;
+
+		if (!(mask & (1ULL << nid)))
+			continue;
+		for (j = 0; j < n; j++)
+			seen |= order[j] == nid;
+		if (!seen)
+			order[n++] = (kvc_u8)nid;
+	}
+	return n;
+}
+
+unsigned int kvc_numa_order(unsigned int policy, kvc_u64 mask, kvc_u64 pool_mask, int local,
+			    unsigned int cursor, kvc_u8 *order)
+{
+	unsigned int n = 0;
+
+	switch (policy) {
+	case KVC_NUMA_BIND:
+		return kvc_add_nodes(mask & pool_mask, 0, order, 0);
+	case KVC_NUMA_INTERLEAVE:
+		return kvc_add_nodes((mask ? mask : pool_mask) & pool_mask,
+				     cursor % KVC_MAX_NODES, order, 0);
+	default:
+		/* Preferred: the mask, or the caller's node, then every other node. */
+		if (mask)
+			n = kvc_add_nodes(mask & pool_mask, 0, order, 0);
+		else if (local >= 0 && local < KVC_MAX_NODES && (pool_mask & (1ULL << local)))
+			order[n++] = (kvc_u8)local;
+		return kvc_add_nodes(pool_mask, 0, order, n);
+	}
+}

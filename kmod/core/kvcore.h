@@ -97,4 +97,23 @@ kvc_u64 kvc_owner_blocks(const struct kvc_space *s, kvc_u32 owner);
  */
 int kvc_space_check(const struct kvc_space *s, char *msg, unsigned long len);
 
+/* NUMA policies, numerically equal to enum kvpool_numa_policy. */
+enum kvc_numa_policy {
+	KVC_NUMA_PREFERRED = 0,
+	KVC_NUMA_BIND = 1,
+	KVC_NUMA_INTERLEAVE = 2,
+};
+
+#define KVC_MAX_NODES 64
+
+/*
+ * The nodes to try, in order, when a space under policy needs a chunk.
+ * mask: the space's nodes (0: none given); pool_mask: nodes with pool pages;
+ * local: the caller's node; cursor: the interleave position (the node after
+ * the last one used).  Writes up to KVC_MAX_NODES node ids to order[] and
+ * returns how many.
+ */
+unsigned int kvc_numa_order(unsigned int policy, kvc_u64 mask, kvc_u64 pool_mask, int local,
+			    unsigned int cursor, kvc_u8 *order);
+
 #endif /* KVCORE_H */

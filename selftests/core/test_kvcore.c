@@ -712,6 +712,37 @@ static void t_fini_twice_is_harmless(void)
 	pair_fini(p);
 }
 
+/* Expected orders are written out by hand: an independent statement of the policy. */
+static void numa_expect(unsigned int policy, kvc_u64 mask, kvc_u64 pool, int local,
+			unsigned int cursor, const int *want, unsigned int nwant)
+{
+	kvc_u8 order[KVC_MAX_NODES];
+	unsigned int i, n = kvc_numa_order(policy, mask, pool, local, cursor, order);
+
+	CHECK_EQ(n, nwant);
+	for (i = 0; i < n && i < nwant; i++)
+		CHECK_EQ(order[i], want[i]);
+}
+
+static void t_numa_order(void)
+{
+	const kvc_u64 pool = 0xb;	/* nodes 0, 1, 3 */
+
+	numa_expect(KVC_NUMA_BIND, 0x2, pool, 0, 0, (const int[]){ 1 }, 1);
+	numa_expect(KVC_NUMA_BIND, 0xa, pool, 0, 0, (const int[]){ 1, 3 }, 2);
+	/* A bound node without pool pages is never tried. */
+	numa_expect(KVC_NUMA_BIND, 0x4, pool, 0, 0, (const int[]){ 0 }, 0);
+	numa_expect(KVC_NUMA_PREFERRED, 0, pool, 3, 0, (const int[]){ 3, 0, 1 }, 3);
+	numa_expect(KVC_NUMA_PREFERRED, 0, pool, 2, 0, (const int[]){ 0, 1, 3 }, 3);
+	numa_expect(KVC_NUMA_PREFERRED, 0x8, pool, 0, 0, (const int[]){ 3, 0, 1 }, 3);
+	numa_expect(KVC_NUMA_PREFERRED, 0xa, pool, 0, 0, (const int[]){ 1, 3, 0 }, 3);
+	numa_expect(KVC_NUMA_INTERLEAVE, 0, pool, 0, 0, (const int[]){ 0, 1, 3 }, 3);
+	numa_expect(KVC_NUMA_INTERLEAVE, 0, pool, 0, 2, (const int[]){ 3, 0, 1 }, 3);
+	numa_expect(KVC_NUMA_INTERLEAVE, 0x3, pool, 0, 1, (const int[]){ 1, 0 }, 2);
+	numa_expect(KVC_NUMA_INTERLEAVE, 0x3, pool, 0, 65, (const int[]){ 1, 0 }, 2);
+	numa_expect(KVC_NUMA_INTERLEAVE, 1ULL << 63, 1ULL << 63, 0, 0, (const int[]){ 63 }, 1);
+}
+
 static const struct tap_test tests[] = {
 #define T(fn) { &#fn[2], fn }	/* the name without "t_" */
 	T(t_init_rejects_bad_geometry),
@@ -745,6 +776,7 @@ static const struct tap_test tests[] = {
 	T(t_harness_detects_divergence),
 	T(t_stats),
 	T(t_fini_twice_is_harmless),
+	T(t_numa_order),
 	T(t_random_differential),
 	T(t_random_fault_storm),
 #undef T
