@@ -42,8 +42,9 @@ static int kvp_spaces_show(struct seq_file *m, void *unused)
 		seq_printf(m, "space %u name=%s uid=%u gid=%u mode=%04o clients=%u block_bytes=%llu nr_blocks=%llu backed_blocks=%llu backed_bytes=%llu free=%llu owned=%llu policy=%s node_mask=0x%llx",
 			   space->id, space->name, from_kuid(&init_user_ns, space->uid),
 			   from_kgid(&init_user_ns, space->gid), space->mode, space->nr_clients,
-			   space->core.block_bytes, space->core.nr_blocks, space->core.backed_blocks,
-			   space->core.backed_bytes, space->core.nr_free, space->core.nr_owned,
+			   space->core.block_bytes, space->core.nr_blocks,
+			   space->core.backed_blocks, space->core.backed_bytes,
+			   space->core.nr_free, space->core.nr_owned,
 			   kvp_policy_name(space->numa_policy), space->node_mask);
 		list_for_each_entry(chunk, &space->chunks, link)
 			if (chunk->nid < KVPOOL_MAX_NODES)

@@ -44,8 +44,10 @@
  * RCU, and a live space never removes a page from it.
  */
 
-/* A chunk: 2^order physically contiguous pages from one node, split into
- * order-0 pages so each page carries its own refcount for mappings and pins. */
+/*
+ * A chunk: 2^order physically contiguous pages from one node, split into
+ * order-0 pages so each page carries its own refcount for mappings and pins.
+ */
 struct kvp_chunk {
 	struct list_head link;	/* node free/held list, or space->chunks */
 	struct page *page;
@@ -60,7 +62,7 @@ static inline u64 kvp_chunk_bytes(const struct kvp_chunk *c)
 }
 
 struct kvp_node {
-	spinlock_t lock;
+	spinlock_t lock;	/* the lists and byte counters below */
 	int nid;
 	struct list_head free_chunks;
 	struct list_head held_chunks;	/* left by a space while mapped or pinned */
@@ -76,7 +78,7 @@ struct kvp_pool {
 	nodemask_t pool_nodes;	/* nodes with a kvp_node, < KVPOOL_MAX_NODES */
 	unsigned int nr_nodes;
 	struct rw_semaphore backing_rwsem;
-	struct mutex resize_lock;
+	struct mutex resize_lock;	/* one pool resize at a time */
 	atomic64_t allocs;	/* blocks handed out */
 	atomic64_t frees;	/* blocks returned by FREE or close */
 	atomic64_t alloc_failures;	/* failed ALLOC calls */
@@ -104,7 +106,7 @@ struct kvp_space {
 	u64 node_mask;
 	unsigned int interleave_next;
 
-	struct mutex lock;
+	struct mutex lock;	/* core, chunks, next_owner, interleave_next */
 	struct kvc_space core;
 	struct list_head chunks;
 	u32 next_owner;

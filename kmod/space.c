@@ -16,6 +16,7 @@
 
 #include "kvpool.h"
 
+/* kvp_spaces, kvp_nr_spaces, ids and each nr_clients: see DOC: locking */
 DEFINE_MUTEX(kvp_spaces_lock);
 LIST_HEAD(kvp_spaces);
 unsigned int kvp_nr_spaces;
@@ -334,6 +335,10 @@ int kvp_space_open(struct kvp_client *client, struct kvpool_space_open *args)
 	client->owner = space->next_owner++;
 	mutex_unlock(&space->lock);
 	kvp_space_fill_open(space, args);
+	/*
+	 * Published last; pairs with the acquire in kvp_client_space(), so
+	 * whoever sees the space also sees client->owner.
+	 */
 	smp_store_release(&client->space, space);
 
 out_unlock:
@@ -367,6 +372,7 @@ void kvp_client_release(struct kvp_client *client)
 
 static struct kvp_space *kvp_client_space(struct kvp_client *client)
 {
+	/* Pairs with the release in kvp_space_open(). */
 	return smp_load_acquire(&client->space);
 }
 

@@ -40,6 +40,7 @@ static inline void *kvc_zalloc(size_t n)
 #endif
 	return calloc(1, n);
 }
+
 static inline void kvc_free_mem(void *p) { free(p); }
 #endif
 

@@ -238,13 +238,15 @@ int kvc_space_check(const struct kvc_space *s, char *msg, unsigned long len)
 	}
 	for (id = 0; id < s->backed_blocks; id++) {
 		const struct kvc_block *b = &s->blocks[id];
+		int is_free = b->state == KVC_BLOCK_FREE;
+		int unowned = b->owner == KVC_OWNER_NONE;
 
 		if (b->state >= KVC_BLOCK_STATES) {
 			snprintf(msg, len, "block %llu in bad state %u",
 				 (unsigned long long)id, b->state);
 			return -EUCLEAN;
 		}
-		if ((b->state == KVC_BLOCK_FREE) != (b->owner == KVC_OWNER_NONE)) {
+		if (is_free != unowned) {
 			snprintf(msg, len, "block %llu state %u owner %u",
 				 (unsigned long long)id, b->state, b->owner);
 			return -EUCLEAN;
@@ -253,7 +255,8 @@ int kvc_space_check(const struct kvc_space *s, char *msg, unsigned long len)
 	}
 	if (counted[KVC_BLOCK_FREE] != s->nr_free || counted[KVC_BLOCK_OWNED] != s->nr_owned ||
 	    s->nr_free + s->nr_owned != s->backed_blocks) {
-		snprintf(msg, len, "free %llu (counted %llu) + owned %llu (counted %llu) != backed %llu",
+		snprintf(msg, len,
+			 "free %llu (counted %llu) + owned %llu (counted %llu) != backed %llu",
 			 (unsigned long long)s->nr_free,
 			 (unsigned long long)counted[KVC_BLOCK_FREE],
 			 (unsigned long long)s->nr_owned,
