@@ -8,10 +8,22 @@
 #include <linux/highmem.h>
 #include <linux/sched/signal.h>
 #include <linux/slab.h>
+#include <linux/workqueue.h>
 
 #include "kvpool.h"
 
 struct kvp_pool kvp_pool;
+
+/*
+ * Held chunks wait for a pin or mapping to go away: typically a GUP user
+ * (process_vm_readv, O_DIRECT, RDMA) that outlived the space by moments, or
+ * a long-term registration that may last hours.  Recheck with backoff.
+ */
+#define KVP_HELD_RECHECK_MIN_MS	10
+#define KVP_HELD_RECHECK_MAX_MS	5000
+static void kvp_held_recheck(struct work_struct *work);
+static DECLARE_DELAYED_WORK(kvp_held_work, kvp_held_recheck);
+static unsigned int kvp_held_delay_ms = KVP_HELD_RECHECK_MIN_MS;
 
 /* Fallback orders when 2 MiB blocks are fragmented away. */
 static const unsigned int kvp_orders[] = { KVP_CHUNK_ORDER, 4, 0 };
@@ -115,6 +127,27 @@ static void kvp_node_recycle_held(struct kvp_node *node)
 		node->held_bytes -= kvp_chunk_bytes(chunk);
 		node->free_bytes += kvp_chunk_bytes(chunk);
 	}
+}
+
+static void kvp_held_recheck(struct work_struct *work)
+{
+	bool waiting = false;
+	int nid;
+
+	for_each_node_mask(nid, kvp_pool.pool_nodes) {
+		struct kvp_node *node = kvp_pool.nodes[nid];
+
+		spin_lock(&node->lock);
+		kvp_node_recycle_held(node);
+		waiting |= !list_empty(&node->held_chunks);
+		spin_unlock(&node->lock);
+	}
+	if (!waiting) {
+		WRITE_ONCE(kvp_held_delay_ms, KVP_HELD_RECHECK_MIN_MS);
+		return;
+	}
+	WRITE_ONCE(kvp_held_delay_ms, min(kvp_held_delay_ms * 2, KVP_HELD_RECHECK_MAX_MS));
+	schedule_delayed_work(&kvp_held_work, msecs_to_jiffies(kvp_held_delay_ms));
 }
 
 static int kvp_node_grow(struct kvp_node *node, u64 target)
@@ -233,6 +266,11 @@ void kvp_pool_return(struct kvp_chunk *chunk)
 		node->free_bytes += kvp_chunk_bytes(chunk);
 	}
 	spin_unlock(&node->lock);
+	if (busy) {
+		WRITE_ONCE(kvp_held_delay_ms, KVP_HELD_RECHECK_MIN_MS);
+		mod_delayed_work(system_wq, &kvp_held_work,
+				 msecs_to_jiffies(KVP_HELD_RECHECK_MIN_MS));
+	}
 }
 
 void kvp_pool_totals(u64 *reserved, u64 *free, u64 *held)
@@ -285,6 +323,7 @@ void kvp_pool_exit(void)
 {
 	int nid;
 
+	cancel_delayed_work_sync(&kvp_held_work);
 	for_each_node_mask(nid, kvp_pool.pool_nodes) {
 		struct kvp_node *node = kvp_pool.nodes[nid];
 		struct kvp_chunk *chunk, *next;
