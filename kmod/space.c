@@ -6,7 +6,6 @@
  */
 #include <linux/capability.h>
 #include <linux/cred.h>
-#include <linux/ctype.h>
 #include <linux/highmem.h>
 #include <linux/pagemap.h>
 #include <linux/sched/signal.h>
@@ -44,7 +43,9 @@ static bool kvp_name_valid(const char *name)
 	for (i = 0; i < len; i++) {
 		char c = name[i];
 
-		if (!isalnum(c) && c != '.' && c != '_' && c != '-')
+		/* ASCII only: the kernel's isalnum() also accepts Latin-1 letters. */
+		if (!(c >= 'a' && c <= 'z') && !(c >= 'A' && c <= 'Z') &&
+		    !(c >= '0' && c <= '9') && c != '.' && c != '_' && c != '-')
 			return false;
 	}
 	return true;
@@ -254,17 +255,28 @@ static struct kvp_space *kvp_space_create(const struct kvpool_space_open *args)
 	return space;
 }
 
-/* Called with no users left: nothing maps or references the space. */
-static void kvp_space_destroy(struct kvp_space *space)
+/*
+ * Unlist a space with no users left and give its chunks back, both under
+ * kvp_spaces_lock so the debugfs check never sees chunks in neither place.
+ */
+static void kvp_space_unlist(struct kvp_space *space)
 {
 	struct kvp_chunk *chunk, *next;
 
+	lockdep_assert_held(&kvp_spaces_lock);
+	list_del(&space->link);
+	kvp_nr_spaces--;
 	down_read(&kvp_pool.backing_rwsem);
 	list_for_each_entry_safe(chunk, next, &space->chunks, link) {
 		list_del_init(&chunk->link);
 		kvp_pool_return(chunk);
 	}
 	up_read(&kvp_pool.backing_rwsem);
+}
+
+/* Called after kvp_space_unlist(): nothing maps or references the space. */
+static void kvp_space_destroy(struct kvp_space *space)
+{
 	xa_destroy(&space->pages);
 	kvc_space_fini(&space->core);
 	mutex_destroy(&space->lock);
@@ -359,12 +371,10 @@ void kvp_client_release(struct kvp_client *client)
 	atomic64_add(freed, &kvp_pool.frees);
 
 	mutex_lock(&kvp_spaces_lock);
-	if (--space->nr_clients) {
+	if (--space->nr_clients)
 		space = NULL;
-	} else {
-		list_del(&space->link);
-		kvp_nr_spaces--;
-	}
+	else
+		kvp_space_unlist(space);
 	mutex_unlock(&kvp_spaces_lock);
 	if (space)
 		kvp_space_destroy(space);
