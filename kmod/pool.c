@@ -183,15 +183,20 @@ static int kvp_node_shrink(struct kvp_node *node, u64 target)
 			spin_unlock(&node->lock);
 			return 0;
 		}
+		/* Never undershoot: a node keeps at least its (chunk-rounded) target. */
 		list_for_each_entry(it, &node->free_chunks, link) {
-			if (!kvp_chunk_busy(it)) {
+			if (!kvp_chunk_busy(it) &&
+			    kvp_chunk_bytes(it) <= node->reserved_bytes - target) {
 				chunk = it;
 				break;
 			}
 		}
 		if (!chunk) {
+			bool short_of_target = node->reserved_bytes - target >= KVP_CHUNK_BYTES ||
+					       node->free_bytes < node->reserved_bytes - target;
+
 			spin_unlock(&node->lock);
-			return -EBUSY;
+			return short_of_target ? -EBUSY : 0;
 		}
 		list_del(&chunk->link);
 		node->reserved_bytes -= kvp_chunk_bytes(chunk);
