@@ -2,8 +2,10 @@
 # SPDX-License-Identifier: GPL-2.0
 #
 # /init of the kvpool test VM (busybox ash, POSIX sh).  run-vm.sh copies this
-# file into the initramfs together with busybox, loop.ko, kvpool.ko, the
-# static selftests (/tests/*_test) and the tools (/kvbench, /kvpool-demo).
+# file into the initramfs together with busybox, loop.ko (unless the loop
+# driver is built in), kvpool.ko, kvpool_kunit.ko (only where the kernel has
+# KUnit: the debug kernel), the static selftests (/tests/*_test) and the tools
+# (/kvbench, /kvpool-demo).
 #
 # The mode comes from the kernel command line (kvpool_mode=check|demo|bench);
 # the rest of the settings from /etc/kvpool-vm.conf, written by run-vm.sh.
@@ -21,8 +23,18 @@ KVPOOL_TEST_TIMEOUT=300
 [ -r /etc/kvpool-vm.conf ] && . /etc/kvpool-vm.conf
 
 CHECK=/sys/kernel/debug/kvpool/check
-# dmesg lines that fail a run.
-SPLAT='BUG:|WARNING:|Call Trace|lockdep|KASAN|kmemleak|UBSAN|Oops|general protection fault|blocked for more than|self-detected stall|Kernel panic'
+KMEMLEAK=/sys/kernel/debug/kmemleak
+# dmesg lines that fail a run.  The debug kernel's checkers report as
+# "BUG: KASAN: ...", "UBSAN: ...", "WARNING: possible circular locking
+# dependency detected" (lockdep), "BUG: sleeping function called from invalid
+# context", "kernel BUG at" (VM_BUG_ON), "INFO: trying to register non-static
+# key", "kmemleak: N new suspected memory leaks".
+SPLAT='BUG:|WARNING:|Call Trace|lockdep|KASAN|kmemleak|UBSAN|Oops|general protection fault|blocked for more than|self-detected stall|Kernel panic|kernel BUG at|INFO: |list_(add|del) corruption'
+
+# Under fault injection the kernel dumps a stack for every allocation it was
+# told to fail (warn_alloc), so there only real bugs count: no "Call Trace"
+# or bare "lockdep" (a frame name), but every report kind that means a bug.
+FAULT_SPLAT='BUG:|WARNING:|KASAN|UBSAN|Oops|general protection fault|possible circular locking|inconsistent lock state|possible recursive locking|DEBUG_LOCKS_WARN|blocked for more than|self-detected stall|Kernel panic|kernel BUG at|list_(add|del) corruption'
 
 passed=0
 failed=0
@@ -66,19 +78,70 @@ invariant_ok() {	# context
 	return 1
 }
 
+# Scan for leaks (kernels with kmemleak); sets LEAKS to the report.  An
+# object is reported only when it is older than 5 s and its contents did
+# not change since the previous scan, so it takes two scans.
+kmemleak_scan() {
+	echo scan >"$KMEMLEAK"
+	echo scan >"$KMEMLEAK"
+	LEAKS=$(cat "$KMEMLEAK")
+}
+
+# A module's frames have no symbols in a report made after it is unloaded:
+# they show as bare addresses.  Its symbols are saved before each rmmod
+# (save_syms) so that such an address can be named here: the nearest text
+# symbol below it, if the module was loaded at the same address then.
+MODSYMS=/tmp/kvpool-modsyms
+save_syms() {	# module
+	[ -w "$KMEMLEAK" ] || return 0
+	grep "\[$1\]\$" /proc/kallsyms >>"$MODSYMS" 2>/dev/null
+	return 0
+}
+
+symbolize() {
+	while IFS= read -r line; do
+		case $line in
+		*"] 0x"*)
+			a=${line##*] 0x}
+			# String comparison: kernel addresses are 16 lowercase hex digits.
+			best=$(awk -v a="$a" '$2 ~ /^[tT]$/ && ($1 "") <= (a "") && ($1 "") > (b "") {
+				b = $1; s = $3 " " $4 } END { if (b != "") print b, s }' "$MODSYMS" 2>/dev/null)
+			if [ -n "$best" ]; then
+				# shellcheck disable=SC2086	# address, name, [module]
+				set -- $best
+				off=$((0x$(echo "$a" | cut -c9-16) - 0x$(echo "$1" | cut -c9-16)))
+				line="$line = $2+$(printf '%#x' "$off") $3"
+			fi ;;
+		esac
+		printf '%s\n' "$line"
+	done
+}
+
+# After the modules are gone: any leak fails the run (those from boot were
+# cleared before the first module was loaded).
+kmemleak_clean() {
+	[ -w "$KMEMLEAK" ] || return 0
+	t0=$(now_cs)
+	sleep 5
+	kmemleak_scan
+	if [ -z "$LEAKS" ]; then
+		log "kmemleak: no leaks ($(elapsed "$t0"))"
+		return 0
+	fi
+	n=$(echo "$LEAKS" | grep -c '^unreferenced object')
+	if echo "$LEAKS" | grep -qE 'kvpool|kvc_|\] 0x[0-9a-f]+$'; then
+		log "FAIL: kmemleak reports $n leaks, from the module (frames in kvpool or bare module addresses):"
+	else
+		log "FAIL: kmemleak reports $n leaks (none with a kvpool frame):"
+	fi
+	echo "$LEAKS" | symbolize
+	return 1
+}
+
 # Fail on kernel splats since the dmesg buffer was cleared after boot.
 dmesg_clean() {
-	if [ -w /sys/kernel/debug/kmemleak ]; then
-		# Objects younger than 5 s are never reported.
-		sleep 5
-		echo scan >/sys/kernel/debug/kmemleak
-		leaks=$(cat /sys/kernel/debug/kmemleak)
-		if [ -n "$leaks" ]; then
-			log "FAIL: kmemleak reports leaks:"
-			echo "$leaks"
-			return 1
-		fi
-	fi
+	leak_rc=0
+	kmemleak_clean || leak_rc=1
 	hits=$(dmesg | grep -E "$SPLAT")
 	if [ -n "$hits" ]; then
 		log "FAIL: kernel log has splats; full dmesg since module load:"
@@ -88,10 +151,11 @@ dmesg_clean() {
 		return 1
 	fi
 	log "dmesg clean"
-	return 0
+	return $leak_rc
 }
 
 unload() {
+	save_syms kvpool
 	if rmmod kvpool; then
 		log "rmmod kvpool: ok"
 		return 0
@@ -176,7 +240,59 @@ run_test() {	# path
 	skipped=$((skipped + s))
 }
 
+# The KUnit suites of kvpool_kunit.ko run when it is loaded; each suite's
+# KTAP is in /sys/kernel/debug/kunit/<suite>/results.  A suite's own
+# "ok 1 <suite>" line decides; the case lines give the counts (a case's log
+# is capped at 512 bytes, so a failing case may lose its line: the cases
+# that the suite says it has and that printed no "ok" count as failed).
+run_kunit() {
+	echo "vm: ---- kvpool_kunit.ko (KUnit)"
+	t0=$(now_cs)
+	kp=0
+	kf=0
+	ks=0
+	if ! insmod /kvpool_kunit.ko; then
+		log "FAIL: insmod kvpool_kunit.ko"
+		failed=$((failed + 1))
+		return
+	fi
+	nsuites=0
+	for f in /sys/kernel/debug/kunit/kvcore_*/results; do
+		[ -r "$f" ] || continue
+		nsuites=$((nsuites + 1))
+		suite=${f%/results}
+		suite=${suite##*/}
+		cat "$f" >/tmp/kunit.tap
+		cat /tmp/kunit.tap
+		total=$(sed -n 's/^    1\.\.\([0-9]*\)$/\1/p' /tmp/kunit.tap | head -n1)
+		sp=$(grep -cE '^    ok [0-9]+ ' /tmp/kunit.tap)
+		ss=$(grep -E '^    ok [0-9]+ ' /tmp/kunit.tap | grep -c '# SKIP')
+		sp=$((sp - ss))
+		if grep -qE "^ok 1 $suite( |\$)" /tmp/kunit.tap; then
+			sf=$(grep -cE '^    not ok [0-9]+ ' /tmp/kunit.tap)
+		else
+			sf=$((${total:-1} - sp - ss))
+			[ "$sf" -gt 0 ] || sf=1
+			log "FAIL: KUnit suite $suite"
+		fi
+		kp=$((kp + sp))
+		kf=$((kf + sf))
+		ks=$((ks + ss))
+	done
+	if [ "$nsuites" -eq 0 ]; then
+		log "FAIL: kvpool_kunit.ko left no results in /sys/kernel/debug/kunit"
+		kf=$((kf + 1))
+	fi
+	save_syms kvpool_kunit
+	rmmod kvpool_kunit || { log "FAIL: rmmod kvpool_kunit"; kf=$((kf + 1)); }
+	log "kvpool_kunit: $nsuites suites, pass=$kp fail=$kf skip=$ks ($(elapsed "$t0"))"
+	passed=$((passed + kp))
+	failed=$((failed + kf))
+	skipped=$((skipped + ks))
+}
+
 mode_check() {
+	[ -e /kvpool_kunit.ko ] && run_kunit
 	set -- /tests/*_test
 	if [ ! -x "$1" ]; then
 		log "FAIL: no selftests in the initramfs"
@@ -188,6 +304,22 @@ mode_check() {
 		done
 	fi
 	unload || failed=$((failed + 1))
+	dmesg_clean || failed=$((failed + 1))
+	summary
+	[ "$failed" -eq 0 ]
+}
+
+# fault_inject fails allocations on every path of the module, itself
+# reloading it; then the usual unload, leak and splat checks follow.
+mode_faults() {
+	if [ ! -x /tests/fault_inject ]; then
+		log "FAIL: /tests/fault_inject missing"
+		failed=$((failed + 1))
+	else
+		cd /tmp && run_test /tests/fault_inject
+	fi
+	unload || failed=$((failed + 1))
+	SPLAT=$FAULT_SPLAT
 	dmesg_clean || failed=$((failed + 1))
 	summary
 	[ "$failed" -eq 0 ]
@@ -288,29 +420,44 @@ log "kernel $(uname -r), $(nproc) cpus"
 grep -h MemTotal /sys/devices/system/node/node*/meminfo | sed 's/^/vm: /'
 
 case $mode in
-check|demo|bench) ;;
+check|faults|demo|bench) ;;
 *)	log "FAIL: unknown kvpool_mode '$mode'"; finish 2 ;;
 esac
 
+# Leaks from boot are the base kernel's: show them, then make kmemleak
+# forget them, so that any leak it reports later is one from this run.
+if [ -w "$KMEMLEAK" ]; then
+	t0=$(now_cs)
+	kmemleak_scan
+	if [ -n "$LEAKS" ]; then
+		log "note: kmemleak reports leaks from boot (not counted):"
+		echo "$LEAKS" | head -n 60 | sed 's/^/vm:   /'
+	fi
+	echo clear >"$KMEMLEAK"
+	log "kmemleak: boot baseline taken ($(elapsed "$t0"))"
+fi
+
 # Splats from here on fail the run; boot noise before this only gets a note.
-if dmesg | grep -qE "$SPLAT"; then
+# The debug kernel's banners match the pattern and are no splats.
+BANNERS='RCU lockdep checking is enabled|kmemleak: Kernel memory leak detector initialized'
+if dmesg | grep -E "$SPLAT" | grep -qvE "$BANNERS"; then
 	log "note: the kernel log has splats from before the module was loaded:"
-	dmesg | grep -E "$SPLAT" | sed 's/^/vm:   /'
+	dmesg | grep -E "$SPLAT" | grep -vE "$BANNERS" | sed 's/^/vm:   /'
 fi
 dmesg -c >/dev/null
 
-if [ -e /loop.ko ]; then
+if [ -e /loop.ko ] && [ ! -d /sys/module/loop ]; then
 	insmod /loop.ko || log "warning: insmod loop.ko failed"
 fi
 # shellcheck disable=SC2086	# module arguments split on purpose
 if ! insmod /kvpool.ko $KVPOOL_MODARGS; then
 	log "FAIL: insmod kvpool.ko $KVPOOL_MODARGS"
 	dmesg | tail -n 40
-	[ "$mode" = check ] && echo "0 passed, 1 failed"
+	case $mode in check|faults) echo "0 passed, 1 failed" ;; esac
 	finish 1
 fi
 log "insmod kvpool.ko $KVPOOL_MODARGS: ok"
-if [ "$mode" = check ] && ! invariant_ok "insmod"; then
+if [ "$mode" != demo ] && [ "$mode" != bench ] && ! invariant_ok "insmod"; then
 	failed=$((failed + 1))
 fi
 

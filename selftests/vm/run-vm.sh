@@ -1,9 +1,10 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
 #
-# Boot Debian's linux-image in QEMU (2 vCPUs, 2 NUMA nodes) with a busybox
-# initramfs that holds kvpool.ko, loop.ko, the static selftests and the tools,
-# and run one of:
+# Boot Debian's linux-image (or the debug kernel of `make check-debug`) in
+# QEMU (2 vCPUs, 2 NUMA nodes) with a busybox initramfs that holds kvpool.ko,
+# loop.ko (unless the loop driver is built in), kvpool_kunit.ko where it was
+# built, the static selftests and the tools, and run one of:
 #
 #   run-vm.sh check   selftests, accounting check after each, dmesg scan, rmmod
 #   run-vm.sh demo    tools/kvpool-demo, then the sysfs and debugfs files
@@ -21,6 +22,9 @@
 #   KVPOOL_VM_TEST_TIMEOUT   seconds per selftest binary in the guest (300)
 #   KVPOOL_VM_MODARGS        insmod arguments (default pool_mb_per_node=64)
 #   KVPOOL_VM_MODULE         module to load (default kmod/kvpool.ko)
+#   KVPOOL_VM_KUNIT          KUnit module to load and check in check mode
+#                            (default: kvpool_kunit.ko beside the module, when
+#                            built: only against a kernel with CONFIG_KUNIT)
 #   KVPOOL_VM_TESTDIR        where the *_test binaries are (selftests/kvpool)
 #   KVPOOL_VM_DEMO, KVPOOL_VM_KVBENCH   the tool binaries (tools/*/)
 #   KVPOOL_TESTS             run only these test binaries (names, space-separated)
@@ -40,8 +44,8 @@ die() {
 say() { echo "run-vm: $*"; }
 
 case $MODE in
-check | demo | bench | accel) ;;
-*) die "usage: $0 check|demo|bench|accel" ;;
+check | faults | demo | bench | accel) ;;
+*) die "usage: $0 check|faults|demo|bench|accel" ;;
 esac
 
 # --- what to boot ------------------------------------------------------------
@@ -273,8 +277,19 @@ LOOP=
 for f in /lib/modules/"$KVER"/kernel/drivers/block/loop.ko{,.xz,.zst,.gz}; do
 	[ -f "$f" ] && { LOOP=$f; break; }
 done
-if [ -z "$LOOP" ] && ! grep -qs 'drivers/block/loop.ko' "/lib/modules/$KVER/modules.builtin"; then
+# A kernel with the loop driver built in (the debug kernel) needs no loop.ko.
+if grep -qs '^CONFIG_BLK_DEV_LOOP=y' "${KDIR:-/nonexistent}/include/config/auto.conf"; then
+	LOOP=
+elif [ -z "$LOOP" ] && ! grep -qs 'drivers/block/loop.ko' "/lib/modules/$KVER/modules.builtin"; then
 	say "warning: no loop.ko for $KVER: tests that need a loop device will skip"
+fi
+
+if [ -n "${KVPOOL_VM_KUNIT:-}" ]; then
+	KUNIT=$KVPOOL_VM_KUNIT
+	[ -f "$KUNIT" ] || die "KVPOOL_VM_KUNIT names $KUNIT, which is missing"
+else
+	KUNIT=$(dirname "$MODULE")/kvpool_kunit.ko
+	[ -f "$KUNIT" ] || KUNIT=
 fi
 
 TESTS=()
@@ -292,6 +307,10 @@ if [ "$MODE" = check ]; then
 	fi
 	[ ${#TESTS[@]} -gt 0 ] || die "no *_test binaries in ${TESTDIR#"$ROOT"/}: run 'make selftests' first"
 	for f in "${TESTS[@]}"; do need_static "$f" "make selftests"; done
+elif [ "$MODE" = faults ]; then
+	# Needs a FAULT_INJECTION kernel: selftests/debug/check-debug.sh runs it.
+	TESTS=("$TESTDIR/fault_inject")
+	need_static "${TESTS[0]}" "make selftests"
 fi
 
 DEMO=${KVPOOL_VM_DEMO:-$ROOT/tools/kvpool-demo/kvpool-demo}
@@ -333,6 +352,7 @@ cp "$BUSYBOX" "$R/bin/busybox"
 ln -s busybox "$R/bin/sh"	# /init installs the other applet links
 install -m 755 "$VMDIR/guest-init.sh" "$R/init"
 install -m 644 "$MODULE" "$R/kvpool.ko"
+[ -z "$KUNIT" ] || [ "$MODE" != check ] || install -m 644 "$KUNIT" "$R/kvpool_kunit.ko"
 case $LOOP in
 *.xz) xz -dc "$LOOP" >"$R/loop.ko" ;;
 *.zst) zstd -qdc "$LOOP" >"$R/loop.ko" ;;
@@ -389,7 +409,7 @@ if [ -z "$rc" ]; then
 	else
 		say "FAIL: the guest stopped without a result line (qemu exit status $qrc)"
 	fi
-	[ "$MODE" = check ] && echo "0 passed, 1 failed"
+	case $MODE in check | faults) echo "0 passed, 1 failed" ;; esac
 	exit 1
 fi
 
