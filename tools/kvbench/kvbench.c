@@ -38,6 +38,8 @@
 #include <linux/kvpool.h>
 #include "kvcore.h"
 
+int cmd_hash(int argc, char **argv);	/* bench_hash.c */
+
 #define MAX_REPS	99
 #define BENCH_BLOCK	4096ULL
 #define CORE_BLOCKS	65536ULL		/* the core space: 16x the largest batch */
@@ -67,6 +69,8 @@ static void usage(FILE *f)
 		"subcommands:\n"
 		"  pool          block alloc+free cost: in-process kvcore, and the kvpool\n"
 		"                ioctls when /dev/kvpool exists\n"
+		"  hash          prefix hashing of a prompt with libkvrt (bench_hash.c;\n"
+		"                its own options: kvbench hash --help)\n"
 		"\n"
 		"options:\n"
 		"  --json            one JSON object per case per line on stdout\n"
@@ -453,6 +457,8 @@ int main(int argc, char **argv)
 		usage(stdout);
 		return 0;
 	}
+	if (!strcmp(cmd, "hash"))
+		return cmd_hash(argc - 1, argv + 1);
 	if (strcmp(cmd, "pool"))
 		die_usage(cmd[0] == '-' ? "expected a subcommand before option '%s'" :
 					  "unknown subcommand '%s'", cmd);

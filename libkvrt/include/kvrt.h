@@ -1,0 +1,540 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kvrt.h: libkvrt, the library inference engines link to keep KV-cache
+ * blocks in kvpool (or the embedded pool), move them, and attend over them.
+ *
+ * Conventions: every function returns 0 (or a count) on success and a
+ * negative errno on failure; no function prints unless logging was asked
+ * for; the library keeps no global mutable state.
+ */
+#ifndef KVRT_H
+#define KVRT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/*
+ * Everything declared here is exported from libkvrt.so; the library is
+ * built with -fvisibility=hidden, so nothing else is.
+ */
+#if defined(__GNUC__) && __GNUC__ >= 4
+#pragma GCC visibility push(default)
+#endif
+
+/* ---- version ------------------------------------------------------------ */
+
+#define KVRT_VERSION_MAJOR 0
+#define KVRT_VERSION_MINOR 1
+#define KVRT_VERSION_PATCH 0
+/* MAJOR * 10000 + MINOR * 100 + PATCH, comparable with kvrt_version_number() */
+#define KVRT_VERSION_NUMBER \
+	(KVRT_VERSION_MAJOR * 10000 + KVRT_VERSION_MINOR * 100 + KVRT_VERSION_PATCH)
+
+/* The version of the library actually loaded: "MAJOR.MINOR.PATCH". */
+const char *kvrt_version(void);
+/* The same as a number, as KVRT_VERSION_NUMBER. */
+int kvrt_version_number(void);
+
+/* ---- element types ----------------------------------------------------- */
+
+enum kvrt_dtype {
+	KVRT_DTYPE_F32 = 0,
+	KVRT_DTYPE_F16 = 1,
+	KVRT_DTYPE_BF16 = 2,
+	KVRT_DTYPE_FP8_E4M3 = 3,	/* KV only; with per-block-per-head scales */
+};
+
+/* Bytes per element, or 0 for an unknown dtype. */
+size_t kvrt_dtype_size(enum kvrt_dtype dtype);
+
+/* ---- KV layouts ------------------------------------------------------------
+ *
+ * A paged KV cache holds, for each layer l, K and V (kv = 0, 1) of each
+ * block b, token slot t (< block_tokens), KV head h and dim d.  The byte
+ * offset of that element from the cache base is
+ *
+ *   l * layer_stride + kv * kv_stride + b * block_stride
+ *     + t * token_stride + h * head_stride + d * element size
+ *
+ * so any layout with a contiguous head_dim is expressible.  Two presets:
+ *
+ *   KVRT_LAYOUT_BLOCK_MAJOR  [block][layer][kv][token][head][dim]: all layers
+ *                            of a block contiguous; one block is one copy.
+ *   KVRT_LAYOUT_LAYER_MAJOR  [layer][kv][block][token][head][dim]: per-layer
+ *                            caches as vLLM and FlashInfer keep them (NHD).
+ *
+ * For fp8, scales are float32 per (layer, kv, block, head), at
+ *   scales[l * scale_layer_stride + kv * scale_kv_stride
+ *          + b * scale_block_stride + h]   (strides in floats)
+ * and a stored value x means x * scale.
+ */
+enum kvrt_layout_kind {
+	KVRT_LAYOUT_BLOCK_MAJOR = 0,
+	KVRT_LAYOUT_LAYER_MAJOR = 1,
+};
+
+struct kvrt_layout {
+	uint32_t num_layers;
+	uint32_t num_kv_heads;
+	uint32_t head_dim;
+	uint32_t block_tokens;	/* tokens per block */
+	uint32_t num_blocks;	/* blocks in the cache this layout describes */
+	enum kvrt_dtype kv_dtype;
+	int64_t layer_stride;	/* bytes */
+	int64_t kv_stride;
+	int64_t block_stride;
+	int64_t token_stride;
+	int64_t head_stride;
+	int64_t scale_layer_stride;	/* floats; fp8 only */
+	int64_t scale_kv_stride;
+	int64_t scale_block_stride;
+};
+
+/*
+ * Fill a layout for a preset.  -EINVAL for zero sizes, an unknown kind or
+ * dtype; -EOVERFLOW when the cache would not fit in 63 bits.
+ */
+int kvrt_layout_init(struct kvrt_layout *layout, enum kvrt_layout_kind kind,
+		     uint32_t num_layers, uint32_t num_kv_heads, uint32_t head_dim,
+		     uint32_t block_tokens, uint32_t num_blocks, enum kvrt_dtype kv_dtype);
+
+/*
+ * Bytes one block occupies across all layers, K and V:
+ *   num_layers * 2 * block_tokens * num_kv_heads * head_dim * element size,
+ * plus, for fp8, the block's scales (num_layers * 2 * num_kv_heads floats,
+ * after the data rounded up to a multiple of 4 bytes).
+ * This is what a pool block must hold to take one block in a block-major
+ * copy (size the space's block_bytes from it, rounded up to the page size).
+ * -EINVAL for a NULL or inconsistent layout, -EOVERFLOW when it does not fit
+ * in 63 bits.
+ */
+int kvrt_layout_block_bytes(const struct kvrt_layout *layout, uint64_t *bytes);
+
+/*
+ * The memory formula: bytes of K and V for tokens tokens,
+ *   2 * tokens * num_layers * num_kv_heads * head_dim * element size.
+ * tokens == 1 gives the bytes per token.  fp8 scales are per block, so they
+ * are not in this figure: kvrt_layout_block_bytes() counts them.
+ * -EINVAL for a zero size (tokens may be 0) or unknown dtype, -EOVERFLOW
+ * when the result does not fit in 63 bits.
+ */
+int kvrt_kv_bytes(uint32_t num_layers, uint32_t num_kv_heads, uint32_t head_dim,
+		  uint64_t tokens, enum kvrt_dtype dtype, uint64_t *bytes);
+
+/*
+ * Turn an fp8 KVRT_LAYOUT_BLOCK_MAJOR layout into one that keeps each
+ * block's scales inside the block, right after its K/V data, so that one
+ * block is one self-contained kvrt_layout_block_bytes() range (the form a
+ * pool block takes).  block_stride becomes kvrt_layout_block_bytes(); the
+ * scale strides are set to match; *scales_offset receives the byte offset
+ * from the cache base of the first scale: use base + *scales_offset as the
+ * scales pointer of a struct kvrt_kv_cache or kvrt_block_array.
+ * -EINVAL unless the layout is fp8 and exactly the block-major preset.
+ */
+int kvrt_layout_inline_scales(struct kvrt_layout *layout, uint64_t *scales_offset);
+
+/* ---- paged attention ---------------------------------------------------------
+ *
+ * Block tables are CSR: sequence s owns blocks indices[indptr[s] ..
+ * indptr[s + 1]) in order, and seq_lens[s] tokens (1 <= seq_lens[s] <=
+ * blocks * block_tokens).  Token position p of sequence s lives in block
+ * indices[indptr[s] + p / block_tokens], slot p % block_tokens.
+ */
+struct kvrt_block_table {
+	uint32_t num_seqs;
+	const int32_t *indptr;	/* [num_seqs + 1] */
+	const int32_t *indices;	/* [indptr[num_seqs]] */
+	const int32_t *seq_lens;	/* [num_seqs], tokens in the cache incl. new ones */
+};
+
+/* One layer of a paged cache. */
+struct kvrt_kv_cache {
+	const struct kvrt_layout *layout;
+	const void *base;
+	const float *scales;	/* fp8 only, else NULL */
+	uint32_t layer;
+};
+
+enum kvrt_attn_impl {
+	KVRT_ATTN_FAST = 0,	/* vectorised, threaded */
+	KVRT_ATTN_REFERENCE = 1,	/* plain and obviously right */
+};
+
+struct kvrt_attn_params {
+	uint32_t num_q_heads;	/* a multiple of the layout's num_kv_heads (GQA) */
+	float sm_scale;		/* usually 1 / sqrt(head_dim) */
+	int32_t window_left;	/* sliding window: keys at p >= q_pos - window_left; -1: none */
+	float logit_softcap;	/* 0: none; else cap * tanh(logit / cap) */
+	enum kvrt_dtype q_dtype;	/* f32, f16 or bf16 */
+	enum kvrt_dtype o_dtype;	/* f32, f16 or bf16 */
+	enum kvrt_attn_impl impl;
+	uint32_t num_threads;	/* 0: one per online CPU */
+};
+
+/*
+ * Decode: one query token per sequence, at position seq_lens[s] - 1.
+ * q: [num_seqs][num_q_heads][head_dim], out: same shape, dtypes per params.
+ * -EINVAL on inconsistent shapes or dtypes, -ENOMEM on scratch failure.
+ */
+int kvrt_attn_decode(const struct kvrt_attn_params *params, const void *q,
+		     const struct kvrt_kv_cache *kv, const struct kvrt_block_table *table,
+		     void *out);
+
+/*
+ * Chunked prefill: sequence s has q_indptr[s + 1] - q_indptr[s] query
+ * tokens, the last ones of its seq_lens[s] (their K/V already appended),
+ * attending causally to every earlier position including earlier chunks.
+ * q: [q_indptr[num_seqs]][num_q_heads][head_dim], out: same shape.
+ */
+int kvrt_attn_prefill(const struct kvrt_attn_params *params, const void *q,
+		      const int32_t *q_indptr, const struct kvrt_kv_cache *kv,
+		      const struct kvrt_block_table *table, void *out);
+
+/* ---- append (reshape and cache) ------------------------------------------
+ *
+ * Write the K and V of num_tokens new tokens of one layer (kv->layer) into
+ * their slots: token i goes to block slots[i] / block_tokens, offset
+ * slots[i] % block_tokens.  A negative slot skips the token (padding).
+ * k, v: [num_tokens][num_kv_heads][head_dim] of src_dtype (f32, f16 or
+ * bf16), converted to the cache's dtype with round-to-nearest-even.
+ *
+ * kv->base (and kv->scales for fp8) must point to writable memory: the
+ * struct is the attention's read view, append writes through it.
+ *
+ * fp8 e4m3 caches keep one float scale per (layer, kv, block, head); a
+ * stored byte q means kvrt_fp8(q) * scale.  Rule, per (block, head), applied
+ * token by token in the order given:
+ *   - writing offset 0 starts the block afresh: scale = absmax / 448 of
+ *     that token's head vector (0 if it is all zeros);
+ *   - writing offset t > 0 with absmax / 448 > scale raises the scale to
+ *     absmax / 448 and requantizes every other slot of the block's head
+ *     with the new scale (old values are decoded with the old scale), so
+ *     values are never clipped;
+ *   - otherwise the value is quantized with the block's current scale.
+ * So offset 0 of a block must be appended before its other offsets (as
+ * engines do), and non-finite inputs give unspecified fp8 contents.
+ *
+ * All-or-nothing validation: -EINVAL (nothing written) for a NULL pointer,
+ * an inconsistent layout, a layer >= num_layers, src_dtype not f32/f16/
+ * bf16, a missing fp8 scales pointer, or any slot >= num_blocks *
+ * block_tokens.  num_tokens 0 is a no-op.  Not thread-safe against other
+ * writers of the same blocks.
+ */
+int kvrt_append_kv(const struct kvrt_kv_cache *kv, const void *k, const void *v,
+		   enum kvrt_dtype src_dtype, const int64_t *slots, uint32_t num_tokens);
+
+/* ---- handles and backends --------------------------------------------------
+ *
+ * struct kvrt is one connection to a pool: kvpool.ko through its device
+ * (the kmod backend), or an in-process pool built from the module's own
+ * block core (the embedded backend).  The API is the same for both.
+ */
+struct kvrt;
+struct kvrt_space;
+struct kvrt_copy;
+
+enum kvrt_backend {
+	KVRT_BACKEND_AUTO = 0,		/* KVRT_BACKEND in the environment, else kmod
+					 * when the device opens, else embedded */
+	KVRT_BACKEND_KMOD = 1,
+	KVRT_BACKEND_EMBEDDED = 2,
+};
+
+/* Levels as syslog's. */
+enum kvrt_log_level {
+	KVRT_LOG_ERR = 3,
+	KVRT_LOG_WARNING = 4,
+	KVRT_LOG_INFO = 6,
+	KVRT_LOG_DEBUG = 7,
+};
+
+/* A log line, without a trailing newline.  Called from any libkvrt thread. */
+typedef void (*kvrt_log_fn)(void *arg, int level, const char *msg);
+
+/* Embedded backend: memory choices, for tests and for hosts that need them. */
+#define KVRT_OPEN_NO_HUGETLB	(1U << 0)	/* do not try MAP_HUGETLB */
+#define KVRT_OPEN_NO_THP	(1U << 1)	/* do not madvise(MADV_HUGEPAGE) */
+#define KVRT_OPEN_NO_MLOCK	(1U << 2)	/* do not mlock */
+#define KVRT_OPEN_FLAGS (KVRT_OPEN_NO_HUGETLB | KVRT_OPEN_NO_THP | KVRT_OPEN_NO_MLOCK)
+
+/* Zero-initialise, then set what matters. */
+struct kvrt_open_opts {
+	enum kvrt_backend backend;	/* AUTO (0): see enum kvrt_backend */
+	uint32_t flags;			/* KVRT_OPEN_* */
+	const char *device;		/* NULL: $KVRT_DEVICE, else "/dev/kvpool" */
+	uint64_t pool_bytes;		/* embedded: cap on the backing of all spaces;
+					 * 0: no cap but the spaces' quotas */
+	kvrt_log_fn log;		/* NULL: no logging at all */
+	void *log_arg;
+	int log_level;			/* 0: KVRT_LOG_INFO */
+	uint32_t reserved0;		/* must be 0 */
+	uint64_t reserved[4];		/* must be 0 */
+};
+
+/*
+ * Open a handle.  opts may be NULL (all defaults).  Backend choice:
+ * opts->backend if not AUTO, else $KVRT_BACKEND ("kmod" or "embedded") if
+ * set, else kmod when the device opens and answers KVPOOL_IOC_INFO, else
+ * embedded.  Errors: -EINVAL for unknown flags, non-zero reserved fields, a
+ * bad backend value in opts or $KVRT_BACKEND; -ENODEV when kmod is forced
+ * and the device is absent or is no kvpool device; -EACCES/-EPERM when kmod
+ * is forced and the device may not be opened; -ENOMEM.
+ */
+int kvrt_open(struct kvrt **out, const struct kvrt_open_opts *opts);
+
+/*
+ * Close a handle: closes the spaces still open on it (their handles become
+ * invalid), waits for queued copies, frees everything.  NULL is a no-op.
+ */
+void kvrt_close(struct kvrt *k);
+
+/* The live backend, and a line that says which and why, e.g.
+ * "kmod: /dev/kvpool (api 1)" or
+ * "embedded: /dev/kvpool: No such file or directory".  Valid until close. */
+enum kvrt_backend kvrt_backend(const struct kvrt *k);
+const char *kvrt_backend_info(const struct kvrt *k);
+
+struct kvrt_pool_info {
+	enum kvrt_backend backend;
+	uint32_t api_version;	/* kmod: the module's; embedded: KVPOOL_API_VERSION */
+	uint64_t features;	/* KVPOOL_FEAT_* bits as the uAPI defines them */
+	uint32_t page_size;
+	uint32_t chunk_size;	/* bytes spaces grow by */
+	uint32_t nr_nodes;	/* NUMA nodes that may hold pool pages */
+	uint32_t max_batch;	/* ids per alloc/free call */
+	uint64_t node_mask;
+	uint64_t pool_bytes;	/* kmod: reserved; embedded: the cap, 0 if none */
+	uint64_t used_bytes;	/* held by spaces */
+	uint64_t free_bytes;	/* kmod: not held by a space; embedded: cap - used,
+				 * 0 if there is no cap */
+};
+
+/* -EINVAL for NULL arguments, or the ioctl's errno. */
+int kvrt_pool_info(struct kvrt *k, struct kvrt_pool_info *info);
+
+/* ---- spaces, blocks, mapping -----------------------------------------------
+ *
+ * A space is a trust domain with a fixed block size; block i lives at
+ * kvrt_space_base() + i * block_bytes.  Each struct kvrt_space is one
+ * participant (kmod: one open file descriptor) and owns the blocks it
+ * allocated; closing it frees them, and the last close of a space destroys
+ * it.  kmod spaces are host-wide and checked against credentials; embedded
+ * spaces live in the struct kvrt that created them (one namespace per
+ * handle), owned by the process's effective uid/gid.
+ */
+#define KVRT_NAME_MAX		64		/* with the NUL */
+#define KVRT_MAX_BATCH		65536		/* ids per alloc/free call */
+#define KVRT_MAX_BLOCK_BYTES	(1ULL << 30)
+#define KVRT_MAX_SPACE_BYTES	(1ULL << 40)
+
+#define KVRT_SPACE_CREATE	(1U << 0)	/* create when absent */
+#define KVRT_SPACE_EXCL		(1U << 1)	/* with CREATE: fail if present */
+
+enum kvrt_numa_policy {
+	KVRT_NUMA_PREFERRED = 0,	/* nodes in mask first (empty: the caller's) */
+	KVRT_NUMA_BIND = 1,		/* only nodes in mask */
+	KVRT_NUMA_INTERLEAVE = 2,	/* chunk by chunk across mask (empty: all) */
+};
+
+struct kvrt_space_opts {
+	const char *name;	/* [A-Za-z0-9._-]+, shorter than KVRT_NAME_MAX */
+	uint32_t flags;		/* KVRT_SPACE_* */
+	uint32_t mode;		/* create: 0777 bits; joining needs r and w */
+	uint64_t block_bytes;	/* page multiple; on join 0 or the space's */
+	uint64_t quota_bytes;	/* create: at least block_bytes */
+	uint64_t node_mask;	/* create: nodes for the policy */
+	enum kvrt_numa_policy numa_policy;	/* create */
+	uint32_t reserved0;	/* must be 0 */
+	uint64_t reserved[4];	/* must be 0 */
+};
+
+/*
+ * Join or create a space, and map it.  Errnos as KVPOOL_IOC_SPACE_OPEN
+ * documents (Documentation/kvpool.rst), for both backends: -EINVAL (flags,
+ * EXCL without CREATE, reserved fields, name, create fields, block_bytes
+ * mismatch on join), -E2BIG (block_bytes > KVRT_MAX_BLOCK_BYTES or
+ * quota_bytes > KVRT_MAX_SPACE_BYTES), -ENOENT, -EEXIST, -EACCES, -ENOMEM;
+ * plus the mmap errno of the mapping.
+ */
+int kvrt_space_open(struct kvrt *k, const struct kvrt_space_opts *opts,
+		    struct kvrt_space **out);
+
+/* Free this participant's blocks, unmap, leave the space.  NULL: no-op. */
+void kvrt_space_close(struct kvrt_space *space);
+
+struct kvrt_space_info {
+	uint32_t space_id;
+	uint32_t created;	/* 1 when this handle's open created the space */
+	uint32_t uid;		/* owner */
+	uint32_t gid;
+	uint32_t mode;
+	enum kvrt_numa_policy numa_policy;
+	uint64_t node_mask;
+	uint64_t block_bytes;
+	uint64_t nr_blocks;	/* quota in blocks: ids are < nr_blocks */
+	uint64_t map_bytes;	/* nr_blocks * block_bytes */
+	uint64_t backed_blocks;	/* blocks with memory behind them */
+	uint64_t free_blocks;
+	uint64_t owned_blocks;	/* all participants */
+	uint64_t my_blocks;	/* owned by this handle */
+	uint64_t backed_bytes;
+};
+
+int kvrt_space_info(struct kvrt_space *space, struct kvrt_space_info *info);
+
+/*
+ * Allocate count blocks, all or none, ids to ids[count].  -EINVAL count 0;
+ * -E2BIG count > KVRT_MAX_BATCH; -EFAULT ids NULL (kmod: not writable);
+ * -ENOSPC quota or pool exhausted; -ENOMEM; kmod also -EINTR.
+ */
+int kvrt_alloc_blocks(struct kvrt_space *space, uint32_t count, uint32_t *ids);
+
+/*
+ * Free count blocks, all or none.  -EINVAL count 0, an id outside the
+ * backed range or twice in the batch; -E2BIG; -EFAULT ids NULL;
+ * -EPERM a block this handle does not own.
+ */
+int kvrt_free_blocks(struct kvrt_space *space, uint32_t count, const uint32_t *ids);
+
+/* Start of the space's mapping (map_bytes long, read/write, shared with the
+ * space's other participants).  Only allocated blocks may be touched. */
+void *kvrt_space_base(const struct kvrt_space *space);
+
+/* Address of block id, or NULL when id >= nr_blocks. */
+void *kvrt_block_addr(const struct kvrt_space *space, uint32_t id);
+
+/*
+ * What memory backs the space, never guessed: kmod reports the module's
+ * pinned pool pages; embedded reports, per mechanism, what was asked, what
+ * the kernel granted (THP from /proc/self/smaps) and why it refused.
+ */
+enum kvrt_mem_kind {
+	KVRT_MEM_KMOD_POOL = 0,	/* kvpool.ko's pinned pages */
+	KVRT_MEM_EMBEDDED = 1,	/* this process's memory */
+};
+
+struct kvrt_mem_info {
+	enum kvrt_mem_kind kind;
+	uint32_t chunk_bytes;	/* growth unit: 2 MiB */
+	uint64_t backed_bytes;	/* chunk bytes mapped (embedded) / backed (kmod) */
+	uint64_t hugetlb_bytes;	/* in MAP_HUGETLB 2 MiB pages */
+	uint64_t thp_bytes;	/* in transparent huge pages, as smaps reports */
+	uint64_t locked_bytes;	/* mlock'd, pinned by the module, or hugetlb */
+	int32_t hugetlb_errno;	/* last MAP_HUGETLB failure, 0 if none */
+	int32_t thp_errno;	/* last madvise(MADV_HUGEPAGE) failure, 0 if none */
+	int32_t mlock_errno;	/* last mlock failure, 0 if none */
+	int32_t numa_errno;	/* last mbind failure, 0 if none */
+	uint32_t disabled;	/* KVRT_OPEN_NO_* bits that were in force */
+	uint32_t reserved0;
+	char summary[512];	/* one human-readable line saying all of the above */
+};
+
+int kvrt_space_mem_info(struct kvrt_space *space, struct kvrt_mem_info *info);
+
+/* ---- prefix hashing ----------------------------------------------------------
+ *
+ * The hash of block j of a prompt is SHA-256 over
+ *
+ *   parent[32] || le32(n) || le32(token[0]) .. le32(token[n-1])
+ *              || le64(extra_len) || extra[extra_len]
+ *
+ * where parent is the hash of block j - 1 (for j = 0: the root, 32 zero
+ * bytes unless the caller gives one), n the tokens in the block and leN
+ * little-endian.  Tokens are hashed as the uint32 bit pattern given.
+ * Only full blocks are hashed.  SHA-256 is OpenSSL libcrypto's (EVP), which
+ * uses the SHA extensions (SHA-NI) when the CPU has them.
+ */
+#define KVRT_HASH_BYTES 32
+
+/* One block.  parent NULL: the zero root.  -EINVAL for NULL tokens with
+ * num_tokens > 0, NULL extra with extra_len > 0, NULL out; -ENOMEM. */
+int kvrt_hash_block(const uint8_t *parent, const uint32_t *tokens, uint32_t num_tokens,
+		    const void *extra, size_t extra_len, uint8_t out[KVRT_HASH_BYTES]);
+
+/*
+ * A prompt: hashes of its first min(num_tokens / block_tokens, max_hashes)
+ * blocks into hashes[], chained from root (NULL: the zero root); returns
+ * how many.  Extra keys per block are optional: block j's are
+ * extra[extra_indptr[j] .. extra_indptr[j + 1]) (extra_indptr has one entry
+ * per hashed block plus one); extra_indptr NULL means none.  To continue a
+ * prompt, pass the last hash as root and the tokens after it.
+ * -EINVAL for block_tokens 0, NULL tokens/hashes with work to do, extra
+ * NULL with extra_indptr given, a decreasing extra_indptr; -EOVERFLOW for
+ * more than INT32_MAX blocks; -ENOMEM.
+ */
+int kvrt_hash_prompt(const uint8_t *root, const uint32_t *tokens, size_t num_tokens,
+		     uint32_t block_tokens, const void *extra, const uint64_t *extra_indptr,
+		     uint8_t (*hashes)[KVRT_HASH_BYTES], size_t max_hashes);
+
+struct kvrt_hash_info {
+	int32_t cpu_sha_ni;		/* 1 when CPUID.(7,0):EBX[29] (SHA) is set */
+	int32_t ia32cap_override;	/* 1 when $OPENSSL_ia32cap is set: it can
+					 * hide SHA-NI from libcrypto */
+	char libcrypto[64];		/* OpenSSL_version(OPENSSL_VERSION) */
+};
+
+int kvrt_hash_info(struct kvrt_hash_info *info);
+
+/* ---- block copies -------------------------------------------------------------
+ *
+ * Copy whole blocks between two block arrays of the same geometry (layers,
+ * KV heads, head dim, block tokens, dtype), each with its own strides, e.g.
+ * a layer-major cache and a block-major pool.  fp8 scales travel with
+ * their blocks.  The CPU implementation copies with memcpy over the largest
+ * runs both layouts keep contiguous (a whole block for two block-major
+ * arrays, one (layer, K/V) plane of a block between block-major and
+ * layer-major).  The GPU implementation will sit behind the same call.
+ */
+struct kvrt_block_array {
+	const struct kvrt_layout *layout;
+	void *base;
+	float *scales;		/* fp8 only, else NULL */
+};
+
+struct kvrt_block_pair {
+	uint32_t src;		/* block in the source array */
+	uint32_t dst;		/* block in the destination array */
+};
+
+#define KVRT_COPY_ASYNC (1U << 0)	/* run on the handle's copy thread */
+
+/*
+ * Copy count blocks.  Validation happens in the call, before anything is
+ * copied: -EINVAL for NULL arguments, unknown flags, inconsistent layouts,
+ * geometries that differ, missing fp8 scales, an id >= the array's
+ * num_blocks, a destination id twice, or (same base and layout) an id that
+ * is both a source and a destination; -ENOMEM.  count 0 is a no-op.
+ *
+ * done NULL: the copy runs in the caller and the call returns its result.
+ * done non-NULL: *done receives a handle; with KVRT_COPY_ASYNC the copy
+ * runs on the handle's copy thread (one per struct kvrt, started on first
+ * use, copies complete in submission order), without it the copy has
+ * completed on return.  pairs are copied; the arrays' memory must stay
+ * valid until completion.  Thread-safe.
+ */
+int kvrt_copy_blocks(struct kvrt *k, const struct kvrt_block_array *dst,
+		     const struct kvrt_block_array *src, const struct kvrt_block_pair *pairs,
+		     uint32_t count, uint32_t flags, struct kvrt_copy **done);
+
+/* 0 when the copy completed, -EAGAIN while it runs, else its errno. */
+int kvrt_copy_poll(struct kvrt_copy *copy);
+
+/* Wait for completion; returns what kvrt_copy_poll() would then. */
+int kvrt_copy_wait(struct kvrt_copy *copy);
+
+/* Wait for completion if needed, then free the handle.  NULL: no-op. */
+void kvrt_copy_free(struct kvrt_copy *copy);
+
+#if defined(__GNUC__) && __GNUC__ >= 4
+#pragma GCC visibility pop
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KVRT_H */

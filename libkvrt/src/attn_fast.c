@@ -1,0 +1,315 @@
+// SPDX-License-Identifier: MIT
+/*
+ * attn_fast.c: the fast CPU paged attention: which kernel, which work
+ * items, how many threads.
+ *
+ * Kernel: the widest of AVX-512 with BF16 (F/BW/VL/DQ + AVX512_BF16: bf16
+ * q . bf16 K by vdpbf16ps), AVX-512 (F/BW/VL/DQ), AVX2+FMA+F16C and the
+ * generic 4-wide build that the CPU supports (__builtin_cpu_supports, asked
+ * on every call: no cached state).  The environment variable KVRT_CPU_ISA
+ * (avx512bf16, avx512, avx2 or generic) lowers the choice, never raises
+ * it; the tests use it to cover every kernel on one machine.
+ *
+ * Work items: (sequence, kv head) for decode; (sequence, kv head, a run of
+ * query tokens) for prefill, the run short enough that its rows (tokens x
+ * group) stay near 32.  An item reads the K/V rows of its head group once
+ * and computes every query head of the group from them.  Items are sorted
+ * longest first and handed out through an atomic counter, so ragged
+ * batches balance; every output row belongs to exactly one item and is
+ * computed in a fixed order, so results do not depend on the thread count.
+ *
+ * Threads are created per call and joined before it returns (no pool, no
+ * global state).  The calling thread works too, so num_threads = 1 creates
+ * none; a call is given fewer threads than asked when it has fewer items or
+ * too little work to pay for a thread (WORK_PER_THREAD below; kvbench attn
+ * measures the spawn cost).  All scratch memory is allocated before any
+ * thread starts: -ENOMEM leaves the output untouched.  A failed
+ * pthread_create only means fewer threads.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kvrt.h"
+#include "attn_internal.h"
+
+/* Rows (query tokens x group) that a prefill item aims at. */
+#define PREFILL_ROWS 32
+/* Decode items per thread below which items are split across KV heads. */
+#define ITEMS_PER_THREAD 4
+/*
+ * Work units (key positions x head dims x (rows + 2)) below which one more
+ * thread is not worth creating: about 4 Mi units is ~0.2 ms of work on one
+ * core, against tens of microseconds to create and join a thread.
+ */
+#define WORK_PER_THREAD (4ULL << 20)
+
+struct attn_pool {
+	const struct attn_job *job;
+	attn_kern_fn kern;
+	const struct attn_item *items;
+	uint32_t num_items;
+	atomic_uint next;
+};
+
+struct attn_worker {
+	struct attn_pool *pool;
+	struct attn_ws ws;
+	pthread_t tid;
+};
+
+static attn_kern_fn pick_kernel(void)
+{
+#if defined(__x86_64__)
+	const char *env = getenv("KVRT_CPU_ISA");
+	int cap = 3;
+
+	if (env && !strcmp(env, "avx512"))
+		cap = 2;
+	else if (env && !strcmp(env, "avx2"))
+		cap = 1;
+	else if (env && (!strcmp(env, "generic") || !strcmp(env, "scalar")))
+		cap = 0;
+	if (cap >= 2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+	    __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")) {
+		if (cap >= 3 && __builtin_cpu_supports("avx512bf16"))
+			return kvrt_attn_kern_avx512bf16;
+		return kvrt_attn_kern_avx512;
+	}
+	if (cap >= 1 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+	    __builtin_cpu_supports("f16c"))
+		return kvrt_attn_kern_avx2;
+#endif
+	return kvrt_attn_kern_generic;
+}
+
+static uint32_t rows_per_item(const struct attn_job *job)
+{
+	uint32_t qt;
+
+	if (!job->q_indptr)
+		return 1;
+	qt = PREFILL_ROWS / job->group;
+	return qt ? qt : 1;
+}
+
+/*
+ * KV heads per item.  Decode items cover all KV heads of a sequence when
+ * there are enough sequences to keep every thread busy (ITEMS_PER_THREAD
+ * items each), fewer heads (halving) when not: a tile of an item then reads
+ * whole token rows, all heads at once.  Only where a token's heads are
+ * contiguous (head_stride = head_dim x element size, as in both presets):
+ * the kernel prefetches them as one run.  Prefill items have one head
+ * (they are compute-bound and already have many rows).
+ */
+static uint32_t heads_per_item(const struct attn_job *job, uint32_t nthreads)
+{
+	uint32_t hpi = job->num_kv_heads;
+
+	if (job->q_indptr)
+		return 1;
+	/* the kernel prefetches an item's heads of a token as one run */
+	if (job->head_stride != (int64_t)(job->head_dim * job->kv_esize))
+		return 1;
+	while (hpi > 1 && (uint64_t)job->num_seqs * ((job->num_kv_heads + hpi - 1) / hpi) <
+				  (uint64_t)ITEMS_PER_THREAD * nthreads)
+		hpi = (hpi + 1) / 2;
+	return hpi;
+}
+
+static uint64_t item_keys(const struct attn_job *job, const struct attn_item *it)
+{
+	int64_t qlen = attn_q_len(job, it->seq), slen = job->seq_lens[it->seq];
+	int64_t hi = slen - qlen + it->j1 - 1;
+	int64_t lo = attn_key_lo(job, slen - qlen + it->j0);
+
+	return (uint64_t)(hi - lo + 1);
+}
+
+static int cmp_cost(const void *a, const void *b)
+{
+	const struct attn_item *x = a, *y = b;
+
+	if (x->cost != y->cost)
+		return x->cost > y->cost ? -1 : 1;
+	if (x->seq != y->seq)
+		return x->seq < y->seq ? -1 : 1;
+	if (x->kv_head != y->kv_head)
+		return x->kv_head < y->kv_head ? -1 : 1;
+	return x->j0 < y->j0 ? -1 : x->j0 > y->j0;
+}
+
+/* All items of the call, costed; *total gets the summed work units. */
+static struct attn_item *make_items(const struct attn_job *job, uint32_t hpi, uint32_t *count,
+				    uint64_t *total)
+{
+	uint32_t qt = rows_per_item(job), s, h, n = 0;
+	uint64_t num = 0;
+	struct attn_item *items;
+
+	for (s = 0; s < job->num_seqs; s++)
+		num += ((uint64_t)attn_q_len(job, s) + qt - 1) / qt *
+		       ((job->num_kv_heads + hpi - 1) / hpi);
+	if (num > UINT32_MAX)
+		return NULL;
+	items = malloc(sizeof(*items) * (num ? num : 1));
+	if (!items)
+		return NULL;
+	*total = 0;
+	for (s = 0; s < job->num_seqs; s++) {
+		uint32_t qlen = (uint32_t)attn_q_len(job, s), j0;
+
+		for (h = 0; h < job->num_kv_heads; h += hpi) {
+			for (j0 = 0; j0 < qlen; j0 += qt) {
+				struct attn_item *it = &items[n++];
+				uint32_t rows;
+
+				it->seq = s;
+				it->kv_head = h;
+				it->kv_heads = h + hpi <= job->num_kv_heads ? hpi : job->num_kv_heads - h;
+				it->j0 = j0;
+				it->j1 = j0 + qt < qlen ? j0 + qt : qlen;
+				rows = (it->j1 - it->j0) * job->group;
+				it->cost = item_keys(job, it) * job->head_dim * (rows + 2) * it->kv_heads;
+				*total += it->cost;
+			}
+		}
+	}
+	*count = n;
+	return items;
+}
+
+static size_t align64(size_t x)
+{
+	return (x + 63) & ~(size_t)63;
+}
+
+/* Bytes of one thread's workspace; with base != NULL, also carve it up. */
+static size_t ws_layout(struct attn_ws *ws, const struct attn_job *job, uint32_t qt,
+			uint32_t hpi, uint8_t *base)
+{
+	uint32_t dpad = (job->head_dim + 15) & ~15u;
+	/*
+	 * Keys per tile: about 16 KiB of f32 K per tile and head, halved when
+	 * an item covers several heads (every head's rows of a tile are in
+	 * flight together: keep them near L1).  A multiple of 16, 16 to 64.
+	 */
+	uint32_t tile = (4096 / dpad / (hpi > 1 ? 2 : 1)) & ~15u;
+	uint32_t rows = hpi * ((qt * job->group + 3) & ~3u);
+	size_t off = 0;
+
+	if (tile < 16)
+		tile = 16;
+	if (tile > 64)
+		tile = 64;
+	ws->dpad = dpad;
+	ws->tile = tile;
+	ws->max_rows = rows;
+#define CARVE(field, bytes)                                                  \
+	do {                                                                 \
+		if (base)                                                    \
+			ws->field = (void *)(base + off);                    \
+		off += align64(bytes);                                       \
+	} while (0)
+	CARVE(q, sizeof(float) * rows * dpad);
+	CARVE(qh, sizeof(uint16_t) * rows * dpad);
+	CARVE(acc, sizeof(float) * rows * dpad);
+	CARVE(m, sizeof(float) * rows);
+	CARVE(l, sizeof(float) * rows);
+	CARVE(k, sizeof(float) * tile * dpad);
+	CARVE(v, sizeof(float) * tile * dpad);
+	CARVE(s, sizeof(float) * rows * tile);
+	CARVE(lo, sizeof(int64_t) * rows);
+	CARVE(hi, sizeof(int64_t) * rows);
+	CARVE(kp, sizeof(void *) * (ATTN_PF_TILES + 1) * tile);
+	CARVE(vp, sizeof(void *) * (ATTN_PF_TILES + 1) * tile);
+	CARVE(blk, sizeof(int64_t) * (ATTN_PF_TILES + 1) * tile);
+	CARVE(ks, sizeof(float) * tile);
+	CARVE(vs, sizeof(float) * tile);
+	CARVE(skp, sizeof(void *) * tile);
+	CARVE(svp, sizeof(void *) * tile);
+	CARVE(zero, sizeof(float) * dpad);
+#undef CARVE
+	return off;
+}
+
+static void run_items(struct attn_worker *w)
+{
+	struct attn_pool *pool = w->pool;
+	uint32_t i;
+
+	while ((i = atomic_fetch_add_explicit(&pool->next, 1, memory_order_relaxed)) <
+	       pool->num_items)
+		pool->kern(pool->job, &w->ws, &pool->items[i]);
+}
+
+static void *worker_main(void *arg)
+{
+	run_items(arg);
+	return NULL;
+}
+
+static uint32_t online_cpus(void)
+{
+	long n = sysconf(_SC_NPROCESSORS_ONLN);
+
+	return n > 0 ? (uint32_t)n : 1;
+}
+
+int kvrt_attn_fast_run(const struct attn_job *job)
+{
+	struct attn_pool pool = { .job = job, .kern = pick_kernel() };
+	struct attn_worker *workers;
+	struct attn_item *items;
+	uint32_t nthreads, started, i, hpi;
+	uint64_t total = 0, by_work;
+	size_t ws_bytes;
+	uint8_t *mem;
+	struct attn_ws tmp;
+	int ret = -ENOMEM;
+
+	nthreads = job->num_threads ? job->num_threads : online_cpus();
+	hpi = heads_per_item(job, nthreads);
+	items = make_items(job, hpi, &pool.num_items, &total);
+	if (!items)
+		return -ENOMEM;
+	pool.items = items;
+
+	if (nthreads > pool.num_items)
+		nthreads = pool.num_items;
+	by_work = total / WORK_PER_THREAD;
+	if (nthreads > by_work)
+		nthreads = by_work ? (uint32_t)by_work : 1;
+	if (nthreads > 1)
+		qsort(items, pool.num_items, sizeof(*items), cmp_cost);
+
+	ws_bytes = ws_layout(&tmp, job, rows_per_item(job), hpi, NULL);
+	workers = calloc(nthreads, sizeof(*workers));
+	/* zeroed: padding lanes of q/k/v rows must stay 0 */
+	mem = aligned_alloc(64, ws_bytes * nthreads);
+	if (!workers || !mem)
+		goto out_free;
+	memset(mem, 0, ws_bytes * nthreads);
+	for (i = 0; i < nthreads; i++) {
+		workers[i].pool = &pool;
+		ws_layout(&workers[i].ws, job, rows_per_item(job), hpi, mem + ws_bytes * i);
+	}
+
+	for (started = 1; started < nthreads; started++)
+		if (pthread_create(&workers[started].tid, NULL, worker_main, &workers[started]))
+			break;
+	run_items(&workers[0]);
+	for (i = 1; i < started; i++)
+		pthread_join(workers[i].tid, NULL);
+	ret = 0;
+
+out_free:
+	free(mem);
+	free(workers);
+	free(items);
+	return ret;
+}

@@ -1,0 +1,943 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * attn_kern.h: the fast paged-attention kernel, written once with GCC
+ * vector extensions and compiled per ISA by the attn_simd_*.c files, which
+ * define before including it:
+ *
+ *   KERN_NAME   the function to define (an attn_kern_fn)
+ *   VL          floats per vector: 16 (AVX-512), 8 (AVX2), 4 (generic)
+ *   RT          the logit register tile: RT query rows x 4 keys
+ *   CT          the P.V register tile: RT rows x CT vectors of head dims
+ *   KERN_CVT_F16(const void *src) -> vf   (optional) hardware f16 -> f32
+ *   KERN_CVT_BF16(const void *src) -> vf  (optional) one-instruction widening
+ *   KERN_STORE_F16(void *dst, vf v)       (optional) hardware f32 -> f16, RNE
+ *   KERN_DPBF16  (VL 16, AVX512-BF16) bf16 q . bf16 K logits by vdpbf16ps
+ *
+ * One call computes one work item (attn_item): for each of its KV heads,
+ * the rows of that head's group (G query heads, times the item's query
+ * tokens) against the keys those rows may see, in tiles of ws->tile
+ * consecutive positions.  Per tile, for each head:
+ *
+ *   1. logits s = q . k for the head's rows x positions, RT x 4 at a time
+ *      (q was scaled by sm_scale when loaded), K converted in registers
+ *      straight from the cache (direct mode) or from the tile staged once
+ *      in f32 (staged mode), then fp8 scale, soft-cap and the causal /
+ *      window mask.  Each K/V element is read from the cache once per
+ *      item, however many rows the group has.
+ *   2. online softmax: m' = max(m, max s), acc *= exp(m - m'),
+ *      l = l * exp(m - m') + sum exp(s - m'), p = exp(s - m').
+ *   3. acc += p . V, RT rows x CT vectors at a time.
+ *
+ * while the K/V of the tile ATTN_PF_TILES ahead, every head of the item,
+ * are prefetched a few lines per step.  At the end out = acc / l, rounded
+ * to the output dtype.  An item covering all KV heads reads whole token
+ * rows (all heads) per tile: long sequential runs the memory system
+ * streams much faster than one head's slice of each row.
+ */
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "dtype.h"
+#include "attn_internal.h"
+
+typedef float vf __attribute__((vector_size(VL * 4)));
+typedef int32_t vi __attribute__((vector_size(VL * 4)));
+typedef uint32_t vu __attribute__((vector_size(VL * 4)));
+typedef uint16_t vh __attribute__((vector_size(VL * 2)));
+typedef uint8_t vb __attribute__((vector_size(VL)));
+
+#define KERN_STR2(x) #x
+#define KERN_STR(x) KERN_STR2(x)
+
+static inline vf vset1(float x)	/* a broadcast; 0 + x would cost an add */
+{
+	vf v = { x };
+
+	return __builtin_shuffle(v, (vi){});
+}
+
+/* Aligned vector load/store from workspace arrays (64-byte aligned rows). */
+static inline vf vld(const float *p)
+{
+	return *(const vf *)p;
+}
+
+static inline void vst(float *p, vf v)
+{
+	*(vf *)p = v;
+}
+
+static inline vf vsel(vi mask, vf a, vf b)	/* mask ? a : b */
+{
+	return (vf)((mask & (vi)a) | (~mask & (vi)b));
+}
+
+static inline vf vmax(vf a, vf b)
+{
+	return vsel(a > b, a, b);
+}
+
+/* Horizontal sum and max: fold the vector in halves with shuffles. */
+#if VL == 16
+#define FOLD8 ((vi){ 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7 })
+#define FOLD4 ((vi){ 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11 })
+#define FOLD2 ((vi){ 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13 })
+#define FOLD1 ((vi){ 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14 })
+#elif VL == 8
+#define FOLD4 ((vi){ 4, 5, 6, 7, 0, 1, 2, 3 })
+#define FOLD2 ((vi){ 2, 3, 0, 1, 6, 7, 4, 5 })
+#define FOLD1 ((vi){ 1, 0, 3, 2, 5, 4, 7, 6 })
+#else
+#define FOLD2 ((vi){ 2, 3, 0, 1 })
+#define FOLD1 ((vi){ 1, 0, 3, 2 })
+#endif
+
+static inline float hsum(vf v)
+{
+#if VL == 16
+	v += __builtin_shuffle(v, FOLD8);
+#endif
+#if VL >= 8
+	v += __builtin_shuffle(v, FOLD4);
+#endif
+	v += __builtin_shuffle(v, FOLD2);
+	v += __builtin_shuffle(v, FOLD1);
+	return v[0];
+}
+
+static inline float hmax(vf v)
+{
+#if VL == 16
+	v = vmax(v, __builtin_shuffle(v, FOLD8));
+#endif
+#if VL >= 8
+	v = vmax(v, __builtin_shuffle(v, FOLD4));
+#endif
+	v = vmax(v, __builtin_shuffle(v, FOLD2));
+	v = vmax(v, __builtin_shuffle(v, FOLD1));
+	return v[0];
+}
+
+/*
+ * Sums of four vectors, in four floats: a transpose-and-add tree inside
+ * each group of 4 lanes, then the groups added together.
+ */
+static inline void hsum4(vf a, vf b, vf c, vf d, float *out)
+{
+#if VL == 16
+	const vi lo = { 0, 16, 1, 17, 4, 20, 5, 21, 8, 24, 9, 25, 12, 28, 13, 29 };
+	const vi hi = { 2, 18, 3, 19, 6, 22, 7, 23, 10, 26, 11, 27, 14, 30, 15, 31 };
+	const vi l2 = { 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29 };
+	const vi h2 = { 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31 };
+	const vi up = { 8, 9, 10, 11, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13, 14, 15 };
+	const vi up2 = { 4, 5, 6, 7, 4, 5, 6, 7, 4, 5, 6, 7, 4, 5, 6, 7 };
+#elif VL == 8
+	const vi lo = { 0, 8, 1, 9, 4, 12, 5, 13 };
+	const vi hi = { 2, 10, 3, 11, 6, 14, 7, 15 };
+	const vi l2 = { 0, 1, 8, 9, 4, 5, 12, 13 };
+	const vi h2 = { 2, 3, 10, 11, 6, 7, 14, 15 };
+	const vi up2 = { 4, 5, 6, 7, 4, 5, 6, 7 };
+#else
+	const vi lo = { 0, 4, 1, 5 };
+	const vi hi = { 2, 6, 3, 7 };
+	const vi l2 = { 0, 1, 4, 5 };
+	const vi h2 = { 2, 3, 6, 7 };
+#endif
+	vf ab = __builtin_shuffle(a, b, lo) + __builtin_shuffle(a, b, hi);
+	vf cd = __builtin_shuffle(c, d, lo) + __builtin_shuffle(c, d, hi);
+	vf x = __builtin_shuffle(ab, cd, l2) + __builtin_shuffle(ab, cd, h2);
+
+#if VL == 16
+	x = x + __builtin_shuffle(x, up);
+#endif
+#if VL >= 8
+	x = x + __builtin_shuffle(x, up2);
+#endif
+	out[0] = x[0];
+	out[1] = x[1];
+	out[2] = x[2];
+	out[3] = x[3];
+}
+
+/*
+ * e^x for x <= 0 (results below e^-87 are 0): x = n ln2 + r, |r| <= ln2/2,
+ * e^r by its Taylor polynomial to degree 7 (relative error ~ 5e-9 before
+ * rounding), times 2^n built in the exponent bits.
+ */
+static inline vf vexp_neg(vf x)
+{
+	const vf magic = vset1(12582912.0f);	/* 1.5 * 2^23: rounds to integer */
+	vi tiny = x < vset1(-87.0f);
+	vf t, n, r, p;
+	vi ni;
+
+	x = vmax(x, vset1(-87.0f));
+	t = x * 1.44269504088896341f + magic;
+	n = t - magic;
+	ni = (vi)t - (vi)magic;
+	r = x - n * 0.693145751953125f;		/* ln2, high bits: n * hi is exact */
+	r = r - n * 1.42860682030941723212e-6f;	/* ln2 - hi */
+	p = vset1(1.0f / 5040);
+	p = p * r + 1.0f / 720;
+	p = p * r + 1.0f / 120;
+	p = p * r + 1.0f / 24;
+	p = p * r + 1.0f / 6;
+	p = p * r + 0.5f;
+	p = p * r + 1.0f;
+	p = p * r + 1.0f;
+	p = p * (vf)((ni + 127) << 23);
+	return (vf)(~tiny & (vi)p);
+}
+
+/*
+ * tanh: odd Taylor series to x^17 below |x| = 0.5 (error < 1e-8 relative),
+ * (1 - e^-2|x|) / (1 + e^-2|x|) above, sign copied back.
+ */
+static inline vf vtanh(vf x)
+{
+	const vi signbit = (vi){} + INT32_MIN;
+	vi sign = (vi)x & signbit;
+	vf ax = (vf)((vi)x & ~signbit);
+	vf x2 = ax * ax, p, e, big;
+
+	p = vset1(6404582.0f / 10854718875.0f);
+	p = p * x2 - 929569.0f / 638512875.0f;
+	p = p * x2 + 21844.0f / 6081075.0f;
+	p = p * x2 - 1382.0f / 155925.0f;
+	p = p * x2 + 62.0f / 2835.0f;
+	p = p * x2 - 17.0f / 315.0f;
+	p = p * x2 + 2.0f / 15.0f;
+	p = p * x2 - 1.0f / 3.0f;
+	p = ax + ax * x2 * p;
+	e = vexp_neg(-2.0f * ax);
+	big = (1.0f - e) / (1.0f + e);
+	p = vsel(ax < vset1(0.5f), p, big);
+	return (vf)((vi)p | sign);
+}
+
+/* f16 -> f32 by bits, for VL halves (used when there is no KERN_CVT_F16). */
+static inline vf cvt_f16_bits(const void *src)
+{
+	vh h;
+	vu w, em, out;
+	vi sub, inf;
+
+	memcpy(&h, src, sizeof(h));
+	w = __builtin_convertvector(h, vu);
+	em = w & 0x7fff;
+	out = (em << 13) + (112u << 23);			/* normal: rebias */
+	inf = (vi)(em >= 0x7c00);
+	out = (vu)((inf & (vi)(out + (112u << 23))) | (~inf & (vi)out));	/* inf/NaN */
+	sub = (vi)(em < 0x400);
+	out = (vu)((sub & (vi)(__builtin_convertvector((vi)em, vf) * 0x1p-24f)) |
+		   (~sub & (vi)out));
+	return (vf)(out | ((w & 0x8000) << 16));
+}
+
+static inline vf cvt_bf16(const void *src)
+{
+#ifdef KERN_CVT_BF16
+	return KERN_CVT_BF16(src);
+#else
+	vh h;
+
+	memcpy(&h, src, sizeof(h));
+	return (vf)(__builtin_convertvector(h, vu) << 16);
+#endif
+}
+
+/* OCP e4m3fn -> f32: normals by rebiasing, subnormals m * 2^-9, 0x7f NaN. */
+static inline vf cvt_fp8(const void *src)
+{
+	vb b;
+	vu w, em, out;
+	vi sub, nan;
+
+	memcpy(&b, src, sizeof(b));
+	w = __builtin_convertvector(b, vu);
+	em = w & 0x7f;
+	out = (em << 20) + (120u << 23);
+	sub = (vi)(em < 8);
+	out = (vu)((sub & (vi)(__builtin_convertvector((vi)em, vf) * 0x1p-9f)) |
+		   (~sub & (vi)out));
+	nan = (vi)(em == 0x7f);
+	out = (vu)((nan & 0x7fc00000) | (~nan & (vi)out));
+	return (vf)(out | ((w & 0x80) << 24));
+}
+
+/* VL elements of dtype dt at src as floats; dt is a constant after inlining. */
+static inline __attribute__((always_inline)) vf cvt_dt(enum kvrt_dtype dt, const uint8_t *src)
+{
+	vf v;
+
+	switch ((int)dt) {
+	case KVRT_DTYPE_BF16:
+		return cvt_bf16(src);
+	case KVRT_DTYPE_F16:
+#ifdef KERN_CVT_F16
+		return KERN_CVT_F16(src);
+#else
+		return cvt_f16_bits(src);
+#endif
+	case KVRT_DTYPE_FP8_E4M3:
+		return cvt_fp8(src);
+	default:
+		memcpy(&v, src, sizeof(v));
+		return v;
+	}
+}
+
+/* dst[0..n) = src[0..n) * scale, from a row of dtype dt; dst is aligned. */
+static inline void cvt_row(float *dst, const void *src, uint32_t n, enum kvrt_dtype dt,
+			   float scale)
+{
+	const uint8_t *p = src;
+	uint32_t d = 0;
+	size_t es = kvrt_dtype_size(dt);
+
+	if (scale == 1.0f) {
+		switch ((int)dt) {
+		case KVRT_DTYPE_F32:
+			for (; d + VL <= n; d += VL)
+				vst(dst + d, cvt_dt(KVRT_DTYPE_F32, p + 4 * d));
+			break;
+		case KVRT_DTYPE_BF16:
+			for (; d + VL <= n; d += VL)
+				vst(dst + d, cvt_dt(KVRT_DTYPE_BF16, p + 2 * d));
+			break;
+		case KVRT_DTYPE_F16:
+			for (; d + VL <= n; d += VL)
+				vst(dst + d, cvt_dt(KVRT_DTYPE_F16, p + 2 * d));
+			break;
+		case KVRT_DTYPE_FP8_E4M3:
+			for (; d + VL <= n; d += VL)
+				vst(dst + d, cvt_dt(KVRT_DTYPE_FP8_E4M3, p + d));
+			break;
+		}
+	} else {
+		for (; d + VL <= n; d += VL)
+			vst(dst + d, cvt_dt(dt, p + es * d) * scale);
+	}
+	for (; d < n; d++)
+		dst[d] = kvrt_load_f32(dt, src, d) * scale;
+}
+
+/*
+ * dst[0..n) = src[0..n) * scale in the output dtype, rounded to nearest
+ * even like kvrt_store_f32 (NaN stays NaN).
+ */
+static inline void store_row(void *dst, const float *src, uint32_t n, enum kvrt_dtype dt,
+			     float scale)
+{
+	uint8_t *p = dst;
+	uint32_t d = 0;
+
+	switch ((int)dt) {
+	case KVRT_DTYPE_F32:
+		for (; d + VL <= n; d += VL) {
+			vf v = vld(src + d) * scale;
+
+			memcpy(p + 4 * d, &v, sizeof(v));
+		}
+		break;
+	case KVRT_DTYPE_BF16:
+		for (; d + VL <= n; d += VL) {
+			vu x = (vu)(vld(src + d) * scale);
+			vi nan = (vi)((x & 0x7fffffff) > 0x7f800000);
+			vu r = (x + 0x7fff + ((x >> 16) & 1)) >> 16;
+			vh h;
+
+			r = (vu)((nan & (vi)((x >> 16) | 0x40)) | (~nan & (vi)r));
+			h = __builtin_convertvector(r, vh);
+			memcpy(p + 2 * d, &h, sizeof(h));
+		}
+		break;
+#ifdef KERN_STORE_F16
+	case KVRT_DTYPE_F16:
+		for (; d + VL <= n; d += VL)
+			KERN_STORE_F16(p + 2 * d, vld(src + d) * scale);
+		break;
+#endif
+	}
+	for (; d < n; d++)
+		kvrt_store_f32(dt, dst, d, src[d] * scale);
+}
+
+/*
+ * A prefetch stream: the lines of the runs rows[0..n) (run bytes each: a
+ * token's row of every head of the item, contiguous), in address order,
+ * per lines at each step.  The micro-kernels step it between their
+ * arithmetic, so prefetches trickle out (a burst would fill the miss
+ * buffers and stall the loads behind it) while the runs are still fetched
+ * sequentially, which this memory serves far faster than the same lines
+ * in head order.  run is rounded up to whole steps: a few lines past a
+ * row's end may be prefetched, which is harmless.
+ */
+struct pfs {
+	const uint8_t *p, *end;	/* the current run */
+	const uint8_t *const *rows;
+	uint32_t t, n;		/* the next run */
+	uint32_t run, per;
+};
+
+static inline __attribute__((always_inline)) void pf_line(const uint8_t *p)
+{
+	__builtin_prefetch(p, 0, 3);
+}
+
+static inline void pfs_init(struct pfs *ps, const uint8_t *const *rows, uint32_t n,
+			    uint32_t bytes, uint32_t steps)
+{
+	uint32_t lines = n * ((bytes + 63) / 64), per = 1;
+
+	while (per < 8 && per * steps < lines)
+		per *= 2;
+	*ps = (struct pfs){ .rows = rows, .n = n, .per = per,
+			    .run = (bytes + 64 * per - 1) / (64 * per) * (64 * per) };
+}
+
+static inline __attribute__((always_inline)) void pfs_step(struct pfs *ps)
+{
+	const uint8_t *p = ps->p;
+	uint32_t k;
+
+	if (p == ps->end) {
+		if (ps->t >= ps->n)
+			return;
+		p = ps->rows[ps->t++];
+		ps->end = p + ps->run;
+	}
+	for (k = 0; k < ps->per; k++)
+		pf_line(p + 64 * k);
+	ps->p = p + 64 * ps->per;
+}
+
+static inline void pfs_rest(struct pfs *ps)
+{
+	while (ps->p != ps->end || ps->t < ps->n)
+		pfs_step(ps);
+}
+
+/*
+ * The micro-kernels read K and V rows through pointers kp[t] + hoff /
+ * vp[t] + hoff and convert them in registers: from the cache itself
+ * (direct mode; hoff selects the head), or from the f32 rows staged in
+ * ws->k / ws->v (dt f32, n = dpad, hoff 0).  n is a multiple of VL.
+ */
+
+/* s[i][0..4) = q[i] . k[0..4) for RT rows i, over n dims. */
+static inline __attribute__((always_inline)) void
+logits_rt4(enum kvrt_dtype dt, const float *q, const uint8_t *const *kp, int64_t hoff,
+	   uint32_t hd, uint32_t dp, float *s, uint32_t tile, struct pfs *ps)
+{
+	const size_t es = kvrt_dtype_size(dt);
+	vf acc[RT][4];
+	uint32_t c;
+	int i, j;
+
+#pragma GCC unroll 16
+	for (i = 0; i < RT; i++)
+#pragma GCC unroll 16
+		for (j = 0; j < 4; j++)
+			acc[i][j] = (vf){};
+	for (c = 0; c < hd; c += VL) {
+		vf kv[4], qv[RT];
+
+		if (ps)
+			pfs_step(ps);
+#pragma GCC unroll 16
+		for (j = 0; j < 4; j++)
+			kv[j] = cvt_dt(dt, kp[j] + hoff + es * c);
+#pragma GCC unroll 16
+		for (i = 0; i < RT; i++)
+			qv[i] = vld(q + (size_t)i * dp + c);
+#pragma GCC unroll 16
+		for (i = 0; i < RT; i++)
+#pragma GCC unroll 16
+			for (j = 0; j < 4; j++)
+				acc[i][j] += qv[i] * kv[j];
+	}
+#pragma GCC unroll 16
+	for (i = 0; i < RT; i++)
+		hsum4(acc[i][0], acc[i][1], acc[i][2], acc[i][3], s + (size_t)i * tile);
+}
+
+#ifdef KERN_DPBF16
+/*
+ * bf16 q and bf16 K: s[i][0..4) = q[i] . k[0..4) with vdpbf16ps, pairs of
+ * bf16 products (exact in f32) accumulated in f32, 32 dims per instruction,
+ * q kept unscaled in ws->qh (sm_scale is applied to the logits).  hd is a
+ * multiple of 32.  The instruction treats bf16 subnormals (< 2^-126) as 0.
+ */
+static inline __attribute__((always_inline)) void
+logits_dp(const uint16_t *q, const uint8_t *const *kp, int64_t hoff, uint32_t hd, uint32_t dp,
+	  float *s, uint32_t tile, struct pfs *ps)
+{
+	vf acc[RT][4];
+	uint32_t c;
+	int i, j;
+
+#pragma GCC unroll 16
+	for (i = 0; i < RT; i++)
+#pragma GCC unroll 16
+		for (j = 0; j < 4; j++)
+			acc[i][j] = (vf){};
+	for (c = 0; c < hd; c += 32) {
+		__m512bh kv[4], qv[RT];
+
+		if (ps)
+			pfs_step(ps);
+#pragma GCC unroll 16
+		for (j = 0; j < 4; j++)
+			kv[j] = (__m512bh)_mm512_loadu_si512(kp[j] + hoff + 2 * c);
+#pragma GCC unroll 16
+		for (i = 0; i < RT; i++)
+			qv[i] = (__m512bh)_mm512_load_si512(q + (size_t)i * dp + c);
+#pragma GCC unroll 16
+		for (i = 0; i < RT; i++)
+#pragma GCC unroll 16
+			for (j = 0; j < 4; j++)
+				acc[i][j] = (vf)_mm512_dpbf16_ps((__m512)acc[i][j], qv[i], kv[j]);
+	}
+#pragma GCC unroll 16
+	for (i = 0; i < RT; i++)
+		hsum4(acc[i][0], acc[i][1], acc[i][2], acc[i][3], s + (size_t)i * tile);
+}
+#endif
+
+/* acc[i] += sum_t p[i][t] * v[t] over t in [t0, t1], RT rows, n dims. */
+static inline __attribute__((always_inline)) void
+pv_rt(enum kvrt_dtype dt, float *acc, const float *p, const uint8_t *const *vp, int64_t hoff,
+      uint32_t hd, uint32_t dp, uint32_t tile, uint32_t t0, uint32_t t1,
+      struct pfs *ps)
+{
+	const size_t es = kvrt_dtype_size(dt);
+	uint32_t c = 0, t;
+	int i, j;
+
+	for (; c + CT * VL <= hd; c += CT * VL) {
+		vf a[RT][CT];
+
+#pragma GCC unroll 16
+		for (i = 0; i < RT; i++)
+#pragma GCC unroll 16
+			for (j = 0; j < CT; j++)
+				a[i][j] = vld(acc + (size_t)i * dp + c + j * VL);
+		for (t = t0; t <= t1; t++) {
+			const uint8_t *vr = vp[t] + hoff + es * c;
+			vf vv[CT];
+
+			if (ps)
+				pfs_step(ps);
+#pragma GCC unroll 16
+			for (j = 0; j < CT; j++)
+				vv[j] = cvt_dt(dt, vr + es * j * VL);
+#pragma GCC unroll 16
+			for (i = 0; i < RT; i++) {
+				vf pi = vset1(p[(size_t)i * tile + t]);
+
+#pragma GCC unroll 16
+				for (j = 0; j < CT; j++)
+					a[i][j] += pi * vv[j];
+			}
+		}
+#pragma GCC unroll 16
+		for (i = 0; i < RT; i++)
+#pragma GCC unroll 16
+			for (j = 0; j < CT; j++)
+				vst(acc + (size_t)i * dp + c + j * VL, a[i][j]);
+	}
+	for (; c < hd; c += VL) {
+		vf a[RT];
+
+#pragma GCC unroll 16
+		for (i = 0; i < RT; i++)
+			a[i] = vld(acc + (size_t)i * dp + c);
+		for (t = t0; t <= t1; t++) {
+			vf vv = cvt_dt(dt, vp[t] + hoff + es * c);
+
+			if (ps)
+				pfs_step(ps);
+#pragma GCC unroll 16
+			for (i = 0; i < RT; i++)
+				a[i] += vset1(p[(size_t)i * tile + t]) * vv;
+		}
+#pragma GCC unroll 16
+		for (i = 0; i < RT; i++)
+			vst(acc + (size_t)i * dp + c, a[i]);
+	}
+}
+
+/*
+ * Soft-cap, mask and the online-softmax update of one row over a tile;
+ * keys [a, b] (tile-relative) are the row's.  Leaves the weights in s.
+ * ks (fp8, direct mode): per-key K scales, applied to the logits first,
+ * then lscale (sm_scale when q was not pre-scaled);
+ * vs: per-key V scales, applied to the weights left in s (not to l).
+ */
+static inline void softmax_row(const struct attn_job *job, struct attn_ws *ws, uint32_t r,
+			       uint32_t a, uint32_t b, const float *ks, const float *vs,
+			       float lscale)
+{
+	float *s = ws->s + (size_t)r * ws->tile;
+	float *acc = ws->acc + (size_t)r * ws->dpad;
+	uint32_t t0 = a / VL * VL, t1 = (b / VL + 1) * VL;	/* whole vectors */
+	vf mx = vset1(-INFINITY), sum = (vf){};
+	vi lane = { 0 };
+	float m_new, alpha, l;
+	uint32_t t, d;
+	int i;
+
+	for (i = 0; i < VL; i++)
+		lane[i] = i;
+	for (t = t0; t < t1; t += VL) {
+		vf x = vld(s + t);
+		vi idx = lane + (int32_t)t;
+
+		if (ks)
+			x *= vld(ks + t);
+		if (lscale != 1.0f)
+			x *= lscale;
+		if (job->softcap > 0.0f)
+			x = job->softcap * vtanh(x * (1.0f / job->softcap));
+		x = vsel((idx >= (int32_t)a) & (idx <= (int32_t)b), x, vset1(-INFINITY));
+		vst(s + t, x);
+		mx = vmax(mx, x);
+	}
+	m_new = hmax(mx);
+	if (m_new > ws->m[r])
+		alpha = expf(ws->m[r] - m_new);	/* 0 on the first tile: m = -inf */
+	else
+		m_new = ws->m[r], alpha = 1.0f;
+	for (t = t0; t < t1; t += VL) {
+		vf e = vexp_neg(vld(s + t) - m_new);
+
+		sum += e;
+		vst(s + t, vs ? e * vld(vs + t) : e);
+	}
+	l = hsum(sum);
+	if (alpha != 1.0f) {
+		for (d = 0; d < ws->dpad; d += VL)
+			vst(acc + d, vld(acc + d) * alpha);
+	}
+	ws->l[r] = ws->l[r] * alpha + l;
+	ws->m[r] = m_new;
+}
+
+/*
+ * Token rows of positions [p0, p1) at the item's first head: kp[t], vp[t]
+ * and the block of each (for fp8 scales); entries up to the next multiple
+ * of 4 repeat the last row.
+ */
+static void tile_rows(const struct attn_job *job, uint32_t s, uint32_t h0,
+		      int64_t p0, int64_t p1, const uint8_t **kp, const uint8_t **vp,
+		      int64_t *blk_of)
+{
+	uint32_t bt = job->block_tokens, n = (uint32_t)(p1 - p0), t;
+	int64_t p = p0;
+
+	while (p < p1) {
+		int64_t blk = job->indices[job->indptr[s] + p / bt];
+		int64_t slot = p % bt, end = p + (bt - slot);
+		int64_t off = blk * job->block_stride + (int64_t)h0 * job->head_stride;
+
+		if (end > p1)
+			end = p1;
+		for (; p < end; p++, slot++) {
+			t = (uint32_t)(p - p0);
+			kp[t] = job->k_base + off + slot * job->token_stride;
+			vp[t] = job->v_base + off + slot * job->token_stride;
+			blk_of[t] = blk;
+		}
+	}
+	for (t = n; t & 3; t++) {	/* padding keys: logits computed, then masked */
+		kp[t] = kp[n - 1];
+		vp[t] = vp[n - 1];
+		blk_of[t] = blk_of[n - 1];
+	}
+}
+
+/* Positions [*a, *b) of tile i of [klo, khi]: cut at multiples of T. */
+static inline void tile_span(int64_t klo, int64_t khi, uint32_t T, int64_t i, int64_t *a,
+			     int64_t *b)
+{
+	*a = i ? (klo / T + i) * T : klo;
+	*b = (klo / T + i + 1) * T < khi + 1 ? (klo / T + i + 1) * T : khi + 1;
+}
+
+/* One head's logits over a tile (rows r0 .. r0 + rows4), one K dtype. */
+static inline __attribute__((always_inline)) void
+head_logits(enum kvrt_dtype dt, struct attn_ws *ws, uint32_t r0, uint32_t rows4,
+	    const uint8_t *const *kp, int64_t hoff, uint32_t n, uint32_t dims,
+	    struct pfs *ps)
+{
+	uint32_t r, t;
+
+	for (r = r0; r < r0 + rows4; r += RT)
+		for (t = 0; t < n; t += 4)
+			logits_rt4(dt, ws->q + (size_t)r * ws->dpad, kp + t, hoff, dims, ws->dpad,
+				   ws->s + (size_t)r * ws->tile + t, ws->tile,
+				   r == r0 ? ps : NULL);
+}
+
+static inline __attribute__((always_inline)) void
+head_pv(enum kvrt_dtype dt, struct attn_ws *ws, uint32_t r, const uint8_t *const *vp,
+	int64_t hoff, uint32_t dims, uint32_t a, uint32_t b, struct pfs *ps)
+{
+	pv_rt(dt, ws->acc + (size_t)r * ws->dpad, ws->s + (size_t)r * ws->tile, vp, hoff, dims,
+	      ws->dpad, ws->tile, a, b, ps);
+}
+
+void KERN_NAME(const struct attn_job *job, struct attn_ws *ws, const struct attn_item *it);
+
+/*
+ * Rows: head hh of the item (kv head h0 + hh), query token jj, group member
+ * g is row hh * rows4 + jj * G + g; each head's rows are padded to rows4, a
+ * multiple of 4, with rows that see no keys.
+ */
+void KERN_NAME(const struct attn_job *job, struct attn_ws *ws, const struct attn_item *it)
+{
+	const uint32_t G = job->group, dp = ws->dpad, T = ws->tile, B = ATTN_PF_TILES + 1;
+	const uint32_t s = it->seq, h0 = it->kv_head, nh = it->kv_heads;
+	const int64_t qlen = attn_q_len(job, s), q0 = attn_q_start(job, s);
+	const int64_t slen = job->seq_lens[s], hstride = job->head_stride;
+	struct pfs kps, vps;
+	const uint32_t qn = it->j1 - it->j0, rows4 = (qn * G + 3) & ~3u;
+	const uint32_t row_bytes = job->head_dim * (uint32_t)job->kv_esize;
+	/* the item's heads are contiguous in a token's row (attn_fast.c) */
+	const uint32_t run_bytes = nh * row_bytes;
+	/*
+	 * Direct mode (K/V converted in registers from the cache) when a head
+	 * has at most two row groups, so each element is converted at most
+	 * twice, and head_dim is whole vectors; else each head's K/V tile is
+	 * converted once into ws->k / ws->v (staged mode: prefill, MQA).
+	 */
+	const int direct = rows4 <= 2 * RT && job->head_dim % VL == 0;
+	const enum kvrt_dtype dt = direct ? job->kv_dtype : KVRT_DTYPE_F32;
+	const uint32_t dims = direct ? job->head_dim : dp;
+#ifdef KERN_DPBF16
+	/* bf16 q . bf16 K by vdpbf16ps: q stays unscaled, in bf16 */
+	const int dot16 = direct && job->kv_dtype == KVRT_DTYPE_BF16 &&
+			  job->q_dtype == KVRT_DTYPE_BF16 && job->head_dim % 32 == 0;
+#else
+	const int dot16 = 0;
+#endif
+	const float lscale = dot16 ? job->sm_scale : 1.0f;
+	const uint8_t **skp = ws->skp, **svp = ws->svp;
+	int64_t klo = INT64_MAX, khi = -1, t0, t1, n0, n1, i, ntiles;
+	uint32_t r, jj, g, t, hh, cur, nxt;
+
+	for (hh = 0; hh < nh; hh++) {
+		for (jj = 0; jj < qn; jj++) {
+			int64_t pos = slen - qlen + it->j0 + jj, lo = attn_key_lo(job, pos);
+
+			for (g = 0; g < G; g++) {
+				uint32_t h = (h0 + hh) * G + g;
+				size_t qrow = ((size_t)(q0 + it->j0 + jj) * job->num_q_heads + h) *
+					      job->head_dim;
+				const uint8_t *src = (const uint8_t *)job->q + qrow * job->q_esize;
+
+				r = hh * rows4 + jj * G + g;
+				if (dot16)
+					memcpy(ws->qh + (size_t)r * dp, src, job->head_dim * 2);
+				else
+					cvt_row(ws->q + (size_t)r * dp, src, job->head_dim, job->q_dtype,
+						job->sm_scale);
+				ws->lo[r] = lo;
+				ws->hi[r] = pos;
+			}
+			if (lo < klo)
+				klo = lo;
+			if (pos > khi)
+				khi = pos;
+		}
+		for (r = hh * rows4; r < (hh + 1) * rows4; r++) {
+			if (r >= hh * rows4 + qn * G) {	/* padding rows: no keys */
+				ws->lo[r] = 1;
+				ws->hi[r] = 0;
+			}
+			ws->m[r] = -INFINITY;
+			ws->l[r] = 0.0f;
+			memset(ws->acc + (size_t)r * dp, 0, sizeof(float) * dp);
+		}
+	}
+	if (!direct)
+		for (t = 0; t < T; t++) {
+			skp[t] = (const uint8_t *)(ws->k + (size_t)t * dp);
+			svp[t] = (const uint8_t *)(ws->v + (size_t)t * dp);
+		}
+
+	/*
+	 * Tiles: [klo, khi] cut at multiples of T.  The rows of tile i +
+	 * ATTN_PF_TILES are looked up while tile i computes, and prefetched
+	 * (every head of the item) spread over its logits (K) and P.V (V)
+	 * passes.
+	 */
+	ntiles = khi / T - klo / T + 1;
+	for (i = 0; i < ATTN_PF_TILES && i < ntiles; i++) {
+		tile_span(klo, khi, T, i, &n0, &n1);
+		tile_rows(job, s, h0, n0, n1, ws->kp + i * T, ws->vp + i * T, ws->blk + i * T);
+		if (i) {
+			pfs_init(&kps, ws->kp + i * T, (uint32_t)(n1 - n0), run_bytes, 0);
+			pfs_rest(&kps);
+			pfs_init(&vps, ws->vp + i * T, (uint32_t)(n1 - n0), run_bytes, 0);
+			pfs_rest(&vps);
+		}
+	}
+	for (i = 0; i < ntiles; i++) {
+		const uint8_t *const *tkp, *const *tvp;
+		uint32_t n, nn = 0, cgroups = (dims + CT * VL - 1) / (CT * VL);
+
+		cur = (uint32_t)(i % B) * T;
+		nxt = (uint32_t)((i + ATTN_PF_TILES) % B) * T;
+		tile_span(klo, khi, T, i, &t0, &t1);
+		n = (uint32_t)(t1 - t0);
+		if (i + ATTN_PF_TILES < ntiles) {
+			tile_span(klo, khi, T, i + ATTN_PF_TILES, &n0, &n1);
+			nn = (uint32_t)(n1 - n0);
+			tile_rows(job, s, h0, n0, n1, ws->kp + nxt, ws->vp + nxt, ws->blk + nxt);
+		}
+		/* the next tile's K over this one's logits steps (first row group of
+		 * each head), its V over the first P.V pass of each head */
+		pfs_init(&kps, ws->kp + nxt, nn, run_bytes,
+			 nh * ((n + 3) / 4) * (dims / (dot16 ? 32 : VL)));
+		pfs_init(&vps, ws->vp + nxt, nn, run_bytes, nh * n * cgroups);
+
+		for (hh = 0; hh < nh; hh++) {
+			const uint32_t h = h0 + hh, r0 = hh * rows4;
+			const float *tks = NULL, *tvs = NULL;
+			int64_t hoff = (int64_t)hh * hstride;
+			int vpf_pending = 1;
+
+			tkp = ws->kp + cur;
+			tvp = ws->vp + cur;
+			if (job->k_scales) {	/* this head's block scales */
+				for (t = 0; t < n; t++) {
+					int64_t si = ws->blk[cur + t] * job->scale_block_stride + h;
+
+					ws->ks[t] = job->k_scales[si];
+					ws->vs[t] = job->v_scales[si];
+				}
+				for (; t & 3; t++)
+					ws->ks[t] = ws->vs[t] = 0.0f;
+				if (direct) {
+					tks = ws->ks;
+					tvs = ws->vs;
+				}
+			}
+			if (!direct) {
+				for (t = 0; t < n; t++) {
+					cvt_row(ws->k + (size_t)t * dp, tkp[t] + hoff, job->head_dim,
+						job->kv_dtype, job->k_scales ? ws->ks[t] : 1.0f);
+					cvt_row(ws->v + (size_t)t * dp, tvp[t] + hoff, job->head_dim,
+						job->kv_dtype, job->v_scales ? ws->vs[t] : 1.0f);
+				}
+				tkp = skp;
+				tvp = svp;
+				hoff = 0;
+			}
+
+#ifdef KERN_DPBF16
+			if (dot16) {
+				for (r = r0; r < r0 + rows4; r += RT)
+					for (t = 0; t < n; t += 4)
+						logits_dp(ws->qh + (size_t)r * dp, tkp + t, hoff, dims, dp,
+							  ws->s + (size_t)r * T + t, T,
+							  r == r0 ? &kps : NULL);
+			} else
+#endif
+			switch ((int)dt) {
+			case KVRT_DTYPE_F32:
+				head_logits(KVRT_DTYPE_F32, ws, r0, rows4, tkp, hoff, n, dims, &kps);
+				break;
+			case KVRT_DTYPE_F16:
+				head_logits(KVRT_DTYPE_F16, ws, r0, rows4, tkp, hoff, n, dims, &kps);
+				break;
+			case KVRT_DTYPE_BF16:
+				head_logits(KVRT_DTYPE_BF16, ws, r0, rows4, tkp, hoff, n, dims, &kps);
+				break;
+			case KVRT_DTYPE_FP8_E4M3:
+				head_logits(KVRT_DTYPE_FP8_E4M3, ws, r0, rows4, tkp, hoff, n, dims,
+					    &kps);
+				break;
+			}
+
+			for (r = r0; r < r0 + rows4; r += RT) {
+				int64_t ua = INT64_MAX, ub = -1;
+				struct pfs *pfp;
+				uint32_t a, b;
+				int k;
+
+				for (k = 0; k < RT; k++) {
+					int64_t lo = ws->lo[r + k] > t0 ? ws->lo[r + k] : t0;
+					int64_t hi = ws->hi[r + k] < t1 - 1 ? ws->hi[r + k] : t1 - 1;
+
+					if (lo > hi) {
+						memset(ws->s + (size_t)(r + k) * T, 0, sizeof(float) * T);
+						continue;
+					}
+					softmax_row(job, ws, r + k, (uint32_t)(lo - t0),
+						    (uint32_t)(hi - t0), tks, tvs, lscale);
+					if (lo < ua)
+						ua = lo;
+					if (hi > ub)
+						ub = hi;
+				}
+				if (ua > ub)
+					continue;
+				/* weights outside a row's own keys must be 0 within [ua, ub] */
+				for (k = 0; k < RT; k++) {
+					int64_t lo = ws->lo[r + k] > t0 ? ws->lo[r + k] : t0;
+					int64_t hi = ws->hi[r + k] < t1 - 1 ? ws->hi[r + k] : t1 - 1;
+					float *srow = ws->s + (size_t)(r + k) * T;
+
+					if (lo > hi)
+						continue;
+					if (lo > ua)
+						memset(srow + (ua - t0), 0, sizeof(float) * (size_t)(lo - ua));
+					if (hi < ub)
+						memset(srow + (hi + 1 - t0), 0,
+						       sizeof(float) * (size_t)(ub - hi));
+				}
+				a = (uint32_t)(ua - t0);
+				b = (uint32_t)(ub - t0);
+				/* the first group's pass prefetches V, keys [a, b] of it */
+				pfp = vpf_pending ? &vps : NULL;
+				vpf_pending = 0;
+				switch ((int)dt) {
+				case KVRT_DTYPE_F32:
+					head_pv(KVRT_DTYPE_F32, ws, r, tvp, hoff, dims, a, b, pfp);
+					break;
+				case KVRT_DTYPE_F16:
+					head_pv(KVRT_DTYPE_F16, ws, r, tvp, hoff, dims, a, b, pfp);
+					break;
+				case KVRT_DTYPE_BF16:
+					head_pv(KVRT_DTYPE_BF16, ws, r, tvp, hoff, dims, a, b, pfp);
+					break;
+				case KVRT_DTYPE_FP8_E4M3:
+					head_pv(KVRT_DTYPE_FP8_E4M3, ws, r, tvp, hoff, dims, a, b, pfp);
+					break;
+				}
+			}
+		}
+		pfs_rest(&kps);
+		pfs_rest(&vps);
+	}
+
+	for (hh = 0; hh < nh; hh++) {
+		for (jj = 0; jj < qn; jj++) {
+			for (g = 0; g < G; g++) {
+				uint32_t h = (h0 + hh) * G + g;
+				size_t orow = ((size_t)(q0 + it->j0 + jj) * job->num_q_heads + h) *
+					      job->head_dim;
+
+				r = hh * rows4 + jj * G + g;
+				store_row((uint8_t *)job->out + orow * job->o_esize,
+					  ws->acc + (size_t)r * dp, job->head_dim, job->o_dtype,
+					  1.0f / ws->l[r]);
+			}
+		}
+	}
+}

@@ -1,0 +1,122 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * internal.h: what libkvrt's source files share.  Nothing here is exported
+ * (the library builds with -fvisibility=hidden and kvrt.map).
+ *
+ * Locking, outermost first:
+ *   kvrt.lock         the handle's list of open spaces and, for the embedded
+ *                     backend, its namespace (list of spaces, their refs,
+ *                     owner ids).  Never held across a backend call that
+ *                     may block on memory.
+ *   emb_space.lock    one embedded space: its kvcore state, chunks and
+ *                     memory counters (the kvcore contract: the caller
+ *                     serialises every call on a space).
+ *   kvrt.pool_used    an atomic, not a lock: the embedded pool cap.
+ *   kvrt.qlock        the copy queue (taken alone).
+ *   kvrt_copy.lock    one copy's completion (taken alone or under qlock).
+ */
+#ifndef KVRT_INTERNAL_H
+#define KVRT_INTERNAL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "kvrt.h"
+#include <linux/kvpool.h>
+#include "kvcore.h"
+
+#define KVRT_CHUNK_BYTES (2ULL << 20)
+#define KVRT_DEFAULT_DEVICE "/dev/kvpool"
+
+struct emb_space;
+struct copy_job;
+
+struct kvrt {
+	enum kvrt_backend backend;
+	uint32_t flags;			/* KVRT_OPEN_* */
+	char info[320];			/* kvrt_backend_info() */
+	char device[256];
+	int ctl_fd;			/* kmod: for KVPOOL_IOC_INFO; else -1 */
+	uint64_t pool_cap;		/* embedded */
+	uint64_t pool_used;		/* embedded: atomic */
+	uint64_t node_mask;		/* embedded: online NUMA nodes */
+	uint32_t page_size;
+
+	kvrt_log_fn log;
+	void *log_arg;
+	int log_level;
+
+	pthread_mutex_t lock;
+	struct kvrt_space *spaces;	/* open handles (kvrt.lock) */
+	struct emb_space *emb_spaces;	/* embedded namespace (kvrt.lock) */
+	uint32_t next_space_id;		/* embedded (kvrt.lock) */
+
+	/* The copy thread: started on the first async copy. */
+	pthread_mutex_t qlock;
+	pthread_cond_t qcond;
+	struct copy_job *qhead, *qtail;
+	bool worker_started;
+	bool stopping;
+	pthread_t worker;
+};
+
+/* One participant in a space. */
+struct kvrt_space {
+	struct kvrt *k;
+	struct kvrt_space *prev, *next;	/* kvrt.spaces */
+	void *base;
+	uint64_t block_bytes;
+	uint64_t nr_blocks;
+	uint64_t map_bytes;
+	uint32_t created;
+	/* kmod */
+	int fd;
+	struct kvpool_space_open so;	/* what SPACE_OPEN returned */
+	/* embedded */
+	struct emb_space *es;
+	uint32_t owner;
+};
+
+__attribute__((format(printf, 3, 4)))
+void kvrt_log(const struct kvrt *k, int level, const char *fmt, ...);
+
+/* Backends.  *_space_open fill space->base, geometry, created. */
+int kmod_probe(struct kvrt *k, const char *device);
+void kmod_close(struct kvrt *k);
+int kmod_pool_info(struct kvrt *k, struct kvrt_pool_info *info);
+int kmod_space_open(struct kvrt *k, const struct kvrt_space_opts *o, struct kvrt_space *s);
+void kmod_space_close(struct kvrt_space *s);
+int kmod_space_info(struct kvrt_space *s, struct kvrt_space_info *info);
+int kmod_alloc(struct kvrt_space *s, uint32_t count, uint32_t *ids);
+int kmod_free(struct kvrt_space *s, uint32_t count, const uint32_t *ids);
+int kmod_mem_info(struct kvrt_space *s, struct kvrt_mem_info *m);
+
+int emb_init(struct kvrt *k);
+int emb_pool_info(struct kvrt *k, struct kvrt_pool_info *info);
+int emb_space_open(struct kvrt *k, const struct kvrt_space_opts *o, struct kvrt_space *s);
+void emb_space_close(struct kvrt_space *s);
+int emb_space_info(struct kvrt_space *s, struct kvrt_space_info *info);
+int emb_alloc(struct kvrt_space *s, uint32_t count, uint32_t *ids);
+int emb_free(struct kvrt_space *s, uint32_t count, const uint32_t *ids);
+int emb_mem_info(struct kvrt_space *s, struct kvrt_mem_info *m);
+
+/* The name rule both backends share: [A-Za-z0-9._-]+, < KVRT_NAME_MAX. */
+bool kvrt_name_valid(const char *name);
+
+/* Copy thread (copy.c), stopped by kvrt_close(). */
+void kvrt_copy_shutdown(struct kvrt *k);
+
+/*
+ * Layout checks shared by append and copy (layout.c): the layout's sizes
+ * and dtype are valid and every element it addresses lies within
+ * [min_off, max_off] bytes from the base, both computed without overflow;
+ * same for the scales (in floats) when the dtype is fp8.
+ */
+struct kvrt_extent {
+	int64_t min_off, max_end;		/* bytes: [min_off, max_end) */
+	int64_t scale_min, scale_max_end;	/* floats, fp8 only */
+};
+int kvrt_layout_extent(const struct kvrt_layout *l, struct kvrt_extent *e);
+
+#endif /* KVRT_INTERNAL_H */

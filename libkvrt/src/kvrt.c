@@ -1,0 +1,362 @@
+// SPDX-License-Identifier: MIT
+/*
+ * kvrt.c: the handle, backend choice, logging, and the space calls that
+ * dispatch to the kmod (backend_kmod.c) or embedded (backend_embedded.c)
+ * backend.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+#define KVRT_STR2(x) #x
+#define KVRT_STR(x) KVRT_STR2(x)
+
+const char *kvrt_version(void)
+{
+	return KVRT_STR(KVRT_VERSION_MAJOR) "." KVRT_STR(KVRT_VERSION_MINOR) "."
+		KVRT_STR(KVRT_VERSION_PATCH);
+}
+
+int kvrt_version_number(void)
+{
+	return KVRT_VERSION_NUMBER;
+}
+
+void kvrt_log(const struct kvrt *k, int level, const char *fmt, ...)
+{
+	char msg[512];
+	va_list ap;
+
+	if (!k || !k->log || level > k->log_level)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	k->log(k->log_arg, level, msg);
+}
+
+bool kvrt_name_valid(const char *name)
+{
+	size_t i, len;
+
+	if (!name)
+		return false;
+	len = strnlen(name, KVRT_NAME_MAX);
+	if (!len || len == KVRT_NAME_MAX)
+		return false;
+	for (i = 0; i < len; i++) {
+		char c = name[i];
+
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+		      c == '.' || c == '_' || c == '-'))
+			return false;
+	}
+	return true;
+}
+
+static bool all_zero(const void *p, size_t n)
+{
+	const unsigned char *c = p;
+
+	while (n--)
+		if (*c++)
+			return false;
+	return true;
+}
+
+/* opts->backend, else $KVRT_BACKEND; *why says where the choice came from. */
+static int choose_backend(const struct kvrt_open_opts *o, enum kvrt_backend *b,
+			  const char **why)
+{
+	const char *env;
+
+	if (o->backend != KVRT_BACKEND_AUTO) {
+		if (o->backend != KVRT_BACKEND_KMOD && o->backend != KVRT_BACKEND_EMBEDDED)
+			return -EINVAL;
+		*b = o->backend;
+		*why = "forced by kvrt_open_opts.backend";
+		return 0;
+	}
+	env = getenv("KVRT_BACKEND");
+	if (!env || !*env || !strcmp(env, "auto")) {
+		*b = KVRT_BACKEND_AUTO;
+		*why = NULL;
+	} else if (!strcmp(env, "kmod")) {
+		*b = KVRT_BACKEND_KMOD;
+		*why = "forced by KVRT_BACKEND=kmod";
+	} else if (!strcmp(env, "embedded")) {
+		*b = KVRT_BACKEND_EMBEDDED;
+		*why = "forced by KVRT_BACKEND=embedded";
+	} else {
+		return -EINVAL;
+	}
+	return 0;
+}
+
+int kvrt_open(struct kvrt **out, const struct kvrt_open_opts *opts)
+{
+	static const struct kvrt_open_opts defaults;
+	const struct kvrt_open_opts *o = opts ? opts : &defaults;
+	enum kvrt_backend want;
+	const char *why, *device;
+	struct kvrt *k;
+	long page;
+	int ret;
+
+	if (!out)
+		return -EINVAL;
+	*out = NULL;
+	if ((o->flags & ~KVRT_OPEN_FLAGS) || o->reserved0 ||
+	    !all_zero(o->reserved, sizeof(o->reserved)))
+		return -EINVAL;
+	if (o->log_level < 0)
+		return -EINVAL;
+	ret = choose_backend(o, &want, &why);
+	if (ret)
+		return ret;
+	device = o->device;
+	if (!device) {
+		device = getenv("KVRT_DEVICE");
+		if (!device || !*device)
+			device = KVRT_DEFAULT_DEVICE;
+	}
+	if (strlen(device) >= sizeof(k->device))
+		return -ENAMETOOLONG;
+
+	k = calloc(1, sizeof(*k));
+	if (!k)
+		return -ENOMEM;
+	k->ctl_fd = -1;
+	k->flags = o->flags;
+	k->pool_cap = o->pool_bytes;
+	k->log = o->log;
+	k->log_arg = o->log_arg;
+	k->log_level = o->log_level ? o->log_level : KVRT_LOG_INFO;
+	page = sysconf(_SC_PAGESIZE);
+	k->page_size = page > 0 ? (uint32_t)page : 4096;
+	k->next_space_id = 1;
+	snprintf(k->device, sizeof(k->device), "%s", device);
+	pthread_mutex_init(&k->lock, NULL);
+	pthread_mutex_init(&k->qlock, NULL);
+	pthread_cond_init(&k->qcond, NULL);
+
+	if (want != KVRT_BACKEND_EMBEDDED) {
+		ret = kmod_probe(k, device);
+		if (!ret) {
+			k->backend = KVRT_BACKEND_KMOD;
+			if (why) {
+				size_t n = strlen(k->info);
+
+				snprintf(k->info + n, sizeof(k->info) - n, ", %s", why);
+			}
+			goto out_opened;
+		}
+		if (want == KVRT_BACKEND_KMOD) {
+			kvrt_log(k, KVRT_LOG_ERR, "kvrt_open: kmod backend %s but %s", why,
+				 k->info);
+			goto out_free;
+		}
+		/* k->info holds why kmod is not usable: "DEVICE: reason". */
+	} else {
+		snprintf(k->info, sizeof(k->info), "%s", why);
+	}
+	{
+		char reason[sizeof(k->info)];
+
+		memcpy(reason, k->info, sizeof(reason));
+		snprintf(k->info, sizeof(k->info), "embedded: %.300s", reason);
+	}
+	ret = emb_init(k);
+	if (ret)
+		goto out_free;
+	k->backend = KVRT_BACKEND_EMBEDDED;
+
+out_opened:
+	kvrt_log(k, KVRT_LOG_INFO, "libkvrt %s: %s", kvrt_version(), k->info);
+	*out = k;
+	return 0;
+
+out_free:
+	pthread_cond_destroy(&k->qcond);
+	pthread_mutex_destroy(&k->qlock);
+	pthread_mutex_destroy(&k->lock);
+	free(k);
+	return ret;
+}
+
+void kvrt_close(struct kvrt *k)
+{
+	if (!k)
+		return;
+	kvrt_copy_shutdown(k);
+	while (k->spaces)
+		kvrt_space_close(k->spaces);
+	if (k->backend == KVRT_BACKEND_KMOD)
+		kmod_close(k);
+	pthread_cond_destroy(&k->qcond);
+	pthread_mutex_destroy(&k->qlock);
+	pthread_mutex_destroy(&k->lock);
+	free(k);
+}
+
+enum kvrt_backend kvrt_backend(const struct kvrt *k)
+{
+	return k ? k->backend : KVRT_BACKEND_AUTO;
+}
+
+const char *kvrt_backend_info(const struct kvrt *k)
+{
+	return k ? k->info : "no handle";
+}
+
+int kvrt_pool_info(struct kvrt *k, struct kvrt_pool_info *info)
+{
+	if (!k || !info)
+		return -EINVAL;
+	memset(info, 0, sizeof(*info));
+	info->backend = k->backend;
+	if (k->backend == KVRT_BACKEND_KMOD)
+		return kmod_pool_info(k, info);
+	return emb_pool_info(k, info);
+}
+
+/* ---- spaces --------------------------------------------------------------- */
+
+int kvrt_space_open(struct kvrt *k, const struct kvrt_space_opts *o, struct kvrt_space **out)
+{
+	struct kvrt_space *s;
+	int ret;
+
+	if (!out)
+		return -EINVAL;
+	*out = NULL;
+	if (!k || !o)
+		return -EINVAL;
+	/* The uAPI's order of checks: flags and reserved fields, then the name. */
+	if ((o->flags & ~(KVRT_SPACE_CREATE | KVRT_SPACE_EXCL)) ||
+	    ((o->flags & KVRT_SPACE_EXCL) && !(o->flags & KVRT_SPACE_CREATE)) ||
+	    o->reserved0 || !all_zero(o->reserved, sizeof(o->reserved)))
+		return -EINVAL;
+	if (!kvrt_name_valid(o->name))
+		return -EINVAL;
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	s->k = k;
+	s->fd = -1;
+	if (k->backend == KVRT_BACKEND_KMOD)
+		ret = kmod_space_open(k, o, s);
+	else
+		ret = emb_space_open(k, o, s);
+	if (ret) {
+		free(s);
+		return ret;
+	}
+	pthread_mutex_lock(&k->lock);
+	s->next = k->spaces;
+	if (k->spaces)
+		k->spaces->prev = s;
+	k->spaces = s;
+	pthread_mutex_unlock(&k->lock);
+	kvrt_log(k, KVRT_LOG_DEBUG, "space \"%s\": %s, block_bytes %llu, %llu blocks", o->name,
+		 s->created ? "created" : "joined", (unsigned long long)s->block_bytes,
+		 (unsigned long long)s->nr_blocks);
+	*out = s;
+	return 0;
+}
+
+void kvrt_space_close(struct kvrt_space *s)
+{
+	struct kvrt *k;
+
+	if (!s)
+		return;
+	k = s->k;
+	pthread_mutex_lock(&k->lock);
+	if (s->prev)
+		s->prev->next = s->next;
+	else
+		k->spaces = s->next;
+	if (s->next)
+		s->next->prev = s->prev;
+	pthread_mutex_unlock(&k->lock);
+	if (k->backend == KVRT_BACKEND_KMOD)
+		kmod_space_close(s);
+	else
+		emb_space_close(s);
+	free(s);
+}
+
+int kvrt_space_info(struct kvrt_space *s, struct kvrt_space_info *info)
+{
+	if (!s || !info)
+		return -EINVAL;
+	memset(info, 0, sizeof(*info));
+	if (s->k->backend == KVRT_BACKEND_KMOD)
+		return kmod_space_info(s, info);
+	return emb_space_info(s, info);
+}
+
+/* The checks the kvpool ioctl dispatcher makes before it looks at a space. */
+static int batch_args(const struct kvrt_space *s, uint32_t count, const void *ids)
+{
+	if (!s)
+		return -EINVAL;
+	if (!count)
+		return -EINVAL;
+	if (count > KVRT_MAX_BATCH)
+		return -E2BIG;
+	if (!ids)
+		return -EFAULT;
+	return 0;
+}
+
+int kvrt_alloc_blocks(struct kvrt_space *s, uint32_t count, uint32_t *ids)
+{
+	int ret = batch_args(s, count, ids);
+
+	if (ret)
+		return ret;
+	if (s->k->backend == KVRT_BACKEND_KMOD)
+		return kmod_alloc(s, count, ids);
+	return emb_alloc(s, count, ids);
+}
+
+int kvrt_free_blocks(struct kvrt_space *s, uint32_t count, const uint32_t *ids)
+{
+	int ret = batch_args(s, count, ids);
+
+	if (ret)
+		return ret;
+	if (s->k->backend == KVRT_BACKEND_KMOD)
+		return kmod_free(s, count, ids);
+	return emb_free(s, count, ids);
+}
+
+void *kvrt_space_base(const struct kvrt_space *s)
+{
+	return s ? s->base : NULL;
+}
+
+void *kvrt_block_addr(const struct kvrt_space *s, uint32_t id)
+{
+	if (!s || id >= s->nr_blocks)
+		return NULL;
+	return (char *)s->base + (uint64_t)id * s->block_bytes;
+}
+
+int kvrt_space_mem_info(struct kvrt_space *s, struct kvrt_mem_info *m)
+{
+	if (!s || !m)
+		return -EINVAL;
+	memset(m, 0, sizeof(*m));
+	m->chunk_bytes = (uint32_t)KVRT_CHUNK_BYTES;
+	if (s->k->backend == KVRT_BACKEND_KMOD)
+		return kmod_mem_info(s, m);
+	return emb_mem_info(s, m);
+}

@@ -1,0 +1,1143 @@
+// SPDX-License-Identifier: MIT
+/*
+ * test_attn: kvrt_attn_decode() and kvrt_attn_prefill(), both
+ * implementations (and every fast kernel this CPU has: the best one, and
+ * KVRT_CPU_ISA = avx512, avx2, generic), against a float64 attention written here from
+ * scratch: K and V of each sequence are gathered from the paged cache into
+ * dense arrays (decoded by this file's own dtype decoders), then attention
+ * is computed in double.
+ *
+ * Random shapes: block sizes 1, 2, 16, 64, 128, 256; ragged sequence
+ * lengths including 1 and exact block multiples; GQA ratios 1, 4, 8; head
+ * dims 64, 128, 80 and 36 (vector tails); K/V in f32, f16, bf16, fp8 e4m3
+ * with per-(layer, kv, block, head) scales; q and out in f32, f16, bf16;
+ * sliding window; soft-cap; block-major, layer-major and a padded
+ * head-major layout; layer 1 of 2 (layer 0 is NaN, as is every slot past a
+ * sequence's length and, for decode, before its window).  Prefill runs
+ * whole prompts in several chunks, each attending to the earlier ones.
+ *
+ * Tolerances, as a maximum over a row's dims of |out - ref| divided by the
+ * largest |v| the row attends to (the scale of a convex combination of V):
+ *
+ *   out f32    1e-5   (f32 arithmetic: dot products, exp, sums)
+ *   out f16    1e-5 + 2^-11   (plus half an ulp of the rounded output)
+ *   out bf16   1e-5 + 2^-8
+ *
+ * K, V and q are compared as stored: the reference uses the same rounded
+ * (f16, bf16) or dequantised (fp8 x scale) values, so input rounding is
+ * not in the error.  A perturbation test checks that the comparison fails
+ * when the output is off by a few tolerances.
+ *
+ * Also: the fast path is bitwise identical for 1, 2 and 3 threads; every
+ * -EINVAL of the validation, each leaving the output untouched.
+ *
+ * Prints TAP (one line per group of checks, one per error case) and
+ * "# test_attn: N passed, N failed"; exits 1 on any failure.  KVRT_TEST_SEED
+ * overrides the seed, KVRT_TEST_CASES the number of random cases.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvrt.h"
+
+/*
+ * TAP: checks are gathered into groups, one "ok N - group" line each
+ * (the error-path checks are one line each); a failed check prints a
+ * "# FAIL" diagnostic with the case's shape at once.
+ */
+static int tap_n, tap_pass, tap_fail;
+static int grp_pass, grp_fail;
+static double worst[5][3];	/* [impl][out dtype]: largest error seen */
+static uint64_t rng_state;
+
+#define CHECK(cond, ...)                                                    \
+	do {                                                                \
+		if (cond) {                                                 \
+			grp_pass++;                                         \
+		} else {                                                    \
+			grp_fail++;                                         \
+			printf("# FAIL %s:%d: ", __FILE__, __LINE__);       \
+			printf(__VA_ARGS__);                                \
+			printf("\n");                                       \
+		}                                                           \
+	} while (0)
+
+/* Ends a group of checks: one TAP line. */
+__attribute__((format(printf, 1, 2)))
+static void group_end(const char *fmt, ...)
+{
+	bool ok = !grp_fail;
+	va_list ap;
+
+	tap_n++;
+	if (ok)
+		tap_pass++;
+	else
+		tap_fail++;
+	printf("%sok %d - ", ok ? "" : "not ", tap_n);
+	va_start(ap, fmt);
+	vprintf(fmt, ap);
+	va_end(ap);
+	if (grp_pass + grp_fail > 1)
+		printf(" (%d checks, %d failed)", grp_pass + grp_fail, grp_fail);
+	printf("\n");
+	fflush(stdout);
+	grp_pass = grp_fail = 0;
+}
+
+/* ---- random numbers (splitmix64) ------------------------------------------ */
+
+static uint64_t rnd(void)
+{
+	uint64_t z = (rng_state += 0x9e3779b97f4a7c15ULL);
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+	return z ^ (z >> 31);
+}
+
+static uint32_t rnd_below(uint32_t n)
+{
+	return (uint32_t)(rnd() % n);
+}
+
+static double rnd_unit(void)	/* [-1, 1) */
+{
+	return (double)(rnd() >> 11) * 0x1p-52 - 1.0;
+}
+
+/* ---- this test's own element codecs ------------------------------------------
+ *
+ * Decoders are exact.  Encoders truncate (round toward zero), which is all
+ * the test needs to make data; the library's rounding is not used here.
+ */
+static size_t esize(enum kvrt_dtype t)
+{
+	return t == KVRT_DTYPE_F32 ? 4 : t == KVRT_DTYPE_FP8_E4M3 ? 1 : 2;
+}
+
+static double dec(enum kvrt_dtype t, const void *base, size_t i)
+{
+	const uint8_t *p = base;
+	uint32_t u32;
+	uint16_t u16;
+	float f;
+
+	switch (t) {
+	case KVRT_DTYPE_F32:
+		memcpy(&f, p + 4 * i, 4);
+		return f;
+	case KVRT_DTYPE_BF16:
+		memcpy(&u16, p + 2 * i, 2);
+		u32 = (uint32_t)u16 << 16;
+		memcpy(&f, &u32, 4);
+		return f;
+	case KVRT_DTYPE_F16: {
+		int e, m;
+
+		memcpy(&u16, p + 2 * i, 2);
+		e = (u16 >> 10) & 31;
+		m = u16 & 1023;
+		double v = e == 0 ? ldexp(m, -24) : e == 31 ? (m ? NAN : INFINITY)
+				  : ldexp(1024 + m, e - 25);
+		return (u16 & 0x8000) ? -v : v;
+	}
+	case KVRT_DTYPE_FP8_E4M3: {
+		uint8_t b = p[i];
+		int e = (b >> 3) & 15, m = b & 7;
+		double v = (e == 15 && m == 7) ? NAN : e == 0 ? ldexp(m, -9) : ldexp(8 + m, e - 10);
+
+		return (b & 0x80) ? -v : v;
+	}
+	}
+	return NAN;
+}
+
+static void enc(enum kvrt_dtype t, void *base, size_t i, double x)
+{
+	uint8_t *p = base;
+	float f = (float)x;
+	uint32_t u;
+	uint16_t h;
+
+	memcpy(&u, &f, 4);
+	switch (t) {
+	case KVRT_DTYPE_F32:
+		memcpy(p + 4 * i, &f, 4);
+		break;
+	case KVRT_DTYPE_BF16:
+		h = u >> 16;
+		memcpy(p + 2 * i, &h, 2);
+		break;
+	case KVRT_DTYPE_F16: {
+		double a = fabs(x);
+		int e;
+
+		if (a < 0x1p-14) {
+			h = (uint16_t)(a * 0x1p24);
+		} else {
+			frexp(a, &e);	/* a = f * 2^e, f in [0.5, 1) */
+			h = (uint16_t)(((e - 1 + 15) << 10) | ((uint32_t)(ldexp(a, 11 - e)) & 1023));
+		}
+		h |= (u >> 16) & 0x8000;
+		memcpy(p + 2 * i, &h, 2);
+		break;
+	}
+	case KVRT_DTYPE_FP8_E4M3: {
+		double a = fabs(x);
+		uint8_t b;
+		int e;
+
+		if (a < 0x1p-6) {
+			b = (uint8_t)(a * 0x1p9);
+		} else {
+			if (a > 448)
+				a = 448;
+			frexp(a, &e);
+			b = (uint8_t)(((e - 1 + 7) << 3) | ((uint32_t)ldexp(a, 4 - e) & 7));
+		}
+		p[i] = b | (x < 0 ? 0x80 : 0);
+		break;
+	}
+	}
+}
+
+/* A NaN of dtype t at element i. */
+static void poison(enum kvrt_dtype t, void *base, size_t i)
+{
+	uint8_t *p = base;
+	uint32_t f32 = 0x7fc00000;
+	uint16_t f16 = 0x7e00, bf16 = 0x7fc0;
+
+	switch (t) {
+	case KVRT_DTYPE_F32:
+		memcpy(p + 4 * i, &f32, 4);
+		break;
+	case KVRT_DTYPE_F16:
+		memcpy(p + 2 * i, &f16, 2);
+		break;
+	case KVRT_DTYPE_BF16:
+		memcpy(p + 2 * i, &bf16, 2);
+		break;
+	case KVRT_DTYPE_FP8_E4M3:
+		p[i] = 0x7f;
+		break;
+	}
+}
+
+static const char *dtname(enum kvrt_dtype t)
+{
+	static const char *n[] = { "f32", "f16", "bf16", "fp8" };
+
+	return (unsigned)t < 4 ? n[t] : "?";
+}
+
+/* ---- layouts, filled here from the formulas in kvrt.h -------------------- */
+
+enum { LAYOUT_BLOCK_MAJOR, LAYOUT_LAYER_MAJOR, LAYOUT_PADDED, NR_LAYOUTS };
+static const char *layout_name[] = { "block-major", "layer-major", "padded" };
+
+static void fill_layout(struct kvrt_layout *lo, int kind, uint32_t layers, uint32_t heads,
+			uint32_t hd, uint32_t bt, uint32_t nblocks, enum kvrt_dtype dt)
+{
+	int64_t es = (int64_t)esize(dt), row = hd * es;
+
+	*lo = (struct kvrt_layout){ .num_layers = layers, .num_kv_heads = heads, .head_dim = hd,
+				    .block_tokens = bt, .num_blocks = nblocks, .kv_dtype = dt };
+	switch (kind) {
+	case LAYOUT_BLOCK_MAJOR:	/* [block][layer][kv][token][head][dim] */
+		lo->head_stride = row;
+		lo->token_stride = heads * row;
+		lo->kv_stride = bt * lo->token_stride;
+		lo->layer_stride = 2 * lo->kv_stride;
+		lo->block_stride = layers * lo->layer_stride;
+		lo->scale_kv_stride = heads;
+		lo->scale_layer_stride = 2 * heads;
+		lo->scale_block_stride = 2 * heads * layers;
+		break;
+	case LAYOUT_LAYER_MAJOR:	/* [layer][kv][block][token][head][dim] */
+		lo->head_stride = row;
+		lo->token_stride = heads * row;
+		lo->block_stride = bt * lo->token_stride;
+		lo->kv_stride = nblocks * lo->block_stride;
+		lo->layer_stride = 2 * lo->kv_stride;
+		lo->scale_block_stride = heads;
+		lo->scale_kv_stride = (int64_t)nblocks * heads;
+		lo->scale_layer_stride = 2 * lo->scale_kv_stride;
+		break;
+	default:	/* [block][layer][kv][head][token][dim], gaps everywhere */
+		lo->token_stride = row + 24;
+		lo->head_stride = bt * lo->token_stride + 8;
+		lo->kv_stride = heads * lo->head_stride + 40;
+		lo->layer_stride = 2 * lo->kv_stride + 16;
+		lo->block_stride = layers * lo->layer_stride + 128;
+		lo->scale_block_stride = heads + 3;
+		lo->scale_kv_stride = (int64_t)nblocks * (heads + 3) + 1;
+		lo->scale_layer_stride = 2 * lo->scale_kv_stride + 5;
+		break;
+	}
+}
+
+static size_t layout_bytes(const struct kvrt_layout *lo)
+{
+	return (size_t)((lo->num_layers - 1) * lo->layer_stride + lo->kv_stride +
+			(lo->num_blocks - 1) * lo->block_stride +
+			(lo->block_tokens - 1) * lo->token_stride +
+			(lo->num_kv_heads - 1) * lo->head_stride) +
+	       lo->head_dim * esize(lo->kv_dtype);
+}
+
+static size_t scales_count(const struct kvrt_layout *lo)
+{
+	return (size_t)((lo->num_layers - 1) * lo->scale_layer_stride + lo->scale_kv_stride +
+			(lo->num_blocks - 1) * lo->scale_block_stride) +
+	       lo->num_kv_heads;
+}
+
+static size_t elem_off(const struct kvrt_layout *lo, uint32_t l, int kv, int64_t b, int64_t t,
+		       uint32_t h)	/* bytes */
+{
+	return (size_t)(l * lo->layer_stride + kv * lo->kv_stride + b * lo->block_stride +
+			t * lo->token_stride + h * lo->head_stride);
+}
+
+static size_t scale_idx(const struct kvrt_layout *lo, uint32_t l, int kv, int64_t b, uint32_t h)
+{
+	return (size_t)(l * lo->scale_layer_stride + kv * lo->scale_kv_stride +
+			b * lo->scale_block_stride + h);
+}
+
+/* ---- a test case ------------------------------------------------------------- */
+
+struct tcase {
+	uint32_t bt, nkv, group, hd, nseq;
+	enum kvrt_dtype kv_dt, q_dt, o_dt;
+	int layout;
+	int32_t window;
+	float softcap;
+	double qamp;		/* query magnitude: larger = peakier softmax */
+	uint32_t lens[8];	/* final sequence lengths */
+	uint32_t extra[8];	/* unused blocks at the end of a sequence's list */
+};
+
+struct world {
+	struct tcase tc;
+	struct kvrt_layout lo;
+	uint8_t *cache;
+	float *scales;
+	int32_t *indptr, *indices;
+	uint32_t layer;
+};
+
+static void world_free(struct world *w)
+{
+	free(w->cache);
+	free(w->scales);
+	free(w->indptr);
+	free(w->indices);
+}
+
+/*
+ * Random blocks for every sequence, K/V data in every slot below its
+ * length, NaN in every other slot and in every other layer.
+ */
+static void world_make(struct world *w, const struct tcase *tc)
+{
+	uint32_t s, nblocks = 0, i, l = 1, h, d;
+	uint32_t *perm;
+	size_t bytes;
+
+	memset(w, 0, sizeof(*w));
+	w->tc = *tc;
+	w->layer = l;
+	for (s = 0; s < tc->nseq; s++)
+		nblocks += (tc->lens[s] + tc->bt - 1) / tc->bt + tc->extra[s];
+	nblocks += 3;	/* never used: more NaN */
+	fill_layout(&w->lo, tc->layout, 2, tc->nkv, tc->hd, tc->bt, nblocks, tc->kv_dt);
+	bytes = layout_bytes(&w->lo);
+	w->cache = malloc(bytes);
+	for (i = 0; i < bytes / esize(tc->kv_dt); i++)
+		poison(tc->kv_dt, w->cache, i);
+	if (tc->kv_dt == KVRT_DTYPE_FP8_E4M3) {
+		size_t n = scales_count(&w->lo);
+
+		w->scales = malloc(sizeof(float) * n);
+		for (i = 0; i < n; i++)
+			w->scales[i] = NAN;
+	}
+
+	perm = malloc(sizeof(*perm) * nblocks);
+	for (i = 0; i < nblocks; i++)
+		perm[i] = i;
+	for (i = nblocks - 1; i > 0; i--) {
+		uint32_t j = rnd_below(i + 1), t = perm[i];
+
+		perm[i] = perm[j];
+		perm[j] = t;
+	}
+	w->indptr = malloc(sizeof(int32_t) * (tc->nseq + 1));
+	w->indices = malloc(sizeof(int32_t) * nblocks);
+	w->indptr[0] = 0;
+	for (s = 0, i = 0; s < tc->nseq; s++) {
+		uint32_t nb = (tc->lens[s] + tc->bt - 1) / tc->bt + tc->extra[s], b;
+
+		for (b = 0; b < nb; b++)
+			w->indices[w->indptr[s] + b] = (int32_t)perm[i++];
+		w->indptr[s + 1] = w->indptr[s] + (int32_t)nb;
+	}
+	free(perm);
+
+	for (s = 0; s < tc->nseq; s++) {
+		uint32_t p;
+
+		for (p = 0; p < tc->lens[s]; p++) {
+			int64_t blk = w->indices[w->indptr[s] + p / tc->bt];
+			int kv;
+
+			for (kv = 0; kv < 2; kv++) {
+				for (h = 0; h < tc->nkv; h++) {
+					uint8_t *row = w->cache + elem_off(&w->lo, l, kv, blk,
+									   p % tc->bt, h);
+					double sc = 1.0;
+
+					if (w->scales) {
+						float *scp = &w->scales[scale_idx(&w->lo, l, kv, blk, h)];
+
+						if (isnan(*scp))	/* 2^-6 .. 2^-3 */
+							*scp = (float)ldexp(1.0 + rnd_below(64) / 64.0,
+									    -6 + (int)rnd_below(3));
+						sc = *scp;
+					}
+					for (d = 0; d < tc->hd; d++)
+						enc(tc->kv_dt, row, d, 2.0 * rnd_unit() / sc);
+				}
+			}
+		}
+	}
+}
+
+/* Dequantised K or V element, read from the cache as the test lays it out. */
+static double kv_at(const struct world *w, uint32_t s, int kv, int64_t p, uint32_t h, uint32_t d)
+{
+	int64_t blk = w->indices[w->indptr[s] + p / w->tc.bt];
+	double v = dec(w->tc.kv_dt, w->cache + elem_off(&w->lo, w->layer, kv, blk, p % w->tc.bt, h),
+		       d);
+
+	if (w->scales)
+		v *= w->scales[scale_idx(&w->lo, w->layer, kv, blk, h)];
+	return v;
+}
+
+/* NaN into K and V of positions [p0, p1) of sequence s (all heads). */
+static void poison_range(struct world *w, uint32_t s, int64_t p0, int64_t p1)
+{
+	int64_t p;
+	uint32_t h, d;
+	int kv;
+
+	for (p = p0; p < p1; p++) {
+		int64_t blk = w->indices[w->indptr[s] + p / w->tc.bt];
+
+		for (kv = 0; kv < 2; kv++)
+			for (h = 0; h < w->tc.nkv; h++)
+				for (d = 0; d < w->tc.hd; d++)
+					poison(w->tc.kv_dt, w->cache + elem_off(&w->lo, w->layer, kv,
+										blk, p % w->tc.bt, h), d);
+	}
+}
+
+/* ---- the float64 attention -------------------------------------------------- */
+
+struct dense {
+	uint32_t len, nkv, hd;
+	double *k, *v;		/* [len][nkv][hd] */
+};
+
+static void dense_gather(struct dense *dn, const struct world *w, uint32_t s, uint32_t len)
+{
+	uint32_t p, h, d;
+
+	dn->len = len;
+	dn->nkv = w->tc.nkv;
+	dn->hd = w->tc.hd;
+	dn->k = malloc(sizeof(double) * len * dn->nkv * dn->hd);
+	dn->v = malloc(sizeof(double) * len * dn->nkv * dn->hd);
+	for (p = 0; p < len; p++)
+		for (h = 0; h < dn->nkv; h++)
+			for (d = 0; d < dn->hd; d++) {
+				size_t i = ((size_t)p * dn->nkv + h) * dn->hd + d;
+
+				dn->k[i] = kv_at(w, s, 0, p, h, d);
+				dn->v[i] = kv_at(w, s, 1, p, h, d);
+			}
+}
+
+static void dense_free(struct dense *dn)
+{
+	free(dn->k);
+	free(dn->v);
+}
+
+/*
+ * out[hd] = attention of query q[hd] (head h) at position pos over dn;
+ * *vscale = the largest |v| among the keys it attends to.
+ */
+static void dense_attend(const struct dense *dn, const struct tcase *tc, float sm_scale,
+			 const double *q, uint32_t h, int64_t pos, double *out, double *vscale)
+{
+	uint32_t kvh = h / tc->group, d;
+	int64_t lo = tc->window >= 0 && pos - tc->window > 0 ? pos - tc->window : 0, p;
+	double *x = malloc(sizeof(double) * (size_t)(pos - lo + 1)), mx = -INFINITY, sum = 0;
+
+	for (p = lo; p <= pos; p++) {
+		const double *k = dn->k + ((size_t)p * dn->nkv + kvh) * dn->hd;
+		double dot = 0;
+
+		for (d = 0; d < dn->hd; d++)
+			dot += q[d] * k[d];
+		dot *= sm_scale;
+		if (tc->softcap > 0)
+			dot = tc->softcap * tanh(dot / tc->softcap);
+		x[p - lo] = dot;
+		if (dot > mx)
+			mx = dot;
+	}
+	for (d = 0; d < dn->hd; d++)
+		out[d] = 0;
+	*vscale = 0;
+	for (p = lo; p <= pos; p++) {
+		const double *v = dn->v + ((size_t)p * dn->nkv + kvh) * dn->hd;
+		double e = exp(x[p - lo] - mx);
+
+		sum += e;
+		for (d = 0; d < dn->hd; d++) {
+			out[d] += e * v[d];
+			if (fabs(v[d]) > *vscale)
+				*vscale = fabs(v[d]);
+		}
+	}
+	for (d = 0; d < dn->hd; d++)
+		out[d] /= sum;
+	free(x);
+}
+
+static double tolerance(enum kvrt_dtype o)
+{
+	return 1e-5 + (o == KVRT_DTYPE_F16 ? 0x1p-11 : o == KVRT_DTYPE_BF16 ? 0x1p-8 : 0);
+}
+
+/* Largest scaled error of out rows [row0, row0 + nrows) against expected. */
+struct expect {
+	double *ref;		/* [rows][hd] */
+	double *vscale;		/* [rows] */
+};
+
+static double max_err(const struct tcase *tc, const void *out, const struct expect *ex,
+		      size_t nrows, size_t *where)
+{
+	double worst = 0;
+	size_t r, d;
+
+	for (r = 0; r < nrows; r++)
+		for (d = 0; d < tc->hd; d++) {
+			double o = dec(tc->o_dt, out, r * tc->hd + d);
+			double e = fabs(o - ex->ref[r * tc->hd + d]) / ex->vscale[r];
+
+			if (!(e <= worst)) {	/* NaN wins */
+				worst = e;
+				*where = r;
+				if (isnan(e))
+					return e;
+			}
+		}
+	return worst;
+}
+
+/* ---- implementations under test ------------------------------------------ */
+
+struct impl {
+	const char *name;
+	enum kvrt_attn_impl impl;
+	const char *isa;	/* KVRT_CPU_ISA, NULL to unset */
+	uint32_t threads;
+};
+
+static const struct impl impls[] = {
+	{ "reference", KVRT_ATTN_REFERENCE, NULL, 1 },
+	{ "fast/best", KVRT_ATTN_FAST, NULL, 0 },	/* avx512bf16 where the CPU has it */
+	{ "fast/avx512", KVRT_ATTN_FAST, "avx512", 1 },
+	{ "fast/avx2", KVRT_ATTN_FAST, "avx2", 2 },
+	{ "fast/generic", KVRT_ATTN_FAST, "generic", 3 },
+};
+#define NR_IMPLS (sizeof(impls) / sizeof(impls[0]))
+
+static void set_isa(const char *isa)
+{
+	if (isa)
+		setenv("KVRT_CPU_ISA", isa, 1);
+	else
+		unsetenv("KVRT_CPU_ISA");
+}
+
+static void describe(char *buf, size_t n, const struct tcase *tc, const char *what)
+{
+	int o = snprintf(buf, n,
+			 "%s bt=%u nkv=%u group=%u hd=%u kv=%s q=%s o=%s %s window=%d cap=%g qamp=%g lens=",
+			 what, tc->bt, tc->nkv, tc->group, tc->hd, dtname(tc->kv_dt), dtname(tc->q_dt),
+			 dtname(tc->o_dt), layout_name[tc->layout], tc->window, tc->softcap,
+			 tc->qamp);
+	uint32_t s;
+
+	for (s = 0; s < tc->nseq && o < (int)n; s++)
+		o += snprintf(buf + o, n - o, "%u%s", tc->lens[s], s + 1 < tc->nseq ? "," : "");
+}
+
+/* ---- decode ------------------------------------------------------------------- */
+
+static void run_decode(const struct tcase *tc)
+{
+	uint32_t nq = tc->nkv * tc->group, s, h, d, i;
+	size_t nrows = (size_t)tc->nseq * nq;
+	float sm = 1.0f / sqrtf((float)tc->hd);
+	struct world w;
+	struct expect ex;
+	void *q, *out;
+	int32_t seq_lens[8];
+	char desc[512];
+
+	world_make(&w, tc);
+	for (s = 0; s < tc->nseq; s++) {
+		seq_lens[s] = (int32_t)tc->lens[s];
+		if (tc->window >= 0 && (int64_t)tc->lens[s] - 1 - tc->window > 0)
+			poison_range(&w, s, 0, tc->lens[s] - 1 - tc->window);
+	}
+	q = malloc(nrows * tc->hd * esize(tc->q_dt));
+	out = malloc(nrows * tc->hd * esize(tc->o_dt));
+	for (i = 0; i < nrows * tc->hd; i++)
+		enc(tc->q_dt, q, i, tc->qamp * rnd_unit());
+
+	ex.ref = malloc(sizeof(double) * nrows * tc->hd);
+	ex.vscale = malloc(sizeof(double) * nrows);
+	for (s = 0; s < tc->nseq; s++) {
+		struct dense dn;
+		double *qd = malloc(sizeof(double) * tc->hd);
+
+		/* gather only what the query may see: poisoned slots stay out */
+		dense_gather(&dn, &w, s, tc->lens[s]);
+		for (h = 0; h < nq; h++) {
+			size_t r = (size_t)s * nq + h;
+
+			for (d = 0; d < tc->hd; d++)
+				qd[d] = dec(tc->q_dt, q, r * tc->hd + d);
+			dense_attend(&dn, tc, sm, qd, h, tc->lens[s] - 1, ex.ref + r * tc->hd,
+				     &ex.vscale[r]);
+		}
+		free(qd);
+		dense_free(&dn);
+	}
+
+	for (i = 0; i < NR_IMPLS; i++) {
+		struct kvrt_kv_cache kv = { &w.lo, w.cache, w.scales, w.layer };
+		struct kvrt_block_table bt = { tc->nseq, w.indptr, w.indices, seq_lens };
+		struct kvrt_attn_params p = {
+			.num_q_heads = nq, .sm_scale = sm, .window_left = tc->window,
+			.logit_softcap = tc->softcap, .q_dtype = tc->q_dt, .o_dtype = tc->o_dt,
+			.impl = impls[i].impl, .num_threads = impls[i].threads,
+		};
+		size_t where = 0;
+		double err;
+		int ret;
+
+		set_isa(impls[i].isa);
+		memset(out, 0xff, nrows * tc->hd * esize(tc->o_dt));
+		ret = kvrt_attn_decode(&p, q, &kv, &bt, out);
+		set_isa(NULL);
+		err = ret ? NAN : max_err(tc, out, &ex, nrows, &where);
+		if (err > worst[i][tc->o_dt])
+			worst[i][tc->o_dt] = err;
+		describe(desc, sizeof(desc), tc, impls[i].name);
+		CHECK(!ret && err <= tolerance(tc->o_dt),
+		      "decode %s: ret %d, err %.3g (tol %.3g) at seq %zu head %zu", desc, ret, err,
+		      tolerance(tc->o_dt), where / nq, where % nq);
+	}
+
+	free(ex.ref);
+	free(ex.vscale);
+	free(q);
+	free(out);
+	world_free(&w);
+}
+
+/* ---- prefill in chunks ------------------------------------------------------- */
+
+/*
+ * Every sequence's prompt goes through in rounds; in round c, sequence s
+ * runs its chunk c (possibly empty) with seq_lens = the tokens so far, and
+ * the chunk's rows are checked against attention over the dense prefix.
+ */
+static void run_prefill(const struct tcase *tc, uint32_t rounds)
+{
+	uint32_t nq = tc->nkv * tc->group, s, h, d, i, c, j;
+	float sm = 1.0f / sqrtf((float)tc->hd);
+	uint32_t cut[8][9];	/* sequence s, chunk c: tokens [cut[c], cut[c + 1]) */
+	struct dense dn[8];
+	struct world w;
+	char desc[512];
+
+	world_make(&w, tc);
+	for (s = 0; s < tc->nseq; s++) {
+		cut[s][0] = 0;
+		cut[s][rounds] = tc->lens[s];
+		for (c = 1; c < rounds; c++) {	/* sorted random cuts */
+			uint32_t x = rnd_below(tc->lens[s] + 1);
+
+			for (j = c; j > 1 && cut[s][j - 1] > x; j--)
+				cut[s][j] = cut[s][j - 1];
+			cut[s][j] = x;
+		}
+		dense_gather(&dn[s], &w, s, tc->lens[s]);
+	}
+
+	for (c = 0; c < rounds; c++) {
+		int32_t seq_lens[8], q_indptr[9];
+		struct expect ex;
+		size_t nrows;
+		void *q, *out;
+
+		q_indptr[0] = 0;
+		for (s = 0; s < tc->nseq; s++) {
+			uint32_t len = cut[s][c + 1];
+
+			/* an empty chunk still needs seq_lens >= 1 */
+			seq_lens[s] = len ? (int32_t)len : 1;
+			q_indptr[s + 1] = q_indptr[s] + (int32_t)(cut[s][c + 1] - cut[s][c]);
+		}
+		nrows = (size_t)q_indptr[tc->nseq] * nq;
+		if (!nrows)
+			continue;
+		q = malloc(nrows * tc->hd * esize(tc->q_dt));
+		out = malloc(nrows * tc->hd * esize(tc->o_dt));
+		ex.ref = malloc(sizeof(double) * nrows * tc->hd);
+		ex.vscale = malloc(sizeof(double) * nrows);
+		for (i = 0; i < nrows * tc->hd; i++)
+			enc(tc->q_dt, q, i, tc->qamp * rnd_unit());
+		for (s = 0; s < tc->nseq; s++) {
+			double *qd = malloc(sizeof(double) * tc->hd);
+
+			for (j = (uint32_t)q_indptr[s]; j < (uint32_t)q_indptr[s + 1]; j++) {
+				int64_t pos = cut[s][c] + (j - q_indptr[s]);
+
+				for (h = 0; h < nq; h++) {
+					size_t r = (size_t)j * nq + h;
+
+					for (d = 0; d < tc->hd; d++)
+						qd[d] = dec(tc->q_dt, q, r * tc->hd + d);
+					dense_attend(&dn[s], tc, sm, qd, h, pos, ex.ref + r * tc->hd,
+						     &ex.vscale[r]);
+				}
+			}
+			free(qd);
+		}
+
+		for (i = 0; i < NR_IMPLS; i++) {
+			struct kvrt_kv_cache kv = { &w.lo, w.cache, w.scales, w.layer };
+			struct kvrt_block_table bt = { tc->nseq, w.indptr, w.indices, seq_lens };
+			struct kvrt_attn_params p = {
+				.num_q_heads = nq, .sm_scale = sm, .window_left = tc->window,
+				.logit_softcap = tc->softcap, .q_dtype = tc->q_dt,
+				.o_dtype = tc->o_dt, .impl = impls[i].impl,
+				.num_threads = impls[i].threads,
+			};
+			size_t where = 0;
+			double err;
+			int ret;
+
+			set_isa(impls[i].isa);
+			memset(out, 0xff, nrows * tc->hd * esize(tc->o_dt));
+			ret = kvrt_attn_prefill(&p, q, q_indptr, &kv, &bt, out);
+			set_isa(NULL);
+			err = ret ? NAN : max_err(tc, out, &ex, nrows, &where);
+			if (err > worst[i][tc->o_dt])
+				worst[i][tc->o_dt] = err;
+			describe(desc, sizeof(desc), tc, impls[i].name);
+			CHECK(!ret && err <= tolerance(tc->o_dt),
+			      "prefill round %u/%u %s: ret %d, err %.3g (tol %.3g) at row %zu", c,
+			      rounds, desc, ret, err, tolerance(tc->o_dt), where);
+		}
+		free(ex.ref);
+		free(ex.vscale);
+		free(q);
+		free(out);
+	}
+	for (s = 0; s < tc->nseq; s++)
+		dense_free(&dn[s]);
+	world_free(&w);
+}
+
+/* ---- random cases ------------------------------------------------------------ */
+
+static void random_case(struct tcase *tc, uint32_t max_len, uint32_t max_seqs)
+{
+	static const uint32_t bts[] = { 1, 2, 16, 16, 64, 128, 256 };
+	static const uint32_t groups[] = { 1, 4, 8 };
+	static const uint32_t hds[] = { 64, 128, 80, 36 };
+	uint32_t s;
+
+	memset(tc, 0, sizeof(*tc));
+	tc->bt = bts[rnd_below(7)];
+	tc->group = groups[rnd_below(3)];
+	tc->nkv = 1 + rnd_below(tc->group == 8 ? 2 : 3);
+	tc->hd = hds[rnd_below(4)];
+	tc->kv_dt = (enum kvrt_dtype)rnd_below(4);
+	tc->q_dt = (enum kvrt_dtype)rnd_below(3);
+	tc->o_dt = (enum kvrt_dtype)rnd_below(3);
+	tc->layout = (int)rnd_below(NR_LAYOUTS);
+	tc->window = rnd_below(3) ? -1 : (int32_t)rnd_below(max_len / 2 + 1);
+	tc->softcap = rnd_below(4) ? 0.0f : 5.0f + (float)rnd_below(30);
+	tc->qamp = rnd_below(2) ? 1.0 : 6.0;
+	tc->nseq = 1 + rnd_below(max_seqs);
+	for (s = 0; s < tc->nseq; s++) {
+		switch (rnd_below(5)) {
+		case 0:
+			tc->lens[s] = 1;
+			break;
+		case 1:	/* exactly a number of blocks */
+			tc->lens[s] = tc->bt * (1 + rnd_below((max_len + tc->bt - 1) / tc->bt));
+			break;
+		case 2:	/* one past a block boundary */
+			tc->lens[s] = tc->bt * rnd_below((max_len + tc->bt - 1) / tc->bt) + 1;
+			break;
+		default:
+			tc->lens[s] = 1 + rnd_below(max_len);
+		}
+		tc->extra[s] = rnd_below(4) ? 0 : 1;
+	}
+}
+
+/* ---- determinism across thread counts ---------------------------------------- */
+
+static void test_threads_identical(void)
+{
+	struct tcase tc = { .bt = 16, .nkv = 4, .group = 4, .hd = 128, .nseq = 8,
+			    .kv_dt = KVRT_DTYPE_BF16, .q_dt = KVRT_DTYPE_BF16,
+			    .o_dt = KVRT_DTYPE_F32, .layout = LAYOUT_LAYER_MAJOR, .window = -1,
+			    .qamp = 1.0 };
+	uint32_t nq = tc.nkv * tc.group, s, t;
+	size_t n;
+	float *o[3];
+	int32_t lens[8];
+	struct world w;
+	uint16_t *q;
+
+	for (s = 0; s < tc.nseq; s++)
+		lens[s] = (int32_t)(tc.lens[s] = 700 + 97 * s);
+	world_make(&w, &tc);
+	n = (size_t)tc.nseq * nq * tc.hd;
+	q = malloc(n * 2);
+	for (s = 0; s < n; s++)
+		enc(KVRT_DTYPE_BF16, q, s, rnd_unit());
+	for (t = 0; t < 3; t++) {
+		struct kvrt_kv_cache kv = { &w.lo, w.cache, NULL, w.layer };
+		struct kvrt_block_table bt = { tc.nseq, w.indptr, w.indices, lens };
+		struct kvrt_attn_params p = { .num_q_heads = nq, .sm_scale = 0.088f,
+					      .window_left = -1, .q_dtype = KVRT_DTYPE_BF16,
+					      .o_dtype = KVRT_DTYPE_F32, .impl = KVRT_ATTN_FAST,
+					      .num_threads = t + 1 };
+
+		o[t] = malloc(n * 4);
+		CHECK(kvrt_attn_decode(&p, q, &kv, &bt, o[t]) == 0, "decode, %u threads", t + 1);
+	}
+	CHECK(!memcmp(o[0], o[1], n * 4) && !memcmp(o[0], o[2], n * 4),
+	      "fast decode differs between 1, 2 and 3 threads");
+	for (t = 0; t < 3; t++)
+		free(o[t]);
+	free(q);
+	world_free(&w);
+}
+
+/* ---- the comparison can fail ----------------------------------------------------- */
+
+static void test_perturbation_detected(void)
+{
+	struct tcase tc = { .hd = 4, .o_dt = KVRT_DTYPE_F32 };
+	double ref[8] = { 0.5, -0.25, 0.125, 1.0, 0.3, 0.2, 0.1, 0.0 };
+	double vs[2] = { 1.0, 2.0 };
+	struct expect ex = { ref, vs };
+	float out[8];
+	size_t where = 0, i;
+
+	for (i = 0; i < 8; i++)
+		out[i] = (float)ref[i];
+	CHECK(max_err(&tc, out, &ex, 2, &where) <= tolerance(tc.o_dt), "exact output rejected");
+	out[6] += (float)(3 * tolerance(tc.o_dt) * vs[1]);
+	CHECK(max_err(&tc, out, &ex, 2, &where) > tolerance(tc.o_dt) && where == 1,
+	      "an output off by 3 tolerances was not detected");
+	out[6] = NAN;
+	CHECK(isnan(max_err(&tc, out, &ex, 2, &where)), "a NaN output was not detected");
+	tc.o_dt = KVRT_DTYPE_BF16;
+	{
+		uint16_t b[8];
+
+		for (i = 0; i < 8; i++)
+			enc(KVRT_DTYPE_BF16, b, i, ref[i]);
+		/* truncation costs < 1 ulp: 2^-7 relative, above the bf16 tolerance */
+		enc(KVRT_DTYPE_BF16, b, 0, 0.5 * (1 + 0x1p-7) + 0x1p-7);
+		CHECK(max_err(&tc, b, &ex, 2, &where) > tolerance(tc.o_dt) && where == 0,
+		      "a bf16 output off by one ulp was not detected");
+	}
+}
+
+/* ---- validation --------------------------------------------------------------- */
+
+static void test_errors(void)
+{
+	struct kvrt_layout lo, lo8;
+	int32_t indptr[3] = { 0, 2, 3 }, indices[3] = { 0, 1, 2 }, lens[2] = { 20, 16 };
+	int32_t q_indptr[3] = { 0, 4, 6 };
+	static float q[2 * 8 * 64], out[20 * 8 * 64], sentinel[20 * 8 * 64];
+	float scales[64];
+	uint8_t *cache;
+	struct kvrt_kv_cache kv, kv8;
+	struct kvrt_block_table bt = { 2, indptr, indices, lens }, b2;
+	struct kvrt_attn_params p = { .num_q_heads = 8, .sm_scale = 0.125f, .window_left = -1,
+				      .q_dtype = KVRT_DTYPE_F32, .o_dtype = KVRT_DTYPE_F32 },
+				p2;
+	static float qp[20 * 8 * 64];
+	int32_t bad[3];
+	int i;
+
+	fill_layout(&lo, LAYOUT_BLOCK_MAJOR, 2, 2, 64, 16, 4, KVRT_DTYPE_F32);
+	fill_layout(&lo8, LAYOUT_BLOCK_MAJOR, 2, 2, 64, 16, 4, KVRT_DTYPE_FP8_E4M3);
+	cache = calloc(1, layout_bytes(&lo));
+	for (i = 0; i < 64; i++)
+		scales[i] = 1.0f;
+	kv = (struct kvrt_kv_cache){ &lo, cache, NULL, 1 };
+	kv8 = (struct kvrt_kv_cache){ &lo8, cache, scales, 1 };
+	memset(sentinel, 0x5a, sizeof(sentinel));
+
+#define EXPECT_DECODE(want, P, Q, KV, BT, O, what)                                  \
+	do {                                                                        \
+		int r_;                                                             \
+		memcpy(out, sentinel, sizeof(out));                                 \
+		r_ = kvrt_attn_decode(P, Q, KV, BT, O);                             \
+		CHECK(r_ == (want) && (!(want) || !memcmp(out, sentinel, sizeof(out))), \
+		      "decode %s: got %d, want %d%s", what, r_, want,                \
+		      r_ == (want) ? " (output written)" : "");                     \
+		group_end("errors: decode, %s: %s", what, #want);                   \
+	} while (0)
+#define EXPECT_PREFILL(want, P, Q, QI, KV, BT, O, what)                             \
+	do {                                                                        \
+		int r_;                                                             \
+		memcpy(out, sentinel, sizeof(out));                                 \
+		r_ = kvrt_attn_prefill(P, Q, QI, KV, BT, O);                        \
+		CHECK(r_ == (want) && (!(want) || !memcmp(out, sentinel, sizeof(out))), \
+		      "prefill %s: got %d, want %d%s", what, r_, want,               \
+		      r_ == (want) ? " (output written)" : "");                     \
+		group_end("errors: prefill, %s: %s", what, #want);                  \
+	} while (0)
+
+	for (i = 0; i < 2; i++) {
+		p.impl = i ? KVRT_ATTN_REFERENCE : KVRT_ATTN_FAST;
+		EXPECT_DECODE(0, &p, q, &kv, &bt, out, "valid");
+		EXPECT_PREFILL(0, &p, qp, q_indptr, &kv, &bt, out, "valid");
+		EXPECT_DECODE(0, &p, q, &kv8, &bt, out, "valid fp8");
+	}
+	p.impl = KVRT_ATTN_FAST;
+
+	EXPECT_DECODE(-EINVAL, NULL, q, &kv, &bt, out, "NULL params");
+	EXPECT_DECODE(-EINVAL, &p, NULL, &kv, &bt, out, "NULL q");
+	EXPECT_DECODE(-EINVAL, &p, q, NULL, &bt, out, "NULL kv");
+	EXPECT_DECODE(-EINVAL, &p, q, &kv, NULL, out, "NULL table");
+	EXPECT_DECODE(-EINVAL, &p, q, &kv, &bt, NULL, "NULL out");
+	EXPECT_PREFILL(-EINVAL, &p, qp, NULL, &kv, &bt, out, "NULL q_indptr");
+	{
+		struct kvrt_kv_cache k2 = kv;
+
+		k2.layout = NULL;
+		EXPECT_DECODE(-EINVAL, &p, q, &k2, &bt, out, "NULL layout");
+		k2 = kv;
+		k2.base = NULL;
+		EXPECT_DECODE(-EINVAL, &p, q, &k2, &bt, out, "NULL base");
+		k2 = kv;
+		k2.layer = 2;
+		EXPECT_DECODE(-EINVAL, &p, q, &k2, &bt, out, "layer == num_layers");
+		k2 = kv;
+		k2.scales = scales;
+		EXPECT_DECODE(-EINVAL, &p, q, &k2, &bt, out, "scales with an f32 cache");
+		k2 = kv8;
+		k2.scales = NULL;
+		EXPECT_DECODE(-EINVAL, &p, q, &k2, &bt, out, "fp8 without scales");
+	}
+	{
+		struct kvrt_layout l2 = lo;
+		struct kvrt_kv_cache k2 = { &l2, cache, NULL, 1 };
+
+		l2.kv_dtype = (enum kvrt_dtype)4;
+		EXPECT_DECODE(-EINVAL, &p, q, &k2, &bt, out, "unknown kv dtype");
+		l2 = lo;
+		l2.head_dim = 0;
+		EXPECT_DECODE(-EINVAL, &p, q, &k2, &bt, out, "head_dim 0");
+		l2 = lo;
+		l2.block_tokens = 0;
+		EXPECT_DECODE(-EINVAL, &p, q, &k2, &bt, out, "block_tokens 0");
+		l2 = lo;
+		l2.num_kv_heads = 0;
+		EXPECT_DECODE(-EINVAL, &p, q, &k2, &bt, out, "num_kv_heads 0");
+		l2 = lo;
+		l2.num_kv_heads = 3;
+		EXPECT_DECODE(-EINVAL, &p, q, &k2, &bt, out, "8 q heads over 3 kv heads");
+	}
+
+	p2 = p;
+	p2.num_q_heads = 7;
+	EXPECT_DECODE(-EINVAL, &p2, q, &kv, &bt, out, "num_q_heads % num_kv_heads");
+	p2.num_q_heads = 0;
+	EXPECT_DECODE(-EINVAL, &p2, q, &kv, &bt, out, "num_q_heads 0");
+	p2 = p;
+	p2.q_dtype = KVRT_DTYPE_FP8_E4M3;
+	EXPECT_DECODE(-EINVAL, &p2, q, &kv, &bt, out, "fp8 q");
+	p2 = p;
+	p2.o_dtype = KVRT_DTYPE_FP8_E4M3;
+	EXPECT_DECODE(-EINVAL, &p2, q, &kv, &bt, out, "fp8 out");
+	p2 = p;
+	p2.o_dtype = (enum kvrt_dtype)9;
+	EXPECT_DECODE(-EINVAL, &p2, q, &kv, &bt, out, "unknown out dtype");
+	p2 = p;
+	p2.impl = (enum kvrt_attn_impl)2;
+	EXPECT_DECODE(-EINVAL, &p2, q, &kv, &bt, out, "unknown impl");
+	p2 = p;
+	p2.sm_scale = NAN;
+	EXPECT_DECODE(-EINVAL, &p2, q, &kv, &bt, out, "NaN sm_scale");
+	p2 = p;
+	p2.logit_softcap = -1.0f;
+	EXPECT_DECODE(-EINVAL, &p2, q, &kv, &bt, out, "negative soft-cap");
+	p2.logit_softcap = INFINITY;
+	EXPECT_DECODE(-EINVAL, &p2, q, &kv, &bt, out, "infinite soft-cap");
+	p2 = p;
+	p2.window_left = -2;
+	EXPECT_DECODE(-EINVAL, &p2, q, &kv, &bt, out, "window_left -2");
+
+	b2 = bt;
+	b2.indptr = NULL;
+	EXPECT_DECODE(-EINVAL, &p, q, &kv, &b2, out, "NULL indptr");
+	b2 = bt;
+	b2.indices = NULL;
+	EXPECT_DECODE(-EINVAL, &p, q, &kv, &b2, out, "NULL indices");
+	b2 = bt;
+	b2.seq_lens = NULL;
+	EXPECT_DECODE(-EINVAL, &p, q, &kv, &b2, out, "NULL seq_lens");
+	b2 = bt;
+	memcpy(bad, lens, sizeof(lens));
+	bad[0] = 33;	/* 2 blocks of 16 */
+	b2.seq_lens = bad;
+	EXPECT_DECODE(-EINVAL, &p, q, &kv, &b2, out, "seq_len > blocks * block_tokens");
+	bad[0] = 32;
+	EXPECT_DECODE(0, &p, q, &kv, &b2, out, "seq_len == blocks * block_tokens");
+	bad[0] = 0;
+	EXPECT_DECODE(-EINVAL, &p, q, &kv, &b2, out, "seq_len 0");
+	bad[0] = -5;
+	EXPECT_DECODE(-EINVAL, &p, q, &kv, &b2, out, "negative seq_len");
+	b2 = bt;
+	memcpy(bad, indices, sizeof(indices));
+	bad[2] = 4;	/* num_blocks */
+	b2.indices = bad;
+	EXPECT_DECODE(-EINVAL, &p, q, &kv, &b2, out, "index == num_blocks");
+	bad[2] = -1;
+	EXPECT_DECODE(-EINVAL, &p, q, &kv, &b2, out, "negative index");
+	b2 = bt;
+	memcpy(bad, indptr, sizeof(indptr));
+	bad[0] = 1;
+	b2.indptr = bad;
+	EXPECT_DECODE(-EINVAL, &p, q, &kv, &b2, out, "indptr[0] != 0");
+	bad[0] = 0;
+	bad[1] = 4;	/* > indptr[2]: decreasing */
+	EXPECT_DECODE(-EINVAL, &p, q, &kv, &b2, out, "decreasing indptr");
+
+	memcpy(bad, q_indptr, sizeof(q_indptr));
+	bad[1] = 21;	/* longer than seq_lens[0] = 20 */
+	bad[2] = 23;
+	EXPECT_PREFILL(-EINVAL, &p, qp, bad, &kv, &bt, out, "chunk longer than its sequence");
+	bad[1] = 20;
+	bad[2] = 20;
+	EXPECT_PREFILL(0, &p, qp, bad, &kv, &bt, out, "chunk == sequence, empty chunk");
+	bad[0] = 1;
+	EXPECT_PREFILL(-EINVAL, &p, qp, bad, &kv, &bt, out, "q_indptr[0] != 0");
+	bad[0] = 0;
+	bad[1] = 5;
+	bad[2] = 3;
+	EXPECT_PREFILL(-EINVAL, &p, qp, bad, &kv, &bt, out, "decreasing q_indptr");
+
+	b2 = bt;
+	b2.num_seqs = 0;
+	memcpy(out, sentinel, sizeof(out));
+	CHECK(kvrt_attn_decode(&p, q, &kv, &b2, out) == 0 && !memcmp(out, sentinel, sizeof(out)),
+	      "no sequences: not 0, or output written");
+	group_end("errors: decode, no sequences: 0, nothing written");
+#undef EXPECT_DECODE
+#undef EXPECT_PREFILL
+	free(cache);
+}
+
+int main(void)
+{
+	const char *e = getenv("KVRT_TEST_SEED");
+	uint64_t seed = e ? strtoull(e, NULL, 0) : 20250611;
+	uint32_t ncases, i, rounds = 0, r;
+	struct tcase tc;
+
+	e = getenv("KVRT_TEST_CASES");
+	ncases = e ? (uint32_t)strtoul(e, NULL, 0) : 120;
+	rng_state = seed;
+	printf("# test_attn: seed %llu (KVRT_TEST_SEED), %u random cases (KVRT_TEST_CASES)\n",
+	       (unsigned long long)seed, ncases);
+	printf("# each case runs: reference; fast with the best kernel, and with KVRT_CPU_ISA=avx512, avx2, generic\n");
+
+	test_perturbation_detected();
+	group_end("the comparison detects a perturbed output and NaN");
+	test_errors();
+	test_threads_identical();
+	group_end("fast decode is bitwise identical with 1, 2 and 3 threads");
+
+	/* fixed: every dtype combination once, on the common shape */
+	for (i = 0; i < 4 * 3 * 3; i++) {
+		tc = (struct tcase){ .bt = 16, .nkv = 2, .group = 4, .hd = 128, .nseq = 3,
+				     .kv_dt = (enum kvrt_dtype)(i / 9), .q_dt = (enum kvrt_dtype)(i / 3 % 3),
+				     .o_dt = (enum kvrt_dtype)(i % 3), .layout = (int)(i % NR_LAYOUTS),
+				     .window = -1, .qamp = 2.0, .lens = { 1, 16, 77 } };
+		run_decode(&tc);
+	}
+	group_end("decode, all 36 kv x q x out dtype combinations, GQA 8/2, hd 128, block 16");
+	for (i = 0; i < ncases; i++) {
+		random_case(&tc, 300, 5);
+		run_decode(&tc);
+	}
+	group_end("decode, %u random shapes, sequences up to 300 tokens", ncases);
+	for (i = 0; i < ncases / 10; i++) {
+		random_case(&tc, 2000, 2);
+		run_decode(&tc);
+	}
+	group_end("decode, %u random shapes, sequences up to 2000 tokens", ncases / 10);
+	for (i = 0; i < ncases / 2; i++) {
+		random_case(&tc, 160, 3);
+		r = 1 + rnd_below(4);
+		rounds += r;
+		run_prefill(&tc, r);
+	}
+	group_end("prefill, %u random shapes in %u chunked rounds", ncases / 2, rounds);
+
+	for (i = 0; i < NR_IMPLS; i++)
+		printf("# largest error, %-12s  out f32 %.2e  f16 %.2e  bf16 %.2e\n", impls[i].name,
+		       worst[i][0], worst[i][1], worst[i][2]);
+	printf("# tolerances: out f32 %.1e, f16 %.2e, bf16 %.2e (of the largest |v| attended)\n",
+	       tolerance(KVRT_DTYPE_F32), tolerance(KVRT_DTYPE_F16), tolerance(KVRT_DTYPE_BF16));
+	printf("1..%d\n", tap_n);
+	printf("# test_attn: %d passed, %d failed\n", tap_pass, tap_fail);
+	return tap_fail ? 1 : 0;
+}

@@ -1,0 +1,567 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * bench_attn.c: kvbench attn, CPU paged-attention decode throughput.
+ *
+ *   kvbench attn [--json] [--quiet] [--reps N] [--rep-time SEC] [--gib G]
+ *                [--threads N]
+ *
+ * Decode cases (libkvrt's fast path, bf16 K/V and q, head dim 128, 32 query
+ * heads over 8 KV heads, 16-token blocks, blocks scattered at random over
+ * the cache as in a churned pool): value = bytes of K and V the call must
+ * read (sum of sequence lengths x 8 heads x 128 dims x 2 bytes x K and V)
+ * per second.  limit = this machine's memory read bandwidth measured in the
+ * same run: every thread sums the 64-bit words of its share of a buffer of
+ * the same size with AVX2 loads (a plain streaming read).  ratio =
+ * value / limit.  Both buffers are --gib GiB (default 1), far above the
+ * last-level cache, so every repetition streams from DRAM.
+ *
+ *   decode_bB_ctxC            B sequences of C tokens, layer-major cache
+ *   decode_bB_ctxC_blockmajor the same, block-major cache of 2 layers, layer 1
+ *
+ * Speedup case: decode_vs_reference_b4_ctx1024: value = fast path GB/s,
+ * limit = the reference implementation's GB/s on the same call (16 MiB of
+ * K/V, in cache), ratio = the fast path's speedup.
+ *
+ * Threads: thread_spawn: value = microseconds to create and join one
+ * pthread (what the fast path pays per extra thread per call), limit =
+ * microseconds of the smallest decode call (b1 ctx4096, 16 MiB) with all
+ * threads, ratio = value / limit.
+ *
+ * Timing: CLOCK_MONOTONIC; each repetition runs whole calls for at least
+ * --rep-time seconds (default 0.3); value and limit repetitions alternate
+ * and the medians of --reps (default 5) are reported.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <immintrin.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kvrt.h"
+
+#define MAX_REPS 99
+#define HEAD_DIM 128
+#define Q_HEADS 32
+#define KV_HEADS 8
+#define BLOCK 16
+#define TOKEN_KV_BYTES (2ULL * KV_HEADS * HEAD_DIM * 2)	/* K and V, bf16: 4 KiB */
+
+struct attn_opts {
+	bool json, quiet;
+	unsigned int reps;
+	double rep_time;
+	double gib;
+	unsigned int threads;
+};
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static double median(double *v, unsigned int n)
+{
+	qsort(v, n, sizeof(*v), cmp_double);
+	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* Anonymous memory on transparent huge pages where the kernel allows. */
+static void *big_alloc(size_t bytes)
+{
+	void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+	if (p == MAP_FAILED)
+		return NULL;
+	madvise(p, bytes, MADV_HUGEPAGE);
+	return p;
+}
+
+static uint64_t xorshift(uint64_t *s)
+{
+	*s ^= *s << 13;
+	*s ^= *s >> 7;
+	*s ^= *s << 17;
+	return *s;
+}
+
+/* bf16 values in +-[0.5, 2): finite, no denormals. */
+static void fill_bf16(void *p, size_t bytes, uint64_t seed)
+{
+	uint64_t *w = p, s = seed | 1;
+	size_t i;
+
+	for (i = 0; i < bytes / 8; i++)
+		w[i] = (xorshift(&s) & 0x807f807f807f807fULL) | 0x3f003f003f003f00ULL;
+}
+
+/* ---- the limit: a streaming read with every thread ------------------------- */
+
+struct stream_arg {
+	const uint8_t *p;
+	size_t bytes;
+	uint64_t sum;
+};
+
+__attribute__((target("avx2")))
+static uint64_t sum_avx2(const uint8_t *p, size_t bytes)
+{
+	__m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+	uint64_t out[4];
+	size_t i;
+
+	for (i = 0; i + 128 <= bytes; i += 128) {
+		a0 = _mm256_add_epi64(a0, _mm256_load_si256((const __m256i *)(p + i)));
+		a1 = _mm256_add_epi64(a1, _mm256_load_si256((const __m256i *)(p + i + 32)));
+		a2 = _mm256_add_epi64(a2, _mm256_load_si256((const __m256i *)(p + i + 64)));
+		a3 = _mm256_add_epi64(a3, _mm256_load_si256((const __m256i *)(p + i + 96)));
+	}
+	a0 = _mm256_add_epi64(_mm256_add_epi64(a0, a1), _mm256_add_epi64(a2, a3));
+	_mm256_storeu_si256((__m256i *)out, a0);
+	return out[0] + out[1] + out[2] + out[3];
+}
+
+static uint64_t sum_plain(const uint8_t *p, size_t bytes)
+{
+	const uint64_t *w = (const uint64_t *)p;
+	uint64_t s0 = 0, s1 = 0;
+	size_t i;
+
+	for (i = 0; i + 2 <= bytes / 8; i += 2) {
+		s0 += w[i];
+		s1 += w[i + 1];
+	}
+	return s0 + s1;
+}
+
+static void *stream_main(void *a)
+{
+	struct stream_arg *sa = a;
+
+	sa->sum = __builtin_cpu_supports("avx2") ? sum_avx2(sa->p, sa->bytes) :
+						   sum_plain(sa->p, sa->bytes);
+	return NULL;
+}
+
+/* One pass over buf with nthreads threads (the caller is thread 0). */
+static uint64_t stream_pass(const uint8_t *buf, size_t bytes, unsigned int nthreads)
+{
+	struct stream_arg args[256];
+	pthread_t tid[256];
+	size_t share = bytes / nthreads / 128 * 128;
+	uint64_t sum = 0;
+	unsigned int i, started;
+
+	for (i = 0; i < nthreads; i++) {
+		args[i].p = buf + share * i;
+		args[i].bytes = i + 1 < nthreads ? share : bytes - share * i;
+	}
+	for (started = 1; started < nthreads; started++)
+		if (pthread_create(&tid[started], NULL, stream_main, &args[started]))
+			break;
+	stream_main(&args[0]);
+	for (i = 1; i < started; i++) {
+		pthread_join(tid[i], NULL);
+		sum += args[i].sum;
+	}
+	for (i = started; i < nthreads; i++) {	/* creation failed: do it here */
+		stream_main(&args[i]);
+		sum += args[i].sum;
+	}
+	return sum + args[0].sum;
+}
+
+/* ---- a decode setup --------------------------------------------------------- */
+
+struct decode_case {
+	struct kvrt_layout layout;
+	struct kvrt_kv_cache kv;
+	struct kvrt_block_table table;
+	struct kvrt_attn_params params;
+	int32_t *indptr, *indices, *lens;
+	uint16_t *q, *out;
+	uint64_t kv_bytes_read;	/* per call */
+};
+
+static void decode_case_free(struct decode_case *c)
+{
+	free(c->indptr);
+	free(c->indices);
+	free(c->lens);
+	free(c->q);
+	free(c->out);
+}
+
+/* batch sequences of ctx tokens over the cache at base (num_blocks blocks). */
+static int decode_case_init(struct decode_case *c, const struct kvrt_layout *layout,
+			    const void *base, uint32_t layer, uint32_t batch, uint32_t ctx,
+			    unsigned int threads, uint64_t seed)
+{
+	uint32_t per_seq = (ctx + BLOCK - 1) / BLOCK, nblk = batch * per_seq, i;
+	size_t qn = (size_t)batch * Q_HEADS * HEAD_DIM;
+
+	memset(c, 0, sizeof(*c));
+	if (nblk > layout->num_blocks)
+		return -EINVAL;
+	c->layout = *layout;
+	c->indptr = malloc(sizeof(int32_t) * (batch + 1));
+	c->indices = malloc(sizeof(int32_t) * layout->num_blocks);
+	c->lens = malloc(sizeof(int32_t) * batch);
+	c->q = malloc(qn * 2);
+	c->out = malloc(qn * 2);
+	if (!c->indptr || !c->indices || !c->lens || !c->q || !c->out) {
+		decode_case_free(c);
+		return -ENOMEM;
+	}
+	/* a random permutation of all blocks; sequences take the first ones */
+	for (i = 0; i < layout->num_blocks; i++)
+		c->indices[i] = (int32_t)i;
+	for (i = layout->num_blocks - 1; i > 0; i--) {
+		uint32_t j = (uint32_t)(xorshift(&seed) % (i + 1));
+		int32_t t = c->indices[i];
+
+		c->indices[i] = c->indices[j];
+		c->indices[j] = t;
+	}
+	for (i = 0; i <= batch; i++)
+		c->indptr[i] = (int32_t)(i * per_seq);
+	for (i = 0; i < batch; i++)
+		c->lens[i] = (int32_t)ctx;
+	fill_bf16(c->q, qn * 2, seed);
+	c->kv = (struct kvrt_kv_cache){ .layout = &c->layout, .base = base, .layer = layer };
+	c->table = (struct kvrt_block_table){ batch, c->indptr, c->indices, c->lens };
+	c->params = (struct kvrt_attn_params){
+		.num_q_heads = Q_HEADS, .sm_scale = 0.08838834764831845f, .window_left = -1,
+		.q_dtype = KVRT_DTYPE_BF16, .o_dtype = KVRT_DTYPE_BF16,
+		.impl = KVRT_ATTN_FAST, .num_threads = threads,
+	};
+	c->kv_bytes_read = (uint64_t)batch * ctx * TOKEN_KV_BYTES;
+	return 0;
+}
+
+static int decode_call(struct decode_case *c)
+{
+	return kvrt_attn_decode(&c->params, c->q, &c->kv, &c->table, c->out);
+}
+
+/* Seconds per call: whole calls for at least rep_time. */
+static int time_decode(struct decode_case *c, double rep_time, double *sec)
+{
+	double t0 = now_s(), t;
+	unsigned long n = 0;
+	int ret;
+
+	do {
+		ret = decode_call(c);
+		if (ret)
+			return ret;
+		n++;
+		t = now_s() - t0;
+	} while (t < rep_time);
+	*sec = t / (double)n;
+	return 0;
+}
+
+static double time_stream(const uint8_t *buf, size_t bytes, unsigned int threads,
+			  double rep_time, volatile uint64_t *sink)
+{
+	double t0 = now_s(), t;
+	unsigned long n = 0;
+
+	do {
+		*sink += stream_pass(buf, bytes, threads);
+		n++;
+		t = now_s() - t0;
+	} while (t < rep_time);
+	return t / (double)n;
+}
+
+/* ---- output --------------------------------------------------------------- */
+
+static void num(char *buf, size_t len, double v)
+{
+	snprintf(buf, len, v >= 1000 ? "%.0f" : "%.4g", v);
+}
+
+static void report(const struct attn_opts *o, const char *name, double value, const char *unit,
+		   double limit, const char *limit_unit)
+{
+	char v[32], l[32], r[32];
+
+	num(v, sizeof(v), value);
+	num(l, sizeof(l), limit);
+	num(r, sizeof(r), limit > 0 ? value / limit : 0);
+	if (o->json)
+		printf("{\"bench\":\"attn\",\"case\":\"%s\",\"value\":%s,\"unit\":\"%s\","
+		       "\"limit\":%s,\"limit_unit\":\"%s\",\"ratio\":%s}\n",
+		       name, v, unit, l, limit_unit, r);
+	else
+		printf("%-34s %10s %10s  %-30s %7s\n", name, v, l, limit_unit, r);
+	fflush(stdout);
+}
+
+static void progress(const struct attn_opts *o, const char *fmt, const char *name)
+{
+	if (!o->quiet) {
+		fprintf(stderr, "kvbench attn: ");
+		fprintf(stderr, fmt, name);
+		fprintf(stderr, "\n");
+	}
+}
+
+/* ---- the cases ---------------------------------------------------------------- */
+
+static const struct {
+	uint32_t batch, ctx;	/* at 1 GiB: scaled to --gib */
+} points[] = { { 8, 32768 }, { 32, 8192 }, { 128, 2048 }, { 512, 512 } };
+#define NR_POINTS (sizeof(points) / sizeof(points[0]))
+
+static unsigned int online(void)
+{
+	long n = sysconf(_SC_NPROCESSORS_ONLN);
+
+	return n > 0 ? (unsigned int)n : 1;
+}
+
+static void *spawn_main(void *arg)
+{
+	return arg;
+}
+
+static int bench_decode(const struct attn_opts *o, unsigned int threads)
+{
+	const char *unit = "GB/s K/V read (ratio = value/limit)";
+	const char *limit_unit = "GB/s streaming read";
+	size_t kv_bytes = (size_t)(o->gib * (1ULL << 30)) / (BLOCK * TOKEN_KV_BYTES) *
+			  (BLOCK * TOKEN_KV_BYTES);
+	uint32_t num_blocks = (uint32_t)(kv_bytes / (BLOCK * TOKEN_KV_BYTES));
+	double vs[MAX_REPS], ls[MAX_REPS];
+	volatile uint64_t sink = 0;
+	struct kvrt_layout lm, bm;
+	uint8_t *stream, *cache;
+	unsigned int p, r;
+	char name[64];
+	int ret;
+
+	ret = kvrt_layout_init(&lm, KVRT_LAYOUT_LAYER_MAJOR, 1, KV_HEADS, HEAD_DIM, BLOCK,
+			       num_blocks, KVRT_DTYPE_BF16);
+	if (!ret)
+		ret = kvrt_layout_init(&bm, KVRT_LAYOUT_BLOCK_MAJOR, 2, KV_HEADS, HEAD_DIM, BLOCK,
+				       num_blocks, KVRT_DTYPE_BF16);
+	if (ret) {
+		fprintf(stderr, "kvbench attn: kvrt_layout_init: %s\n", strerror(-ret));
+		return ret;
+	}
+	/* the block-major cache has 2 layers: twice the memory, the same bytes read */
+	cache = big_alloc(2 * kv_bytes);
+	stream = big_alloc(kv_bytes);
+	if (!cache || !stream) {
+		fprintf(stderr, "kvbench attn: cannot map %zu MiB\n", 3 * kv_bytes >> 20);
+		return -ENOMEM;
+	}
+	progress(o, "%s", "filling the caches");
+	fill_bf16(cache, 2 * kv_bytes, 42);
+	fill_bf16(stream, kv_bytes, 43);
+
+	for (p = 0; p < 2 * NR_POINTS && !ret; p++) {
+		bool block_major = p >= NR_POINTS;
+		const struct kvrt_layout *lo = block_major ? &bm : &lm;
+		uint32_t batch = points[p % NR_POINTS].batch;
+		uint32_t ctx = (uint32_t)(points[p % NR_POINTS].ctx * o->gib);
+		struct decode_case c;
+		double v, l;
+
+		if (block_major && p % NR_POINTS != 1)
+			continue;	/* one block-major point is enough */
+		ctx = ctx / BLOCK * BLOCK;
+		if (ctx < BLOCK)
+			ctx = BLOCK;
+		snprintf(name, sizeof(name), "decode_b%u_ctx%u%s", batch, ctx,
+			 block_major ? "_blockmajor" : "");
+		progress(o, "%s", name);
+		ret = decode_case_init(&c, lo, cache, block_major ? 1 : 0, batch, ctx, threads,
+				       1000 + p);
+		if (ret)
+			break;
+		ret = decode_call(&c);	/* warm: page tables, code */
+		for (r = 0; r < o->reps && !ret; r++) {
+			ls[r] = time_stream(stream, kv_bytes, threads, o->rep_time, &sink);
+			ret = time_decode(&c, o->rep_time, &vs[r]);
+		}
+		if (!ret) {
+			v = (double)c.kv_bytes_read / median(vs, o->reps) / 1e9;
+			l = (double)kv_bytes / median(ls, o->reps) / 1e9;
+			report(o, name, v, unit, l, limit_unit);
+		}
+		decode_case_free(&c);
+	}
+
+	if (!ret) {	/* fast against reference, small */
+		struct decode_case c;
+		double v, l;
+
+		progress(o, "%s", "decode_vs_reference_b4_ctx1024");
+		ret = decode_case_init(&c, &lm, cache, 0, 4, 1024, threads, 7);
+		for (r = 0; r < o->reps && !ret; r++) {
+			c.params.impl = KVRT_ATTN_REFERENCE;
+			ret = time_decode(&c, o->rep_time, &ls[r]);
+			c.params.impl = KVRT_ATTN_FAST;
+			if (!ret)
+				ret = time_decode(&c, o->rep_time, &vs[r]);
+		}
+		if (!ret) {
+			v = (double)c.kv_bytes_read / median(vs, o->reps) / 1e9;
+			l = (double)c.kv_bytes_read / median(ls, o->reps) / 1e9;
+			report(o, "decode_vs_reference_b4_ctx1024", v,
+			       "GB/s K/V read, fast path (ratio = value/limit = speedup)", l,
+			       "GB/s K/V read, reference path");
+		}
+		decode_case_free(&c);
+	}
+
+	if (!ret) {	/* what a call pays per thread */
+		struct decode_case c;
+		double v, t0;
+		unsigned int i, n = 200;
+
+		progress(o, "%s", "thread_spawn");
+		ret = decode_case_init(&c, &lm, cache, 0, 1, 4096, threads, 9);
+		for (r = 0; r < o->reps && !ret; r++) {
+			t0 = now_s();
+			for (i = 0; i < n; i++) {
+				pthread_t t;
+
+				if (pthread_create(&t, NULL, spawn_main, NULL)) {
+					ret = -EAGAIN;
+					break;
+				}
+				pthread_join(t, NULL);
+			}
+			vs[r] = (now_s() - t0) / n * 1e6;
+			if (!ret)
+				ret = time_decode(&c, o->rep_time, &ls[r]);
+			ls[r] *= 1e6;
+		}
+		if (!ret) {
+			v = median(vs, o->reps);
+			report(o, "thread_spawn", v,
+			       "us per pthread_create+join (ratio = value/limit)", median(ls, o->reps),
+			       "us per decode call b1 ctx4096");
+		}
+		decode_case_free(&c);
+	}
+
+	if (ret)
+		fprintf(stderr, "kvbench attn: %s\n", strerror(-ret));
+	munmap(cache, 2 * kv_bytes);
+	munmap(stream, kv_bytes);
+	(void)sink;
+	return ret;
+}
+
+static void attn_usage(FILE *f)
+{
+	fprintf(f,
+		"usage: kvbench attn [--json] [options]\n"
+		"\n"
+		"CPU paged-attention decode: GB/s of K/V read against this machine's\n"
+		"streaming read bandwidth, and the fast path's speedup over the reference.\n"
+		"\n"
+		"options:\n"
+		"  --json            one JSON object per case per line on stdout\n"
+		"  --gib G           K/V working set in GiB (default 1; 0.05 .. 64)\n"
+		"  --threads N       threads for attention and the streaming read (default:\n"
+		"                    online CPUs)\n"
+		"  --reps N          repetitions per case, median reported (default 5, 1..%d)\n"
+		"  --rep-time SEC    seconds per repetition, at least (default 0.3)\n"
+		"  --quiet           no progress lines on stderr\n"
+		"  -h, --help        this text\n",
+		MAX_REPS);
+}
+
+static int bad_usage(const char *fmt, const char *arg)
+{
+	fprintf(stderr, "kvbench attn: ");
+	fprintf(stderr, fmt, arg);
+	fprintf(stderr, "\n\n");
+	attn_usage(stderr);
+	return 2;
+}
+
+/* argv[0] is "attn". */
+int cmd_attn(int argc, char **argv)
+{
+	struct attn_opts o = { .reps = 5, .rep_time = 0.3, .gib = 1.0 };
+	unsigned int threads;
+	int i;
+
+	for (i = 1; i < argc; i++) {
+		const char *a = argv[i], *v;
+		char *end;
+
+		if (!strcmp(a, "--json")) {
+			o.json = true;
+			continue;
+		} else if (!strcmp(a, "--quiet")) {
+			o.quiet = true;
+			continue;
+		} else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+			attn_usage(stdout);
+			return 0;
+		} else if (strcmp(a, "--reps") && strcmp(a, "--rep-time") && strcmp(a, "--gib") &&
+			   strcmp(a, "--threads")) {
+			return bad_usage("unknown option '%s'", a);
+		}
+		if (i + 1 >= argc)
+			return bad_usage("option '%s' needs a value", a);
+		v = argv[++i];
+		if (!strcmp(a, "--reps")) {
+			unsigned long n = strtoul(v, &end, 10);
+
+			if (*end || !*v || n < 1 || n > MAX_REPS)
+				return bad_usage("--reps: '%s' is not a number from 1 to 99", v);
+			o.reps = (unsigned int)n;
+		} else if (!strcmp(a, "--rep-time")) {
+			double t = strtod(v, &end);
+
+			if (*end || !*v || !(t > 0 && t <= 60))
+				return bad_usage("--rep-time: '%s' is not seconds in (0, 60]", v);
+			o.rep_time = t;
+		} else if (!strcmp(a, "--gib")) {
+			double g = strtod(v, &end);
+
+			if (*end || !*v || !(g >= 0.05 && g <= 64))
+				return bad_usage("--gib: '%s' is not a size in [0.05, 64]", v);
+			o.gib = g;
+		} else {
+			unsigned long n = strtoul(v, &end, 10);
+
+			if (*end || !*v || n > 256)
+				return bad_usage("--threads: '%s' is not a number from 0 to 256", v);
+			o.threads = (unsigned int)n;
+		}
+	}
+	threads = o.threads ? o.threads : online();
+	if (threads > 256)
+		threads = 256;
+	if (!o.json)
+		printf("%-34s %10s %10s  %-30s %7s\n", "case", "value", "limit", "limit unit",
+		       "ratio");
+	return bench_decode(&o, threads) ? 1 : 0;
+}

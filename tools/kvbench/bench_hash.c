@@ -1,0 +1,301 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * bench_hash.c: kvbench hash, prefix hashing of a prompt with libkvrt.
+ *
+ *   kvbench hash [--json] [--quiet] [--reps N] [--rep-time SEC] [--tokens N]
+ *
+ * Cases prompt_<N>_blockB: kvrt_hash_prompt() over an N-token prompt (default
+ * 32768 random token ids) in B-token blocks (B = 16, 32, 128): every full
+ * block's chained SHA-256.  value = ns per token.
+ *
+ * limit, measured in the same run: SHA-256 of the prompt's token bytes (4 N
+ * bytes) in one EVP_DigestUpdate, ns per token: what hashing the tokens
+ * costs with no chaining, no per-block finalisation and no framing.
+ * ratio = limit / value.  Chained hashing hashes more bytes than that floor
+ * (a 32-byte parent and 12 bytes of lengths per block) and pays one
+ * finalisation per block, so its ratio stays below 1 by design; the case
+ * shows how close the per-block cost gets.
+ *
+ * The limit_unit says whether the CPU has SHA-NI (CPUID); OpenSSL uses it
+ * unless $OPENSSL_ia32cap masks it (e.g. OPENSSL_ia32cap=:~0x20000000
+ * forces the plain x86-64 code, for comparison).
+ *
+ * Timing: CLOCK_MONOTONIC; each repetition runs whole calls for at least
+ * --rep-time seconds (default 0.2); value and limit repetitions alternate
+ * and the medians of --reps (default 5) are reported.
+ */
+#include <errno.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <openssl/evp.h>
+
+#include "kvrt.h"
+
+#define MAX_REPS 99
+
+struct hash_opts {
+	bool json, quiet;
+	unsigned int reps;
+	double rep_time;
+	unsigned long tokens;
+};
+
+struct hash_ctx {
+	const uint32_t *tokens;
+	size_t ntok;
+	uint32_t block;
+	uint8_t (*hashes)[KVRT_HASH_BYTES];
+	EVP_MD *md;
+	EVP_MD_CTX *ctx;
+};
+
+static double now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static double median(double *v, unsigned int n)
+{
+	qsort(v, n, sizeof(*v), cmp_double);
+	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* One call of each kind; 0 or a negative errno. */
+static int run_prompt(struct hash_ctx *c)
+{
+	int n = kvrt_hash_prompt(NULL, c->tokens, c->ntok, c->block, NULL, NULL, c->hashes,
+				 c->ntok / c->block);
+
+	if (n < 0)
+		return n;
+	return (size_t)n == c->ntok / c->block ? 0 : -EPROTO;
+}
+
+static int run_raw(struct hash_ctx *c)
+{
+	unsigned char out[EVP_MAX_MD_SIZE];
+	unsigned int len;
+
+	if (!EVP_DigestInit_ex2(c->ctx, c->md, NULL) ||
+	    !EVP_DigestUpdate(c->ctx, c->tokens, c->ntok * sizeof(*c->tokens)) ||
+	    !EVP_DigestFinal_ex(c->ctx, out, &len))
+		return -EIO;
+	return 0;
+}
+
+typedef int (*call_fn)(struct hash_ctx *c);
+
+/* Calls per repetition so that one lasts at least rep_time. */
+static int calibrate(call_fn fn, struct hash_ctx *c, double rep_time, unsigned long *iters)
+{
+	unsigned long n = 1, i;
+	double t;
+	int ret;
+
+	for (;;) {
+		t = now_ns();
+		for (i = 0; i < n; i++) {
+			ret = fn(c);
+			if (ret)
+				return ret;
+		}
+		t = now_ns() - t;
+		if (t >= rep_time * 1e9 / 8 || n >= (1UL << 30))
+			break;
+		n *= 2;
+	}
+	*iters = (unsigned long)((double)n * rep_time * 1e9 / (t > 1 ? t : 1)) + 1;
+	return 0;
+}
+
+static int timed(call_fn fn, struct hash_ctx *c, unsigned long iters, double *ns_per_token)
+{
+	double t = now_ns();
+	unsigned long i;
+	int ret;
+
+	for (i = 0; i < iters; i++) {
+		ret = fn(c);
+		if (ret)
+			return ret;
+	}
+	*ns_per_token = (now_ns() - t) / ((double)iters * (double)c->ntok);
+	return 0;
+}
+
+static void num(char *buf, size_t len, double v)
+{
+	snprintf(buf, len, v >= 1000 ? "%.0f" : "%.4g", v);
+}
+
+static void report(const struct hash_opts *o, const char *name, double value,
+		   const char *limit_unit, double limit)
+{
+	const char *unit = "ns/token (cost; ratio = limit/value)";
+	char v[32], l[32], r[32];
+
+	num(v, sizeof(v), value);
+	num(l, sizeof(l), limit);
+	num(r, sizeof(r), value > 0 ? limit / value : 0);
+	if (o->json)
+		printf("{\"bench\":\"hash\",\"case\":\"%s\",\"value\":%s,\"unit\":\"%s\","
+		       "\"limit\":%s,\"limit_unit\":\"%s\",\"ratio\":%s}\n",
+		       name, v, unit, l, limit_unit, r);
+	else
+		printf("%-28s %12s %12s  %-40s %8s\n", name, v, l, limit_unit, r);
+	fflush(stdout);
+}
+
+static int bad_usage(const char *fmt, const char *arg)
+{
+	fprintf(stderr, "kvbench hash: ");
+	fprintf(stderr, fmt, arg);
+	fprintf(stderr, "\nusage: kvbench hash [--json] [--quiet] [--reps N] [--rep-time SEC] "
+			"[--tokens N]\n");
+	return 2;
+}
+
+static int parse(int argc, char **argv, struct hash_opts *o)
+{
+	int i;
+
+	for (i = 1; i < argc; i++) {
+		const char *a = argv[i], *v;
+		char *end;
+
+		if (!strcmp(a, "--json")) {
+			o->json = true;
+			continue;
+		}
+		if (!strcmp(a, "--quiet")) {
+			o->quiet = true;
+			continue;
+		}
+		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+			printf("usage: kvbench hash [--json] [--quiet] [--reps N] [--rep-time SEC] "
+			       "[--tokens N]\n"
+			       "  --tokens N  prompt length (default 32768; 128 .. 2^26)\n"
+			       "  others as for kvbench pool (defaults: --reps 5, "
+			       "--rep-time 0.2)\n");
+			return -1;
+		}
+		if (strcmp(a, "--reps") && strcmp(a, "--rep-time") && strcmp(a, "--tokens"))
+			return bad_usage("unknown option '%s'", a);
+		if (i + 1 >= argc)
+			return bad_usage("option '%s' needs a value", a);
+		v = argv[++i];
+		if (!strcmp(a, "--reps")) {
+			unsigned long n = strtoul(v, &end, 10);
+
+			if (*end || !*v || n < 1 || n > MAX_REPS)
+				return bad_usage("--reps: '%s' is not a number from 1 to 99", v);
+			o->reps = (unsigned int)n;
+		} else if (!strcmp(a, "--rep-time")) {
+			double t = strtod(v, &end);
+
+			if (*end || !*v || !(t > 0 && t <= 60))
+				return bad_usage("--rep-time: '%s' is not seconds in (0, 60]", v);
+			o->rep_time = t;
+		} else {
+			unsigned long n = strtoul(v, &end, 10);
+
+			if (*end || !*v || n < 128 || n > (1UL << 26))
+				return bad_usage("--tokens: '%s' is not a number from 128 "
+						 "to 2^26", v);
+			o->tokens = n;
+		}
+	}
+	return 0;
+}
+
+int cmd_hash(int argc, char **argv)
+{
+	static const uint32_t blocks[] = { 16, 32, 128 };
+	struct hash_opts o = { .reps = 5, .rep_time = 0.2, .tokens = 32768 };
+	struct kvrt_hash_info hi;
+	struct hash_ctx c = { 0 };
+	double vs[MAX_REPS], ls[MAX_REPS];
+	char limit_unit[128];
+	uint32_t *tok = NULL;
+	uint64_t x = 0x2545f4914f6cdd1dULL;
+	unsigned int b, r;
+	int ret;
+
+	ret = parse(argc, argv, &o);
+	if (ret)
+		return ret < 0 ? 0 : ret;
+	tok = malloc(o.tokens * sizeof(*tok));
+	c.hashes = malloc((o.tokens / 16) * sizeof(*c.hashes));
+	c.md = EVP_MD_fetch(NULL, "SHA256", NULL);
+	c.ctx = EVP_MD_CTX_new();
+	if (!tok || !c.hashes || !c.md || !c.ctx) {
+		fprintf(stderr, "kvbench hash: out of memory\n");
+		ret = 1;
+		goto out_free;
+	}
+	/* Random ids below a 256k vocabulary. */
+	for (size_t i = 0; i < o.tokens; i++) {
+		x ^= x << 13;
+		x ^= x >> 7;
+		x ^= x << 17;
+		tok[i] = (uint32_t)(x % 262144);
+	}
+	c.tokens = tok;
+	c.ntok = o.tokens;
+	kvrt_hash_info(&hi);
+	if (!o.quiet)
+		fprintf(stderr, "kvbench: hash: CPU SHA-NI %s; %s%s\n",
+			hi.cpu_sha_ni ? "yes" : "no", hi.libcrypto,
+			hi.ia32cap_override ? "; OPENSSL_ia32cap is set" : "");
+	snprintf(limit_unit, sizeof(limit_unit),
+		 "ns/token SHA-256 of the token bytes in one call (SHA-NI %s%s)",
+		 hi.cpu_sha_ni ? "yes" : "no", hi.ia32cap_override ? ", OPENSSL_ia32cap set" : "");
+	if (!o.json)
+		printf("%-28s %12s %12s  %-40s %8s\n", "case", "ns/token", "limit", "limit unit",
+		       "ratio");
+	for (b = 0; b < sizeof(blocks) / sizeof(blocks[0]); b++) {
+		unsigned long vi, li;
+		char name[64];
+
+		c.block = blocks[b];
+		snprintf(name, sizeof(name), "prompt_%lu_block%u", o.tokens, blocks[b]);
+		if (!o.quiet)
+			fprintf(stderr, "kvbench: [%u/3] %s\n", b + 1, name);
+		ret = calibrate(run_raw, &c, o.rep_time, &li);
+		if (!ret)
+			ret = calibrate(run_prompt, &c, o.rep_time, &vi);
+		for (r = 0; !ret && r < o.reps; r++) {
+			ret = timed(run_raw, &c, li, &ls[r]);
+			if (!ret)
+				ret = timed(run_prompt, &c, vi, &vs[r]);
+		}
+		if (ret) {
+			fprintf(stderr, "kvbench hash: %s: %s\n", name, strerror(-ret));
+			ret = 1;
+			goto out_free;
+		}
+		report(&o, name, median(vs, o.reps), limit_unit, median(ls, o.reps));
+	}
+
+out_free:
+	EVP_MD_CTX_free(c.ctx);
+	EVP_MD_free(c.md);
+	free(c.hashes);
+	free(tok);
+	return ret;
+}
