@@ -18,17 +18,21 @@ CC ?= gcc
 CFLAGS_USER := -O2 -g -Wall -Wextra -Werror -I$(SRC)/include/uapi -I$(SRC)/kmod/core
 export CFLAGS_USER
 
-.PHONY: all module tools selftests deps check check-core check-kmod check-quick demo \
-	bench-pool clean help
+.PHONY: all module lib tools selftests deps check check-core check-lib check-kmod check-debug \
+	check-quick lint demo bench-pool clean help
 
-all: module tools
+all: module lib tools
 
 help:
 	@echo "make            build kvpool.ko and the tools"
 	@echo "make deps       install the Debian packages the project needs (root), else print the apt-get line"
 	@echo "make check      every test suite (installs what it lacks)"
 	@echo "make check-core kvcore unit tests under ASan+UBSan, then the fuzzer (FUZZ_SECONDS=60)"
-	@echo "make check-kmod the VM selftests against the real module"
+	@echo "make check-lib  libkvrt tests, plain and under ASan+UBSan (embedded backend)"
+	@echo "make check-kmod the VM selftests against the real module (libkvrt's kmod backend too)"
+	@echo "make check-debug the VM suite on a KASAN/lockdep/kmemleak debug kernel (built once, cached)"
+	@echo "make check-quick check-core (10 s of fuzzing) and check-kmod: the fast loop"
+	@echo "make lint       checkpatch --strict, sparse, -Werror userspace"
 	@echo "make demo       boot a VM, load the module, share blocks between two processes"
 	@echo "make bench-pool kvbench pool in userspace and in the VM; JSON in bench/results/"
 
@@ -37,10 +41,13 @@ module:
 		echo "no kernel headers found: run 'make deps' or set KDIR=/path/to/kernel/build" >&2; exit 1; fi
 	$(MAKE) -C $(KDIR) M=$(SRC) modules
 
-tools:
+lib:
+	$(MAKE) -C libkvrt
+
+tools: lib
 	$(MAKE) -C tools
 
-selftests:
+selftests: lib
 	$(MAKE) -C selftests/kvpool
 
 deps:
@@ -49,18 +56,36 @@ deps:
 check-core: deps
 	$(MAKE) -C selftests/core run
 
+check-lib: deps
+	$(MAKE) -C libkvrt check
+
 check-kmod: deps module tools selftests
 	bash selftests/vm/run-vm.sh check
 
+check-debug: deps
+	bash selftests/debug/check-debug.sh
+
+lint: deps
+	bash selftests/lint/lint.sh
+
+# Each suite's log goes to $(LOGDIR); the summary sums their closing lines.
+LOGDIR ?= $(or $(TMPDIR),/tmp)/kvpool-check
+CHECK_SUITES ?= check-core check-lib check-kmod check-debug lint
+
 check: deps
-	@set -o pipefail; start=$$(date +%s); \
-	$(MAKE) --no-print-directory check-core 2>&1 | tee /tmp/kvpool-check-core.log; rc1=$$?; \
-	t1=$$(date +%s); \
-	$(MAKE) --no-print-directory check-kmod 2>&1 | tee /tmp/kvpool-check-kmod.log; rc2=$$?; \
-	t2=$$(date +%s); \
-	echo "suite times: check-core $$((t1-start))s, check-kmod $$((t2-t1))s"; \
-	bash selftests/vm/summarize.sh /tmp/kvpool-check-core.log /tmp/kvpool-check-kmod.log; \
-	[ $$rc1 -eq 0 ] && [ $$rc2 -eq 0 ]
+	@mkdir -p $(LOGDIR); rc=0; times=""; \
+	for suite in $(CHECK_SUITES); do \
+		start=$$(date +%s); \
+		$(MAKE) --no-print-directory $$suite 2>&1 | tee $(LOGDIR)/$$suite.log; \
+		[ $${PIPESTATUS[0]} -eq 0 ] || rc=1; \
+		times="$$times $$suite $$(( $$(date +%s) - start ))s,"; \
+	done; \
+	echo "suite times:$${times%,}"; \
+	bash selftests/vm/summarize.sh $(patsubst %,$(LOGDIR)/%.log,$(CHECK_SUITES)); \
+	exit $$rc
+
+check-quick:
+	$(MAKE) --no-print-directory check CHECK_SUITES="check-core check-lib check-kmod" FUZZ_SECONDS=10
 
 demo: deps module tools
 	bash selftests/vm/run-vm.sh demo
@@ -73,3 +98,4 @@ clean:
 	-$(MAKE) -C tools clean
 	-$(MAKE) -C selftests/kvpool clean
 	-$(MAKE) -C selftests/core clean
+	-$(MAKE) -C libkvrt clean

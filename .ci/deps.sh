@@ -3,7 +3,8 @@
 # the exact apt-get line.  Called by `make deps`, `make check`, `make demo`.
 set -e
 PKGS="gcc make libc6-dev clang libclang-rt-14-dev linux-headers-amd64 linux-image-amd64
-qemu-system-x86 busybox-static cpio kmod"
+qemu-system-x86 busybox-static cpio kmod
+linux-source-6.1 sparse flex bison bc libelf-dev libssl-dev xz-utils"
 missing=""
 for p in $PKGS; do
 	dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q "install ok installed" ||
