@@ -93,6 +93,8 @@ export KVPOOL_VM_TIMEOUT=${KVPOOL_VM_TIMEOUT:-1500}
 export KVPOOL_VM_TEST_TIMEOUT=${KVPOOL_VM_TEST_TIMEOUT:-400}
 # The kernel has no PVH entry (see kvpool-debug.config): boot the bzImage.
 export KVPOOL_VM_PVH=0
+# CONFIG_GUP_TEST is here: pin the mapping with FOLL_LONGTERM as CUDA does.
+export KVPOOL_VM_DEBUG_TESTS=1
 # The campaign tests are sized for Debian's kernel; under KASAN and lockdep
 # in TCG everything runs 3-5 times slower, so the lane runs them shorter
 # (a 1000-kill campaign took 262 s of its 280 s limit).  Setting

@@ -293,8 +293,11 @@ run_kunit() {
 
 mode_check() {
 	[ -e /kvpool_kunit.ko ] && run_kunit
-	set -- /tests/*_test
-	if [ ! -x "$1" ]; then
+	set --
+	for t in /tests/*_test /tests/*_dbgtest; do
+		[ -x "$t" ] && set -- "$@" "$t"
+	done
+	if [ $# -eq 0 ]; then
 		log "FAIL: no selftests in the initramfs"
 		failed=$((failed + 1))
 	else

@@ -28,6 +28,7 @@
 #   KVPOOL_VM_TESTDIR        where the *_test binaries are (selftests/kvpool)
 #   KVPOOL_VM_DEMO, KVPOOL_VM_KVBENCH   the tool binaries (tools/*/)
 #   KVPOOL_TESTS             run only these test binaries (names, space-separated)
+#   KVPOOL_VM_DEBUG_TESTS=1  also run the *_dbgtest binaries (debug kernel only)
 #   KVPOOL_VM_APPEND         extra kernel command line
 #   KVPOOL_VM_KEEP=1         keep the work directory (initramfs, console log)
 
@@ -304,6 +305,12 @@ if [ "$MODE" = check ]; then
 		for f in "$TESTDIR"/*_test; do
 			[ -f "$f" ] && [ -x "$f" ] && TESTS+=("$f")
 		done
+		# *_dbgtest need debug-kernel features; the debug lane asks for them.
+		if [ "${KVPOOL_VM_DEBUG_TESTS:-0}" = 1 ]; then
+			for f in "$TESTDIR"/*_dbgtest; do
+				[ -f "$f" ] && [ -x "$f" ] && TESTS+=("$f")
+			done
+		fi
 	fi
 	[ ${#TESTS[@]} -gt 0 ] || die "no *_test binaries in ${TESTDIR#"$ROOT"/}: run 'make selftests' first"
 	for f in "${TESTS[@]}"; do need_static "$f" "make selftests"; done
