@@ -23,8 +23,9 @@
  *   - every word of a block a worker owns reads back exactly after it wrote
  *     it, whatever the sibling's GUP writes did meanwhile;
  *   - every word the sibling reads through process_vm_readv is 0 or the
- *     pattern of one of the two workers of this round (a word of a space
- *     of an earlier round would mean a chunk was not scrubbed).
+ *     pattern of one of the two workers of this round, byte by byte since a
+ *     word written meanwhile reads torn (a word of a space of an earlier
+ *     round would mean a chunk was not scrubbed).
  * process_vm_writev into the sibling writes the sibling's own pattern, and
  * only when the spaces are separate (in a shared space a block may have
  * changed hands).  Each worker maps its space over a PROT_NONE placeholder
@@ -176,6 +177,25 @@ static long check_block(char *m, __u32 pid, __u32 id)
 	_exit(code); \
 } while (0)
 
+/*
+ * process_vm_readv copies bytewise while the sibling stores whole words, so
+ * a word being written reads torn: each byte is the old one (0, or in a
+ * shared space the other worker's pattern) or the new one.  Foreign data,
+ * e.g. an unscrubbed chunk, fails this with near certainty.
+ */
+static int bytes_from(__u64 v, __u64 a, __u64 b)
+{
+	int i;
+
+	for (i = 0; i < 64; i += 8) {
+		__u64 m = 0xffULL << i;
+
+		if ((v & m) && (v & m) != (a & m) && (v & m) != (b & m))
+			return 0;
+	}
+	return 1;
+}
+
 /* Read block @id of the sibling through GUP and check each pattern word. */
 static void gup_read_sibling(struct slot *me, struct slot *sib, int me_pid,
 			     __u32 id, char *buf)
@@ -201,9 +221,8 @@ static void gup_read_sibling(struct slot *me, struct slot *sib, int me_pid,
 			__u64 v = *word_at(buf, 0, p, w);
 
 			me->gup_words++;
-			if (v == 0 || v == pat(sib_pid, id, p, w))
-				continue;
-			if (sh->shared_space && v == pat(me_pid, id, p, w))
+			if (bytes_from(v, pat(sib_pid, id, p, w),
+				       sh->shared_space ? pat(me_pid, id, p, w) : 0))
 				continue;
 			WFAIL(me, 21, "GUP read of sibling %d block %u page %u word %u: %#llx is neither 0 nor a pattern of this round",
 			      sib_pid, id, p, w, (unsigned long long)v);
