@@ -120,20 +120,6 @@ static bool selected(const char *test)
 
 static int trace;
 
-static unsigned long cmdline_ulong(const char *key, unsigned long def)
-{
-	char buf[4096], *p;
-	size_t klen = strlen(key);
-
-	if (read_file("/proc/cmdline", buf, sizeof(buf)) < 0)
-		return def;
-	for (p = buf; (p = strstr(p, key)); p += klen) {
-		if ((p == buf || p[-1] == ' ') && p[klen] == '=')
-			return strtoul(p + klen + 1, NULL, 0);
-	}
-	return def;
-}
-
 /* ---- results shared across the harness's per-test processes ------------- */
 
 #define MAX_PATHS	16
@@ -370,7 +356,7 @@ FIXTURE_SETUP(fi)
 	if (!selected(_metadata->name))
 		SKIP(return, "not in kvpool_fi_only=");
 	why = setup_knobs();
-	trace = cmdline_ulong("kvpool_fi_trace", 0);
+	trace = kv_cmdline_ulong("kvpool_fi_trace", 0);
 	ASSERT_EQ(NULL, why) TH_LOG("fault injection unavailable: %s", why);
 	ASSERT_TRUE(module_loaded()) TH_LOG("kvpool is not loaded");
 	fd = kv_open();
@@ -382,7 +368,7 @@ FIXTURE_SETUP(fi)
 	ASSERT_EQ(0, sysfs_u64("pool_bytes", &self->pool0));
 	ASSERT_EQ(0, sysfs_u64("spaces", &self->spaces0));
 	ASSERT_EQ(self->pool0, self->free0) TH_LOG("the pool is in use before the test");
-	self->max_n = cmdline_ulong("kvpool_fi_max", 20000);
+	self->max_n = kv_cmdline_ulong("kvpool_fi_max", 20000);
 	clock_gettime(CLOCK_MONOTONIC, &self->t0);
 }
 

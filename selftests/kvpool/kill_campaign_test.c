@@ -89,20 +89,6 @@ static struct shared *sh;
 /* The harness ends the test process with _exit(): flush every message. */
 #define say(...) do { ksft_print_msg(__VA_ARGS__); fflush(stdout); } while (0)
 
-static unsigned long cmdline_ulong(const char *key, unsigned long def)
-{
-	char buf[4096], *p;
-	size_t klen = strlen(key);
-
-	if (read_file("/proc/cmdline", buf, sizeof(buf)) < 0)
-		return def;
-	for (p = buf; (p = strstr(p, key)); p += klen) {
-		if ((p == buf || p[-1] == ' ') && p[klen] == '=')
-			return strtoul(p + klen + 1, NULL, 0);
-	}
-	return def;
-}
-
 static __u64 rng_state;
 
 static __u64 rnd(void)
@@ -587,9 +573,9 @@ static bool reaped_ok(struct __test_metadata *_metadata, int idx, int st,
 
 TEST_F_TIMEOUT(kill, sigkill_campaign, 600)
 {
-	unsigned long want = cmdline_ulong("kvpool_kills", 1000);
-	unsigned long limit_s = cmdline_ulong("kvpool_kill_seconds", 280);
-	__u64 seed = cmdline_ulong("kvpool_seed", 0);
+	unsigned long want = kv_cmdline_ulong("kvpool_kills", 1000);
+	unsigned long limit_s = kv_cmdline_ulong("kvpool_kill_seconds", 280);
+	__u64 seed = kv_cmdline_ulong("kvpool_seed", 0);
 	struct totals t = { 0 };
 	__u64 t_start, iter_us, range_us, elapsed;
 	unsigned long round;

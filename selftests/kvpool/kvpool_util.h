@@ -258,6 +258,21 @@ static inline int read_file(const char *path, char *buf, size_t len)
 }
 
 /* Read /sys/class/misc/kvpool/<rel> as an unsigned decimal. */
+/* key=N from the kernel command line (the VM runner passes knobs so), or def. */
+static inline unsigned long kv_cmdline_ulong(const char *key, unsigned long def)
+{
+	char buf[4096], *p;
+	size_t klen = strlen(key);
+
+	if (read_file("/proc/cmdline", buf, sizeof(buf)) < 0)
+		return def;
+	for (p = buf; (p = strstr(p, key)); p += klen) {
+		if ((p == buf || p[-1] == ' ') && p[klen] == '=')
+			return strtoul(p + klen + 1, NULL, 0);
+	}
+	return def;
+}
+
 static inline int sysfs_u64(const char *rel, __u64 *val)
 {
 	char path[256], buf[64], *end;

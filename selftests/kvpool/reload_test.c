@@ -32,20 +32,6 @@
 /* The harness ends the test process with _exit(): flush every message. */
 #define say(...) do { ksft_print_msg(__VA_ARGS__); fflush(stdout); } while (0)
 
-static unsigned long cmdline_ulong(const char *key, unsigned long def)
-{
-	char buf[4096], *p;
-	size_t klen = strlen(key);
-
-	if (read_file("/proc/cmdline", buf, sizeof(buf)) < 0)
-		return def;
-	for (p = buf; (p = strstr(p, key)); p += klen) {
-		if ((p == buf || p[-1] == ' ') && p[klen] == '=')
-			return strtoul(p + klen + 1, NULL, 0);
-	}
-	return def;
-}
-
 static long sys_delete_module(const char *name, unsigned int flags)
 {
 	return syscall(SYS_delete_module, name, flags);
@@ -202,7 +188,7 @@ static void expect_fresh(struct __test_metadata *_metadata,
 
 TEST_F_TIMEOUT(reload, unload_and_load_cycles, 600)
 {
-	unsigned long cycles = cmdline_ulong("kvpool_reload_cycles", 20);
+	unsigned long cycles = kv_cmdline_ulong("kvpool_reload_cycles", 20);
 	__u64 t_unload = 0, t_load = 0, t0, t1, t_start = now_us();
 	unsigned int c;
 	int ret;

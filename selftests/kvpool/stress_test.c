@@ -75,20 +75,6 @@ static struct shared *sh;
 /* The harness ends the test process with _exit(): flush every message. */
 #define say(...) do { ksft_print_msg(__VA_ARGS__); fflush(stdout); } while (0)
 
-static unsigned long cmdline_ulong(const char *key, unsigned long def)
-{
-	char buf[4096], *p;
-	size_t klen = strlen(key);
-
-	if (read_file("/proc/cmdline", buf, sizeof(buf)) < 0)
-		return def;
-	for (p = buf; (p = strstr(p, key)); p += klen) {
-		if ((p == buf || p[-1] == ' ') && p[klen] == '=')
-			return strtoul(p + klen + 1, NULL, 0);
-	}
-	return def;
-}
-
 static __u64 rng_state;
 
 static __u64 rnd(void)
@@ -448,8 +434,8 @@ FIXTURE_TEARDOWN(stress)
 
 TEST_F_TIMEOUT(stress, four_per_node_two_nodes, 600)
 {
-	unsigned long secs = cmdline_ulong("kvpool_stress_seconds", 30);
-	__u64 seed = cmdline_ulong("kvpool_seed", 0);
+	unsigned long secs = kv_cmdline_ulong("kvpool_stress_seconds", 30);
+	__u64 seed = kv_cmdline_ulong("kvpool_seed", 0);
 	unsigned long checks = 0, bad_checks = 0, ops_total = 0, ops[OP_NR] = { 0 };
 	unsigned long balloc = 0, bfree = 0, words = 0, placements = 0;
 	pid_t pids[NPROC];
