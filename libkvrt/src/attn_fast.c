@@ -3,31 +3,41 @@
  * attn_fast.c: the fast CPU paged attention: which kernel, which work
  * items, how many threads.
  *
- * Kernel: the widest of AVX-512 with BF16 (F/BW/VL/DQ + AVX512_BF16: bf16
- * q . bf16 K by vdpbf16ps), AVX-512 (F/BW/VL/DQ), AVX2+FMA+F16C and the
- * generic 4-wide build that the CPU supports (__builtin_cpu_supports, asked
- * on every call: no cached state).  The environment variable KVRT_CPU_ISA
- * (avx512bf16, avx512, avx2 or generic) lowers the choice, never raises
- * it; the tests use it to cover every kernel on one machine.
+ * Kernel: the widest the CPU supports of AVX-512 with BF16 (F/BW/VL/DQ +
+ * AVX512_BF16: bf16 q . bf16 K by vdpbf16ps), AVX-512 (F/BW/VL/DQ),
+ * AVX2+FMA+F16C, and the portable fallback (plain C with 4-wide GCC vector
+ * types: SSE2 on x86-64, whatever the compiler has elsewhere).
+ * __builtin_cpu_supports is asked on every call: no cached state.  The
+ * environment variable KVRT_CPU_ISA (avx512, avx2, generic or scalar)
+ * lowers the choice, never raises it; the tests use it to cover every
+ * kernel on one machine.
  *
- * Work items: (sequence, kv head) for decode; (sequence, kv head, a run of
- * query tokens) for prefill, the run short enough that its rows (tokens x
- * group) stay near 32.  An item reads the K/V rows of its head group once
- * and computes every query head of the group from them.  Items are sorted
+ * Work items: decode: (sequence, a range of KV heads), every head of the
+ * sequence when there are enough sequences to keep the threads busy (see
+ * heads_per_item); prefill: (sequence, KV head, a run of query tokens of
+ * about PREFILL_ROWS rows).  An item reads each K/V row of its heads once
+ * and computes every query head of each group from it.  Items are sorted
  * longest first and handed out through an atomic counter, so ragged
- * batches balance; every output row belongs to exactly one item and is
- * computed in a fixed order, so results do not depend on the thread count.
+ * batches balance.  Every output row belongs to exactly one item and is
+ * computed in an order fixed by the call's shapes (never by the thread
+ * count or the item split), so results do not depend on the thread count.
  *
  * Threads are created per call and joined before it returns (no pool, no
  * global state).  The calling thread works too, so num_threads = 1 creates
- * none; a call is given fewer threads than asked when it has fewer items or
- * too little work to pay for a thread (WORK_PER_THREAD below; kvbench attn
- * measures the spawn cost).  All scratch memory is allocated before any
- * thread starts: -ENOMEM leaves the output untouched.  A failed
- * pthread_create only means fewer threads.
+ * none; num_threads = 0 means the CPUs of the caller's affinity mask.  A
+ * call is given fewer threads than asked when it has fewer items or too
+ * little work to pay for a thread (WORK_PER_THREAD).  kvbench attn measures
+ * the spawn cost: ~40-50 us to create and join a thread on the 2-core VM,
+ * against ~30 ms for a decode over 1 GiB of K/V.  All scratch memory is
+ * allocated before any thread starts, so -ENOMEM leaves the output
+ * untouched; a failed pthread_create only means fewer threads.
  */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE	/* sched_getaffinity, CPU_COUNT */
+#endif
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -42,11 +52,13 @@
 /* Decode items per thread below which items are split across KV heads. */
 #define ITEMS_PER_THREAD 4
 /*
- * Work units (key positions x head dims x (rows + 2)) below which one more
- * thread is not worth creating: about 4 Mi units is ~0.2 ms of work on one
- * core, against tens of microseconds to create and join a thread.
+ * Work units (key positions x head dims x (rows + 2), per head) below which
+ * one more thread is not worth creating.  A decode over bf16 K/V runs ~45
+ * units/ns on one core from cache (2-core EPYC VM), so 16 Mi units is
+ * ~0.4 ms of work, against 40-50 us measured to create and join a thread
+ * there (kvbench attn, thread_spawn).
  */
-#define WORK_PER_THREAD (4ULL << 20)
+#define WORK_PER_THREAD (16ULL << 20)
 
 struct attn_pool {
 	const struct attn_job *job;
@@ -194,11 +206,14 @@ static size_t ws_layout(struct attn_ws *ws, const struct attn_job *job, uint32_t
 {
 	uint32_t dpad = (job->head_dim + 15) & ~15u;
 	/*
-	 * Keys per tile: about 16 KiB of f32 K per tile and head, halved when
-	 * an item covers several heads (every head's rows of a tile are in
-	 * flight together: keep them near L1).  A multiple of 16, 16 to 64.
+	 * Keys per tile, a multiple of 16 from 16 to 64: for prefill about 16
+	 * KiB of f32 K per tile; for decode half that, as an item may cover
+	 * several heads whose rows of a tile are all in flight together (keep
+	 * them near L1).  Not a function of the heads per item, which follow
+	 * the thread count: tiles fix the order of the online softmax, and
+	 * results must not depend on the thread count.
 	 */
-	uint32_t tile = (4096 / dpad / (hpi > 1 ? 2 : 1)) & ~15u;
+	uint32_t tile = (4096 / dpad / (job->q_indptr ? 1 : 2)) & ~15u;
 	uint32_t rows = hpi * ((qt * job->group + 3) & ~3u);
 	size_t off = 0;
 
@@ -228,11 +243,10 @@ static size_t ws_layout(struct attn_ws *ws, const struct attn_job *job, uint32_t
 	CARVE(kp, sizeof(void *) * (ATTN_PF_TILES + 1) * tile);
 	CARVE(vp, sizeof(void *) * (ATTN_PF_TILES + 1) * tile);
 	CARVE(blk, sizeof(int64_t) * (ATTN_PF_TILES + 1) * tile);
-	CARVE(ks, sizeof(float) * tile);
-	CARVE(vs, sizeof(float) * tile);
+	CARVE(ks, sizeof(float) * hpi * tile);
+	CARVE(vs, sizeof(float) * hpi * tile);
 	CARVE(skp, sizeof(void *) * tile);
 	CARVE(svp, sizeof(void *) * tile);
-	CARVE(zero, sizeof(float) * dpad);
 #undef CARVE
 	return off;
 }
@@ -253,10 +267,15 @@ static void *worker_main(void *arg)
 	return NULL;
 }
 
+/* CPUs this thread may run on (its affinity mask), else online CPUs. */
 static uint32_t online_cpus(void)
 {
-	long n = sysconf(_SC_NPROCESSORS_ONLN);
+	cpu_set_t set;
+	long n;
 
+	if (!sched_getaffinity(0, sizeof(set), &set) && CPU_COUNT(&set) > 0)
+		return (uint32_t)CPU_COUNT(&set);
+	n = sysconf(_SC_NPROCESSORS_ONLN);
 	return n > 0 ? (uint32_t)n : 1;
 }
 
@@ -289,7 +308,7 @@ int kvrt_attn_fast_run(const struct attn_job *job)
 
 	ws_bytes = ws_layout(&tmp, job, rows_per_item(job), hpi, NULL);
 	workers = calloc(nthreads, sizeof(*workers));
-	/* zeroed: padding lanes of q/k/v rows must stay 0 */
+	/* zeroed: the padding lanes of q and staged k/v rows must stay 0 */
 	mem = aligned_alloc(64, ws_bytes * nthreads);
 	if (!workers || !mem)
 		goto out_free;

@@ -6,6 +6,7 @@
  *   attn_ref.c            the reference implementation
  *   attn_fast.c           the fast one: ISA choice, work items, threads
  *   attn_simd_*.c         the fast kernel (attn_kern.h) built per ISA
+ *   dtype.c               element conversions
  *
  * Semantics shared by both implementations, per query row (a query token j
  * of sequence s and a query head h, at position pos = seq_len - q_len + j):
@@ -125,18 +126,18 @@ struct attn_item {
 
 /* How many tiles ahead of the one computing the fast kernel prefetches. */
 #ifndef ATTN_PF_TILES
-#define ATTN_PF_TILES 2
+#define ATTN_PF_TILES 1
 #endif
 
 /*
- * Per-thread scratch for the fast kernel, sized by attn_ws_layout():
- * every array is 64-byte aligned, rows are padded to a multiple of 4 and
- * dims to dpad (a multiple of the widest vector).
+ * Per-thread scratch for the fast kernel, laid out by ws_layout() in
+ * attn_fast.c: every array is 64-byte aligned, rows are padded to a
+ * multiple of 4 and dims to dpad (a multiple of the widest vector).
  */
 struct attn_ws {
 	uint32_t dpad;		/* head_dim rounded up to 16 */
 	uint32_t tile;		/* keys per tile, a multiple of 16 */
-	uint32_t max_rows;	/* rows per item: heads x rows per head (a multiple of 4) */
+	uint32_t max_rows;	/* heads per item x rows per head (a multiple of 4) */
 	float *q;		/* [max_rows][dpad], pre-scaled by sm_scale */
 	uint16_t *qh;		/* [max_rows][dpad] bf16 q, unscaled (vdpbf16ps kernel) */
 	float *acc;		/* [max_rows][dpad] */
@@ -150,10 +151,9 @@ struct attn_ws {
 	const uint8_t **kp;	/* K row of each key, at the item's first head */
 	const uint8_t **vp;	/* V row of each key */
 	int64_t *blk;		/* block of each key */
-	float *ks, *vs;		/* [tile] fp8 scales of each key, current head */
+	float *ks, *vs;		/* [heads][tile] fp8 scales of each key and head */
 	const uint8_t **skp;	/* [tile] rows of ws->k (staged mode) */
 	const uint8_t **svp;	/* [tile] rows of ws->v */
-	float *zero;		/* [dpad] zeros: the row of a padding key */
 };
 
 typedef void (*attn_kern_fn)(const struct attn_job *job, struct attn_ws *ws,

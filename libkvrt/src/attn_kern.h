@@ -659,6 +659,100 @@ static void tile_rows(const struct attn_job *job, uint32_t s, uint32_t h0,
 	}
 }
 
+/*
+ * Softmax of the RT rows from r over tile [t0, t1) (ks, vs: the head's fp8
+ * scales in direct mode, else NULL), then zero each row's weights outside
+ * its own keys within the group's union of keys.  Returns 0 and that union
+ * (tile-relative, inclusive) in *a, *b, or -1 when no row has a key here.
+ */
+static inline int group_softmax(const struct attn_job *job, struct attn_ws *ws, uint32_t r,
+				int64_t t0, int64_t t1, const float *ks, const float *vs,
+				float lscale, uint32_t *a, uint32_t *b)
+{
+	const uint32_t T = ws->tile;
+	int64_t ua = INT64_MAX, ub = -1;
+	int k;
+
+	for (k = 0; k < RT; k++) {
+		int64_t lo = ws->lo[r + k] > t0 ? ws->lo[r + k] : t0;
+		int64_t hi = ws->hi[r + k] < t1 - 1 ? ws->hi[r + k] : t1 - 1;
+
+		if (lo > hi) {
+			memset(ws->s + (size_t)(r + k) * T, 0, sizeof(float) * T);
+			continue;
+		}
+		softmax_row(job, ws, r + k, (uint32_t)(lo - t0), (uint32_t)(hi - t0), ks, vs,
+			    lscale);
+		if (lo < ua)
+			ua = lo;
+		if (hi > ub)
+			ub = hi;
+	}
+	if (ua > ub)
+		return -1;
+	for (k = 0; k < RT; k++) {
+		int64_t lo = ws->lo[r + k] > t0 ? ws->lo[r + k] : t0;
+		int64_t hi = ws->hi[r + k] < t1 - 1 ? ws->hi[r + k] : t1 - 1;
+		float *srow = ws->s + (size_t)(r + k) * T;
+
+		if (lo > hi)
+			continue;
+		if (lo > ua)
+			memset(srow + (ua - t0), 0, sizeof(float) * (size_t)(lo - ua));
+		if (hi < ub)
+			memset(srow + (hi + 1 - t0), 0, sizeof(float) * (size_t)(ub - hi));
+	}
+	*a = (uint32_t)(ua - t0);
+	*b = (uint32_t)(ub - t0);
+	return 0;
+}
+
+/*
+ * Direct mode, logits of every head's rows over the tile, in token-major
+ * order: for each 4 keys, every head.  The first touch of the tile's K
+ * then walks each key's row of all heads in address order, which this
+ * memory serves much faster than one head's slice of every row after the
+ * other (and it is no slower from cache).
+ */
+static inline __attribute__((always_inline)) void
+tile_logits_tm(enum kvrt_dtype dt, struct attn_ws *ws, const uint8_t *const *kp, uint32_t nh,
+	       int64_t hstride, uint32_t rows4, uint32_t n, uint32_t dims, struct pfs *ps)
+{
+	uint32_t r, t, hh;
+
+	for (t = 0; t < n; t += 4)
+		for (hh = 0; hh < nh; hh++)
+			for (r = hh * rows4; r < (hh + 1) * rows4; r += RT)
+				logits_rt4(dt, ws->q + (size_t)r * ws->dpad, kp + t, hh * hstride,
+					   dims, ws->dpad, ws->s + (size_t)r * ws->tile + t,
+					   ws->tile, r == hh * rows4 ? ps : NULL);
+}
+
+/*
+ * Direct mode, softmax and acc += p . V of every head's row groups over the
+ * tile, head after head.  ks, vs: the heads' fp8 scales ([head][tile]) or
+ * NULL.  (Chunking this token-major like the logits measured no faster:
+ * the logits pass has already brought the tile's V lines near.)
+ */
+static inline __attribute__((always_inline)) void
+tile_softmax_pv(enum kvrt_dtype dt, const struct attn_job *job, struct attn_ws *ws,
+		const uint8_t *const *vp, uint32_t nh, uint32_t rows4, int64_t t0, int64_t t1,
+		uint32_t dims, const float *ks, const float *vs, float lscale, struct pfs *ps)
+{
+	const uint32_t T = ws->tile;
+	uint32_t hh, r, a, b;
+
+	for (hh = 0; hh < nh; hh++)
+		for (r = hh * rows4; r < (hh + 1) * rows4; r += RT) {
+			if (group_softmax(job, ws, r, t0, t1, ks ? ks + (size_t)hh * T : NULL,
+					  vs ? vs + (size_t)hh * T : NULL, lscale, &a, &b))
+				continue;
+			pv_rt(dt, ws->acc + (size_t)r * ws->dpad, ws->s + (size_t)r * T, vp,
+			      hh * job->head_stride, dims, ws->dpad, T, a, b,
+			      r == hh * rows4 ? ps : NULL);
+		}
+}
+
 /* Positions [*a, *b) of tile i of [klo, khi]: cut at multiples of T. */
 static inline void tile_span(int64_t klo, int64_t khi, uint32_t T, int64_t i, int64_t *a,
 			     int64_t *b)
@@ -703,7 +797,6 @@ void KERN_NAME(const struct attn_job *job, struct attn_ws *ws, const struct attn
 	const uint32_t s = it->seq, h0 = it->kv_head, nh = it->kv_heads;
 	const int64_t qlen = attn_q_len(job, s), q0 = attn_q_start(job, s);
 	const int64_t slen = job->seq_lens[s], hstride = job->head_stride;
-	struct pfs kps, vps;
 	const uint32_t qn = it->j1 - it->j0, rows4 = (qn * G + 3) & ~3u;
 	const uint32_t row_bytes = job->head_dim * (uint32_t)job->kv_esize;
 	/* the item's heads are contiguous in a token's row (attn_fast.c) */
@@ -728,6 +821,7 @@ void KERN_NAME(const struct attn_job *job, struct attn_ws *ws, const struct attn
 	const uint8_t **skp = ws->skp, **svp = ws->svp;
 	int64_t klo = INT64_MAX, khi = -1, t0, t1, n0, n1, i, ntiles;
 	uint32_t r, jj, g, t, hh, cur, nxt;
+	struct pfs kps, vps;
 
 	for (hh = 0; hh < nh; hh++) {
 		for (jj = 0; jj < qn; jj++) {
@@ -787,7 +881,6 @@ void KERN_NAME(const struct attn_job *job, struct attn_ws *ws, const struct attn
 		}
 	}
 	for (i = 0; i < ntiles; i++) {
-		const uint8_t *const *tkp, *const *tvp;
 		uint32_t n, nn = 0, cgroups = (dims + CT * VL - 1) / (CT * VL);
 
 		cur = (uint32_t)(i % B) * T;
@@ -805,120 +898,98 @@ void KERN_NAME(const struct attn_job *job, struct attn_ws *ws, const struct attn
 			 nh * ((n + 3) / 4) * (dims / (dot16 ? 32 : VL)));
 		pfs_init(&vps, ws->vp + nxt, nn, run_bytes, nh * n * cgroups);
 
-		for (hh = 0; hh < nh; hh++) {
-			const uint32_t h = h0 + hh, r0 = hh * rows4;
-			const float *tks = NULL, *tvs = NULL;
-			int64_t hoff = (int64_t)hh * hstride;
-			int vpf_pending = 1;
+		/* fp8: every head's block scales of the tile's keys */
+		if (job->k_scales) {
+			for (hh = 0; hh < nh; hh++) {
+				float *ks = ws->ks + (size_t)hh * T, *vs = ws->vs + (size_t)hh * T;
 
-			tkp = ws->kp + cur;
-			tvp = ws->vp + cur;
-			if (job->k_scales) {	/* this head's block scales */
 				for (t = 0; t < n; t++) {
-					int64_t si = ws->blk[cur + t] * job->scale_block_stride + h;
+					int64_t si = ws->blk[cur + t] * job->scale_block_stride + h0 + hh;
 
-					ws->ks[t] = job->k_scales[si];
-					ws->vs[t] = job->v_scales[si];
+					ks[t] = job->k_scales[si];
+					vs[t] = job->v_scales[si];
 				}
 				for (; t & 3; t++)
-					ws->ks[t] = ws->vs[t] = 0.0f;
-				if (direct) {
-					tks = ws->ks;
-					tvs = ws->vs;
-				}
+					ks[t] = vs[t] = 0.0f;
 			}
-			if (!direct) {
-				for (t = 0; t < n; t++) {
-					cvt_row(ws->k + (size_t)t * dp, tkp[t] + hoff, job->head_dim,
-						job->kv_dtype, job->k_scales ? ws->ks[t] : 1.0f);
-					cvt_row(ws->v + (size_t)t * dp, tvp[t] + hoff, job->head_dim,
-						job->kv_dtype, job->v_scales ? ws->vs[t] : 1.0f);
-				}
-				tkp = skp;
-				tvp = svp;
-				hoff = 0;
-			}
+		}
+
+		if (direct) {
+			const uint8_t *const *tkp = ws->kp + cur, *const *tvp = ws->vp + cur;
+			const float *ks, *vs;
 
 #ifdef KERN_DPBF16
 			if (dot16) {
-				for (r = r0; r < r0 + rows4; r += RT)
-					for (t = 0; t < n; t += 4)
-						logits_dp(ws->qh + (size_t)r * dp, tkp + t, hoff, dims, dp,
-							  ws->s + (size_t)r * T + t, T,
-							  r == r0 ? &kps : NULL);
+				uint32_t hh2;
+
+				for (t = 0; t < n; t += 4)
+					for (hh2 = 0; hh2 < nh; hh2++)
+						for (r = hh2 * rows4; r < (hh2 + 1) * rows4; r += RT)
+							logits_dp(ws->qh + (size_t)r * dp, tkp + t,
+								  hh2 * hstride, dims, dp,
+								  ws->s + (size_t)r * T + t, T,
+								  r == hh2 * rows4 ? &kps : NULL);
 			} else
 #endif
 			switch ((int)dt) {
 			case KVRT_DTYPE_F32:
-				head_logits(KVRT_DTYPE_F32, ws, r0, rows4, tkp, hoff, n, dims, &kps);
+				tile_logits_tm(KVRT_DTYPE_F32, ws, tkp, nh, hstride, rows4, n, dims, &kps);
 				break;
 			case KVRT_DTYPE_F16:
-				head_logits(KVRT_DTYPE_F16, ws, r0, rows4, tkp, hoff, n, dims, &kps);
+				tile_logits_tm(KVRT_DTYPE_F16, ws, tkp, nh, hstride, rows4, n, dims, &kps);
 				break;
 			case KVRT_DTYPE_BF16:
-				head_logits(KVRT_DTYPE_BF16, ws, r0, rows4, tkp, hoff, n, dims, &kps);
+				tile_logits_tm(KVRT_DTYPE_BF16, ws, tkp, nh, hstride, rows4, n, dims, &kps);
 				break;
 			case KVRT_DTYPE_FP8_E4M3:
-				head_logits(KVRT_DTYPE_FP8_E4M3, ws, r0, rows4, tkp, hoff, n, dims,
-					    &kps);
+				tile_logits_tm(KVRT_DTYPE_FP8_E4M3, ws, tkp, nh, hstride, rows4, n, dims,
+					       &kps);
 				break;
 			}
+			ks = job->k_scales ? ws->ks : NULL;
+			vs = job->k_scales ? ws->vs : NULL;
+			switch ((int)dt) {
+			case KVRT_DTYPE_F32:
+				tile_softmax_pv(KVRT_DTYPE_F32, job, ws, tvp, nh, rows4, t0, t1, dims, ks,
+						vs, lscale, &vps);
+				break;
+			case KVRT_DTYPE_F16:
+				tile_softmax_pv(KVRT_DTYPE_F16, job, ws, tvp, nh, rows4, t0, t1, dims, ks,
+						vs, lscale, &vps);
+				break;
+			case KVRT_DTYPE_BF16:
+				tile_softmax_pv(KVRT_DTYPE_BF16, job, ws, tvp, nh, rows4, t0, t1, dims, ks,
+						vs, lscale, &vps);
+				break;
+			case KVRT_DTYPE_FP8_E4M3:
+				tile_softmax_pv(KVRT_DTYPE_FP8_E4M3, job, ws, tvp, nh, rows4, t0, t1, dims,
+						ks, vs, lscale, &vps);
+				break;
+			}
+		} else {
+			/* staged: one head at a time, its tile converted to f32 once */
+			for (hh = 0; hh < nh; hh++) {
+				const uint32_t r0 = hh * rows4;
+				const float *ks = ws->ks + (size_t)hh * T, *vs = ws->vs + (size_t)hh * T;
+				int64_t hoff = (int64_t)hh * hstride;
+				int first = 1;
 
-			for (r = r0; r < r0 + rows4; r += RT) {
-				int64_t ua = INT64_MAX, ub = -1;
-				struct pfs *pfp;
-				uint32_t a, b;
-				int k;
-
-				for (k = 0; k < RT; k++) {
-					int64_t lo = ws->lo[r + k] > t0 ? ws->lo[r + k] : t0;
-					int64_t hi = ws->hi[r + k] < t1 - 1 ? ws->hi[r + k] : t1 - 1;
-
-					if (lo > hi) {
-						memset(ws->s + (size_t)(r + k) * T, 0, sizeof(float) * T);
-						continue;
-					}
-					softmax_row(job, ws, r + k, (uint32_t)(lo - t0),
-						    (uint32_t)(hi - t0), tks, tvs, lscale);
-					if (lo < ua)
-						ua = lo;
-					if (hi > ub)
-						ub = hi;
+				for (t = 0; t < n; t++) {
+					cvt_row(ws->k + (size_t)t * dp, ws->kp[cur + t] + hoff,
+						job->head_dim, job->kv_dtype, job->k_scales ? ks[t] : 1.0f);
+					cvt_row(ws->v + (size_t)t * dp, ws->vp[cur + t] + hoff,
+						job->head_dim, job->kv_dtype, job->v_scales ? vs[t] : 1.0f);
 				}
-				if (ua > ub)
-					continue;
-				/* weights outside a row's own keys must be 0 within [ua, ub] */
-				for (k = 0; k < RT; k++) {
-					int64_t lo = ws->lo[r + k] > t0 ? ws->lo[r + k] : t0;
-					int64_t hi = ws->hi[r + k] < t1 - 1 ? ws->hi[r + k] : t1 - 1;
-					float *srow = ws->s + (size_t)(r + k) * T;
+				head_logits(KVRT_DTYPE_F32, ws, r0, rows4, skp, 0, n, dims, &kps);
+				for (r = r0; r < r0 + rows4; r += RT) {
+					uint32_t a, b;
 
-					if (lo > hi)
+					if (group_softmax(job, ws, r, t0, t1, NULL, NULL, 1.0f, &a, &b))
 						continue;
-					if (lo > ua)
-						memset(srow + (ua - t0), 0, sizeof(float) * (size_t)(lo - ua));
-					if (hi < ub)
-						memset(srow + (hi + 1 - t0), 0,
-						       sizeof(float) * (size_t)(ub - hi));
-				}
-				a = (uint32_t)(ua - t0);
-				b = (uint32_t)(ub - t0);
-				/* the first group's pass prefetches V, keys [a, b] of it */
-				pfp = vpf_pending ? &vps : NULL;
-				vpf_pending = 0;
-				switch ((int)dt) {
-				case KVRT_DTYPE_F32:
-					head_pv(KVRT_DTYPE_F32, ws, r, tvp, hoff, dims, a, b, pfp);
-					break;
-				case KVRT_DTYPE_F16:
-					head_pv(KVRT_DTYPE_F16, ws, r, tvp, hoff, dims, a, b, pfp);
-					break;
-				case KVRT_DTYPE_BF16:
-					head_pv(KVRT_DTYPE_BF16, ws, r, tvp, hoff, dims, a, b, pfp);
-					break;
-				case KVRT_DTYPE_FP8_E4M3:
-					head_pv(KVRT_DTYPE_FP8_E4M3, ws, r, tvp, hoff, dims, a, b, pfp);
-					break;
+					/* the first group's pass prefetches V */
+					head_pv(KVRT_DTYPE_F32, ws, r, svp, 0, dims, a, b,
+						first ? &vps : NULL);
+					first = 0;
 				}
 			}
 		}

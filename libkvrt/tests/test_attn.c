@@ -28,7 +28,7 @@
  * not in the error.  A perturbation test checks that the comparison fails
  * when the output is off by a few tolerances.
  *
- * Also: the fast path is bitwise identical for 1, 2 and 3 threads; every
+ * Also: the fast path is bitwise identical for 1, 2, 3 and 16 threads; every
  * -EINVAL of the validation, each leaving the output untouched.
  *
  * Prints TAP (one line per group of checks, one per error case) and
@@ -831,32 +831,34 @@ static void test_threads_identical(void)
 			    .qamp = 1.0 };
 	uint32_t nq = tc.nkv * tc.group, s, t;
 	size_t n;
-	float *o[3];
+	static const uint32_t nthr[] = { 1, 2, 3, 16 };	/* 16: items of one head */
+	float *o[4];
 	int32_t lens[8];
 	struct world w;
 	uint16_t *q;
 
 	for (s = 0; s < tc.nseq; s++)
-		lens[s] = (int32_t)(tc.lens[s] = 700 + 97 * s);
+		lens[s] = (int32_t)(tc.lens[s] = 2500 + 97 * s);	/* enough work for 3 threads */
 	world_make(&w, &tc);
 	n = (size_t)tc.nseq * nq * tc.hd;
 	q = malloc(n * 2);
 	for (s = 0; s < n; s++)
 		enc(KVRT_DTYPE_BF16, q, s, rnd_unit());
-	for (t = 0; t < 3; t++) {
+	for (t = 0; t < 4; t++) {
 		struct kvrt_kv_cache kv = { &w.lo, w.cache, NULL, w.layer };
 		struct kvrt_block_table bt = { tc.nseq, w.indptr, w.indices, lens };
 		struct kvrt_attn_params p = { .num_q_heads = nq, .sm_scale = 0.088f,
 					      .window_left = -1, .q_dtype = KVRT_DTYPE_BF16,
 					      .o_dtype = KVRT_DTYPE_F32, .impl = KVRT_ATTN_FAST,
-					      .num_threads = t + 1 };
+					      .num_threads = nthr[t] };
 
 		o[t] = malloc(n * 4);
-		CHECK(kvrt_attn_decode(&p, q, &kv, &bt, o[t]) == 0, "decode, %u threads", t + 1);
+		CHECK(kvrt_attn_decode(&p, q, &kv, &bt, o[t]) == 0, "decode, %u threads", nthr[t]);
 	}
-	CHECK(!memcmp(o[0], o[1], n * 4) && !memcmp(o[0], o[2], n * 4),
-	      "fast decode differs between 1, 2 and 3 threads");
-	for (t = 0; t < 3; t++)
+	for (t = 1; t < 4; t++)
+		CHECK(!memcmp(o[0], o[t], n * 4), "fast decode differs between 1 and %u threads",
+		      nthr[t]);
+	for (t = 0; t < 4; t++)
 		free(o[t]);
 	free(q);
 	world_free(&w);
@@ -1103,7 +1105,7 @@ int main(void)
 	group_end("the comparison detects a perturbed output and NaN");
 	test_errors();
 	test_threads_identical();
-	group_end("fast decode is bitwise identical with 1, 2 and 3 threads");
+	group_end("fast decode is bitwise identical with 1, 2, 3 and 16 threads");
 
 	/* fixed: every dtype combination once, on the common shape */
 	for (i = 0; i < 4 * 3 * 3; i++) {
@@ -1114,6 +1116,17 @@ int main(void)
 		run_decode(&tc);
 	}
 	group_end("decode, all 36 kv x q x out dtype combinations, GQA 8/2, hd 128, block 16");
+	/* 8 sequences: fast-path items span several KV heads (whole token rows) */
+	for (i = 0; i < 8; i++) {
+		tc = (struct tcase){ .bt = 16, .nkv = 4, .group = 4, .hd = 128, .nseq = 8,
+				     .kv_dt = (enum kvrt_dtype)(i % 4),
+				     .q_dt = i < 4 ? KVRT_DTYPE_BF16 : KVRT_DTYPE_F32,
+				     .o_dt = KVRT_DTYPE_F32, .layout = (int)(i % 2),
+				     .window = i == 5 ? 50 : -1, .softcap = i == 6 ? 20.0f : 0.0f,
+				     .qamp = 3.0, .lens = { 1, 15, 16, 17, 100, 160, 33, 250 } };
+		run_decode(&tc);
+	}
+	group_end("decode, 8 sequences x 4 KV heads (items of several heads), every kv dtype");
 	for (i = 0; i < ncases; i++) {
 		random_case(&tc, 300, 5);
 		run_decode(&tc);

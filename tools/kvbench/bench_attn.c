@@ -31,7 +31,9 @@
  * --rep-time seconds (default 0.3); value and limit repetitions alternate
  * and the medians of --reps (default 5) are reported.
  */
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE
+#endif
 #include <errno.h>
 #include <immintrin.h>
 #include <pthread.h>

@@ -39,6 +39,7 @@
 #include "kvcore.h"
 
 int cmd_hash(int argc, char **argv);	/* bench_hash.c */
+int cmd_attn(int argc, char **argv);	/* bench_attn.c */
 
 #define MAX_REPS	99
 #define BENCH_BLOCK	4096ULL
@@ -71,6 +72,9 @@ static void usage(FILE *f)
 		"                ioctls when /dev/kvpool exists\n"
 		"  hash          prefix hashing of a prompt with libkvrt (bench_hash.c;\n"
 		"                its own options: kvbench hash --help)\n"
+		"  attn          CPU paged-attention decode with libkvrt, GB/s of K/V read\n"
+		"                against the streaming read bandwidth (bench_attn.c; its\n"
+		"                own options: kvbench attn --help)\n"
 		"\n"
 		"options:\n"
 		"  --json            one JSON object per case per line on stdout\n"
@@ -459,6 +463,8 @@ int main(int argc, char **argv)
 	}
 	if (!strcmp(cmd, "hash"))
 		return cmd_hash(argc - 1, argv + 1);
+	if (!strcmp(cmd, "attn"))
+		return cmd_attn(argc - 1, argv + 1);
 	if (strcmp(cmd, "pool"))
 		die_usage(cmd[0] == '-' ? "expected a subcommand before option '%s'" :
 					  "unknown subcommand '%s'", cmd);
