@@ -431,7 +431,7 @@ int kvp_space_mmap(struct kvp_client *client, struct vm_area_struct *vma)
 	range_pages = (space->core.nr_blocks * space->core.block_bytes) >> PAGE_SHIFT;
 	if (vma->vm_pgoff > range_pages || pages > range_pages - vma->vm_pgoff)
 		return -ENXIO;
-	/* Page-backed on purpose (no VM_IO/VM_PFNMAP): GUP must work here. */
+	/* Page-backed on purpose, no I/O or PFN-map flags: GUP must work here. */
 	kvp_vma_set_flags(vma, VM_DONTEXPAND | VM_DONTDUMP, VM_MAYEXEC);
 	vma->vm_ops = &kvp_vm_ops;
 	return 0;

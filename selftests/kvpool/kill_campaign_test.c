@@ -93,20 +93,7 @@ static __u64 rng_state;
 
 static __u64 rnd(void)
 {
-	/* splitmix64 */
-	__u64 z = (rng_state += 0x9E3779B97F4A7C15ULL);
-
-	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-	z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-	return z ^ (z >> 31);
-}
-
-static __u64 now_us(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (__u64)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+	return kv_splitmix64(&rng_state);
 }
 
 static void sleep_us(__u64 us)
@@ -489,7 +476,7 @@ static bool back_to_baseline(struct __test_metadata *_metadata,
 			     FIXTURE_DATA(kill) *self, struct totals *t,
 			     const char *when)
 {
-	__u64 t0 = now_us(), free_b, spaces, held, ms = 0;
+	__u64 t0 = kv_now_us(), free_b, spaces, held, ms = 0;
 	char ck[512];
 	int r;
 
@@ -510,7 +497,7 @@ static bool back_to_baseline(struct __test_metadata *_metadata,
 		if ((free_b == self->free0 && spaces == self->spaces0 && !held) || ms >= 3000)
 			break;
 		sleep_us(10000);
-		ms = (now_us() - t0) / 1000;
+		ms = (kv_now_us() - t0) / 1000;
 	}
 	if (ms > t->wait_ms_max)
 		t->wait_ms_max = ms;
@@ -532,7 +519,7 @@ static bool back_to_baseline(struct __test_metadata *_metadata,
 static bool check_mid_round(struct __test_metadata *_metadata, FIXTURE_DATA(kill) *self,
 			    struct totals *t, int shared, unsigned long round, __u64 seed)
 {
-	__u64 spaces = 0, t0 = now_us();
+	__u64 spaces = 0, t0 = kv_now_us();
 	char ck[512];
 	int r;
 
@@ -545,7 +532,7 @@ static bool check_mid_round(struct __test_metadata *_metadata, FIXTURE_DATA(kill
 	}
 	if (shared)
 		return true;
-	while (now_us() - t0 < 3000000) {
+	while (kv_now_us() - t0 < 3000000) {
 		spaces = sysfs_get("spaces");
 		if (spaces <= self->spaces0 + 1)
 			return true;
@@ -583,7 +570,7 @@ TEST_F_TIMEOUT(kill, sigkill_campaign, 600)
 	int i, st;
 
 	if (!seed)
-		seed = now_us() ^ ((__u64)getpid() << 20);
+		seed = kv_now_us() ^ ((__u64)getpid() << 20);
 	rng_state = seed;
 	say("seed=%llu kills=%lu (kernel command line: kvpool_seed=, kvpool_kills=)\n",
 	    (unsigned long long)seed, want);
@@ -592,7 +579,7 @@ TEST_F_TIMEOUT(kill, sigkill_campaign, 600)
 	setup_round(0, 0);
 	sh->w[0].stop_after = 12;
 	sh->w[1].stop_after = 12;
-	t_start = now_us();
+	t_start = kv_now_us();
 	pid[0] = start_worker(0);
 	pid[1] = start_worker(1);
 	ASSERT_LT(0, pid[0]);
@@ -602,7 +589,7 @@ TEST_F_TIMEOUT(kill, sigkill_campaign, 600)
 		ASSERT_EQ(0, st) TH_LOG("calibration worker %d: status %d: %s", i, st,
 					sh->w[i].err);
 	}
-	iter_us = (now_us() - t_start) / 12;
+	iter_us = (kv_now_us() - t_start) / 12;
 	ASSERT_TRUE(back_to_baseline(_metadata, self, &t, "after calibration"));
 	range_us = 3 * iter_us;
 	if (range_us < 2000)
@@ -610,7 +597,7 @@ TEST_F_TIMEOUT(kill, sigkill_campaign, 600)
 	say("calibration: %llu us per iteration with two workers; kill delays in [0, %llu) us\n",
 	    (unsigned long long)iter_us, (unsigned long long)range_us);
 
-	t_start = now_us();
+	t_start = kv_now_us();
 	for (round = 1; t.kills < want; round++) {
 		int victim = rnd() & 1, shared = rnd() & 1;
 
@@ -649,12 +636,12 @@ TEST_F_TIMEOUT(kill, sigkill_campaign, 600)
 			       shared ? "shared" : "own", sh->numa_policy, t.kills);
 			ASSERT_TRUE(false);
 		}
-		elapsed = (now_us() - t_start) / 1000000;
+		elapsed = (kv_now_us() - t_start) / 1000000;
 		ASSERT_GE(limit_s, elapsed)
 			TH_LOG("%lu kills took %llu s, over kvpool_kill_seconds=%lu",
 			       t.kills, (unsigned long long)elapsed, limit_s);
 	}
-	elapsed = now_us() - t_start;
+	elapsed = kv_now_us() - t_start;
 
 	say("seed=%llu kills=%lu rounds=%lu (shared space %lu, own spaces %lu) time=%llu.%03llus\n",
 	    (unsigned long long)seed, t.kills, t.rounds, t.shared_rounds,

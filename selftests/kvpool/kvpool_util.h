@@ -258,6 +258,24 @@ static inline int read_file(const char *path, char *buf, size_t len)
 }
 
 /* Read /sys/class/misc/kvpool/<rel> as an unsigned decimal. */
+/* splitmix64: a seeded PRNG whose sequence a printed seed replays. */
+static inline __u64 kv_splitmix64(__u64 *state)
+{
+	__u64 z = (*state += 0x9E3779B97F4A7C15ULL);
+
+	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+	z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+	return z ^ (z >> 31);
+}
+
+static inline __u64 kv_now_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (__u64)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
 /* key=N from the kernel command line (the VM runner passes knobs so), or def. */
 static inline unsigned long kv_cmdline_ulong(const char *key, unsigned long def)
 {

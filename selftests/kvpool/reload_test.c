@@ -42,14 +42,6 @@ static long sys_finit_module(int fd, const char *args, unsigned int flags)
 	return syscall(SYS_finit_module, fd, args, flags);
 }
 
-static __u64 now_us(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (__u64)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
 static bool module_loaded(void)
 {
 	return access(MOD_SYSFS, F_OK) == 0;
@@ -189,7 +181,7 @@ static void expect_fresh(struct __test_metadata *_metadata,
 TEST_F_TIMEOUT(reload, unload_and_load_cycles, 600)
 {
 	unsigned long cycles = kv_cmdline_ulong("kvpool_reload_cycles", 20);
-	__u64 t_unload = 0, t_load = 0, t0, t1, t_start = now_us();
+	__u64 t_unload = 0, t_load = 0, t0, t1, t_start = kv_now_us();
 	unsigned int c;
 	int ret;
 
@@ -199,11 +191,11 @@ TEST_F_TIMEOUT(reload, unload_and_load_cycles, 600)
 	for (c = 0; c < cycles; c++) {
 		use_spaces(_metadata, self, c);
 
-		t0 = now_us();
+		t0 = kv_now_us();
 		ret = sys_delete_module("kvpool", 0);
 		ASSERT_EQ(0, ret) TH_LOG("cycle %u: delete_module(\"kvpool\", 0): %s", c,
 					 strerror(errno));
-		t1 = now_us();
+		t1 = kv_now_us();
 		t_unload += t1 - t0;
 		EXPECT_FALSE(module_loaded());
 		EXPECT_NE(0, access(KV_DEV, F_OK)) TH_LOG("%s still there after unload", KV_DEV);
@@ -213,10 +205,10 @@ TEST_F_TIMEOUT(reload, unload_and_load_cycles, 600)
 		ret = load_module(self->args);
 		ASSERT_EQ(0, ret) TH_LOG("cycle %u: finit_module(%s, \"%s\"): %s", c,
 					 MODULE_FILE, self->args, strerror(-ret));
-		t_load += now_us() - t1;
+		t_load += kv_now_us() - t1;
 		expect_fresh(_metadata, self);
 	}
-	t0 = now_us() - t_start;
+	t0 = kv_now_us() - t_start;
 	say("%lu reload cycles in %llu.%03llu s; delete_module %llu us and finit_module %llu us on average\n",
 	    cycles, (unsigned long long)(t0 / 1000000), (unsigned long long)(t0 / 1000 % 1000),
 	    (unsigned long long)(cycles ? t_unload / cycles : 0),

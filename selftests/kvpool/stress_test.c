@@ -79,19 +79,7 @@ static __u64 rng_state;
 
 static __u64 rnd(void)
 {
-	__u64 z = (rng_state += 0x9E3779B97F4A7C15ULL);
-
-	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-	z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-	return z ^ (z >> 31);
-}
-
-static __u64 now_us(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (__u64)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+	return kv_splitmix64(&rng_state);
 }
 
 static __u64 pat(__u32 pid, __u32 id, __u32 gen, __u32 page, __u32 w)
@@ -453,14 +441,14 @@ TEST_F_TIMEOUT(stress, four_per_node_two_nodes, 600)
 		SKIP(return, "needs pool nodes 0 and 1 (node mask %#llx)",
 		     (unsigned long long)info.node_mask);
 	if (!seed)
-		seed = now_us() ^ ((__u64)getpid() << 20);
+		seed = kv_now_us() ^ ((__u64)getpid() << 20);
 	say("seed=%llu seconds=%lu processes=%d (kernel command line: kvpool_seed=, kvpool_stress_seconds=)\n",
 	    (unsigned long long)seed, secs, NPROC);
 	snprintf(sh->name[0], KVPOOL_NAME_MAX, "stress-%d-node0", (int)getpid());
 	snprintf(sh->name[1], KVPOOL_NAME_MAX, "stress-%d-node1", (int)getpid());
 	snprintf(sh->name[2], KVPOOL_NAME_MAX, "stress-%d-il", (int)getpid());
 
-	t0 = now_us();
+	t0 = kv_now_us();
 	for (i = 0; i < NPROC; i++) {
 		pids[i] = fork();
 		ASSERT_LE(0, pids[i]);
@@ -471,7 +459,7 @@ TEST_F_TIMEOUT(stress, four_per_node_two_nodes, 600)
 
 	/* Watch while they run; a child that exits early has failed. */
 	deadline = t0 + (__u64)secs * 1000000;
-	while (now_us() < deadline && !failed) {
+	while (kv_now_us() < deadline && !failed) {
 		int r;
 
 		usleep(500000);
@@ -502,12 +490,12 @@ TEST_F_TIMEOUT(stress, four_per_node_two_nodes, 600)
 	}
 	sh->stop = 1;
 	for (i = 0; i < NPROC; i++) {
-		__u64 wait_start = now_us();
+		__u64 wait_start = kv_now_us();
 
 		if (pids[i] < 0)
 			continue;
 		while (waitpid(pids[i], &st, WNOHANG) == 0) {
-			if (now_us() - wait_start > 60 * 1000000ULL) {
+			if (kv_now_us() - wait_start > 60 * 1000000ULL) {
 				TH_LOG("process %d did not stop within 60 s; killing it", i);
 				kill(pids[i], SIGKILL);
 				waitpid(pids[i], &st, 0);
@@ -533,7 +521,7 @@ TEST_F_TIMEOUT(stress, four_per_node_two_nodes, 600)
 		words += sh->p[i].words_checked;
 	}
 	say("ran %.1f s: %lu operations, %lu blocks allocated, %lu freed by FREE, %lu pattern words verified\n",
-	    (now_us() - t0) / 1e6, ops_total, balloc, bfree, words);
+	    (kv_now_us() - t0) / 1e6, ops_total, balloc, bfree, words);
 	for (j = 0; j < OP_NR; j++)
 		say("  %-9s %lu\n", op_names[j], ops[j]);
 	say("%d of %d processes pinned to their node's CPU; debugfs check read %lu times while running, %lu not ok; BIND placement seen %lu times\n",
