@@ -39,12 +39,14 @@ static int kvp_spaces_show(struct seq_file *m, void *unused)
 		int nid;
 
 		mutex_lock(&space->lock);
-		seq_printf(m, "space %u name=%s uid=%u gid=%u mode=%04o clients=%u block_bytes=%llu nr_blocks=%llu backed_blocks=%llu backed_bytes=%llu free=%llu owned=%llu policy=%s node_mask=0x%llx",
+		seq_printf(m, "space %u name=%s uid=%u gid=%u mode=%04o clients=%u block_bytes=%llu nr_blocks=%llu backed_blocks=%llu backed_bytes=%llu free=%llu owned=%llu published=%llu cached=%llu holes=%llu readers=%llu persistent=%d unlinked=%d policy=%s node_mask=0x%llx",
 			   space->id, space->name, from_kuid(&init_user_ns, space->uid),
 			   from_kgid(&init_user_ns, space->gid), space->mode, space->nr_clients,
 			   space->core.block_bytes, space->core.nr_blocks,
 			   space->core.backed_blocks, space->core.backed_bytes,
 			   space->core.nr_free, space->core.nr_owned,
+			   space->core.nr_published, space->core.nr_cached, space->core.nr_holes,
+			   space->core.nr_readers, space->persistent, space->unlinked,
 			   kvp_policy_name(space->numa_policy), space->node_mask);
 		list_for_each_entry(chunk, &space->chunks, link)
 			if (chunk->nid < KVPOOL_MAX_NODES)
@@ -58,6 +60,100 @@ static int kvp_spaces_show(struct seq_file *m, void *unused)
 	return 0;
 }
 DEFINE_SHOW_ATTRIBUTE(kvp_spaces);
+
+static const char *const kvp_state_names[] = {
+	[KVC_BLOCK_FREE] = "free", [KVC_BLOCK_OWNED] = "owned",
+	[KVC_BLOCK_PUBLISHED] = "published", [KVC_BLOCK_CACHED] = "cached",
+	[KVC_BLOCK_HOLE] = "hole",
+};
+
+/* The hash index of every space: each published or cached block. */
+static int kvp_hashes_show(struct seq_file *m, void *unused)
+{
+	struct kvp_space *space;
+	u64 id;
+
+	mutex_lock(&kvp_spaces_lock);
+	list_for_each_entry(space, &kvp_spaces, link) {
+		const struct kvc_space *c = &space->core;
+
+		mutex_lock(&space->lock);
+		seq_printf(m, "space %u name=%s\n", space->id, space->name);
+		for (id = 0; id < c->backed_blocks; id++) {
+			const struct kvc_block *b = &c->blocks[id];
+
+			if (b->state != KVC_BLOCK_PUBLISHED && b->state != KVC_BLOCK_CACHED)
+				continue;
+			seq_printf(m, "  block=%llu state=%s readers=%u prio=%u hash=%32phN\n", id,
+				   kvp_state_names[b->state], b->readers, b->priority,
+				   kvc_block_hash(c, (u32)id));
+		}
+		mutex_unlock(&space->lock);
+	}
+	mutex_unlock(&kvp_spaces_lock);
+	return 0;
+}
+DEFINE_SHOW_ATTRIBUTE(kvp_hashes);
+
+/* Cached blocks of every space in the order they would be evicted. */
+static int kvp_lru_show(struct seq_file *m, void *unused)
+{
+	struct kvp_space *space;
+
+	mutex_lock(&kvp_spaces_lock);
+	list_for_each_entry(space, &kvp_spaces, link) {
+		const struct kvc_space *c = &space->core;
+		u32 id;
+
+		mutex_lock(&space->lock);
+		seq_printf(m, "space %u name=%s\n", space->id, space->name);
+		for (id = kvc_lru_first(c); id != KVC_NONE; id = kvc_lru_next(c, id))
+			seq_printf(m, "  block=%u prio=%u\n", id, c->blocks[id].priority);
+		mutex_unlock(&space->lock);
+	}
+	mutex_unlock(&kvp_spaces_lock);
+	return 0;
+}
+DEFINE_SHOW_ATTRIBUTE(kvp_lru);
+
+static int kvp_residency_dump_show(struct seq_file *m, void *unused)
+{
+	struct kvp_space *space;
+
+	mutex_lock(&kvp_spaces_lock);
+	list_for_each_entry(space, &kvp_spaces, link) {
+		mutex_lock(&space->lock);
+		seq_printf(m, "space %u name=%s\n", space->id, space->name);
+		kvp_residency_show(m, space);
+		mutex_unlock(&space->lock);
+	}
+	mutex_unlock(&kvp_spaces_lock);
+	return 0;
+}
+DEFINE_SHOW_ATTRIBUTE(kvp_residency_dump);
+
+static int kvp_tenants_dump_show(struct seq_file *m, void *unused)
+{
+	kvp_tenants_show(m);
+	return 0;
+}
+DEFINE_SHOW_ATTRIBUTE(kvp_tenants_dump);
+
+/* Reader references of all clients add up to the space's readers. */
+static unsigned int kvp_check_refs(struct seq_file *m, struct kvp_space *space)
+{
+	struct kvp_client *c;
+	u64 refs = 0;
+
+	lockdep_assert_held(&space->lock);
+	list_for_each_entry(c, &space->clients, link)
+		refs += c->refs.total;
+	if (refs == space->core.nr_readers)
+		return 0;
+	seq_printf(m, "space %u (%s): clients hold %llu references, blocks count %llu\n",
+		   space->id, space->name, refs, space->core.nr_readers);
+	return 1;
+}
 
 /*
  * Invariant 1 of the design: per node free + in_spaces + held == reserved,
@@ -79,6 +175,7 @@ static int kvp_check_show(struct seq_file *m, void *unused)
 			seq_printf(m, "space %u (%s): %s\n", space->id, space->name, msg);
 			bad++;
 		}
+		bad += kvp_check_refs(m, space);
 		mutex_unlock(&space->lock);
 	}
 
@@ -88,14 +185,34 @@ static int kvp_check_show(struct seq_file *m, void *unused)
 		struct kvp_chunk *chunk;
 		u64 chunk_total = 0;
 
+		struct kvp_space *other;
+		u64 tenant_total = 0;
+		bool first = true;
+
 		list_for_each_entry(chunk, &space->chunks, link) {
 			chunk_total += kvp_chunk_bytes(chunk);
 			if (chunk->nid < KVPOOL_MAX_NODES)
 				space_bytes[chunk->nid] += kvp_chunk_bytes(chunk);
 		}
-		if (READ_ONCE(space->core.backed_bytes) > chunk_total) {
-			seq_printf(m, "space %u (%s): backed_bytes %llu > chunk bytes %llu\n",
+		if (READ_ONCE(space->core.backed_bytes) -
+		    READ_ONCE(space->core.nr_holes) * space->core.block_bytes > chunk_total) {
+			seq_printf(m, "space %u (%s): backed_bytes %llu less holes > chunk bytes %llu\n",
 				   space->id, space->name, space->core.backed_bytes, chunk_total);
+			bad++;
+		}
+		/* Once per tenant, at its first space: its spaces' chunks are what it is charged. */
+		list_for_each_entry(other, &kvp_spaces, link) {
+			if (other->tenant != space->tenant)
+				continue;
+			if (other != space && first && other->serial < space->serial)
+				first = false;
+			list_for_each_entry(chunk, &other->chunks, link)
+				tenant_total += kvp_chunk_bytes(chunk);
+		}
+		if (first && tenant_total != kvp_tenant_used(space->tenant)) {
+			seq_printf(m, "uid %u: charged %llu bytes, its spaces hold %llu\n",
+				   from_kuid(&init_user_ns, space->uid),
+				   kvp_tenant_used(space->tenant), tenant_total);
 			bad++;
 		}
 	}
@@ -131,6 +248,10 @@ void kvp_debugfs_init(void)
 	debugfs_create_file("nodes", 0400, kvp_debugfs_dir, NULL, &kvp_nodes_fops);
 	debugfs_create_file("spaces", 0400, kvp_debugfs_dir, NULL, &kvp_spaces_fops);
 	debugfs_create_file("check", 0400, kvp_debugfs_dir, NULL, &kvp_check_fops);
+	debugfs_create_file("hashes", 0400, kvp_debugfs_dir, NULL, &kvp_hashes_fops);
+	debugfs_create_file("lru", 0400, kvp_debugfs_dir, NULL, &kvp_lru_fops);
+	debugfs_create_file("residency", 0400, kvp_debugfs_dir, NULL, &kvp_residency_dump_fops);
+	debugfs_create_file("tenants", 0400, kvp_debugfs_dir, NULL, &kvp_tenants_dump_fops);
 }
 
 void kvp_debugfs_exit(void)

@@ -13,6 +13,9 @@
 #include <linux/rwsem.h>
 #include <linux/spinlock.h>
 #include <linux/uidgid.h>
+#include <linux/poll.h>
+#include <linux/seq_file.h>
+#include <linux/wait.h>
 #include <linux/xarray.h>
 #include <linux/kvpool.h>
 
@@ -24,24 +27,35 @@
  * Order, outermost first.  Nothing below takes a lock above it.
  *
  * 1. kvp_spaces_lock (mutex, may sleep): the list of spaces, name lookup,
- *    each space's client count, and the space id counter.  Joining and the
- *    last close of a space serialise here.
+ *    each space's client count, persistence and unlinking, and the space id
+ *    counter.  Joining, destroying and the last close serialise here.
  * 2. kvp_space.lock (mutex, may sleep): the space's kvcore state (block
- *    states, free stack, backing), its chunk list and its owner counter.
- *    Growth allocates, zeroes and calls cond_resched() under it.  Taken
- *    killable from ioctls.
+ *    states, free stack, hash index, LRUs, holes), every client's reader
+ *    references and interest set, its client list, residency records and
+ *    device table, its chunk list and its owner counter.  Growth and refill
+ *    allocate, zero and call cond_resched() under it; reclaim zaps user
+ *    mappings under it (it nests i_mmap_rwsem).  Taken killable from
+ *    ioctls.  Lookups in one space serialise here; spaces never contend.
  * 3. kvp_pool.backing_rwsem (rw_semaphore, may sleep): readers move chunks
- *    between the pool and spaces (growth, space teardown); the debugfs
- *    check takes it for writing so the per-node totals and the spaces'
- *    chunk lists can be compared while nothing moves.  Chunk lists may be
- *    read without the space lock by a holder of the write side.
+ *    between the pool and spaces (growth, refill, reclaim, teardown); the
+ *    debugfs check takes it for writing so the per-node totals and the
+ *    spaces' chunk lists can be compared while nothing moves.
  * 4. kvp_pool.resize_lock (mutex, may sleep): one pool resize at a time
  *    (sysfs pool_bytes).  Never taken with a space lock held.
- * 5. kvp_node.lock (spinlock, no sleeping, no allocation): the node's free
+ * 5. kvp_tenants_lock (spinlock, no sleeping): per-uid usage and limits.
+ * 6. kvp_node.lock (spinlock, no sleeping, no allocation): the node's free
  *    and held chunk lists and its byte counters.
+ * 7. kvp_events.lock (spinlock, irq-unsafe, no sleeping): one client's
+ *    event queue; emitted under 2, read by read()/poll() alone.
+ *
+ * The shrinker runs inside other allocations, so it only ever trylocks
+ * 1, 2 and 3 and skips what is busy.
  *
  * The fault handler takes no lock: kvp_space.pages is an xarray read under
- * RCU, and a live space never removes a page from it.
+ * RCU, and the page reference is taken inside the RCU read section.
+ * Reclaim erases pages from it, zaps the mappings, waits for a grace
+ * period and only then looks at the page counts, so a racing fault either
+ * holds a reference that keeps the chunk on the held list or saw no page.
  */
 
 /*
@@ -51,14 +65,16 @@
 struct kvp_chunk {
 	struct list_head link;	/* node free/held list, or space->chunks */
 	struct page *page;
-	unsigned int order;
+	unsigned int nr_pages;	/* a power of 2 when allocated; split to fill holes */
 	int nid;
 	u64 last_space;		/* serial of the last space that held it, 0 never */
+	u64 offset;		/* in space->chunks: byte offset in the range */
+	bool to_buddy;		/* on the held list: freed, not reused, once idle */
 };
 
 static inline u64 kvp_chunk_bytes(const struct kvp_chunk *c)
 {
-	return PAGE_SIZE << c->order;
+	return (u64)c->nr_pages << PAGE_SHIFT;
 }
 
 struct kvp_node {
@@ -66,6 +82,7 @@ struct kvp_node {
 	int nid;
 	struct list_head free_chunks;
 	struct list_head held_chunks;	/* left by a space while mapped or pinned */
+	u64 target_bytes;	/* what sysfs pool_bytes asked for */
 	u64 reserved_bytes;	/* free + in_spaces + held */
 	u64 free_bytes;
 	u64 held_bytes;
@@ -83,7 +100,20 @@ struct kvp_pool {
 	atomic64_t frees;	/* blocks returned by FREE or close */
 	atomic64_t alloc_failures;	/* failed ALLOC calls */
 	atomic64_t zeroed_chunks;	/* chunks scrubbed before a new space */
+	atomic64_t reclaimed_bytes;	/* given back to the page allocator by the shrinker */
 };
+
+/* Tunables (sysfs). */
+struct kvp_tunables {
+	bool shrinker_enabled;
+	u64 min_cached_bytes;	/* the shrinker leaves this much cached */
+	u32 event_queue_max;	/* events queued per fd before overflow */
+	u64 uid_limit_default;	/* bytes per uid without its own limit, 0: none */
+};
+extern struct kvp_tunables kvp_tun;
+
+#define KVP_EVENT_QUEUE_MIN	16
+#define KVP_EVENT_QUEUE_MAX	(1U << 20)
 
 extern struct kvp_pool kvp_pool;
 extern struct mutex kvp_spaces_lock;
@@ -93,9 +123,26 @@ extern unsigned int kvp_nr_spaces;
 #define KVP_CHUNK_ORDER 9	/* 2 MiB with 4 KiB pages */
 #define KVP_CHUNK_BYTES (PAGE_SIZE << KVP_CHUNK_ORDER)
 
+struct kvp_tenant;
+struct kvp_space_kobj;
+
+/* Residency: one fd's record of a GPU copy of a host block. */
+struct kvp_res_rec {
+	u32 owner;
+	u32 gpu_block;
+	u8 slot;
+};
+
+struct kvp_res_block {
+	u32 nr, cap;
+	struct kvp_res_rec recs[];
+};
+
 struct kvp_space {
 	struct list_head link;	/* kvp_spaces */
 	unsigned int nr_clients;	/* kvp_spaces_lock */
+	bool persistent;	/* kvp_spaces_lock: outlives its last fd */
+	bool unlinked;		/* kvp_spaces_lock: destroyed, torn down at last close */
 	u64 serial;
 	u32 id;
 	char name[KVPOOL_NAME_MAX];
@@ -106,41 +153,114 @@ struct kvp_space {
 	u64 node_mask;
 	unsigned int interleave_next;
 
-	struct mutex lock;	/* core, chunks, next_owner, interleave_next */
+	struct kvp_tenant *tenant;	/* the owner uid's usage, held for the space's life */
+	struct kvp_space_kobj *kobj;	/* sysfs space/ID/ */
+
+	struct mutex lock;	/* see DOC: locking */
 	struct kvc_space core;
 	struct list_head chunks;
+	struct list_head clients;	/* kvp_client.link */
 	u32 next_owner;
 	struct xarray pages;	/* page index in the range -> struct page * */
+	struct xarray residency;	/* block id -> struct kvp_res_block * */
+	u8 devices[KVPOOL_MAX_DEVICES][16];
+	unsigned int nr_devices;
+};
+
+/* An fd's event queue: segments of records, read in order. */
+struct kvp_events {
+	spinlock_t lock;
+	wait_queue_head_t wait;
+	struct list_head segs;
+	u64 queued;
+	u64 next_seq;		/* the last seq handed out */
+	u64 lost;		/* dropped since the last OVERFLOW record */
 };
 
 /* Per open file. */
 struct kvp_client {
 	struct kvp_space *space;	/* set once by SPACE_OPEN, read with acquire */
 	u32 owner;
+	struct file *file;
+	struct list_head link;	/* space->clients */
+	struct kvc_refs refs;	/* reader references */
+	struct xarray interest;	/* blocks published or looked up: evictions are reported */
+	struct kvp_events events;
 };
 
 /* pool.c */
 int kvp_pool_init(unsigned long bytes_per_node);
 void kvp_pool_exit(void);
 int kvp_pool_resize(u64 total_bytes);
-struct kvp_chunk *kvp_pool_take(int nid);
+struct kvp_chunk *kvp_pool_take(int nid, unsigned int max_pages);
 void kvp_pool_return(struct kvp_chunk *chunk);
+void kvp_pool_release(struct kvp_chunk *chunk);
 void kvp_pool_totals(u64 *reserved, u64 *free, u64 *held);
 bool kvp_chunk_busy(const struct kvp_chunk *chunk);
 
 /* space.c */
 int kvp_space_open(struct kvp_client *client, struct kvpool_space_open *args);
+void kvp_client_init(struct kvp_client *client, struct file *file);
 void kvp_client_release(struct kvp_client *client);
+struct kvp_space *kvp_client_space(struct kvp_client *client);
+int kvp_space_destroy(const char *name, bool admin);
+int kvp_space_drop_cached(const char *name);
+void kvp_spaces_exit(void);
+int kvp_space_back(struct kvp_space *space, u64 start, u64 len);
+void kvp_space_emit_pressure(struct kvp_space *space, unsigned int cause, u32 evicted);
 int kvp_space_mmap(struct kvp_client *client, struct vm_area_struct *vma);
 long kvp_ioctl_alloc(struct kvp_client *client, struct kvpool_blocks *args);
 long kvp_ioctl_free(struct kvp_client *client, struct kvpool_blocks *args);
 long kvp_ioctl_space_info(struct kvp_client *client, struct kvpool_space_info *info);
 const char *kvp_policy_name(u32 policy);
 
-/* sysfs.c */
+/* prefix.c */
+long kvp_ioctl_publish(struct kvp_client *client, void __user *uarg);
+long kvp_ioctl_lookup(struct kvp_client *client, void __user *uarg);
+long kvp_ioctl_release(struct kvp_client *client, struct kvpool_blocks *args);
+long kvp_ioctl_space_stats(struct kvp_client *client, void __user *uarg);
+void kvp_space_evicted(struct kvc_space *core, u32 id, const u8 *hash, unsigned int cause);
+
+/* events.c */
+void kvp_events_init(struct kvp_events *ev);
+void kvp_events_fini(struct kvp_events *ev);
+void kvp_event_emit(struct kvp_events *ev, u32 type, u32 cause, u32 block, u32 count,
+		    const u8 *hash);
+void kvp_event_lost(struct kvp_events *ev);
+ssize_t kvp_events_read(struct kvp_client *client, char __user *buf, size_t len, bool nonblock);
+__poll_t kvp_events_poll(struct kvp_client *client, struct file *file, poll_table *wait);
+
+/* residency.c */
+long kvp_ioctl_residency(struct kvp_client *client, void __user *uarg);
+void kvp_residency_drop_block(struct kvp_space *space, u32 id);
+void kvp_residency_drop_owner(struct kvp_space *space, u32 owner);
+u64 kvp_residency_mask(struct kvp_space *space, u32 id);
+void kvp_residency_destroy(struct kvp_space *space);
+void kvp_residency_show(struct seq_file *m, struct kvp_space *space);
+
+/* tenant.c */
+struct kvp_tenant *kvp_tenant_get(kuid_t uid);
+void kvp_tenant_put(struct kvp_tenant *t);
+int kvp_tenant_charge(struct kvp_tenant *t, u64 bytes);
+void kvp_tenant_uncharge(struct kvp_tenant *t, u64 bytes);
+int kvp_tenant_set_limit(kuid_t uid, u64 bytes);
+void kvp_tenants_show(struct seq_file *m);
+ssize_t kvp_tenants_emit(char *buf);
+u64 kvp_tenant_used(const struct kvp_tenant *t);
+
+/* reclaim.c */
+int kvp_reclaim_init(void);
+void kvp_reclaim_exit(void);
+
+/* sysfs.c, sysfs_space.c */
 extern const struct attribute_group *kvp_dev_groups[];
 int kvp_sysfs_nodes_init(struct device *dev);
 void kvp_sysfs_nodes_exit(void);
+int kvp_sysfs_spaces_init(struct device *dev);
+void kvp_sysfs_spaces_exit(void);
+int kvp_space_kobj_add(struct kvp_space *space);
+ssize_t kvp_evictions_emit(char *buf, const u64 *n);
+void kvp_space_kobj_del(struct kvp_space *space);
 
 /* debugfs.c */
 void kvp_debugfs_init(void);

@@ -56,7 +56,8 @@ static long kvp_ioctl_space_open(struct kvp_client *client, void __user *uarg)
 		return -EFAULT;
 	if (args.flags & ~KVPOOL_SPACE_FLAGS)
 		return -EINVAL;
-	if ((args.flags & KVPOOL_SPACE_EXCL) && !(args.flags & KVPOOL_SPACE_CREATE))
+	if ((args.flags & (KVPOOL_SPACE_EXCL | KVPOOL_SPACE_PERSIST)) &&
+	    !(args.flags & KVPOOL_SPACE_CREATE))
 		return -EINVAL;
 	if (args.pad || !kvp_zero(args.reserved, sizeof(args.reserved)))
 		return -EINVAL;
@@ -89,7 +90,20 @@ static long kvp_ioctl_blocks(struct kvp_client *client, unsigned int cmd, void _
 		return ret;
 	if (cmd == KVPOOL_IOC_ALLOC)
 		return kvp_ioctl_alloc(client, &args);
+	if (cmd == KVPOOL_IOC_RELEASE)
+		return kvp_ioctl_release(client, &args);
 	return kvp_ioctl_free(client, &args);
+}
+
+static long kvp_ioctl_space_destroy(void __user *uarg)
+{
+	struct kvpool_space_destroy args;
+
+	if (copy_from_user(&args, uarg, sizeof(args)))
+		return -EFAULT;
+	if (args.flags || args.pad || !kvp_zero(args.reserved, sizeof(args.reserved)))
+		return -EINVAL;
+	return kvp_space_destroy(args.name, false);
 }
 
 static long kvp_ioctl_space_info_user(struct kvp_client *client, void __user *uarg)
@@ -122,9 +136,20 @@ static long kvp_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
 		return kvp_ioctl_space_open(client, uarg);
 	case KVPOOL_IOC_ALLOC:
 	case KVPOOL_IOC_FREE:
+	case KVPOOL_IOC_RELEASE:
 		return kvp_ioctl_blocks(client, cmd, uarg);
 	case KVPOOL_IOC_SPACE_INFO:
 		return kvp_ioctl_space_info_user(client, uarg);
+	case KVPOOL_IOC_PUBLISH:
+		return kvp_ioctl_publish(client, uarg);
+	case KVPOOL_IOC_LOOKUP:
+		return kvp_ioctl_lookup(client, uarg);
+	case KVPOOL_IOC_SPACE_DESTROY:
+		return kvp_ioctl_space_destroy(uarg);
+	case KVPOOL_IOC_RESIDENCY:
+		return kvp_ioctl_residency(client, uarg);
+	case KVPOOL_IOC_SPACE_STATS:
+		return kvp_ioctl_space_stats(client, uarg);
 	}
 	return -ENOTTY;
 }
@@ -135,8 +160,19 @@ static int kvp_open(struct inode *inode, struct file *file)
 
 	if (!client)
 		return -ENOMEM;
+	kvp_client_init(client, file);
 	file->private_data = client;
 	return 0;
+}
+
+static ssize_t kvp_read(struct file *file, char __user *buf, size_t len, loff_t *ppos)
+{
+	return kvp_events_read(file->private_data, buf, len, file->f_flags & O_NONBLOCK);
+}
+
+static __poll_t kvp_poll(struct file *file, poll_table *wait)
+{
+	return kvp_events_poll(file->private_data, file, wait);
 }
 
 static int kvp_release(struct inode *inode, struct file *file)
@@ -160,6 +196,8 @@ static const struct file_operations kvp_fops = {
 	.unlocked_ioctl = kvp_ioctl,
 	.compat_ioctl = compat_ptr_ioctl,
 	.mmap = kvp_mmap,
+	.read = kvp_read,
+	.poll = kvp_poll,
 	.llseek = noop_llseek,
 };
 
@@ -184,11 +222,21 @@ static int __init kvp_init(void)
 	ret = kvp_sysfs_nodes_init(kvp_misc.this_device);
 	if (ret)
 		goto out_misc_deregister;
+	ret = kvp_sysfs_spaces_init(kvp_misc.this_device);
+	if (ret)
+		goto out_nodes_exit;
+	ret = kvp_reclaim_init();
+	if (ret)
+		goto out_spaces_exit;
 	kvp_debugfs_init();
 	pr_info("kvpool: %u MiB reserved on each of %u nodes\n", pool_mb_per_node,
 		kvp_pool.nr_nodes);
 	return 0;
 
+out_spaces_exit:
+	kvp_sysfs_spaces_exit();
+out_nodes_exit:
+	kvp_sysfs_nodes_exit();
 out_misc_deregister:
 	misc_deregister(&kvp_misc);
 out_pool_exit:
@@ -199,6 +247,10 @@ out_pool_exit:
 static void __exit kvp_exit(void)
 {
 	kvp_debugfs_exit();
+	kvp_reclaim_exit();
+	/* No fd is open any more: persistent spaces go now. */
+	kvp_spaces_exit();
+	kvp_sysfs_spaces_exit();
 	kvp_sysfs_nodes_exit();
 	misc_deregister(&kvp_misc);
 	kvp_pool_exit();

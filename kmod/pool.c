@@ -55,7 +55,7 @@ static struct kvp_chunk *kvp_chunk_alloc(int nid, u64 max_bytes)
 			continue;
 		page = alloc_pages_node(nid, kvp_order_gfp(order), order);
 		if (page) {
-			chunk->order = order;
+			chunk->nr_pages = 1U << order;
 			break;
 		}
 	}
@@ -63,8 +63,8 @@ static struct kvp_chunk *kvp_chunk_alloc(int nid, u64 max_bytes)
 		kfree(chunk);
 		return NULL;
 	}
-	if (chunk->order)
-		split_page(page, chunk->order);
+	if (chunk->nr_pages > 1)
+		split_page(page, ilog2(chunk->nr_pages));
 	chunk->page = page;
 	chunk->nid = nid;
 	INIT_LIST_HEAD(&chunk->link);
@@ -79,7 +79,7 @@ static struct kvp_chunk *kvp_chunk_alloc(int nid, u64 max_bytes)
  */
 bool kvp_chunk_busy(const struct kvp_chunk *chunk)
 {
-	unsigned long i, n = 1UL << chunk->order;
+	unsigned long i, n = chunk->nr_pages;
 
 	for (i = 0; i < n; i++) {
 		struct page *page = chunk->page + i;
@@ -93,7 +93,7 @@ bool kvp_chunk_busy(const struct kvp_chunk *chunk)
 
 static void kvp_chunk_free(struct kvp_chunk *chunk)
 {
-	unsigned long i, n = 1UL << chunk->order;
+	unsigned long i, n = chunk->nr_pages;
 
 	/* Drop the pool's reference; a page still pinned is freed by its last put. */
 	for (i = 0; i < n; i++)
@@ -114,7 +114,10 @@ static struct kvp_node *kvp_node_new(int nid)
 	return node;
 }
 
-/* Move held chunks that nobody references any more to the free list. */
+/*
+ * Move held chunks that nobody references any more to the free list, or
+ * back to the page allocator when reclaim took them.
+ */
 static void kvp_node_recycle_held(struct kvp_node *node)
 {
 	struct kvp_chunk *chunk, *next;
@@ -123,8 +126,16 @@ static void kvp_node_recycle_held(struct kvp_node *node)
 	list_for_each_entry_safe(chunk, next, &node->held_chunks, link) {
 		if (kvp_chunk_busy(chunk))
 			continue;
-		list_move_tail(&chunk->link, &node->free_chunks);
 		node->held_bytes -= kvp_chunk_bytes(chunk);
+		if (chunk->to_buddy) {
+			list_del(&chunk->link);
+			node->reserved_bytes -= kvp_chunk_bytes(chunk);
+			node->nr_chunks--;
+			atomic64_add(kvp_chunk_bytes(chunk), &kvp_pool.reclaimed_bytes);
+			kvp_chunk_free(chunk);
+			continue;
+		}
+		list_move_tail(&chunk->link, &node->free_chunks);
 		node->free_bytes += kvp_chunk_bytes(chunk);
 	}
 }
@@ -222,6 +233,7 @@ int kvp_pool_resize(u64 total_bytes)
 		struct kvp_node *node = kvp_pool.nodes[nid];
 		int err;
 
+		WRITE_ONCE(node->target_bytes, per_node);
 		if (READ_ONCE(node->reserved_bytes) < per_node)
 			err = kvp_node_grow(node, per_node);
 		else
@@ -233,25 +245,79 @@ int kvp_pool_resize(u64 total_bytes)
 	return ret;
 }
 
-/* Take a chunk from nid for a space, or NULL when the node has none free. */
-struct kvp_chunk *kvp_pool_take(int nid)
+/*
+ * A node that reclaim shrank below its target allocates a fresh chunk when
+ * a space needs one, so memory pressure only lends pages out for a while.
+ */
+static struct kvp_chunk *kvp_node_refill(struct kvp_node *node)
 {
-	struct kvp_node *node;
-	struct kvp_chunk *chunk = NULL;
+	u64 deficit = READ_ONCE(node->target_bytes) - READ_ONCE(node->reserved_bytes);
+	struct kvp_chunk *chunk;
 
-	if (nid < 0 || nid >= MAX_NUMNODES || !node_isset(nid, kvp_pool.pool_nodes))
+	if ((s64)deficit <= 0)
+		return NULL;
+	chunk = kvp_chunk_alloc(node->nid, deficit);
+	if (!chunk)
+		return NULL;
+	spin_lock(&node->lock);
+	node->reserved_bytes += kvp_chunk_bytes(chunk);
+	node->in_spaces_bytes += kvp_chunk_bytes(chunk);
+	node->nr_chunks++;
+	spin_unlock(&node->lock);
+	return chunk;
+}
+
+/*
+ * Take a chunk of at most max_pages from nid for a space, splitting a
+ * larger one, or NULL when the node has none free.
+ */
+struct kvp_chunk *kvp_pool_take(int nid, unsigned int max_pages)
+{
+	struct kvp_chunk *chunk, *spare = NULL;
+	struct kvp_node *node;
+
+	if (nid < 0 || nid >= MAX_NUMNODES || !node_isset(nid, kvp_pool.pool_nodes) || !max_pages)
 		return NULL;
 	node = kvp_pool.nodes[nid];
+retry:
+	chunk = NULL;
 	spin_lock(&node->lock);
 	if (list_empty(&node->free_chunks))
 		kvp_node_recycle_held(node);
 	if (!list_empty(&node->free_chunks)) {
 		chunk = list_first_entry(&node->free_chunks, struct kvp_chunk, link);
+		if (chunk->nr_pages > max_pages) {
+			if (!spare) {
+				spin_unlock(&node->lock);
+				spare = kzalloc_node(sizeof(*spare), GFP_KERNEL, nid);
+				if (!spare)
+					return NULL;
+				goto retry;
+			}
+			/* The tail stays free as a chunk of its own. */
+			spare->page = chunk->page + max_pages;
+			spare->nr_pages = chunk->nr_pages - max_pages;
+			spare->nid = chunk->nid;
+			spare->last_space = chunk->last_space;
+			list_add(&spare->link, &chunk->link);
+			chunk->nr_pages = max_pages;
+			node->nr_chunks++;
+			spare = NULL;
+		}
 		list_del_init(&chunk->link);
 		node->free_bytes -= kvp_chunk_bytes(chunk);
 		node->in_spaces_bytes += kvp_chunk_bytes(chunk);
 	}
 	spin_unlock(&node->lock);
+	kfree(spare);
+	if (!chunk) {
+		chunk = kvp_node_refill(node);
+		if (chunk && chunk->nr_pages > max_pages) {
+			/* Rare: hand it to the free list and split it from there. */
+			kvp_pool_return(chunk);
+			goto retry;
+		}
+	}
 	return chunk;
 }
 
@@ -276,6 +342,36 @@ void kvp_pool_return(struct kvp_chunk *chunk)
 		mod_delayed_work(system_wq, &kvp_held_work,
 				 msecs_to_jiffies(KVP_HELD_RECHECK_MIN_MS));
 	}
+}
+
+/*
+ * Reclaim gives a chunk back to the page allocator: now when idle, else
+ * from the held list once its mappings and pins are gone.
+ */
+void kvp_pool_release(struct kvp_chunk *chunk)
+{
+	struct kvp_node *node = kvp_pool.nodes[chunk->nid];
+	bool busy = kvp_chunk_busy(chunk);
+
+	spin_lock(&node->lock);
+	node->in_spaces_bytes -= kvp_chunk_bytes(chunk);
+	if (busy) {
+		chunk->to_buddy = true;
+		list_add_tail(&chunk->link, &node->held_chunks);
+		node->held_bytes += kvp_chunk_bytes(chunk);
+	} else {
+		node->reserved_bytes -= kvp_chunk_bytes(chunk);
+		node->nr_chunks--;
+	}
+	spin_unlock(&node->lock);
+	if (busy) {
+		WRITE_ONCE(kvp_held_delay_ms, KVP_HELD_RECHECK_MIN_MS);
+		mod_delayed_work(system_wq, &kvp_held_work,
+				 msecs_to_jiffies(KVP_HELD_RECHECK_MIN_MS));
+		return;
+	}
+	atomic64_add(kvp_chunk_bytes(chunk), &kvp_pool.reclaimed_bytes);
+	kvp_chunk_free(chunk);
 }
 
 void kvp_pool_totals(u64 *reserved, u64 *free, u64 *held)

@@ -98,13 +98,14 @@ static bool kvp_space_permitted(const struct kvp_space *space)
 	return capable(CAP_SYS_ADMIN);
 }
 
+/* Unlinked (destroyed) spaces linger until their last fd but have no name. */
 static struct kvp_space *kvp_space_find(const char *name)
 {
 	struct kvp_space *space;
 
 	lockdep_assert_held(&kvp_spaces_lock);
 	list_for_each_entry(space, &kvp_spaces, link)
-		if (!strcmp(space->name, name))
+		if (!space->unlinked && !strcmp(space->name, name))
 			return space;
 	return NULL;
 }
@@ -112,7 +113,7 @@ static struct kvp_space *kvp_space_find(const char *name)
 /* Zero a chunk that last belonged to another space (design: scrubbing). */
 static void kvp_chunk_scrub(struct kvp_chunk *chunk)
 {
-	unsigned long i, n = 1UL << chunk->order;
+	unsigned long i, n = chunk->nr_pages;
 
 	for (i = 0; i < n; i++) {
 		clear_highpage(chunk->page + i);
@@ -122,8 +123,8 @@ static void kvp_chunk_scrub(struct kvp_chunk *chunk)
 	atomic64_inc(&kvp_pool.zeroed_chunks);
 }
 
-/* Take a chunk from the first node of the policy's order that has one. */
-static struct kvp_chunk *kvp_space_take_chunk(struct kvp_space *space)
+/* Take a chunk of at most max_pages from the first node of the policy's order that has one. */
+static struct kvp_chunk *kvp_space_take_chunk(struct kvp_space *space, unsigned int max_pages)
 {
 	kvc_u8 order[KVC_MAX_NODES];
 	unsigned int i, n;
@@ -135,7 +136,7 @@ static struct kvp_chunk *kvp_space_take_chunk(struct kvp_space *space)
 	n = kvc_numa_order(space->numa_policy, space->node_mask, kvp_pool_node_mask(),
 			   numa_node_id(), space->interleave_next, order);
 	for (i = 0; i < n; i++) {
-		struct kvp_chunk *chunk = kvp_pool_take(order[i]);
+		struct kvp_chunk *chunk = kvp_pool_take(order[i], max_pages);
 
 		if (chunk) {
 			space->interleave_next = order[i] + 1;
@@ -145,24 +146,85 @@ static struct kvp_chunk *kvp_space_take_chunk(struct kvp_space *space)
 	return NULL;
 }
 
-/* Attach a chunk's pages at range offset 'at'. */
+/* Attach a chunk's pages at range offset 'at'; page->private finds the chunk again. */
 static int kvp_space_attach(struct kvp_space *space, struct kvp_chunk *chunk, u64 at)
 {
-	unsigned long i, n = 1UL << chunk->order, first = at >> PAGE_SHIFT;
+	unsigned long i, n = chunk->nr_pages, first = at >> PAGE_SHIFT;
 	int ret;
 
 	for (i = 0; i < n; i++) {
+		set_page_private(chunk->page + i, (unsigned long)chunk);
 		ret = xa_err(xa_store(&space->pages, first + i, chunk->page + i, GFP_KERNEL));
 		if (ret)
 			goto out_erase;
 	}
+	chunk->offset = at;
 	list_add_tail(&chunk->link, &space->chunks);
 	return 0;
 
 out_erase:
 	while (i--)
 		xa_erase(&space->pages, first + i);
+	for (i = 0; i < n; i++)
+		set_page_private(chunk->page + i, 0);
 	return ret;
+}
+
+/*
+ * Take chunks for want bytes of the range into *taken, charging the
+ * space's tenant.  Growth takes whole chunks (huge-page sized where the
+ * pool has them); a refill (exact) cuts them to the gap.  Returns the
+ * bytes taken; *err says why it stopped short (0: the pool ran dry).
+ */
+static u64 kvp_space_take(struct kvp_space *space, u64 want, bool exact,
+			  struct list_head *taken, int *err)
+{
+	struct kvp_chunk *chunk;
+	u64 have = 0;
+
+	*err = 0;
+	while (have < want) {
+		u64 left_pages = (want - have + PAGE_SIZE - 1) >> PAGE_SHIFT;
+
+		if (fatal_signal_pending(current)) {
+			*err = -EINTR;
+			break;
+		}
+		chunk = kvp_space_take_chunk(space, exact ? min_t(u64, left_pages,
+							1U << KVP_CHUNK_ORDER) :
+							1U << KVP_CHUNK_ORDER);
+		if (!chunk)
+			break;
+		if (kvp_tenant_charge(space->tenant, kvp_chunk_bytes(chunk))) {
+			kvp_pool_return(chunk);
+			*err = -EDQUOT;
+			break;
+		}
+		list_add_tail(&chunk->link, taken);
+		have += kvp_chunk_bytes(chunk);
+	}
+	return have;
+}
+
+/* Give back chunks that were taken but not attached. */
+static void kvp_space_untake(struct kvp_space *space, struct list_head *taken)
+{
+	struct kvp_chunk *chunk, *next;
+
+	list_for_each_entry_safe(chunk, next, taken, link) {
+		list_del_init(&chunk->link);
+		kvp_tenant_uncharge(space->tenant, kvp_chunk_bytes(chunk));
+		kvp_pool_return(chunk);
+	}
+}
+
+/* Scrub (when the chunk comes from another space) and attach at 'at'. */
+static int kvp_space_place(struct kvp_space *space, struct kvp_chunk *chunk, u64 at)
+{
+	if (chunk->last_space != space->serial)
+		kvp_chunk_scrub(chunk);
+	chunk->last_space = space->serial;
+	return kvp_space_attach(space, chunk, at);
 }
 
 /*
@@ -176,29 +238,18 @@ static long long kvp_space_grow(struct kvc_space *core, u64 want)
 	u64 room = core->nr_blocks * core->block_bytes - core->backed_bytes;
 	struct kvp_chunk *chunk, *next;
 	LIST_HEAD(taken);
-	u64 have = 0, got = 0;
+	u64 have, got = 0;
 	int ret = 0;
 
 	lockdep_assert_held(&space->lock);
 	want = min(want, room);
 	down_read(&kvp_pool.backing_rwsem);
-	while (have < want) {
-		if (fatal_signal_pending(current)) {
-			ret = -EINTR;
-			goto out_return;
-		}
-		chunk = kvp_space_take_chunk(space);
-		if (!chunk)
-			goto out_return;	/* 0: kvcore reports -ENOSPC */
-		list_add_tail(&chunk->link, &taken);
-		have += kvp_chunk_bytes(chunk);
-	}
+	have = kvp_space_take(space, want, false, &taken, &ret);
+	if (have < want)
+		goto out_return;	/* ret 0: kvcore reports -ENOSPC */
 	list_for_each_entry_safe(chunk, next, &taken, link) {
 		list_del_init(&chunk->link);
-		if (chunk->last_space != space->serial)
-			kvp_chunk_scrub(chunk);
-		chunk->last_space = space->serial;
-		ret = kvp_space_attach(space, chunk, core->backed_bytes + got);
+		ret = kvp_space_place(space, chunk, core->backed_bytes + got);
 		if (ret) {
 			list_add(&chunk->link, &taken);
 			break;
@@ -207,10 +258,7 @@ static long long kvp_space_grow(struct kvc_space *core, u64 want)
 	}
 
 out_return:
-	list_for_each_entry_safe(chunk, next, &taken, link) {
-		list_del_init(&chunk->link);
-		kvp_pool_return(chunk);
-	}
+	kvp_space_untake(space, &taken);
 	up_read(&kvp_pool.backing_rwsem);
 	/* Pages already attached are the space's even when attaching stopped early. */
 	if (got)
@@ -218,8 +266,56 @@ out_return:
 	return ret;
 }
 
+/*
+ * kvcore refill callback: back every missing page of [start, start + len),
+ * which reclaim left as holes, with chunks cut to the size of each gap.
+ */
+static int kvp_space_refill(struct kvc_space *core, u64 start, u64 len)
+{
+	struct kvp_space *space = container_of(core, struct kvp_space, core);
+	unsigned long pg = start >> PAGE_SHIFT, end = (start + len + PAGE_SIZE - 1) >> PAGE_SHIFT;
+	int ret = 0;
+
+	lockdep_assert_held(&space->lock);
+	down_read(&kvp_pool.backing_rwsem);
+	while (pg < end && !ret) {
+		unsigned long gap_end = pg;
+		struct kvp_chunk *chunk, *next;
+		LIST_HEAD(taken);
+		u64 have;
+
+		if (xa_load(&space->pages, pg)) {
+			pg++;
+			continue;
+		}
+		while (gap_end < end && !xa_load(&space->pages, gap_end))
+			gap_end++;
+		have = kvp_space_take(space, (u64)(gap_end - pg) << PAGE_SHIFT, true, &taken,
+				      &ret);
+		if (!have && !ret)
+			ret = -ENOSPC;
+		list_for_each_entry_safe(chunk, next, &taken, link) {
+			int err;
+
+			list_del_init(&chunk->link);
+			err = kvp_space_place(space, chunk, (u64)pg << PAGE_SHIFT);
+			if (err) {
+				list_add(&chunk->link, &taken);
+				ret = err;
+				break;
+			}
+			pg += chunk->nr_pages;
+		}
+		kvp_space_untake(space, &taken);
+	}
+	up_read(&kvp_pool.backing_rwsem);
+	return ret;
+}
+
 static const struct kvc_space_ops kvp_space_ops = {
 	.grow = kvp_space_grow,
+	.refill = kvp_space_refill,
+	.evicted = kvp_space_evicted,
 };
 
 static struct kvp_space *kvp_space_create(const struct kvpool_space_open *args)
@@ -234,13 +330,18 @@ static struct kvp_space *kvp_space_create(const struct kvpool_space_open *args)
 	ret = kvc_space_init(&space->core, args->block_bytes,
 			     div64_u64(args->quota_bytes, args->block_bytes),
 			     &kvp_space_ops, space);
-	if (ret) {
-		kfree(space);
-		return ERR_PTR(ret);
+	if (ret)
+		goto out_free_space;
+	space->tenant = kvp_tenant_get(current_fsuid());
+	if (!space->tenant) {
+		ret = -ENOMEM;
+		goto out_free_space;
 	}
 	mutex_init(&space->lock);
 	INIT_LIST_HEAD(&space->chunks);
+	INIT_LIST_HEAD(&space->clients);
 	xa_init(&space->pages);
+	xa_init(&space->residency);
 	strscpy(space->name, args->name, sizeof(space->name));
 	space->serial = ++kvp_space_serial;
 	space->id = (u32)space->serial;
@@ -249,10 +350,18 @@ static struct kvp_space *kvp_space_create(const struct kvpool_space_open *args)
 	space->mode = args->mode;
 	space->numa_policy = args->numa_policy;
 	space->node_mask = args->node_mask;
+	space->persistent = !!(args->flags & KVPOOL_SPACE_PERSIST);
 	space->next_owner = 1;
 	list_add_tail(&space->link, &kvp_spaces);
 	kvp_nr_spaces++;
+	/* Without its sysfs directory the space still works; admins lose a view. */
+	if (kvp_space_kobj_add(space))
+		pr_warn_ratelimited("kvpool: no sysfs directory for space %u\n", space->id);
 	return space;
+
+out_free_space:
+	kfree(space);
+	return ERR_PTR(ret);
 }
 
 /*
@@ -268,17 +377,25 @@ static void kvp_space_unlist(struct kvp_space *space)
 	kvp_nr_spaces--;
 	down_read(&kvp_pool.backing_rwsem);
 	list_for_each_entry_safe(chunk, next, &space->chunks, link) {
+		unsigned long i;
+
 		list_del_init(&chunk->link);
+		for (i = 0; i < chunk->nr_pages; i++)
+			set_page_private(chunk->page + i, 0);
+		kvp_tenant_uncharge(space->tenant, kvp_chunk_bytes(chunk));
 		kvp_pool_return(chunk);
 	}
 	up_read(&kvp_pool.backing_rwsem);
 }
 
 /* Called after kvp_space_unlist(): nothing maps or references the space. */
-static void kvp_space_destroy(struct kvp_space *space)
+static void kvp_space_destroy_now(struct kvp_space *space)
 {
+	kvp_space_kobj_del(space);
+	kvp_residency_destroy(space);
 	xa_destroy(&space->pages);
 	kvc_space_fini(&space->core);
+	kvp_tenant_put(space->tenant);
 	mutex_destroy(&space->lock);
 	kfree(space);
 }
@@ -296,6 +413,14 @@ static void kvp_space_fill_open(const struct kvp_space *space, struct kvpool_spa
 	args->mode = space->mode;
 	args->numa_policy = space->numa_policy;
 	args->node_mask = space->node_mask;
+}
+
+void kvp_client_init(struct kvp_client *client, struct file *file)
+{
+	client->file = file;
+	INIT_LIST_HEAD(&client->link);
+	xa_init(&client->interest);
+	kvp_events_init(&client->events);
 }
 
 int kvp_space_open(struct kvp_client *client, struct kvpool_space_open *args)
@@ -345,6 +470,7 @@ int kvp_space_open(struct kvp_client *client, struct kvpool_space_open *args)
 	space->nr_clients++;
 	mutex_lock(&space->lock);
 	client->owner = space->next_owner++;
+	list_add_tail(&client->link, &space->clients);
 	mutex_unlock(&space->lock);
 	kvp_space_fill_open(space, args);
 	/*
@@ -358,35 +484,133 @@ out_unlock:
 	return ret;
 }
 
+/* A space goes when nothing holds it: no fd, and not persistent unless unlinked. */
+static bool kvp_space_unused(const struct kvp_space *space)
+{
+	lockdep_assert_held(&kvp_spaces_lock);
+	return !space->nr_clients && (!space->persistent || space->unlinked);
+}
+
 void kvp_client_release(struct kvp_client *client)
 {
 	struct kvp_space *space = client->space;
 	u64 freed;
 
-	if (!space)
+	if (!space) {
+		kvp_events_fini(&client->events);
 		return;
+	}
+	/* Invariant 4: owned blocks, references and records go with the fd. */
 	mutex_lock(&space->lock);
 	freed = kvc_release_owner(&space->core, client->owner);
+	kvc_release_refs(&space->core, &client->refs);
+	kvp_residency_drop_owner(space, client->owner);
+	list_del_init(&client->link);
+	xa_destroy(&client->interest);
 	mutex_unlock(&space->lock);
 	atomic64_add(freed, &kvp_pool.frees);
+	kvp_events_fini(&client->events);
 
 	mutex_lock(&kvp_spaces_lock);
-	if (--space->nr_clients)
-		space = NULL;
-	else
+	space->nr_clients--;
+	if (kvp_space_unused(space))
 		kvp_space_unlist(space);
+	else
+		space = NULL;
 	mutex_unlock(&kvp_spaces_lock);
 	if (space)
-		kvp_space_destroy(space);
+		kvp_space_destroy_now(space);
 }
 
-static struct kvp_space *kvp_client_space(struct kvp_client *client)
+struct kvp_space *kvp_client_space(struct kvp_client *client)
 {
 	/* Pairs with the release in kvp_space_open(). */
 	return smp_load_acquire(&client->space);
 }
 
-/* Pages are inserted one fault at a time; unbacked offsets are SIGBUS. */
+/*
+ * Unlink a space: the name is free at once, joined fds are told and keep
+ * working, and the space goes with its last fd (now, when there is none).
+ */
+int kvp_space_destroy(const char *name, bool admin)
+{
+	struct kvp_space *space;
+	struct kvp_client *c;
+	int ret = 0;
+
+	if (!kvp_name_valid(name))
+		return -EINVAL;
+	mutex_lock(&kvp_spaces_lock);
+	space = kvp_space_find(name);
+	if (!space) {
+		ret = -ENOENT;
+		goto out_unlock;
+	}
+	if (!admin && !uid_eq(current_fsuid(), space->uid) && !capable(CAP_SYS_ADMIN)) {
+		ret = -EPERM;
+		goto out_unlock;
+	}
+	space->unlinked = true;
+	mutex_lock(&space->lock);
+	list_for_each_entry(c, &space->clients, link)
+		kvp_event_emit(&c->events, KVPOOL_EVENT_SPACE_DESTROYED, 0, 0, 0, NULL);
+	mutex_unlock(&space->lock);
+	if (kvp_space_unused(space))
+		kvp_space_unlist(space);
+	else
+		space = NULL;
+	mutex_unlock(&kvp_spaces_lock);
+	if (space)
+		kvp_space_destroy_now(space);
+	return 0;
+
+out_unlock:
+	mutex_unlock(&kvp_spaces_lock);
+	return ret;
+}
+
+/* Evict every cached block of the named space, or of all with "*". */
+int kvp_space_drop_cached(const char *name)
+{
+	bool all = !strcmp(name, "*");
+	struct kvp_space *space;
+	int ret = all ? 0 : -ENOENT;
+
+	if (!all && !kvp_name_valid(name))
+		return -EINVAL;
+	mutex_lock(&kvp_spaces_lock);
+	list_for_each_entry(space, &kvp_spaces, link) {
+		if (!all && (space->unlinked || strcmp(space->name, name)))
+			continue;
+		mutex_lock(&space->lock);
+		kvc_evict(&space->core, space->core.nr_cached, KVC_EVICT_ADMIN);
+		mutex_unlock(&space->lock);
+		ret = 0;
+	}
+	mutex_unlock(&kvp_spaces_lock);
+	return ret;
+}
+
+/* Module unload: no fd is open, so only persistent or unlinked-idle spaces remain. */
+void kvp_spaces_exit(void)
+{
+	struct kvp_space *space, *next;
+
+	mutex_lock(&kvp_spaces_lock);
+	list_for_each_entry_safe(space, next, &kvp_spaces, link) {
+		kvp_space_unlist(space);
+		mutex_unlock(&kvp_spaces_lock);
+		kvp_space_destroy_now(space);
+		mutex_lock(&kvp_spaces_lock);
+	}
+	mutex_unlock(&kvp_spaces_lock);
+}
+
+/*
+ * Pages are inserted one fault at a time; unbacked offsets (never backed,
+ * or reclaimed) are SIGBUS.  The reference is taken inside the RCU read
+ * section so reclaim, which waits for a grace period, sees it.
+ */
 static vm_fault_t kvp_vm_fault(struct vm_fault *vmf)
 {
 	struct kvp_client *client = vmf->vma->vm_file->private_data;
@@ -395,10 +619,13 @@ static vm_fault_t kvp_vm_fault(struct vm_fault *vmf)
 
 	if (!space)
 		return VM_FAULT_SIGBUS;
+	rcu_read_lock();
 	page = xa_load(&space->pages, vmf->pgoff);
+	if (page)
+		get_page(page);
+	rcu_read_unlock();
 	if (!page)
 		return VM_FAULT_SIGBUS;
-	get_page(page);
 	vmf->page = page;
 	return 0;
 }
@@ -437,9 +664,43 @@ int kvp_space_mmap(struct kvp_client *client, struct vm_area_struct *vma)
 	return 0;
 }
 
+/* Every fd of the space hears that an allocation evicted (count) or found no room (0). */
+void kvp_space_emit_pressure(struct kvp_space *space, unsigned int cause, u32 evicted)
+{
+	struct kvp_client *c;
+
+	lockdep_assert_held(&space->lock);
+	list_for_each_entry(c, &space->clients, link)
+		kvp_event_emit(&c->events, KVPOOL_EVENT_QUOTA_PRESSURE, cause, 0, evicted, NULL);
+}
+
+static u64 kvp_space_evictions(const struct kvc_space *core)
+{
+	u64 n = 0;
+	int i;
+
+	for (i = 0; i < KVC_EVICT_CAUSES; i++)
+		n += core->stats.evictions[i];
+	return n;
+}
+
+/* The cause of the latest evictions: the counter that moved. */
+static unsigned int kvp_space_last_cause(const struct kvc_space *core, const u64 *before)
+{
+	int i;
+
+	for (i = 0; i < KVC_EVICT_CAUSES; i++)
+		if (core->stats.evictions[i] != before[i])
+			return i;
+	if (core->backed_blocks == core->nr_blocks && !core->nr_holes)
+		return KVC_EVICT_QUOTA;
+	return KVC_EVICT_POOL;
+}
+
 long kvp_ioctl_alloc(struct kvp_client *client, struct kvpool_blocks *args)
 {
 	struct kvp_space *space = kvp_client_space(client);
+	u64 before[KVC_EVICT_CAUSES], evicted;
 	u32 *ids;
 	long ret;
 
@@ -460,6 +721,8 @@ long kvp_ioctl_alloc(struct kvp_client *client, struct kvpool_blocks *args)
 		ret = -EINTR;
 		goto out_free_ids;
 	}
+	memcpy(before, space->core.stats.evictions, sizeof(before));
+	evicted = kvp_space_evictions(&space->core);
 	ret = kvc_alloc(&space->core, client->owner, args->count, ids);
 	/* Copy out under the lock so a failed copy can undo exactly this batch. */
 	if (!ret && copy_to_user(u64_to_user_ptr(args->ids), ids,
@@ -467,6 +730,10 @@ long kvp_ioctl_alloc(struct kvp_client *client, struct kvpool_blocks *args)
 		kvc_free(&space->core, client->owner, args->count, ids);
 		ret = -EFAULT;
 	}
+	evicted = kvp_space_evictions(&space->core) - evicted;
+	if (evicted || ret == -ENOSPC)
+		kvp_space_emit_pressure(space, kvp_space_last_cause(&space->core, before),
+					(u32)evicted);
 	mutex_unlock(&space->lock);
 	if (ret) {
 		atomic64_inc(&kvp_pool.alloc_failures);
@@ -482,7 +749,7 @@ out_free_ids:
 long kvp_ioctl_free(struct kvp_client *client, struct kvpool_blocks *args)
 {
 	struct kvp_space *space = kvp_client_space(client);
-	u32 *ids;
+	u32 *ids, i;
 	long ret;
 
 	if (!space)
@@ -499,6 +766,9 @@ long kvp_ioctl_free(struct kvp_client *client, struct kvpool_blocks *args)
 		goto out_free_ids;
 	}
 	ret = kvc_free(&space->core, client->owner, args->count, ids);
+	if (!ret)
+		for (i = 0; i < args->count; i++)
+			kvp_residency_drop_block(space, ids[i]);
 	mutex_unlock(&space->lock);
 	if (!ret)
 		atomic64_add(args->count, &kvp_pool.frees);
@@ -519,7 +789,7 @@ long kvp_ioctl_space_info(struct kvp_client *client, struct kvpool_space_info *i
 	info->space_id = space->id;
 	info->block_bytes = space->core.block_bytes;
 	info->nr_blocks = space->core.nr_blocks;
-	info->backed_blocks = space->core.backed_blocks;
+	info->backed_blocks = space->core.backed_blocks - space->core.nr_holes;
 	info->free_blocks = space->core.nr_free;
 	info->owned_blocks = space->core.nr_owned;
 	info->my_blocks = kvc_owner_blocks(&space->core, client->owner);

@@ -20,18 +20,15 @@ static ssize_t pool_bytes_show(struct device *dev, struct device_attribute *attr
 	return sysfs_emit(buf, "%llu\n", reserved);
 }
 
+static int kvp_parse_bytes(const char *buf, u64 *out);
+
 static ssize_t pool_bytes_store(struct device *dev, struct device_attribute *attr,
 				const char *buf, size_t count)
 {
-	char *end;
 	u64 bytes;
 	int ret;
 
-	/* memparse() reads a bare suffix such as "M" as 0: require a digit. */
-	if (!isdigit(buf[0]))
-		return -EINVAL;
-	bytes = memparse(buf, &end);
-	if (end == buf || (*end && *end != '\n') || (*end == '\n' && end[1]))
+	if (kvp_parse_bytes(buf, &bytes))
 		return -EINVAL;
 	ret = kvp_pool_resize(bytes);
 	return ret ? ret : count;
@@ -92,6 +89,237 @@ KVP_COUNTER_ATTR(allocs);
 KVP_COUNTER_ATTR(frees);
 KVP_COUNTER_ATTR(alloc_failures);
 KVP_COUNTER_ATTR(zeroed_chunks);
+KVP_COUNTER_ATTR(reclaimed_bytes);
+
+struct kvp_tunables kvp_tun = {
+	.shrinker_enabled = true,
+	.event_queue_max = 65536,
+};
+
+/* A whole decimal u64 with an optional K/M/G suffix and newline, nothing else. */
+static int kvp_parse_bytes(const char *buf, u64 *out)
+{
+	char *end;
+
+	/* memparse() reads a bare suffix such as "M" as 0: require a digit. */
+	if (!isdigit(buf[0]))
+		return -EINVAL;
+	*out = memparse(buf, &end);
+	if (end == buf || (*end && *end != '\n') || (*end == '\n' && end[1]))
+		return -EINVAL;
+	return 0;
+}
+
+static ssize_t shrinker_enabled_show(struct device *dev, struct device_attribute *attr, char *buf)
+{
+	return sysfs_emit(buf, "%d\n", READ_ONCE(kvp_tun.shrinker_enabled));
+}
+
+static ssize_t shrinker_enabled_store(struct device *dev, struct device_attribute *attr,
+				      const char *buf, size_t count)
+{
+	bool on;
+
+	if (kstrtobool(buf, &on))
+		return -EINVAL;
+	WRITE_ONCE(kvp_tun.shrinker_enabled, on);
+	return count;
+}
+static DEVICE_ATTR_RW(shrinker_enabled);
+
+static ssize_t min_cached_bytes_show(struct device *dev, struct device_attribute *attr, char *buf)
+{
+	return sysfs_emit(buf, "%llu\n", READ_ONCE(kvp_tun.min_cached_bytes));
+}
+
+static ssize_t min_cached_bytes_store(struct device *dev, struct device_attribute *attr,
+				      const char *buf, size_t count)
+{
+	u64 v;
+
+	if (kvp_parse_bytes(buf, &v))
+		return -EINVAL;
+	WRITE_ONCE(kvp_tun.min_cached_bytes, v);
+	return count;
+}
+static DEVICE_ATTR_RW(min_cached_bytes);
+
+static ssize_t event_queue_max_show(struct device *dev, struct device_attribute *attr, char *buf)
+{
+	return sysfs_emit(buf, "%u\n", READ_ONCE(kvp_tun.event_queue_max));
+}
+
+static ssize_t event_queue_max_store(struct device *dev, struct device_attribute *attr,
+				     const char *buf, size_t count)
+{
+	u32 v;
+
+	if (kstrtou32(buf, 10, &v) || v < KVP_EVENT_QUEUE_MIN || v > KVP_EVENT_QUEUE_MAX)
+		return -EINVAL;
+	WRITE_ONCE(kvp_tun.event_queue_max, v);
+	return count;
+}
+static DEVICE_ATTR_RW(event_queue_max);
+
+static ssize_t uid_limit_default_bytes_show(struct device *dev, struct device_attribute *attr,
+					    char *buf)
+{
+	return sysfs_emit(buf, "%llu\n", READ_ONCE(kvp_tun.uid_limit_default));
+}
+
+static ssize_t uid_limit_default_bytes_store(struct device *dev, struct device_attribute *attr,
+					     const char *buf, size_t count)
+{
+	u64 v;
+
+	if (kvp_parse_bytes(buf, &v))
+		return -EINVAL;
+	WRITE_ONCE(kvp_tun.uid_limit_default, v);
+	return count;
+}
+static DEVICE_ATTR_RW(uid_limit_default_bytes);
+
+static ssize_t uid_limit_show(struct device *dev, struct device_attribute *attr, char *buf)
+{
+	return kvp_tenants_emit(buf);
+}
+
+/* "UID BYTES": exactly two fields; BYTES 0 removes the uid's limit. */
+static ssize_t uid_limit_store(struct device *dev, struct device_attribute *attr,
+			       const char *buf, size_t count)
+{
+	char copy[64], *p = copy, *uid_s, *bytes_s;
+	kuid_t kuid;
+	u64 bytes;
+	u32 uid;
+	int ret;
+
+	if (count >= sizeof(copy))
+		return -EINVAL;
+	memcpy(copy, buf, count);
+	copy[count] = 0;
+	uid_s = strsep(&p, " ");
+	bytes_s = p;
+	if (!uid_s || !bytes_s || kstrtou32(uid_s, 10, &uid) || kvp_parse_bytes(bytes_s, &bytes))
+		return -EINVAL;
+	kuid = make_kuid(current_user_ns(), uid);
+	if (!uid_valid(kuid))
+		return -EINVAL;
+	ret = kvp_tenant_set_limit(kuid, bytes);
+	return ret ? ret : count;
+}
+static DEVICE_ATTR_RW(uid_limit);
+
+/* A space name from a sysfs write: one line, the trailing newline dropped. */
+static int kvp_sysfs_name(const char *buf, size_t count, char *name)
+{
+	if (count && buf[count - 1] == '\n')
+		count--;
+	if (!count || count >= KVPOOL_NAME_MAX || memchr(buf, '\n', count))
+		return -EINVAL;
+	memcpy(name, buf, count);
+	name[count] = 0;
+	return 0;
+}
+
+static ssize_t destroy_space_store(struct device *dev, struct device_attribute *attr,
+				   const char *buf, size_t count)
+{
+	char name[KVPOOL_NAME_MAX];
+	int ret = kvp_sysfs_name(buf, count, name);
+
+	if (!ret)
+		ret = kvp_space_destroy(name, true);
+	return ret ? ret : count;
+}
+static DEVICE_ATTR_WO(destroy_space);
+
+static ssize_t drop_cached_store(struct device *dev, struct device_attribute *attr,
+				 const char *buf, size_t count)
+{
+	char name[KVPOOL_NAME_MAX];
+	int ret = kvp_sysfs_name(buf, count, name);
+
+	if (!ret)
+		ret = kvp_space_drop_cached(name);
+	return ret ? ret : count;
+}
+static DEVICE_ATTR_WO(drop_cached);
+
+/* Prefix-cache figures summed over live spaces. */
+enum kvp_sum_field {
+	KVP_SUM_HITS, KVP_SUM_MISSES, KVP_SUM_INSERTS, KVP_SUM_DEDUPS,
+	KVP_SUM_CACHED_BYTES, KVP_SUM_PUBLISHED_BYTES,
+};
+
+static u64 kvp_space_sum(enum kvp_sum_field f)
+{
+	struct kvp_space *space;
+	u64 v = 0;
+
+	mutex_lock(&kvp_spaces_lock);
+	list_for_each_entry(space, &kvp_spaces, link) {
+		const struct kvc_space *c = &space->core;
+
+		mutex_lock(&space->lock);
+		switch (f) {
+		case KVP_SUM_HITS:
+			v += c->stats.hits;
+			break;
+		case KVP_SUM_MISSES:
+			v += c->stats.misses;
+			break;
+		case KVP_SUM_INSERTS:
+			v += c->stats.inserts;
+			break;
+		case KVP_SUM_DEDUPS:
+			v += c->stats.dedups;
+			break;
+		case KVP_SUM_CACHED_BYTES:
+			v += c->nr_cached * c->block_bytes;
+			break;
+		case KVP_SUM_PUBLISHED_BYTES:
+			v += c->nr_published * c->block_bytes;
+			break;
+		}
+		mutex_unlock(&space->lock);
+	}
+	mutex_unlock(&kvp_spaces_lock);
+	return v;
+}
+
+#define KVP_SUM_ATTR(name, field)						\
+static ssize_t name##_show(struct device *dev, struct device_attribute *attr,	\
+			   char *buf)						\
+{										\
+	return sysfs_emit(buf, "%llu\n", kvp_space_sum(field));		\
+}										\
+static DEVICE_ATTR_RO(name)
+
+KVP_SUM_ATTR(prefix_hits, KVP_SUM_HITS);
+KVP_SUM_ATTR(prefix_misses, KVP_SUM_MISSES);
+KVP_SUM_ATTR(prefix_inserts, KVP_SUM_INSERTS);
+KVP_SUM_ATTR(prefix_dedups, KVP_SUM_DEDUPS);
+KVP_SUM_ATTR(cached_bytes, KVP_SUM_CACHED_BYTES);
+KVP_SUM_ATTR(published_bytes, KVP_SUM_PUBLISHED_BYTES);
+
+static ssize_t evictions_show(struct device *dev, struct device_attribute *attr, char *buf)
+{
+	u64 n[KVC_EVICT_CAUSES] = { 0 };
+	struct kvp_space *space;
+	int i;
+
+	mutex_lock(&kvp_spaces_lock);
+	list_for_each_entry(space, &kvp_spaces, link) {
+		mutex_lock(&space->lock);
+		for (i = 0; i < KVC_EVICT_CAUSES; i++)
+			n[i] += space->core.stats.evictions[i];
+		mutex_unlock(&space->lock);
+	}
+	mutex_unlock(&kvp_spaces_lock);
+	return kvp_evictions_emit(buf, n);
+}
+static DEVICE_ATTR_RO(evictions);
 
 static struct attribute *kvp_dev_attrs[] = {
 	&dev_attr_pool_bytes.attr,
@@ -105,6 +333,21 @@ static struct attribute *kvp_dev_attrs[] = {
 	&dev_attr_frees.attr,
 	&dev_attr_alloc_failures.attr,
 	&dev_attr_zeroed_chunks.attr,
+	&dev_attr_reclaimed_bytes.attr,
+	&dev_attr_shrinker_enabled.attr,
+	&dev_attr_min_cached_bytes.attr,
+	&dev_attr_event_queue_max.attr,
+	&dev_attr_uid_limit_default_bytes.attr,
+	&dev_attr_uid_limit.attr,
+	&dev_attr_destroy_space.attr,
+	&dev_attr_drop_cached.attr,
+	&dev_attr_prefix_hits.attr,
+	&dev_attr_prefix_misses.attr,
+	&dev_attr_prefix_inserts.attr,
+	&dev_attr_prefix_dedups.attr,
+	&dev_attr_cached_bytes.attr,
+	&dev_attr_published_bytes.attr,
+	&dev_attr_evictions.attr,
 	NULL,
 };
 

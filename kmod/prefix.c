@@ -1,0 +1,269 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * The prefix cache ioctls: PUBLISH, LOOKUP, RELEASE and SPACE_STATS.  The
+ * block logic is kvcore's; this file copies arrays in and out, keeps each
+ * fd's interest set (which evictions it hears about) and reports
+ * evictions as events.  Everything runs under the space's lock.
+ */
+#include <linux/pagemap.h>
+#include <linux/sched/signal.h>
+#include <linux/slab.h>
+#include <linux/uaccess.h>
+
+#include "kvpool.h"
+
+static_assert(sizeof(struct kvc_publish_entry) == sizeof(struct kvpool_publish_entry));
+static_assert(offsetof(struct kvc_publish_entry, id) ==
+	      offsetof(struct kvpool_publish_entry, id));
+static_assert(offsetof(struct kvc_publish_entry, priority) ==
+	      offsetof(struct kvpool_publish_entry, priority));
+static_assert(offsetof(struct kvc_publish_entry, flags) ==
+	      offsetof(struct kvpool_publish_entry, flags));
+static_assert(KVC_HASH_BYTES == KVPOOL_HASH_BYTES && KVC_PRIO_MAX == KVPOOL_PRIO_MAX &&
+	      (int)KVC_EVICT_CAUSES == (int)KVPOOL_EVICT_CAUSES);
+
+static bool kvp_zero(const void *p, size_t len)
+{
+	return !memchr_inv(p, 0, len);
+}
+
+/*
+ * Remember that this fd holds or held block id, so its eviction is
+ * reported.  A failed allocation cannot be made up for later: the queue
+ * records a loss, which the reader sees as an OVERFLOW.
+ */
+static void kvp_interest_add(struct kvp_client *client, u32 id)
+{
+	if (xa_err(xa_store(&client->interest, id, xa_mk_value(1), GFP_KERNEL)))
+		kvp_event_lost(&client->events);
+}
+
+/* kvcore evicted callback, under the space's lock. */
+void kvp_space_evicted(struct kvc_space *core, u32 id, const u8 *hash, unsigned int cause)
+{
+	struct kvp_space *space = container_of(core, struct kvp_space, core);
+	struct kvp_client *c;
+
+	lockdep_assert_held(&space->lock);
+	list_for_each_entry(c, &space->clients, link)
+		if (xa_erase(&c->interest, id))
+			kvp_event_emit(&c->events, KVPOOL_EVENT_EVICTED, cause, id, 0, hash);
+	kvp_residency_drop_block(space, id);
+}
+
+long kvp_ioctl_publish(struct kvp_client *client, void __user *uarg)
+{
+	struct kvp_space *space = kvp_client_space(client);
+	struct kvpool_publish args;
+	struct kvc_publish_entry *e;
+	u32 *own, i;
+	size_t bytes;
+	long ret;
+
+	if (copy_from_user(&args, uarg, sizeof(args)))
+		return -EFAULT;
+	if ((args.flags & ~KVPOOL_PUBLISH_FLAGS) || args.pad || args.nr_dedup ||
+	    !kvp_zero(args.reserved, sizeof(args.reserved)) || !args.count)
+		return -EINVAL;
+	if (args.count > KVPOOL_MAX_BATCH)
+		return -E2BIG;
+	if (!space)
+		return -EBADFD;
+	bytes = (size_t)args.count * sizeof(*e);
+	if (fault_in_safe_writeable(u64_to_user_ptr(args.entries), bytes))
+		return -EFAULT;
+	e = kvmalloc(bytes, GFP_KERNEL);
+	own = kvmalloc_array(args.count, sizeof(*own), GFP_KERNEL);
+	if (!e || !own) {
+		ret = -ENOMEM;
+		goto out_free;
+	}
+	if (copy_from_user(e, u64_to_user_ptr(args.entries), bytes)) {
+		ret = -EFAULT;
+		goto out_free;
+	}
+	for (i = 0; i < args.count; i++) {
+		if (e[i].flags || e[i].pad)
+			goto out_inval;
+		if (!(args.flags & KVPOOL_PUBLISH_PRIORITY)) {
+			if (e[i].priority)
+				goto out_inval;
+			e[i].priority = KVPOOL_PRIO_DEFAULT;
+		} else if (e[i].priority > KVPOOL_PRIO_MAX) {
+			goto out_inval;
+		}
+		own[i] = e[i].id;
+	}
+	if (mutex_lock_killable(&space->lock)) {
+		ret = -EINTR;
+		goto out_free;
+	}
+	ret = kvc_publish(&space->core, client->owner, &client->refs, args.count, e);
+	if (ret < 0)
+		goto out_unlock;
+	args.nr_dedup = ret;
+	for (i = 0; i < args.count; i++) {
+		if (e[i].flags & KVC_PUBLISH_DEDUP)
+			kvp_residency_drop_block(space, own[i]);
+		kvp_interest_add(client, e[i].id);
+		/* The caller passed 0 without the flag: give back what it gave. */
+		if (!(args.flags & KVPOOL_PUBLISH_PRIORITY))
+			e[i].priority = 0;
+	}
+	/*
+	 * The entries were faulted in writable; should the copy still fail,
+	 * the blocks stay published and referenced by this fd, which releases
+	 * them on close, and the caller learns the call did not report back.
+	 */
+	ret = 0;
+	if (copy_to_user(u64_to_user_ptr(args.entries), e, bytes) ||
+	    copy_to_user(uarg, &args, sizeof(args)))
+		ret = -EFAULT;
+out_unlock:
+	mutex_unlock(&space->lock);
+out_free:
+	kvfree(own);
+	kvfree(e);
+	return ret;
+
+out_inval:
+	ret = -EINVAL;
+	goto out_free;
+}
+
+long kvp_ioctl_lookup(struct kvp_client *client, void __user *uarg)
+{
+	struct kvp_space *space = kvp_client_space(client);
+	u8 (*hashes)[KVPOOL_HASH_BYTES] = NULL;
+	struct kvpool_lookup args;
+	u64 *devices = NULL;
+	u32 *ids = NULL, i;
+	long ret;
+	int hits;
+
+	if (copy_from_user(&args, uarg, sizeof(args)))
+		return -EFAULT;
+	if (args.flags || args.pad || args.nr_hits ||
+	    !kvp_zero(args.reserved, sizeof(args.reserved)) || !args.count)
+		return -EINVAL;
+	if (args.count > KVPOOL_MAX_BATCH)
+		return -E2BIG;
+	if (!space)
+		return -EBADFD;
+	/* Outputs must be writable before any reference is taken. */
+	if (fault_in_safe_writeable(u64_to_user_ptr(args.ids), (size_t)args.count * sizeof(u32)) ||
+	    (args.devices && fault_in_safe_writeable(u64_to_user_ptr(args.devices),
+						     (size_t)args.count * sizeof(u64))))
+		return -EFAULT;
+	hashes = kvmalloc_array(args.count, KVPOOL_HASH_BYTES, GFP_KERNEL);
+	ids = kvmalloc_array(args.count, sizeof(*ids), GFP_KERNEL);
+	if (args.devices)
+		devices = kvcalloc(args.count, sizeof(*devices), GFP_KERNEL);
+	if (!hashes || !ids || (args.devices && !devices)) {
+		ret = -ENOMEM;
+		goto out_free;
+	}
+	if (copy_from_user(hashes, u64_to_user_ptr(args.hashes),
+			   (size_t)args.count * KVPOOL_HASH_BYTES)) {
+		ret = -EFAULT;
+		goto out_free;
+	}
+	if (mutex_lock_killable(&space->lock)) {
+		ret = -EINTR;
+		goto out_free;
+	}
+	hits = kvc_lookup(&space->core, &client->refs, args.count,
+			  (const u8 (*)[KVPOOL_HASH_BYTES])hashes, ids);
+	if (hits < 0) {
+		ret = hits;
+		goto out_unlock;
+	}
+	for (i = 0; i < hits; i++) {
+		kvp_interest_add(client, ids[i]);
+		if (devices)
+			devices[i] = kvp_residency_mask(space, ids[i]);
+	}
+	args.nr_hits = hits;
+	ret = 0;
+	if ((hits && copy_to_user(u64_to_user_ptr(args.ids), ids, (size_t)hits * sizeof(*ids))) ||
+	    (hits && devices && copy_to_user(u64_to_user_ptr(args.devices), devices,
+					     (size_t)hits * sizeof(*devices))) ||
+	    copy_to_user(uarg, &args, sizeof(args))) {
+		/* The caller cannot know what it holds: take the references back. */
+		if (hits)
+			kvc_release(&space->core, &client->refs, hits, ids);
+		ret = -EFAULT;
+	}
+out_unlock:
+	mutex_unlock(&space->lock);
+out_free:
+	kvfree(devices);
+	kvfree(ids);
+	kvfree(hashes);
+	return ret;
+}
+
+long kvp_ioctl_release(struct kvp_client *client, struct kvpool_blocks *args)
+{
+	struct kvp_space *space = kvp_client_space(client);
+	u32 *ids;
+	long ret;
+
+	if (!space)
+		return -EBADFD;
+	ids = kvmalloc_array(args->count, sizeof(*ids), GFP_KERNEL);
+	if (!ids)
+		return -ENOMEM;
+	if (copy_from_user(ids, u64_to_user_ptr(args->ids), (size_t)args->count * sizeof(*ids))) {
+		ret = -EFAULT;
+		goto out_free_ids;
+	}
+	if (mutex_lock_killable(&space->lock)) {
+		ret = -EINTR;
+		goto out_free_ids;
+	}
+	ret = kvc_release(&space->core, &client->refs, args->count, ids);
+	mutex_unlock(&space->lock);
+
+out_free_ids:
+	kvfree(ids);
+	return ret;
+}
+
+long kvp_ioctl_space_stats(struct kvp_client *client, void __user *uarg)
+{
+	struct kvp_space *space = kvp_client_space(client);
+	struct kvpool_space_stats st;
+	const struct kvc_space *c;
+	int i;
+
+	if (copy_from_user(&st, uarg, sizeof(st)))
+		return -EFAULT;
+	if (st.flags || !kvp_zero(st.reserved, sizeof(st.reserved)))
+		return -EINVAL;
+	if (!space)
+		return -EBADFD;
+	memset(&st, 0, sizeof(st));
+	if (mutex_lock_killable(&space->lock))
+		return -EINTR;
+	c = &space->core;
+	st.space_id = space->id;
+	st.hits = c->stats.hits;
+	st.misses = c->stats.misses;
+	st.inserts = c->stats.inserts;
+	st.dedups = c->stats.dedups;
+	for (i = 0; i < KVPOOL_EVICT_CAUSES; i++)
+		st.evictions[i] = c->stats.evictions[i];
+	st.pressure = c->stats.pressure;
+	st.published_blocks = c->nr_published;
+	st.cached_blocks = c->nr_cached;
+	st.hole_blocks = c->nr_holes;
+	st.readers = c->nr_readers;
+	st.my_refs = client->refs.total;
+	st.allocs = c->stats.allocs;
+	st.frees = c->stats.frees;
+	mutex_unlock(&space->lock);
+	if (copy_to_user(uarg, &st, sizeof(st)))
+		return -EFAULT;
+	return 0;
+}

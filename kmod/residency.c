@@ -1,0 +1,280 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Residency records: "host block h holds a copy of GPU block g of device
+ * d", kept per fd so an engine that dies takes its claims with it.  Each
+ * space has a table of up to 64 device UUIDs; LOOKUP reports a hit's
+ * devices as bits of that table.  Everything runs under the space's lock.
+ */
+#include <linux/slab.h>
+#include <linux/uaccess.h>
+
+#include "kvpool.h"
+
+static bool kvp_zero(const void *p, size_t len)
+{
+	return !memchr_inv(p, 0, len);
+}
+
+/* The slot of uuid, adding it when add is set; -ENOENT or -ENOSPC. */
+static int kvp_device_slot(struct kvp_space *space, const u8 *uuid, bool add)
+{
+	unsigned int i;
+
+	for (i = 0; i < space->nr_devices; i++)
+		if (!memcmp(space->devices[i], uuid, 16))
+			return i;
+	if (!add)
+		return -ENOENT;
+	if (space->nr_devices == KVPOOL_MAX_DEVICES)
+		return -ENOSPC;
+	memcpy(space->devices[space->nr_devices], uuid, 16);
+	return space->nr_devices++;
+}
+
+static struct kvp_res_rec *kvp_res_find(struct kvp_res_block *rb, u32 owner, u8 slot)
+{
+	u32 i;
+
+	for (i = 0; rb && i < rb->nr; i++)
+		if (rb->recs[i].owner == owner && rb->recs[i].slot == slot)
+			return &rb->recs[i];
+	return NULL;
+}
+
+static void kvp_res_remove(struct kvp_space *space, u32 id, struct kvp_res_block *rb, u32 i)
+{
+	rb->recs[i] = rb->recs[--rb->nr];
+	if (!rb->nr) {
+		xa_erase(&space->residency, id);
+		kfree(rb);
+	}
+}
+
+/* Room for one more record on block id; the block's array may move. */
+static int kvp_res_reserve(struct kvp_space *space, u32 id)
+{
+	struct kvp_res_block *rb = xa_load(&space->residency, id), *grown;
+	u32 cap = rb ? rb->cap * 2 : 2;
+	int ret;
+
+	if (rb && rb->nr < rb->cap)
+		return 0;
+	grown = kmalloc(struct_size(grown, recs, cap), GFP_KERNEL_ACCOUNT);
+	if (!grown)
+		return -ENOMEM;
+	grown->nr = rb ? rb->nr : 0;
+	grown->cap = cap;
+	if (rb)
+		memcpy(grown->recs, rb->recs, rb->nr * sizeof(rb->recs[0]));
+	ret = xa_err(xa_store(&space->residency, id, grown, GFP_KERNEL_ACCOUNT));
+	if (ret) {
+		kfree(grown);
+		return ret;
+	}
+	kfree(rb);
+	return 0;
+}
+
+/* May this fd speak for block id?  It owns it or holds a reference on it. */
+static int kvp_res_block_ok(struct kvp_space *space, struct kvp_client *client, u32 id)
+{
+	const struct kvc_space *c = &space->core;
+
+	if (id >= c->backed_blocks)
+		return -EINVAL;
+	if (c->blocks[id].state == KVC_BLOCK_OWNED && c->blocks[id].owner == client->owner)
+		return 0;
+	if (kvc_refs_count(&client->refs, id))
+		return 0;
+	return -EPERM;
+}
+
+static int kvp_res_add(struct kvp_space *space, struct kvp_client *client, u8 slot,
+		       const struct kvpool_residency_entry *e, u32 count)
+{
+	u32 i;
+	int ret;
+
+	for (i = 0; i < count; i++) {
+		ret = kvp_res_block_ok(space, client, e[i].block);
+		if (ret)
+			return ret;
+	}
+	/*
+	 * Reserve room for every record first so the batch cannot fail half
+	 * way; arrays reserved but left unused keep their spare room.
+	 */
+	for (i = 0; i < count; i++) {
+		ret = kvp_res_reserve(space, e[i].block);
+		if (ret)
+			return ret;
+	}
+	for (i = 0; i < count; i++) {
+		struct kvp_res_block *rb = xa_load(&space->residency, e[i].block);
+		struct kvp_res_rec *rec = kvp_res_find(rb, client->owner, slot);
+
+		if (!rec) {
+			rec = &rb->recs[rb->nr++];
+			rec->owner = client->owner;
+			rec->slot = slot;
+		}
+		rec->gpu_block = e[i].gpu_block;
+	}
+	return 0;
+}
+
+static int kvp_res_del(struct kvp_space *space, struct kvp_client *client, u8 slot,
+		       const struct kvpool_residency_entry *e, u32 count)
+{
+	u32 i;
+
+	for (i = 0; i < count; i++) {
+		if (e[i].block >= space->core.backed_blocks)
+			return -EINVAL;
+		if (!kvp_res_find(xa_load(&space->residency, e[i].block), client->owner, slot))
+			return -ENOENT;
+	}
+	for (i = 0; i < count; i++) {
+		struct kvp_res_block *rb = xa_load(&space->residency, e[i].block);
+		struct kvp_res_rec *rec = kvp_res_find(rb, client->owner, slot);
+
+		/* Listed twice: the first entry already removed it. */
+		if (rec)
+			kvp_res_remove(space, e[i].block, rb, rec - rb->recs);
+	}
+	return 0;
+}
+
+static void kvp_res_clear(struct kvp_space *space, u32 owner, int slot)
+{
+	struct kvp_res_block *rb;
+	unsigned long id;
+	u32 i;
+
+	xa_for_each(&space->residency, id, rb) {
+		for (i = 0; i < rb->nr;) {
+			if (rb->recs[i].owner == owner && (slot < 0 || rb->recs[i].slot == slot)) {
+				bool last = rb->nr == 1;
+
+				kvp_res_remove(space, id, rb, i);
+				if (last)
+					break;
+				continue;
+			}
+			i++;
+		}
+	}
+}
+
+long kvp_ioctl_residency(struct kvp_client *client, void __user *uarg)
+{
+	struct kvp_space *space = kvp_client_space(client);
+	struct kvpool_residency_entry *e = NULL;
+	struct kvpool_residency args;
+	long ret;
+	int slot;
+
+	if (copy_from_user(&args, uarg, sizeof(args)))
+		return -EFAULT;
+	if (args.flags || args.device_slot || !kvp_zero(args.reserved, sizeof(args.reserved)) ||
+	    args.op > KVPOOL_RESIDENCY_CLEAR)
+		return -EINVAL;
+	if (args.count > KVPOOL_MAX_BATCH)
+		return -E2BIG;
+	if ((args.op == KVPOOL_RESIDENCY_DEL && !args.count) ||
+	    (args.op == KVPOOL_RESIDENCY_CLEAR && args.count))
+		return -EINVAL;
+	if (!space)
+		return -EBADFD;
+	if (args.count) {
+		e = kvmalloc_array(args.count, sizeof(*e), GFP_KERNEL);
+		if (!e)
+			return -ENOMEM;
+		if (copy_from_user(e, u64_to_user_ptr(args.entries),
+				   (size_t)args.count * sizeof(*e))) {
+			ret = -EFAULT;
+			goto out_free;
+		}
+	}
+	if (mutex_lock_killable(&space->lock)) {
+		ret = -EINTR;
+		goto out_free;
+	}
+	slot = kvp_device_slot(space, args.device_uuid, args.op == KVPOOL_RESIDENCY_ADD);
+	if (slot < 0) {
+		ret = slot;
+		goto out_unlock;
+	}
+	switch (args.op) {
+	case KVPOOL_RESIDENCY_ADD:
+		ret = kvp_res_add(space, client, slot, e, args.count);
+		break;
+	case KVPOOL_RESIDENCY_DEL:
+		ret = kvp_res_del(space, client, slot, e, args.count);
+		break;
+	default:
+		kvp_res_clear(space, client->owner, slot);
+		ret = 0;
+		break;
+	}
+	mutex_unlock(&space->lock);
+	if (!ret) {
+		args.device_slot = slot;
+		if (copy_to_user(uarg, &args, sizeof(args)))
+			ret = -EFAULT;
+	}
+	goto out_free;
+
+out_unlock:
+	mutex_unlock(&space->lock);
+out_free:
+	kvfree(e);
+	return ret;
+}
+
+/* The block became FREE: nobody's GPU copy mirrors it any more. */
+void kvp_residency_drop_block(struct kvp_space *space, u32 id)
+{
+	kfree(xa_erase(&space->residency, id));
+}
+
+void kvp_residency_drop_owner(struct kvp_space *space, u32 owner)
+{
+	kvp_res_clear(space, owner, -1);
+}
+
+u64 kvp_residency_mask(struct kvp_space *space, u32 id)
+{
+	struct kvp_res_block *rb = xa_load(&space->residency, id);
+	u64 mask = 0;
+	u32 i;
+
+	for (i = 0; rb && i < rb->nr; i++)
+		mask |= 1ULL << rb->recs[i].slot;
+	return mask;
+}
+
+void kvp_residency_destroy(struct kvp_space *space)
+{
+	struct kvp_res_block *rb;
+	unsigned long id;
+
+	xa_for_each(&space->residency, id, rb)
+		kfree(rb);
+	xa_destroy(&space->residency);
+}
+
+/* debugfs: the device table and every record. */
+void kvp_residency_show(struct seq_file *m, struct kvp_space *space)
+{
+	struct kvp_res_block *rb;
+	unsigned long id;
+	unsigned int i;
+
+	for (i = 0; i < space->nr_devices; i++)
+		seq_printf(m, "  slot=%u uuid=%16phN\n", i, space->devices[i]);
+	xa_for_each(&space->residency, id, rb)
+		for (i = 0; i < rb->nr; i++)
+			seq_printf(m, "  block=%lu slot=%u gpu_block=%u owner=%u\n", id,
+				   rb->recs[i].slot, rb->recs[i].gpu_block, rb->recs[i].owner);
+}

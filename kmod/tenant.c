@@ -1,0 +1,161 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Tenants: pool bytes per owner uid across all of its spaces, and the
+ * limits admins set per uid in sysfs, so one tenant cannot take the whole
+ * pool.  A tenant lives while it has a space or an explicit limit.
+ */
+#include <linux/slab.h>
+#include <linux/seq_file.h>
+#include <linux/sysfs.h>
+
+#include "kvpool.h"
+
+struct kvp_tenant {
+	struct list_head link;	/* kvp_tenants */
+	kuid_t uid;
+	u64 used;		/* bytes of chunks backing its spaces */
+	u64 limit;		/* explicit limit, 0: the default applies */
+	unsigned int nr_spaces;
+};
+
+static DEFINE_SPINLOCK(kvp_tenants_lock);
+static LIST_HEAD(kvp_tenants);
+
+static struct kvp_tenant *kvp_tenant_find(kuid_t uid)
+{
+	struct kvp_tenant *t;
+
+	lockdep_assert_held(&kvp_tenants_lock);
+	list_for_each_entry(t, &kvp_tenants, link)
+		if (uid_eq(t->uid, uid))
+			return t;
+	return NULL;
+}
+
+static u64 kvp_tenant_limit(const struct kvp_tenant *t)
+{
+	return t->limit ? t->limit : READ_ONCE(kvp_tun.uid_limit_default);
+}
+
+/* The tenant of a new space; the space holds it until it is destroyed. */
+struct kvp_tenant *kvp_tenant_get(kuid_t uid)
+{
+	struct kvp_tenant *t, *fresh = kzalloc(sizeof(*fresh), GFP_KERNEL);
+
+	spin_lock(&kvp_tenants_lock);
+	t = kvp_tenant_find(uid);
+	if (!t && fresh) {
+		t = fresh;
+		fresh = NULL;
+		t->uid = uid;
+		list_add_tail(&t->link, &kvp_tenants);
+	}
+	if (t)
+		t->nr_spaces++;
+	spin_unlock(&kvp_tenants_lock);
+	kfree(fresh);
+	return t;
+}
+
+static void kvp_tenant_maybe_free(struct kvp_tenant *t)
+{
+	lockdep_assert_held(&kvp_tenants_lock);
+	if (!t->nr_spaces && !t->limit) {
+		list_del(&t->link);
+		kfree(t);
+	}
+}
+
+void kvp_tenant_put(struct kvp_tenant *t)
+{
+	spin_lock(&kvp_tenants_lock);
+	/* Its last space gave every chunk back. */
+	WARN_ON_ONCE(t->nr_spaces == 1 && t->used);
+	t->nr_spaces--;
+	kvp_tenant_maybe_free(t);
+	spin_unlock(&kvp_tenants_lock);
+}
+
+/* Charge bytes of backing, or -EDQUOT past the tenant's limit. */
+int kvp_tenant_charge(struct kvp_tenant *t, u64 bytes)
+{
+	int ret = 0;
+	u64 limit;
+
+	spin_lock(&kvp_tenants_lock);
+	limit = kvp_tenant_limit(t);
+	if (limit && t->used + bytes > limit)
+		ret = -EDQUOT;
+	else
+		t->used += bytes;
+	spin_unlock(&kvp_tenants_lock);
+	return ret;
+}
+
+void kvp_tenant_uncharge(struct kvp_tenant *t, u64 bytes)
+{
+	spin_lock(&kvp_tenants_lock);
+	t->used -= bytes;
+	spin_unlock(&kvp_tenants_lock);
+}
+
+u64 kvp_tenant_used(const struct kvp_tenant *t)
+{
+	u64 used;
+
+	spin_lock(&kvp_tenants_lock);
+	used = t->used;
+	spin_unlock(&kvp_tenants_lock);
+	return used;
+}
+
+/* An explicit limit for uid (0 removes it); lowering it never takes pages away. */
+int kvp_tenant_set_limit(kuid_t uid, u64 bytes)
+{
+	struct kvp_tenant *t, *fresh = bytes ? kzalloc(sizeof(*fresh), GFP_KERNEL) : NULL;
+
+	if (bytes && !fresh)
+		return -ENOMEM;
+	spin_lock(&kvp_tenants_lock);
+	t = kvp_tenant_find(uid);
+	if (!t && fresh) {
+		t = fresh;
+		fresh = NULL;
+		t->uid = uid;
+		list_add_tail(&t->link, &kvp_tenants);
+	}
+	if (t) {
+		t->limit = bytes;
+		kvp_tenant_maybe_free(t);
+	}
+	spin_unlock(&kvp_tenants_lock);
+	kfree(fresh);
+	return 0;
+}
+
+/* One line per tenant, for sysfs uid_limit and debugfs tenants. */
+ssize_t kvp_tenants_emit(char *buf)
+{
+	struct kvp_tenant *t;
+	ssize_t len = 0;
+
+	spin_lock(&kvp_tenants_lock);
+	list_for_each_entry(t, &kvp_tenants, link)
+		len += sysfs_emit_at(buf, len, "uid=%u limit_bytes=%llu used_bytes=%llu spaces=%u\n",
+				     from_kuid(&init_user_ns, t->uid), kvp_tenant_limit(t),
+				     t->used, t->nr_spaces);
+	spin_unlock(&kvp_tenants_lock);
+	return len;
+}
+
+void kvp_tenants_show(struct seq_file *m)
+{
+	struct kvp_tenant *t;
+
+	spin_lock(&kvp_tenants_lock);
+	list_for_each_entry(t, &kvp_tenants, link)
+		seq_printf(m, "uid=%u limit_bytes=%llu used_bytes=%llu spaces=%u\n",
+			   from_kuid(&init_user_ns, t->uid), kvp_tenant_limit(t), t->used,
+			   t->nr_spaces);
+	spin_unlock(&kvp_tenants_lock);
+}
