@@ -176,6 +176,7 @@ static int kvp_check_show(struct seq_file *m, void *unused)
 			bad++;
 		}
 		bad += kvp_check_refs(m, space);
+		bad += kvp_residency_check(m, space);
 		mutex_unlock(&space->lock);
 	}
 
@@ -200,7 +201,7 @@ static int kvp_check_show(struct seq_file *m, void *unused)
 				   space->id, space->name, space->core.backed_bytes, chunk_total);
 			bad++;
 		}
-		/* Once per tenant, at its first space: its spaces' chunks are what it is charged. */
+		/* Once per tenant, at its first space: it is charged its spaces' chunks. */
 		list_for_each_entry(other, &kvp_spaces, link) {
 			if (other->tenant != space->tenant)
 				continue;

@@ -51,7 +51,8 @@ static struct kvpool_event *kvp_events_slot(struct kvp_events *ev)
 		seg = kmalloc(sizeof(*seg), GFP_NOWAIT | __GFP_NOWARN);
 		if (!seg)
 			return NULL;
-		seg->head = seg->tail = 0;
+		seg->head = 0;
+		seg->tail = 0;
 		list_add_tail(&seg->link, &ev->segs);
 	}
 	ev->queued++;

@@ -110,10 +110,11 @@ struct kvp_tunables {
 	u32 event_queue_max;	/* events queued per fd before overflow */
 	u64 uid_limit_default;	/* bytes per uid without its own limit, 0: none */
 };
+
 extern struct kvp_tunables kvp_tun;
 
 #define KVP_EVENT_QUEUE_MIN	16
-#define KVP_EVENT_QUEUE_MAX	(1U << 20)
+#define KVP_EVENT_QUEUE_MAX	1048576
 
 extern struct kvp_pool kvp_pool;
 extern struct mutex kvp_spaces_lock;
@@ -169,7 +170,7 @@ struct kvp_space {
 
 /* An fd's event queue: segments of records, read in order. */
 struct kvp_events {
-	spinlock_t lock;
+	spinlock_t lock;	/* everything below */
 	wait_queue_head_t wait;
 	struct list_head segs;
 	u64 queued;
@@ -237,6 +238,7 @@ void kvp_residency_drop_owner(struct kvp_space *space, u32 owner);
 u64 kvp_residency_mask(struct kvp_space *space, u32 id);
 void kvp_residency_destroy(struct kvp_space *space);
 void kvp_residency_show(struct seq_file *m, struct kvp_space *space);
+unsigned int kvp_residency_check(struct seq_file *m, struct kvp_space *space);
 
 /* tenant.c */
 struct kvp_tenant *kvp_tenant_get(kuid_t uid);

@@ -53,6 +53,21 @@ static struct kvp_chunk *kvp_space_chunk_at(struct kvp_space *space, u64 off)
 	return page ? (struct kvp_chunk *)page_private(page) : NULL;
 }
 
+/*
+ * A long-term pin (cuMemHostRegister, RDMA) keeps DMA going to these very
+ * pages: taking them away would leave the registration on pages the space
+ * no longer has, so such a chunk stays.  Plain mappings are zapped instead.
+ */
+static bool kvp_chunk_dma_pinned(const struct kvp_chunk *chunk)
+{
+	unsigned int i;
+
+	for (i = 0; i < chunk->nr_pages; i++)
+		if (folio_maybe_dma_pinned(page_folio(chunk->page + i)))
+			return true;
+	return false;
+}
+
 /* Take a chunk out of its space: no page is findable or mapped afterwards. */
 static void kvp_space_detach(struct kvp_space *space, struct kvp_chunk *chunk)
 {
@@ -94,7 +109,8 @@ static void kvp_space_reclaim(struct kvp_space *space, unsigned long *left, u64 
 		struct kvp_chunk *chunk = kvp_space_chunk_at(space, (u64)id * core->block_bytes);
 		u64 evicted_bytes;
 
-		if (!chunk || !kvc_range_reclaimable(core, chunk->offset, kvp_chunk_bytes(chunk))) {
+		if (!chunk || !kvc_range_reclaimable(core, chunk->offset, kvp_chunk_bytes(chunk)) ||
+		    kvp_chunk_dma_pinned(chunk)) {
 			id = kvc_lru_next(core, id);
 			continue;
 		}
@@ -140,6 +156,11 @@ static unsigned long kvp_shrink_scan(struct shrinker *sh, struct shrink_control 
 		kvp_space_reclaim(space, &left, &cached_left, &victims);
 		mutex_unlock(&space->lock);
 	}
+	/*
+	 * Spaces may open and close during the grace period; the debugfs
+	 * check, which would see the victims in no space, waits on the rwsem.
+	 */
+	mutex_unlock(&kvp_spaces_lock);
 	if (!list_empty(&victims)) {
 		/* A fault that found a page before the erase holds its reference by now. */
 		synchronize_rcu();
@@ -150,7 +171,6 @@ static unsigned long kvp_shrink_scan(struct shrinker *sh, struct shrink_control 
 		}
 	}
 	up_read(&kvp_pool.backing_rwsem);
-	mutex_unlock(&kvp_spaces_lock);
 	return freed ? freed : SHRINK_STOP;
 }
 

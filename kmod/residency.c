@@ -89,8 +89,8 @@ static int kvp_res_block_ok(struct kvp_space *space, struct kvp_client *client, 
 	return -EPERM;
 }
 
-static int kvp_res_add(struct kvp_space *space, struct kvp_client *client, u8 slot,
-		       const struct kvpool_residency_entry *e, u32 count)
+static int kvp_res_validate(struct kvp_space *space, struct kvp_client *client,
+			    const struct kvpool_residency_entry *e, u32 count)
 {
 	u32 i;
 	int ret;
@@ -100,6 +100,17 @@ static int kvp_res_add(struct kvp_space *space, struct kvp_client *client, u8 sl
 		if (ret)
 			return ret;
 	}
+	return 0;
+}
+
+static int kvp_res_add(struct kvp_space *space, struct kvp_client *client, u8 slot,
+		       const struct kvpool_residency_entry *e, u32 count)
+{
+	u32 i;
+	int ret = kvp_res_validate(space, client, e, count);
+
+	if (ret)
+		return ret;
 	/*
 	 * Reserve room for every record first so the batch cannot fail half
 	 * way; arrays reserved but left unused keep their spare room.
@@ -200,7 +211,14 @@ long kvp_ioctl_residency(struct kvp_client *client, void __user *uarg)
 		ret = -EINTR;
 		goto out_free;
 	}
-	slot = kvp_device_slot(space, args.device_uuid, args.op == KVPOOL_RESIDENCY_ADD);
+	slot = kvp_device_slot(space, args.device_uuid, false);
+	if (slot == -ENOENT && args.op == KVPOOL_RESIDENCY_ADD) {
+		/* A device gets a slot only with an ADD that will succeed. */
+		ret = kvp_res_validate(space, client, e, args.count);
+		if (ret)
+			goto out_unlock;
+		slot = kvp_device_slot(space, args.device_uuid, true);
+	}
 	if (slot < 0) {
 		ret = slot;
 		goto out_unlock;
@@ -262,6 +280,26 @@ void kvp_residency_destroy(struct kvp_space *space)
 	xa_for_each(&space->residency, id, rb)
 		kfree(rb);
 	xa_destroy(&space->residency);
+}
+
+/* debugfs check: records sit only on blocks someone holds, owned or published. */
+unsigned int kvp_residency_check(struct seq_file *m, struct kvp_space *space)
+{
+	struct kvp_res_block *rb;
+	unsigned long id;
+	unsigned int bad = 0;
+
+	xa_for_each(&space->residency, id, rb) {
+		u8 state = id < space->core.backed_blocks ? space->core.blocks[id].state :
+			   KVC_BLOCK_FREE;
+
+		if (state == KVC_BLOCK_FREE || state == KVC_BLOCK_HOLE || !rb->nr) {
+			seq_printf(m, "space %u (%s): residency records on block %lu in state %u\n",
+				   space->id, space->name, id, state);
+			bad++;
+		}
+	}
+	return bad;
 }
 
 /* debugfs: the device table and every record. */

@@ -185,14 +185,15 @@ static u64 kvp_space_take(struct kvp_space *space, u64 want, bool exact,
 	*err = 0;
 	while (have < want) {
 		u64 left_pages = (want - have + PAGE_SIZE - 1) >> PAGE_SHIFT;
+		unsigned int max_pages = 1U << KVP_CHUNK_ORDER;
 
 		if (fatal_signal_pending(current)) {
 			*err = -EINTR;
 			break;
 		}
-		chunk = kvp_space_take_chunk(space, exact ? min_t(u64, left_pages,
-							1U << KVP_CHUNK_ORDER) :
-							1U << KVP_CHUNK_ORDER);
+		if (exact)
+			max_pages = min_t(u64, left_pages, max_pages);
+		chunk = kvp_space_take_chunk(space, max_pages);
 		if (!chunk)
 			break;
 		if (kvp_tenant_charge(space->tenant, kvp_chunk_bytes(chunk))) {
@@ -684,23 +685,10 @@ static u64 kvp_space_evictions(const struct kvc_space *core)
 	return n;
 }
 
-/* The cause of the latest evictions: the counter that moved. */
-static unsigned int kvp_space_last_cause(const struct kvc_space *core, const u64 *before)
-{
-	int i;
-
-	for (i = 0; i < KVC_EVICT_CAUSES; i++)
-		if (core->stats.evictions[i] != before[i])
-			return i;
-	if (core->backed_blocks == core->nr_blocks && !core->nr_holes)
-		return KVC_EVICT_QUOTA;
-	return KVC_EVICT_POOL;
-}
-
 long kvp_ioctl_alloc(struct kvp_client *client, struct kvpool_blocks *args)
 {
 	struct kvp_space *space = kvp_client_space(client);
-	u64 before[KVC_EVICT_CAUSES], evicted;
+	u64 evicted;
 	u32 *ids;
 	long ret;
 
@@ -721,7 +709,6 @@ long kvp_ioctl_alloc(struct kvp_client *client, struct kvpool_blocks *args)
 		ret = -EINTR;
 		goto out_free_ids;
 	}
-	memcpy(before, space->core.stats.evictions, sizeof(before));
 	evicted = kvp_space_evictions(&space->core);
 	ret = kvc_alloc(&space->core, client->owner, args->count, ids);
 	/* Copy out under the lock so a failed copy can undo exactly this batch. */
@@ -732,7 +719,7 @@ long kvp_ioctl_alloc(struct kvp_client *client, struct kvpool_blocks *args)
 	}
 	evicted = kvp_space_evictions(&space->core) - evicted;
 	if (evicted || ret == -ENOSPC)
-		kvp_space_emit_pressure(space, kvp_space_last_cause(&space->core, before),
+		kvp_space_emit_pressure(space, space->core.stats.last_pressure_cause,
 					(u32)evicted);
 	mutex_unlock(&space->lock);
 	if (ret) {

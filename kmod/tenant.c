@@ -141,7 +141,8 @@ ssize_t kvp_tenants_emit(char *buf)
 
 	spin_lock(&kvp_tenants_lock);
 	list_for_each_entry(t, &kvp_tenants, link)
-		len += sysfs_emit_at(buf, len, "uid=%u limit_bytes=%llu used_bytes=%llu spaces=%u\n",
+		len += sysfs_emit_at(buf, len,
+				     "uid=%u limit_bytes=%llu used_bytes=%llu spaces=%u\n",
 				     from_kuid(&init_user_ns, t->uid), kvp_tenant_limit(t),
 				     t->used, t->nr_spaces);
 	spin_unlock(&kvp_tenants_lock);

@@ -25,8 +25,8 @@ int kvc_space_init(struct kvc_space *s, kvc_u64 block_bytes, kvc_u64 nr_blocks,
 	s->ops = ops;
 	s->host = host;
 	for (p = 0; p < KVC_PRIO_LEVELS; p++)
-		s->lru[p].head = s->lru[p].tail = KVC_NONE;
-	s->holes.head = s->holes.tail = KVC_NONE;
+		s->lru[p] = (struct kvc_list){ KVC_NONE, KVC_NONE };
+	s->holes = (struct kvc_list){ KVC_NONE, KVC_NONE };
 	return 0;
 }
 
@@ -68,7 +68,8 @@ static void kvc_list_del(struct kvc_space *s, struct kvc_list *l, kvc_u32 id)
 		s->blocks[b->next].prev = b->prev;
 	else
 		l->tail = b->prev;
-	b->prev = b->next = KVC_NONE;
+	b->prev = KVC_NONE;
+	b->next = KVC_NONE;
 }
 
 static void kvc_free_push(struct kvc_space *s, kvc_u32 id)
@@ -354,6 +355,7 @@ int kvc_alloc(struct kvc_space *s, kvc_u32 owner, kvc_u32 count, kvc_u32 *ids)
 	if (!count || owner == KVC_OWNER_NONE)
 		return -EINVAL;
 	if (count > s->nr_free + s->nr_cached + s->nr_holes + (s->nr_blocks - s->backed_blocks)) {
+		s->stats.last_pressure_cause = KVC_EVICT_QUOTA;
 		ret = -ENOSPC;
 		goto out_fail;
 	}
@@ -371,14 +373,15 @@ int kvc_alloc(struct kvc_space *s, kvc_u32 owner, kvc_u32 count, kvc_u32 *ids)
 		goto out_fail;
 	if (s->nr_free < count) {
 		/* Out of room: the space's own cached blocks make way, or nothing does. */
-		if (s->nr_free + s->nr_cached < count) {
-			ret = -ENOSPC;
-			goto out_fail;
-		}
 		if (s->backed_blocks == s->nr_blocks && !s->nr_holes)
 			cause = KVC_EVICT_QUOTA;
 		else
 			cause = tenant ? KVC_EVICT_TENANT : KVC_EVICT_POOL;
+		s->stats.last_pressure_cause = cause;
+		if (s->nr_free + s->nr_cached < count) {
+			ret = -ENOSPC;
+			goto out_fail;
+		}
 		kvc_evict(s, count - s->nr_free, cause);
 		s->stats.pressure++;
 	}
@@ -796,7 +799,7 @@ static int kvc_check_list(const struct kvc_space *s, const struct kvc_list *l,
 
 	while (id != KVC_NONE) {
 		if (id >= s->backed_blocks || ++steps > s->backed_blocks)
-			return kvc_fail(msg, len, "list runs outside the backed blocks or loops", id);
+			return kvc_fail(msg, len, "list leaves the backed blocks or loops", id);
 		if (s->blocks[id].state != want_state)
 			return kvc_fail(msg, len, "on a list its state does not belong to", id);
 		if (prio >= 0 && s->blocks[id].priority != prio)
@@ -831,9 +834,12 @@ int kvc_space_check(const struct kvc_space *s, char *msg, unsigned long len)
 
 		if (b->state >= KVC_BLOCK_STATES)
 			return kvc_fail(msg, len, "bad state", id);
-		if ((b->state == KVC_BLOCK_OWNED) != (b->owner != KVC_OWNER_NONE))
+		int owned = b->state == KVC_BLOCK_OWNED, has_owner = b->owner != KVC_OWNER_NONE;
+		int published = b->state == KVC_BLOCK_PUBLISHED, has_readers = b->readers != 0;
+
+		if (owned != has_owner)
 			return kvc_fail(msg, len, "owner does not match state", id);
-		if ((b->state == KVC_BLOCK_PUBLISHED) != (b->readers != 0))
+		if (published != has_readers)
 			return kvc_fail(msg, len, "readers do not match state", id);
 		if ((b->state == KVC_BLOCK_PUBLISHED || b->state == KVC_BLOCK_CACHED) &&
 		    (b->priority > KVC_PRIO_MAX || kvc_find(s, s->hashes[id]) != id))
@@ -865,7 +871,9 @@ int kvc_space_check(const struct kvc_space *s, char *msg, unsigned long len)
 	for (p = 0; p < KVC_PRIO_LEVELS; p++) {
 		int nonempty = !!(s->lru_nonempty[p / 64] & (1ULL << (p % 64)));
 
-		if (nonempty != (s->lru[p].head != KVC_NONE)) {
+		int has_head = s->lru[p].head != KVC_NONE;
+
+		if (nonempty != has_head) {
 			snprintf(msg, len, "LRU %u: non-empty bit is wrong", p);
 			return -EUCLEAN;
 		}

@@ -115,6 +115,7 @@ struct kvc_space_stats {
 	kvc_u64 inserts;	/* blocks published under a new hash */
 	kvc_u64 dedups;		/* blocks published under a hash already present */
 	kvc_u64 pressure;	/* allocations that had to evict */
+	kvc_u64 last_pressure_cause;	/* why the latest allocation was out of room */
 	kvc_u64 evictions[KVC_EVICT_CAUSES];
 };
 

@@ -40,13 +40,16 @@ cp_ignores()
 		# half of kvc_shim.h has to name <stdint.h>'s uint8_t/uint32_t/
 		# uint64_t (everything else uses kvc_u8/kvc_u32/kvc_u64), and
 		# BIT_ULL() does not exist outside the kernel (KVC_MAX_BLOCKS
-		# is a count, not a bit mask, anyway).
-		echo PREFER_KERNEL_TYPES,BIT_MACRO
+		# is a count, not a bit mask, anyway).  checkpatch reads the
+		# pointer-to-array parameter "const kvc_u8 (*hashes)[32]" as
+		# an unnamed argument.
+		echo PREFER_KERNEL_TYPES,BIT_MACRO,FUNCTION_ARGUMENTS
 		;;
-	kmod/space.c)
+	kmod/space.c|kmod/reclaim.c)
 		# The module is built out of tree against Debian's 6.1 and must
 		# keep building where vma->vm_flags became read-only (6.3,
-		# vm_flags_mod()); that one #if is the only version check.
+		# vm_flags_mod()) and where shrinkers became allocated objects
+		# (6.7, shrinker_alloc()); those #ifs are the only version checks.
 		# checkpatch also reads "LINUX_VERSION_CODE >= KERNEL_VERSION()"
 		# as a constant on the left of a comparison with a variable.
 		echo LINUX_VERSION_CODE,CONSTANT_COMPARISON

@@ -119,7 +119,7 @@ struct kvpool_space_info {
 #define KVPOOL_PUBLISH_FLAGS	KVPOOL_PUBLISH_PRIORITY
 
 /* kvpool_publish_entry.flags, out */
-#define KVPOOL_PUBLISHED_DEDUP	(1U << 0)	/* hash was present: id is that block, ours was freed */
+#define KVPOOL_PUBLISHED_DEDUP	(1U << 0)	/* hash present: id is that block, ours freed */
 
 struct kvpool_publish_entry {
 	__u8 hash[KVPOOL_HASH_BYTES];	/* in */
