@@ -667,9 +667,11 @@ int kvc_lookup(struct kvc_space *s, struct kvc_refs *refs, kvc_u32 count,
 	int ret;
 
 	for (n = 0; n < count; n++) {
-		ids[n] = kvc_find(s, hashes[n]);
-		if (ids[n] == KVC_NONE)
+		kvc_u32 id = kvc_find(s, hashes[n]);
+
+		if (id == KVC_NONE)
 			break;
+		ids[n] = id;
 	}
 	ret = kvc_refs_reserve(refs, n);
 	if (ret)

@@ -212,7 +212,8 @@ int kvc_publish(struct kvc_space *s, kvc_u32 owner, struct kvc_refs *refs, kvc_u
 /*
  * Look up hashes in order and stop at the first miss.  Takes one reader
  * reference in refs per hit and writes the hits' ids to ids[].  Returns
- * the number of hits, or -ENOMEM (refs table; nothing taken).
+ * the number of hits, or -ENOMEM (refs table; nothing taken, though ids[]
+ * may have been written).
  */
 int kvc_lookup(struct kvc_space *s, struct kvc_refs *refs, kvc_u32 count,
 	       const kvc_u8 (*hashes)[KVC_HASH_BYTES], kvc_u32 *ids);

@@ -25,10 +25,17 @@ extern "C" {
 #pragma GCC visibility push(default)
 #endif
 
-/* ---- version ------------------------------------------------------------ */
+/* ---- version ------------------------------------------------------------
+ *
+ * MINOR grows with every release that adds functions (each such release
+ * adds a symbol version node, KVRT_0.MINOR, to libkvrt.so.0); PATCH with
+ * fixes only; MAJOR (the soname) only with an incompatible change.
+ * 0.1: everything up to block copies.  0.2: the prefix cache (publish,
+ * lookup, release, persistent spaces, statistics, residency, events).
+ */
 
 #define KVRT_VERSION_MAJOR 0
-#define KVRT_VERSION_MINOR 1
+#define KVRT_VERSION_MINOR 2
 #define KVRT_VERSION_PATCH 0
 /* MAJOR * 10000 + MINOR * 100 + PATCH, comparable with kvrt_version_number() */
 #define KVRT_VERSION_NUMBER \
@@ -288,7 +295,8 @@ int kvrt_open(struct kvrt **out, const struct kvrt_open_opts *opts);
 
 /*
  * Close a handle: closes the spaces still open on it (their handles become
- * invalid), waits for queued copies, frees everything.  NULL is a no-op.
+ * invalid), waits for queued copies, frees everything; embedded: tears
+ * down the handle's persistent spaces too.  NULL is a no-op.
  */
 void kvrt_close(struct kvrt *k);
 
@@ -333,6 +341,8 @@ int kvrt_pool_info(struct kvrt *k, struct kvrt_pool_info *info);
 
 #define KVRT_SPACE_CREATE	(1U << 0)	/* create when absent */
 #define KVRT_SPACE_EXCL		(1U << 1)	/* with CREATE: fail if present */
+#define KVRT_SPACE_PERSIST	(1U << 2)	/* with CREATE: outlive the last close
+						 * (0.2; see "prefix cache" below) */
 
 enum kvrt_numa_policy {
 	KVRT_NUMA_PREFERRED = 0,	/* nodes in mask first (empty: the caller's) */
@@ -355,10 +365,12 @@ struct kvrt_space_opts {
 /*
  * Join or create a space, and map it.  Errnos as KVPOOL_IOC_SPACE_OPEN
  * documents (Documentation/kvpool.rst), for both backends: -EINVAL (flags,
- * EXCL without CREATE, reserved fields, name, create fields, block_bytes
- * mismatch on join), -E2BIG (block_bytes > KVRT_MAX_BLOCK_BYTES or
- * quota_bytes > KVRT_MAX_SPACE_BYTES), -ENOENT, -EEXIST, -EACCES, -ENOMEM;
- * plus the mmap errno of the mapping.
+ * EXCL or PERSIST without CREATE, reserved fields, name, create fields,
+ * block_bytes mismatch on join), -E2BIG (block_bytes > KVRT_MAX_BLOCK_BYTES
+ * or quota_bytes > KVRT_MAX_SPACE_BYTES), -ENOENT, -EEXIST, -EACCES,
+ * -ENOMEM; plus the mmap errno of the mapping.  PERSIST counts only when
+ * the call creates the space; a join ignores it like the other create
+ * fields.
  */
 int kvrt_space_open(struct kvrt *k, const struct kvrt_space_opts *opts,
 		    struct kvrt_space **out);
@@ -528,6 +540,250 @@ int kvrt_copy_wait(struct kvrt_copy *copy);
 
 /* Wait for completion if needed, then free the handle.  NULL: no-op. */
 void kvrt_copy_free(struct kvrt_copy *copy);
+
+/* ---- prefix cache (0.2) ---------------------------------------------------------
+ *
+ * A space can share blocks by content.  A participant fills a block it
+ * owns, then publishes it under the block's 32-byte hash (kvrt_hash_prompt
+ * computes the chained hashes); any participant of the space finds it again
+ * with kvrt_lookup.  A published block is immutable by contract (nothing
+ * stops a write, but readers trust it) and shared: each holder keeps reader
+ * references, and a block with no readers stays CACHED (still found by
+ * lookup) until an allocation that cannot be served otherwise evicts it:
+ * lowest priority first, and within a priority the block released longest
+ * ago first.  Nothing is evicted unless the allocation then succeeds, and a
+ * referenced or owned block is never evicted.  The hash is an opaque key
+ * scoped to the space; isolation between tenants comes from spaces.
+ *
+ * Block states: FREE, OWNED (by one participant), PUBLISHED (hash in the
+ * index, readers > 0), CACHED (hash in the index, no readers), HOLE (kmod
+ * only: pages given back under memory pressure, refilled on demand).
+ *
+ * Both backends have the same semantics and errnos (kmod: the module's, as
+ * Documentation/kvpool.rst gives them; embedded: kmod/core, the module's own
+ * code, with the same checks made in the library).  A struct kvrt_space is
+ * the unit that holds references, residency records and an event queue,
+ * as one file descriptor is with the module; closing it drops all three.
+ *
+ * Thread safety: every call below is thread-safe, also on one space handle
+ * from many threads (embedded: the space's mutex; kmod: the module's
+ * locks), except that kvrt_space_close() must not race any call on that
+ * space.  Reader references belong to the space handle, not to a thread.
+ *
+ * Requires KVRT_FEAT_PREFIX (publish, lookup, release, stats),
+ * KVRT_FEAT_PERSIST (KVRT_SPACE_PERSIST, kvrt_space_destroy),
+ * KVRT_FEAT_RESIDENCY and KVRT_FEAT_EVENTS in kvrt_pool_info().features;
+ * a kmod backend on an older module returns -EOPNOTSUPP for calls whose
+ * feature it lacks.  The embedded backend has all of them but RECLAIM.
+ */
+#define KVRT_FEAT_SPACES	(1ULL << 0)	/* spaces, alloc/free, mapping */
+#define KVRT_FEAT_NUMA		(1ULL << 1)	/* NUMA policies honoured */
+#define KVRT_FEAT_PREFIX	(1ULL << 2)	/* publish, lookup, release, eviction */
+#define KVRT_FEAT_PERSIST	(1ULL << 3)	/* persistent spaces, destroy */
+#define KVRT_FEAT_RESIDENCY	(1ULL << 4)	/* GPU residency records */
+#define KVRT_FEAT_EVENTS	(1ULL << 5)	/* event queue */
+#define KVRT_FEAT_RECLAIM	(1ULL << 6)	/* cached blocks given back under pressure */
+
+#define KVRT_PRIO_MAX		100	/* eviction priorities are 0..100, */
+#define KVRT_PRIO_DEFAULT	50	/* lower goes first */
+
+/* kvrt_publish flags[], out */
+#define KVRT_PUBLISHED_DEDUP	(1U << 0)	/* the hash was present: ids[i] is that
+						 * block and the caller's was freed */
+
+/*
+ * Publish count blocks this space handle owns, block ids[i] under
+ * hashes[i], all or none.  On success each entry leaves the handle one
+ * reader reference on the block that now holds its hash, whose id is
+ * written back to ids[i]:
+ *   - hash absent: the block becomes PUBLISHED; ids[i] is unchanged and
+ *     flags[i] is 0;
+ *   - hash present (published or cached by any participant, or by an
+ *     earlier entry of this batch): ids[i] becomes the block that holds it,
+ *     flags[i] is KVRT_PUBLISHED_DEDUP, and the caller's own block is freed
+ *     (its data is not looked at).
+ * priorities NULL: every block gets KVRT_PRIO_DEFAULT; else priorities[i]
+ * (0..KVRT_PRIO_MAX).  A dedup keeps the existing block's priority.
+ * flags NULL: not reported.  Returns the number of dedups, or:
+ *   -EINVAL  NULL space, count 0, a priority > KVRT_PRIO_MAX, an id outside
+ *            the backed range, the same id twice;
+ *   -E2BIG   count > KVRT_MAX_BATCH;
+ *   -EFAULT  ids or hashes NULL;
+ *   -EPERM   a block this handle does not own (another's, free, published
+ *            or cached);
+ *   -ENOMEM; kmod also -EINTR.
+ * On failure ids[] and flags[] are untouched and nothing changed.
+ */
+int kvrt_publish(struct kvrt_space *space, uint32_t count, uint32_t *ids,
+		 const uint8_t (*hashes)[KVRT_HASH_BYTES], const uint32_t *priorities,
+		 uint32_t *flags);
+
+/*
+ * The longest prefix of hashes[0..count) present in the space: walks the
+ * hashes in order and stops at the first one absent.  Returns nr_hits (0
+ * is success, not an error) and writes ids[0..nr_hits) (ids[] must hold
+ * count entries; later ones are untouched).  The handle takes one reader
+ * reference per hit (a cached hit is published again), to be dropped with
+ * kvrt_release().  devices non-NULL: devices[i] receives, for each hit, the
+ * OR of 1 << slot over every residency record of that block held by any
+ * participant of the space (see kvrt_residency_add).  Statistics: hits +=
+ * nr_hits, misses += count - nr_hits.
+ * -EINVAL NULL space or count 0; -E2BIG count > KVRT_MAX_BATCH; -EFAULT
+ * hashes or ids NULL; -ENOMEM (no reference taken); kmod also -EINTR.
+ */
+int kvrt_lookup(struct kvrt_space *space, uint32_t count,
+		const uint8_t (*hashes)[KVRT_HASH_BYTES], uint32_t *ids, uint64_t *devices);
+
+/*
+ * Drop one reader reference per listed id, all or none; an id may appear
+ * as often as the handle holds references on it.  A block left without
+ * readers becomes CACHED, the newest on its priority's eviction list.
+ * -EINVAL NULL space, count 0, an id this handle does not hold that many
+ * references on; -E2BIG; -EFAULT ids NULL.
+ */
+int kvrt_release(struct kvrt_space *space, uint32_t count, const uint32_t *ids);
+
+/*
+ * Persistence.  A space created with KVRT_SPACE_PERSIST outlives its last
+ * close: owned blocks and references of closed handles are dropped as
+ * always, so its published blocks stay CACHED, and a later join finds them
+ * with kvrt_lookup.  kmod: it lives in the module, until
+ * kvrt_space_destroy() or the module unloads.  embedded: it lives in the
+ * struct kvrt that created it, until kvrt_space_destroy() or kvrt_close().
+ *
+ * kvrt_space_destroy() unlinks a space by name, joined or not, like
+ * unlinking a file: the name can be created again at once and the space
+ * stops being persistent; handles still joined keep working, each gets a
+ * KVRT_EVENT_SPACE_DESTROYED, and the space goes with the last of them (at
+ * once when there is none).  The space's owner (kmod: the fsuid that
+ * created it; embedded: the euid) or root (kmod: CAP_SYS_ADMIN) only.
+ * -EINVAL NULL handle or invalid name; -ENOENT no such space; -EPERM not
+ * the owner; -EOPNOTSUPP kmod without KVRT_FEAT_PERSIST.
+ */
+int kvrt_space_destroy(struct kvrt *k, const char *name);
+
+enum kvrt_evict_cause {
+	KVRT_EVICT_QUOTA = 0,	/* the space's quota (range) was full */
+	KVRT_EVICT_POOL = 1,	/* the pool was out of pages (embedded: the
+				 * pool_bytes cap, or memory) */
+	KVRT_EVICT_TENANT = 2,	/* kmod: the owner uid's limit was reached */
+	KVRT_EVICT_RECLAIM = 3,	/* kmod: host memory pressure (shrinker) */
+	KVRT_EVICT_ADMIN = 4,	/* kmod: an administrator dropped the cache */
+	KVRT_EVICT_CAUSES = 5,
+};
+
+struct kvrt_space_stats {
+	uint32_t space_id;
+	uint32_t reserved0;		/* 0 */
+	uint64_t hits;			/* looked-up blocks found */
+	uint64_t misses;		/* looked-up blocks not served */
+	uint64_t inserts;		/* blocks published under a new hash */
+	uint64_t dedups;		/* published blocks whose hash was present */
+	uint64_t evictions[KVRT_EVICT_CAUSES];
+	uint64_t pressure;		/* allocations that had to evict */
+	uint64_t published_blocks;	/* with readers */
+	uint64_t cached_blocks;		/* without readers */
+	uint64_t hole_blocks;		/* kmod: reclaimed, refilled on demand */
+	uint64_t readers;		/* reader references, all participants */
+	uint64_t my_refs;		/* reader references held by this handle */
+	uint64_t allocs;		/* blocks handed out */
+	uint64_t frees;			/* blocks freed, released or deduplicated */
+	uint64_t reserved[4];		/* 0 */
+};
+
+/* The space's prefix-cache figures.  -EINVAL NULL arguments; kmod: the
+ * ioctl's errno, -EOPNOTSUPP without KVRT_FEAT_PREFIX. */
+int kvrt_space_stats(struct kvrt_space *space, struct kvrt_space_stats *stats);
+
+/*
+ * Residency records: this handle says host block `block` holds a copy of
+ * GPU block `gpu_block` of the device whose UUID (cuDeviceGetUuid) is
+ * given.  A device gets a slot 0..KVRT_MAX_DEVICES-1 in the space's device
+ * table on first use (slots are never reused while the space lives);
+ * kvrt_lookup() reports slots as bits.  Records go when this handle
+ * closes, on del or clear, and when the host block becomes free (freed,
+ * deduplicated away, evicted); a block released but still cached keeps
+ * them.  Each call returns the device's slot (>= 0) or a negative errno.
+ * kmod: KVPOOL_IOC_RESIDENCY; embedded: the same table kept in process.
+ */
+#define KVRT_UUID_BYTES		16
+#define KVRT_MAX_DEVICES	64
+
+struct kvrt_residency_entry {
+	uint32_t block;		/* host block: owned or referenced by this handle */
+	uint32_t gpu_block;
+};
+
+/*
+ * Add or update records, all or none: re-adding (handle, block, device)
+ * updates gpu_block.  count 0 only registers the device (entries may then
+ * be NULL).  Errors: -EINVAL NULL space or uuid; -E2BIG count >
+ * KVRT_MAX_BATCH; -EFAULT entries NULL with count > 0; then entry by
+ * entry -EINVAL a block outside the backed range, -EPERM a block this
+ * handle neither owns nor holds a reference on; then -ENOSPC the device is
+ * new and the table is full; -ENOMEM.  A failed call registers no device.
+ */
+int kvrt_residency_add(struct kvrt_space *space, const uint8_t uuid[KVRT_UUID_BYTES],
+		       uint32_t count, const struct kvrt_residency_entry *entries);
+
+/*
+ * Remove this handle's records of blocks[0..count) on the device, all or
+ * none (a block listed twice is fine).  -EINVAL NULL space or uuid, count
+ * 0; -E2BIG; -EFAULT blocks NULL; -ENOENT unknown device; then entry by
+ * entry: -EINVAL a block outside the backed range, -ENOENT a block without
+ * such a record; -ENOMEM.
+ */
+int kvrt_residency_del(struct kvrt_space *space, const uint8_t uuid[KVRT_UUID_BYTES],
+		       uint32_t count, const uint32_t *blocks);
+
+/* Remove all this handle's records on the device.  -ENOENT unknown device;
+ * -EINVAL NULL space or uuid. */
+int kvrt_residency_clear(struct kvrt_space *space, const uint8_t uuid[KVRT_UUID_BYTES]);
+
+/*
+ * Events.  Each space handle has its own queue.  seq counts from 1 per
+ * handle without gaps, except that events dropped because the queue was
+ * full (kmod: sysfs event_queue_max, default 65536; embedded: 65536) are
+ * replaced by one KVRT_EVENT_OVERFLOW whose count says how many seqs were
+ * skipped.  The layout is struct kvpool_event's.
+ */
+enum kvrt_event_type {
+	KVRT_EVENT_EVICTED = 1,		/* a block this handle published or looked
+					 * up (hit) since it was last published */
+	KVRT_EVENT_SPACE_DESTROYED = 2,	/* kvrt_space_destroy() or an admin */
+	KVRT_EVENT_QUOTA_PRESSURE = 3,	/* an allocation in the space evicted count
+					 * blocks, or failed with -ENOSPC (count 0) */
+	KVRT_EVENT_OVERFLOW = 4,	/* count events were lost before this one */
+};
+
+struct kvrt_event {
+	uint64_t seq;
+	uint32_t type;		/* enum kvrt_event_type */
+	uint32_t cause;		/* EVICTED, QUOTA_PRESSURE: enum kvrt_evict_cause */
+	uint32_t block;		/* EVICTED: the block id */
+	uint32_t count;		/* QUOTA_PRESSURE: blocks evicted; OVERFLOW: events lost */
+	uint8_t hash[KVRT_HASH_BYTES];	/* EVICTED: the block's hash */
+	uint64_t reserved;
+};
+
+/*
+ * A descriptor that polls readable (POLLIN) while events are pending, for
+ * the caller's poll/epoll loop; it belongs to the space handle and stays
+ * valid until kvrt_space_close().  Do not read from it or close it: use
+ * kvrt_read_events().  kmod: the space's device descriptor; embedded: an
+ * eventfd (non-blocking, close-on-exec), created on the first call.
+ * -EINVAL NULL space; -EOPNOTSUPP kmod without KVRT_FEAT_EVENTS; embedded:
+ * eventfd's errno (-EMFILE, -ENFILE, -ENOMEM).
+ */
+int kvrt_events_fd(struct kvrt_space *space);
+
+/*
+ * Take up to max pending events, oldest first, into events[]; never
+ * waits.  Returns how many (0: none pending).  -EINVAL NULL space or max
+ * 0; -EFAULT events NULL; -EOPNOTSUPP kmod without KVRT_FEAT_EVENTS; kmod:
+ * the read or poll errno.
+ */
+int kvrt_read_events(struct kvrt_space *space, struct kvrt_event *events, uint32_t max);
 
 #if defined(__GNUC__) && __GNUC__ >= 4
 #pragma GCC visibility pop

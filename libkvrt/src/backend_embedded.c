@@ -23,7 +23,20 @@
  * reports them with the THP the kernel actually granted (from smaps).
  * Chunks are never shared between spaces and fresh anonymous memory is
  * zero, so a space never sees another's data.  A space's memory is
- * unmapped when its last participant closes.
+ * unmapped when its last participant closes (a persistent space: when it
+ * is destroyed, or with its handle).
+ *
+ * Prefix cache: kvcore keeps the hash index, the reader references (one
+ * struct kvc_refs per participant, as the module keeps one per descriptor)
+ * and the eviction lists; kvc_alloc evicts by itself and reports each
+ * eviction through the evicted callback.  What the module keeps beside
+ * kvcore is kept here beside it, under the space's mutex, per block: the
+ * residency records (participant, device slot, GPU block) and the
+ * participants to tell when the block is evicted (those that published or
+ * hit it since it was last published); and per participant an event queue
+ * with the module's sequence and overflow rules, signalled through an
+ * eventfd.  Everything that may need memory is reserved before kvcore is
+ * called, so the calls stay all or nothing.
  */
 #define _GNU_SOURCE	/* mremap */
 #include <errno.h>
@@ -33,6 +46,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -54,12 +68,33 @@
 #define KVRT_MPOL_BIND 2
 #define KVRT_MPOL_PREFERRED_MANY 5
 
+/* Events a participant's queue holds at most (the module's default). */
+#define EMB_EVENT_MAX 65536U
+
+/* A residency record: participant owner says the block mirrors gpu_block on slot. */
+struct emb_rec {
+	uint32_t owner;
+	uint32_t slot;
+	uint32_t gpu_block;
+};
+
+/* What the prefix cache keeps per block beside kvcore. */
+struct emb_blk {
+	uint32_t *watch;		/* owners to tell when it is evicted */
+	struct emb_rec *rec;
+	uint32_t nwatch, cwatch;
+	uint32_t nrec, crec;
+	uint32_t pending;		/* residency add: records being reserved */
+};
+
 struct emb_space {
 	struct emb_space *next;		/* kvrt.emb_spaces */
 	struct kvrt *k;
 	char name[KVRT_NAME_MAX];
-	unsigned int refs;		/* kvrt.lock */
+	unsigned int refs;		/* kvrt.lock: participants, and destroy in progress */
 	uint32_t next_owner;		/* kvrt.lock */
+	bool persist;			/* kvrt.lock */
+	bool linked;			/* kvrt.lock: in kvrt.emb_spaces, under its name */
 	uint32_t id, uid, gid, mode;
 	uint32_t policy;
 	uint64_t node_mask;
@@ -76,6 +111,14 @@ struct emb_space {
 	unsigned int cursor;		/* interleave: next node to try */
 	int hugetlb_errno, thp_errno, mlock_errno, numa_errno, populate_errno;
 	const char *hugetlb_step;	/* which call the hugetlb errno came from */
+
+	/* Prefix cache side state. */
+	struct kvrt_space *sessions;	/* participants joined */
+	struct emb_blk *bx;		/* per block, nbx entries */
+	uint64_t nbx;
+	uint8_t dev[KVRT_MAX_DEVICES][KVRT_UUID_BYTES];	/* residency device table */
+	uint32_t ndev;
+	bool destroyed;			/* SPACE_DESTROYED sent */
 };
 
 /* "0-3,5" as /sys/devices/system/node/online writes it. */
@@ -113,6 +156,9 @@ static uint64_t online_nodes(void)
 int emb_init(struct kvrt *k)
 {
 	k->node_mask = online_nodes();
+	/* Everything but RECLAIM: the embedded pool has no shrinker. */
+	k->features = KVPOOL_FEAT_SPACES | KVPOOL_FEAT_NUMA | KVPOOL_FEAT_PREFIX |
+		      KVPOOL_FEAT_PERSIST | KVPOOL_FEAT_RESIDENCY | KVPOOL_FEAT_EVENTS;
 	return 0;
 }
 
@@ -139,7 +185,7 @@ int emb_pool_info(struct kvrt *k, struct kvrt_pool_info *info)
 	uint64_t used = __atomic_load_n(&k->pool_used, __ATOMIC_RELAXED);
 
 	info->api_version = KVPOOL_API_VERSION;
-	info->features = KVPOOL_FEATURES;
+	info->features = k->features;
 	info->page_size = k->page_size;
 	info->chunk_size = (uint32_t)KVRT_CHUNK_BYTES;
 	info->nr_nodes = (uint32_t)__builtin_popcountll(k->node_mask);
@@ -330,8 +376,12 @@ static long long emb_grow(struct kvc_space *core, kvc_u64 want)
 	return (long long)got;
 }
 
+static void emb_evicted(struct kvc_space *core, kvc_u32 id, const kvc_u8 *hash,
+			unsigned int cause);
+
 static const struct kvc_space_ops emb_ops = {
 	.grow = emb_grow,
+	.evicted = emb_evicted,
 };
 
 /* ---- spaces ---------------------------------------------------------------- */
@@ -451,12 +501,249 @@ out_free:
 
 static void emb_destroy(struct emb_space *es)
 {
+	for (uint64_t i = 0; i < es->nbx; i++) {
+		free(es->bx[i].watch);
+		free(es->bx[i].rec);
+	}
+	free(es->bx);
 	munmap(es->base, es->reserve_bytes);
 	pool_put(es->k, es->mapped_bytes);
 	kvc_space_fini(&es->core);
 	pthread_mutex_destroy(&es->lock);
 	free(es);
 }
+
+/*
+ * Drop one reference to es (a participant's, or destroy's): the space goes
+ * when none is left, unless it is persistent and still has its name.
+ */
+static void emb_put(struct kvrt *k, struct emb_space *es)
+{
+	struct emb_space **pp;
+	bool last;
+
+	pthread_mutex_lock(&k->lock);
+	last = !--es->refs && !(es->linked && es->persist);
+	if (last && es->linked) {
+		for (pp = &k->emb_spaces; *pp != es; pp = &(*pp)->next)
+			;
+		*pp = es->next;
+		es->linked = false;
+	}
+	pthread_mutex_unlock(&k->lock);
+	if (last)
+		emb_destroy(es);
+}
+
+/* ---- events ------------------------------------------------------------------ */
+
+/* Room for one more event, growing the ring up to EMB_EVENT_MAX. */
+static bool ev_room(struct emb_events *q)
+{
+	struct kvrt_event *ring;
+	uint32_t cap;
+
+	if (q->len < q->cap)
+		return true;
+	if (q->cap >= EMB_EVENT_MAX)
+		return false;
+	cap = q->cap ? q->cap * 2 : 64;
+	ring = malloc((size_t)cap * sizeof(*ring));
+	if (!ring)
+		return false;	/* counted as lost, like a full queue */
+	for (uint32_t i = 0; i < q->len; i++)
+		ring[i] = q->ring[(q->head + i) % q->cap];
+	free(q->ring);
+	q->ring = ring;
+	q->cap = cap;
+	q->head = 0;
+	return true;
+}
+
+/*
+ * The eventfd is readable exactly while something is pending (events, or
+ * an OVERFLOW owed), as the module's poll says.
+ */
+static void ev_signal(struct emb_events *q)
+{
+	bool pending = q->len || q->lost;
+	uint64_t v = 1;
+	ssize_t n;
+
+	if (q->efd < 0 || pending == q->signalled)
+		return;
+	/* Neither can fail: the counter is 0 or 1 and the eventfd non-blocking. */
+	if (pending)
+		n = write(q->efd, &v, sizeof(v));
+	else
+		n = read(q->efd, &v, sizeof(v));
+	(void)n;
+	q->signalled = pending;
+}
+
+static void ev_append(struct emb_events *q, const struct kvrt_event *e)
+{
+	q->ring[(q->head + q->len) % q->cap] = *e;
+	q->len++;
+}
+
+/* Events dropped so far become one OVERFLOW, once there is room for it. */
+static void ev_flush_lost(struct emb_events *q)
+{
+	struct kvrt_event e = { .type = KVRT_EVENT_OVERFLOW };
+
+	if (!q->lost || !ev_room(q))
+		return;
+	e.seq = ++q->seq;
+	e.count = (uint32_t)(q->lost > UINT32_MAX ? UINT32_MAX : q->lost);
+	q->lost = 0;
+	ev_append(q, &e);
+}
+
+/*
+ * Queue e for one participant.  Every event takes the next seq; one that
+ * does not fit (queue full, or no memory) is dropped and counted, and the
+ * OVERFLOW that replaces the dropped ones comes before anything later.
+ */
+static void ev_push(struct kvrt_space *s, const struct kvrt_event *e)
+{
+	struct emb_events *q = &s->ev;
+	struct kvrt_event x = *e;
+
+	ev_flush_lost(q);
+	x.seq = ++q->seq;
+	if (q->lost || !ev_room(q))
+		q->lost++;
+	else
+		ev_append(q, &x);
+	ev_signal(q);
+}
+
+static void ev_broadcast(struct emb_space *es, const struct kvrt_event *e)
+{
+	for (struct kvrt_space *s = es->sessions; s; s = s->snext)
+		ev_push(s, e);
+}
+
+static struct kvrt_space *emb_session(struct emb_space *es, uint32_t owner)
+{
+	struct kvrt_space *s;
+
+	for (s = es->sessions; s; s = s->snext)
+		if (s->owner == owner)
+			return s;
+	return NULL;
+}
+
+/* ---- per-block side state ------------------------------------------------------ */
+
+/* bx[] covers ids below n. */
+static int bx_cover(struct emb_space *es, uint64_t n)
+{
+	struct emb_blk *bx;
+	uint64_t cap;
+
+	if (n <= es->nbx)
+		return 0;
+	cap = es->nbx * 2 > n ? es->nbx * 2 : n;
+	if (cap < 64)
+		cap = 64;
+	if (cap > es->core.nr_blocks)
+		cap = es->core.nr_blocks;
+	bx = realloc(es->bx, cap * sizeof(*bx));
+	if (!bx)
+		return -ENOMEM;
+	memset(bx + es->nbx, 0, (cap - es->nbx) * sizeof(*bx));
+	es->bx = bx;
+	es->nbx = cap;
+	return 0;
+}
+
+static bool watching(const struct emb_blk *b, uint32_t owner)
+{
+	for (uint32_t i = 0; i < b->nwatch; i++)
+		if (b->watch[i] == owner)
+			return true;
+	return false;
+}
+
+/* Room to add owner to block id's watchers (bx covers id). */
+static int watch_reserve(struct emb_space *es, uint32_t id, uint32_t owner)
+{
+	struct emb_blk *b = &es->bx[id];
+	uint32_t *w, cap;
+
+	if (b->nwatch < b->cwatch || watching(b, owner))
+		return 0;
+	cap = b->cwatch ? b->cwatch * 2 : 2;
+	w = realloc(b->watch, cap * sizeof(*w));
+	if (!w)
+		return -ENOMEM;
+	b->watch = w;
+	b->cwatch = cap;
+	return 0;
+}
+
+/* After watch_reserve(): cannot fail. */
+static void watch_add(struct emb_space *es, uint32_t id, uint32_t owner)
+{
+	struct emb_blk *b = &es->bx[id];
+
+	if (!watching(b, owner) && b->nwatch < b->cwatch)
+		b->watch[b->nwatch++] = owner;
+}
+
+/* The block became free or was evicted: its records and watchers go. */
+static void blk_forget(struct emb_space *es, uint32_t id)
+{
+	if (id < es->nbx) {
+		es->bx[id].nrec = 0;
+		es->bx[id].nwatch = 0;
+	}
+}
+
+static int rec_find(const struct emb_blk *b, uint32_t owner, uint32_t slot)
+{
+	for (uint32_t i = 0; i < b->nrec; i++)
+		if (b->rec[i].owner == owner && b->rec[i].slot == slot)
+			return (int)i;
+	return -1;
+}
+
+static void rec_remove(struct emb_blk *b, uint32_t i)
+{
+	b->rec[i] = b->rec[--b->nrec];
+}
+
+static uint64_t rec_mask(const struct emb_space *es, uint32_t id)
+{
+	uint64_t mask = 0;
+
+	if (id < es->nbx)
+		for (uint32_t i = 0; i < es->bx[id].nrec; i++)
+			mask |= 1ULL << es->bx[id].rec[i].slot;
+	return mask;
+}
+
+/* kvcore, inside kvc_alloc: a cached block is evicted. */
+static void emb_evicted(struct kvc_space *core, kvc_u32 id, const kvc_u8 *hash,
+			unsigned int cause)
+{
+	struct emb_space *es = core->host;
+	struct kvrt_event e = { .type = KVRT_EVENT_EVICTED, .cause = cause, .block = id };
+
+	memcpy(e.hash, hash, KVRT_HASH_BYTES);
+	if (id < es->nbx)
+		for (uint32_t i = 0; i < es->bx[id].nwatch; i++) {
+			struct kvrt_space *s = emb_session(es, es->bx[id].watch[i]);
+
+			if (s)
+				ev_push(s, &e);
+		}
+	blk_forget(es, id);
+}
+
+/* ---- joining and leaving -------------------------------------------------------- */
 
 int emb_space_open(struct kvrt *k, const struct kvrt_space_opts *o, struct kvrt_space *s)
 {
@@ -490,6 +777,8 @@ int emb_space_open(struct kvrt *k, const struct kvrt_space_opts *o, struct kvrt_
 		ret = emb_create(k, o, &es);
 		if (ret)
 			goto out_unlock;
+		es->persist = !!(o->flags & KVRT_SPACE_PERSIST);
+		es->linked = true;
 		es->next = k->emb_spaces;
 		k->emb_spaces = es;
 		s->created = 1;
@@ -501,6 +790,18 @@ int emb_space_open(struct kvrt *k, const struct kvrt_space_opts *o, struct kvrt_
 	s->block_bytes = es->core.block_bytes;
 	s->nr_blocks = es->core.nr_blocks;
 	s->map_bytes = es->core.nr_blocks * es->core.block_bytes;
+	pthread_mutex_unlock(&k->lock);
+
+	/* Join the participants; a destroy that came in between is told. */
+	pthread_mutex_lock(&es->lock);
+	s->snext = es->sessions;
+	if (es->sessions)
+		es->sessions->sprev = s;
+	es->sessions = s;
+	if (es->destroyed)
+		ev_push(s, &(struct kvrt_event){ .type = KVRT_EVENT_SPACE_DESTROYED });
+	pthread_mutex_unlock(&es->lock);
+	return 0;
 
 out_unlock:
 	pthread_mutex_unlock(&k->lock);
@@ -509,24 +810,92 @@ out_unlock:
 
 void emb_space_close(struct kvrt_space *s)
 {
-	struct emb_space *es = s->es, **pp;
+	struct emb_space *es = s->es;
 	struct kvrt *k = s->k;
-	bool last;
 
 	pthread_mutex_lock(&es->lock);
+	/* References first (published blocks may become cached), then blocks. */
+	kvc_release_refs(&es->core, &s->refs);
 	kvc_release_owner(&es->core, s->owner);
+	for (uint64_t id = 0; id < es->nbx; id++) {
+		struct emb_blk *b = &es->bx[id];
+
+		for (uint32_t i = 0; i < b->nrec;)
+			if (b->rec[i].owner == s->owner)
+				rec_remove(b, i);
+			else
+				i++;
+		for (uint32_t i = 0; i < b->nwatch; i++)
+			if (b->watch[i] == s->owner) {
+				b->watch[i] = b->watch[--b->nwatch];
+				break;
+			}
+	}
+	if (s->sprev)
+		s->sprev->snext = s->snext;
+	else
+		es->sessions = s->snext;
+	if (s->snext)
+		s->snext->sprev = s->sprev;
 	pthread_mutex_unlock(&es->lock);
 
+	free(s->ev.ring);
+	if (s->ev.efd >= 0)
+		close(s->ev.efd);
+	emb_put(k, es);
+}
+
+/* kvrt_close(): the persistent spaces left in the namespace (none is joined). */
+void emb_close(struct kvrt *k)
+{
+	struct emb_space *es;
+
 	pthread_mutex_lock(&k->lock);
-	last = !--es->refs;
-	if (last) {
-		for (pp = &k->emb_spaces; *pp != es; pp = &(*pp)->next)
-			;
-		*pp = es->next;
-	}
+	es = k->emb_spaces;
+	k->emb_spaces = NULL;
 	pthread_mutex_unlock(&k->lock);
-	if (last)
+	while (es) {
+		struct emb_space *next = es->next;
+
 		emb_destroy(es);
+		es = next;
+	}
+}
+
+int emb_space_destroy(struct kvrt *k, const char *name)
+{
+	struct emb_space *es, **pp;
+	uid_t euid = geteuid();
+
+	pthread_mutex_lock(&k->lock);
+	es = emb_find(k, name);
+	if (!es) {
+		pthread_mutex_unlock(&k->lock);
+		return -ENOENT;
+	}
+	if (euid != 0 && euid != es->uid) {
+		pthread_mutex_unlock(&k->lock);
+		return -EPERM;
+	}
+	for (pp = &k->emb_spaces; *pp != es; pp = &(*pp)->next)
+		;
+	*pp = es->next;
+	es->linked = false;
+	es->persist = false;
+	if (!es->refs) {
+		pthread_mutex_unlock(&k->lock);
+		emb_destroy(es);
+		return 0;
+	}
+	es->refs++;	/* keeps it while the participants are told */
+	pthread_mutex_unlock(&k->lock);
+
+	pthread_mutex_lock(&es->lock);
+	es->destroyed = true;
+	ev_broadcast(es, &(struct kvrt_event){ .type = KVRT_EVENT_SPACE_DESTROYED });
+	pthread_mutex_unlock(&es->lock);
+	emb_put(k, es);
+	return 0;
 }
 
 int emb_space_info(struct kvrt_space *s, struct kvrt_space_info *info)
@@ -553,13 +922,38 @@ int emb_space_info(struct kvrt_space *s, struct kvrt_space_info *info)
 	return 0;
 }
 
+/* ---- blocks ---------------------------------------------------------------------- */
+
+static uint64_t emb_evictions(const struct kvc_space *c)
+{
+	uint64_t n = 0;
+
+	for (int i = 0; i < KVC_EVICT_CAUSES; i++)
+		n += c->stats.evictions[i];
+	return n;
+}
+
+/*
+ * As the module's ALLOC: an allocation that evicted (after the EVICTED
+ * events, sent from the callback) or found no room tells every participant,
+ * with the cause kvcore found.
+ */
 int emb_alloc(struct kvrt_space *s, uint32_t count, uint32_t *ids)
 {
 	struct emb_space *es = s->es;
+	struct kvrt_event e = { .type = KVRT_EVENT_QUOTA_PRESSURE };
+	uint64_t evicted;
 	int ret;
 
 	pthread_mutex_lock(&es->lock);
+	evicted = emb_evictions(&es->core);
 	ret = kvc_alloc(&es->core, s->owner, count, ids);
+	evicted = emb_evictions(&es->core) - evicted;
+	if (evicted || ret == -ENOSPC) {
+		e.cause = (uint32_t)es->core.stats.last_pressure_cause;
+		e.count = (uint32_t)evicted;
+		ev_broadcast(es, &e);
+	}
 	pthread_mutex_unlock(&es->lock);
 	return ret;
 }
@@ -571,8 +965,335 @@ int emb_free(struct kvrt_space *s, uint32_t count, const uint32_t *ids)
 
 	pthread_mutex_lock(&es->lock);
 	ret = kvc_free(&es->core, s->owner, count, ids);
+	if (!ret)
+		for (uint32_t i = 0; i < count; i++)
+			blk_forget(es, ids[i]);
 	pthread_mutex_unlock(&es->lock);
 	return ret;
+}
+
+/* ---- prefix cache ------------------------------------------------------------------ */
+
+int emb_publish(struct kvrt_space *s, uint32_t count, uint32_t *ids,
+		const uint8_t (*hashes)[KVRT_HASH_BYTES], const uint32_t *prio, uint32_t *flags)
+{
+	struct emb_space *es = s->es;
+	struct kvc_publish_entry *e;
+	int ret = 0;
+
+	/* The ioctl's entry checks, before kvcore sees the batch. */
+	for (uint32_t i = 0; prio && i < count; i++)
+		if (prio[i] > KVRT_PRIO_MAX)
+			return -EINVAL;
+	e = calloc(count, sizeof(*e));
+	if (!e)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < count; i++) {
+		memcpy(e[i].hash, hashes[i], KVRT_HASH_BYTES);
+		e[i].id = ids[i];
+		e[i].priority = prio ? prio[i] : KVRT_PRIO_DEFAULT;
+	}
+
+	pthread_mutex_lock(&es->lock);
+	/* Each entry ends on its own block or on the one found (earlier in the batch or not). */
+	ret = bx_cover(es, es->core.backed_blocks);
+	for (uint32_t i = 0; !ret && i < count; i++) {
+		uint32_t found = kvc_find(&es->core, e[i].hash);
+
+		if (e[i].id < es->core.backed_blocks)
+			ret = watch_reserve(es, e[i].id, s->owner);
+		if (!ret && found != KVC_NONE)
+			ret = watch_reserve(es, found, s->owner);
+	}
+	if (!ret)
+		ret = kvc_publish(&es->core, s->owner, &s->refs, count, e);
+	if (ret >= 0)
+		for (uint32_t i = 0; i < count; i++) {
+			if (e[i].flags & KVC_PUBLISH_DEDUP)
+				blk_forget(es, ids[i]);	/* the caller's block was freed */
+			watch_add(es, e[i].id, s->owner);
+		}
+	pthread_mutex_unlock(&es->lock);
+
+	if (ret >= 0)
+		for (uint32_t i = 0; i < count; i++) {
+			ids[i] = e[i].id;
+			if (flags)
+				flags[i] = e[i].flags & KVC_PUBLISH_DEDUP ? KVRT_PUBLISHED_DEDUP : 0;
+		}
+	free(e);
+	return ret;
+}
+
+int emb_lookup(struct kvrt_space *s, uint32_t count, const uint8_t (*hashes)[KVRT_HASH_BYTES],
+	       uint32_t *ids, uint64_t *devices)
+{
+	struct emb_space *es = s->es;
+	uint32_t small[64], *got = small;
+	int ret;
+
+	/*
+	 * kvc_lookup also writes the slot after the last hit (and the hits
+	 * when it fails): the caller's ids[] only gets the hits.
+	 */
+	if (count > sizeof(small) / sizeof(small[0])) {
+		got = malloc((size_t)count * sizeof(*got));
+		if (!got)
+			return -ENOMEM;
+	}
+	pthread_mutex_lock(&es->lock);
+	ret = bx_cover(es, es->core.backed_blocks);
+	for (uint32_t i = 0; !ret && i < count; i++) {
+		uint32_t found = kvc_find(&es->core, hashes[i]);
+
+		if (found == KVC_NONE)
+			break;
+		ret = watch_reserve(es, found, s->owner);
+	}
+	if (!ret)
+		ret = kvc_lookup(&es->core, &s->refs, count, hashes, got);
+	for (int i = 0; i < ret; i++) {
+		watch_add(es, got[i], s->owner);
+		ids[i] = got[i];
+		if (devices)
+			devices[i] = rec_mask(es, got[i]);
+	}
+	pthread_mutex_unlock(&es->lock);
+	if (got != small)
+		free(got);
+	return ret;
+}
+
+int emb_release(struct kvrt_space *s, uint32_t count, const uint32_t *ids)
+{
+	struct emb_space *es = s->es;
+	int ret;
+
+	pthread_mutex_lock(&es->lock);
+	ret = kvc_release(&es->core, &s->refs, count, ids);
+	pthread_mutex_unlock(&es->lock);
+	return ret;
+}
+
+int emb_space_stats(struct kvrt_space *s, struct kvrt_space_stats *st)
+{
+	struct emb_space *es = s->es;
+	const struct kvc_space_stats *c = &es->core.stats;
+
+	st->space_id = es->id;
+	pthread_mutex_lock(&es->lock);
+	st->hits = c->hits;
+	st->misses = c->misses;
+	st->inserts = c->inserts;
+	st->dedups = c->dedups;
+	for (int i = 0; i < KVRT_EVICT_CAUSES; i++)
+		st->evictions[i] = c->evictions[i];
+	st->pressure = c->pressure;
+	st->published_blocks = es->core.nr_published;
+	st->cached_blocks = es->core.nr_cached;
+	st->hole_blocks = es->core.nr_holes;
+	st->readers = es->core.nr_readers;
+	st->my_refs = s->refs.total;
+	st->allocs = c->allocs;
+	st->frees = c->frees;
+	pthread_mutex_unlock(&es->lock);
+	return 0;
+}
+
+static int dev_slot(const struct emb_space *es, const uint8_t *uuid)
+{
+	for (uint32_t i = 0; i < es->ndev; i++)
+		if (!memcmp(es->dev[i], uuid, KVRT_UUID_BYTES))
+			return (int)i;
+	return -1;
+}
+
+/*
+ * Residency add, under es->lock, in the module's order: entry by entry the
+ * block (-EINVAL, -EPERM), then a slot for a new device (-ENOSPC), then
+ * room for every new record, and only then any change: a failed call
+ * registers no device.
+ */
+static int emb_res_add(struct kvrt_space *s, const uint8_t *uuid, uint32_t count,
+		       const struct kvrt_residency_entry *en)
+{
+	struct emb_space *es = s->es;
+	const struct kvc_space *c = &es->core;
+	int slot = dev_slot(es, uuid), ret;
+	uint32_t want;
+
+	for (uint32_t i = 0; i < count; i++) {
+		const struct kvc_block *b;
+
+		if (en[i].block >= c->backed_blocks)
+			return -EINVAL;
+		b = &c->blocks[en[i].block];
+		if (!(b->state == KVC_BLOCK_OWNED && b->owner == s->owner) &&
+		    !kvc_refs_count(&s->refs, en[i].block))
+			return -EPERM;
+	}
+	if (slot < 0 && es->ndev == KVRT_MAX_DEVICES)
+		return -ENOSPC;
+	want = slot < 0 ? es->ndev : (uint32_t)slot;
+	ret = bx_cover(es, c->backed_blocks);
+	if (ret)
+		return ret;
+	/* Room for every record that is new: count them per block, then grow. */
+	for (uint32_t i = 0; i < count; i++) {
+		struct emb_blk *b = &es->bx[en[i].block];
+
+		if (slot < 0 || rec_find(b, s->owner, want) < 0)
+			b->pending++;
+	}
+	for (uint32_t i = 0; i < count; i++) {
+		struct emb_blk *b = &es->bx[en[i].block];
+		struct emb_rec *r;
+		uint64_t cap = b->crec;
+
+		if (!b->pending || ret)
+			goto next;
+		while (cap < (uint64_t)b->nrec + b->pending)
+			cap = cap ? cap * 2 : 2;
+		if (cap > b->crec) {
+			r = cap <= UINT32_MAX ? realloc(b->rec, cap * sizeof(*r)) : NULL;
+			if (!r) {
+				ret = -ENOMEM;
+				goto next;
+			}
+			b->rec = r;
+			b->crec = (uint32_t)cap;
+		}
+next:
+		b->pending = 0;
+	}
+	if (ret)
+		return ret;
+	if (slot < 0) {
+		memcpy(es->dev[es->ndev], uuid, KVRT_UUID_BYTES);
+		slot = (int)es->ndev++;
+	}
+	for (uint32_t i = 0; i < count; i++) {
+		struct emb_blk *b = &es->bx[en[i].block];
+		int r = rec_find(b, s->owner, (uint32_t)slot);
+
+		if (r >= 0)
+			b->rec[r].gpu_block = en[i].gpu_block;
+		else
+			b->rec[b->nrec++] = (struct emb_rec){ .owner = s->owner,
+							      .slot = (uint32_t)slot,
+							      .gpu_block = en[i].gpu_block };
+	}
+	return slot;
+}
+
+static int emb_res_del(struct kvrt_space *s, const uint8_t *uuid, uint32_t count,
+		       const struct kvrt_residency_entry *en)
+{
+	struct emb_space *es = s->es;
+	int slot = dev_slot(es, uuid);
+
+	if (slot < 0)
+		return -ENOENT;
+	for (uint32_t i = 0; i < count; i++) {
+		if (en[i].block >= es->core.backed_blocks)
+			return -EINVAL;
+		if (en[i].block >= es->nbx ||
+		    rec_find(&es->bx[en[i].block], s->owner, (uint32_t)slot) < 0)
+			return -ENOENT;
+	}
+	for (uint32_t i = 0; i < count; i++) {
+		struct emb_blk *b = &es->bx[en[i].block];
+		int r = rec_find(b, s->owner, (uint32_t)slot);
+
+		if (r >= 0)	/* a block listed twice went the first time */
+			rec_remove(b, (uint32_t)r);
+	}
+	return slot;
+}
+
+static int emb_res_clear(struct kvrt_space *s, const uint8_t *uuid)
+{
+	struct emb_space *es = s->es;
+	int slot = dev_slot(es, uuid);
+
+	if (slot < 0)
+		return -ENOENT;
+	for (uint64_t id = 0; id < es->nbx; id++) {
+		int r = rec_find(&es->bx[id], s->owner, (uint32_t)slot);
+
+		if (r >= 0)
+			rec_remove(&es->bx[id], (uint32_t)r);
+	}
+	return slot;
+}
+
+int emb_residency(struct kvrt_space *s, uint32_t op, const uint8_t *uuid, uint32_t count,
+		  const struct kvrt_residency_entry *entries)
+{
+	struct emb_space *es = s->es;
+	int ret;
+
+	pthread_mutex_lock(&es->lock);
+	switch (op) {
+	case KVPOOL_RESIDENCY_ADD:
+		ret = emb_res_add(s, uuid, count, entries);
+		break;
+	case KVPOOL_RESIDENCY_DEL:
+		ret = emb_res_del(s, uuid, count, entries);
+		break;
+	case KVPOOL_RESIDENCY_CLEAR:
+		ret = count ? -EINVAL : emb_res_clear(s, uuid);
+		break;
+	default:
+		ret = -EINVAL;
+		break;
+	}
+	pthread_mutex_unlock(&es->lock);
+	return ret;
+}
+
+int emb_events_fd(struct kvrt_space *s)
+{
+	struct emb_space *es = s->es;
+	int ret;
+
+	pthread_mutex_lock(&es->lock);
+	if (s->ev.efd < 0) {
+		s->ev.efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+		if (s->ev.efd < 0) {
+			ret = -errno;
+			goto out_unlock;
+		}
+		s->ev.signalled = false;
+		ev_signal(&s->ev);
+	}
+	ret = s->ev.efd;
+out_unlock:
+	pthread_mutex_unlock(&es->lock);
+	return ret;
+}
+
+int emb_read_events(struct kvrt_space *s, struct kvrt_event *ev, uint32_t max)
+{
+	struct emb_space *es = s->es;
+	struct emb_events *q = &s->ev;
+	uint32_t n = 0;
+
+	pthread_mutex_lock(&es->lock);
+	while (n < max) {
+		if (!q->len) {
+			ev_flush_lost(q);	/* room now: the OVERFLOW comes next */
+			if (!q->len)
+				break;
+		}
+		ev[n++] = q->ring[q->head];
+		q->head = (q->head + 1) % q->cap;
+		q->len--;
+	}
+	ev_flush_lost(q);
+	ev_signal(q);
+	pthread_mutex_unlock(&es->lock);
+	return (int)n;
 }
 
 /* ---- memory report ----------------------------------------------------------- */

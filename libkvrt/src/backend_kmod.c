@@ -3,12 +3,16 @@
  * backend_kmod.c: spaces on kvpool.ko.  The handle keeps one descriptor of
  * the device for KVPOOL_IOC_INFO; each struct kvrt_space opens its own
  * descriptor (a descriptor joins one space), joins with
- * KVPOOL_IOC_SPACE_OPEN and maps the whole range with MAP_SHARED.  Every
- * errno is the module's own.
+ * KVPOOL_IOC_SPACE_OPEN and maps the whole range with MAP_SHARED; that
+ * descriptor also holds the handle's reader references and residency
+ * records, and is its event stream.  Every errno is the module's own.
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
+#include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
@@ -24,6 +28,41 @@ _Static_assert((int)KVRT_NUMA_PREFERRED == (int)KVPOOL_NUMA_PREFERRED &&
 _Static_assert(KVRT_NAME_MAX == KVPOOL_NAME_MAX && KVRT_MAX_BATCH == KVPOOL_MAX_BATCH &&
 	       KVRT_MAX_BLOCK_BYTES == KVPOOL_MAX_BLOCK_BYTES &&
 	       KVRT_MAX_SPACE_BYTES == KVPOOL_MAX_SPACE_BYTES, "limits are the uAPI's");
+_Static_assert(KVRT_SPACE_PERSIST == KVPOOL_SPACE_PERSIST, "flag values are the uAPI's");
+_Static_assert(KVRT_FEAT_SPACES == KVPOOL_FEAT_SPACES && KVRT_FEAT_NUMA == KVPOOL_FEAT_NUMA &&
+	       KVRT_FEAT_PREFIX == KVPOOL_FEAT_PREFIX && KVRT_FEAT_PERSIST == KVPOOL_FEAT_PERSIST &&
+	       KVRT_FEAT_RESIDENCY == KVPOOL_FEAT_RESIDENCY &&
+	       KVRT_FEAT_EVENTS == KVPOOL_FEAT_EVENTS && KVRT_FEAT_RECLAIM == KVPOOL_FEAT_RECLAIM,
+	       "feature bits are the uAPI's");
+_Static_assert(KVRT_HASH_BYTES == KVPOOL_HASH_BYTES && KVRT_PRIO_MAX == KVPOOL_PRIO_MAX &&
+	       KVRT_PRIO_DEFAULT == KVPOOL_PRIO_DEFAULT &&
+	       KVRT_PUBLISHED_DEDUP == KVPOOL_PUBLISHED_DEDUP &&
+	       KVRT_MAX_DEVICES == KVPOOL_MAX_DEVICES, "prefix cache constants are the uAPI's");
+_Static_assert((int)KVRT_EVICT_QUOTA == (int)KVPOOL_EVICT_QUOTA &&
+	       (int)KVRT_EVICT_POOL == (int)KVPOOL_EVICT_POOL &&
+	       (int)KVRT_EVICT_TENANT == (int)KVPOOL_EVICT_TENANT &&
+	       (int)KVRT_EVICT_RECLAIM == (int)KVPOOL_EVICT_RECLAIM &&
+	       (int)KVRT_EVICT_ADMIN == (int)KVPOOL_EVICT_ADMIN &&
+	       (int)KVRT_EVICT_CAUSES == (int)KVPOOL_EVICT_CAUSES, "causes are the uAPI's");
+_Static_assert((int)KVRT_EVENT_EVICTED == (int)KVPOOL_EVENT_EVICTED &&
+	       (int)KVRT_EVENT_SPACE_DESTROYED == (int)KVPOOL_EVENT_SPACE_DESTROYED &&
+	       (int)KVRT_EVENT_QUOTA_PRESSURE == (int)KVPOOL_EVENT_QUOTA_PRESSURE &&
+	       (int)KVRT_EVENT_OVERFLOW == (int)KVPOOL_EVENT_OVERFLOW, "event types are the uAPI's");
+/* Events are read straight into the caller's array. */
+_Static_assert(sizeof(struct kvrt_event) == sizeof(struct kvpool_event) &&
+	       offsetof(struct kvrt_event, seq) == offsetof(struct kvpool_event, seq) &&
+	       offsetof(struct kvrt_event, type) == offsetof(struct kvpool_event, type) &&
+	       offsetof(struct kvrt_event, cause) == offsetof(struct kvpool_event, cause) &&
+	       offsetof(struct kvrt_event, block) == offsetof(struct kvpool_event, block) &&
+	       offsetof(struct kvrt_event, count) == offsetof(struct kvpool_event, count) &&
+	       offsetof(struct kvrt_event, hash) == offsetof(struct kvpool_event, hash),
+	       "struct kvrt_event is struct kvpool_event");
+_Static_assert(sizeof(struct kvrt_residency_entry) == sizeof(struct kvpool_residency_entry) &&
+	       offsetof(struct kvrt_residency_entry, block) ==
+	       offsetof(struct kvpool_residency_entry, block) &&
+	       offsetof(struct kvrt_residency_entry, gpu_block) ==
+	       offsetof(struct kvpool_residency_entry, gpu_block),
+	       "residency entries are the uAPI's");
 
 static int kmod_info(int fd, struct kvpool_info *info)
 {
@@ -58,15 +97,21 @@ int kmod_probe(struct kvrt *k, const char *device)
 		close(fd);
 		return -ENODEV;
 	}
-	if (info.api_version != KVPOOL_API_VERSION || !(info.features & KVPOOL_FEAT_SPACES)) {
+	/*
+	 * API 2 only added ioctls and flags: an API 1 module serves spaces,
+	 * and the calls whose feature bit it lacks return -EOPNOTSUPP.
+	 */
+	if (info.api_version < 1 || info.api_version > KVPOOL_API_VERSION ||
+	    !(info.features & KVPOOL_FEAT_SPACES)) {
 		snprintf(k->info, sizeof(k->info),
-			 "%s: api_version %u features %#llx, libkvrt needs api %u with spaces",
+			 "%s: api_version %u features %#llx, libkvrt needs api 1..%u with spaces",
 			 device, info.api_version, (unsigned long long)info.features,
 			 KVPOOL_API_VERSION);
 		close(fd);
 		return -ENODEV;
 	}
 	k->ctl_fd = fd;
+	k->features = info.features;
 	snprintf(k->info, sizeof(k->info), "kmod: %s (api %u)", device, info.api_version);
 	return 0;
 }
@@ -220,4 +265,157 @@ int kmod_mem_info(struct kvrt_space *s, struct kvrt_mem_info *m)
 		 "mapped page by page on fault)",
 		 (unsigned long long)si.backed_bytes, pi.chunk_size);
 	return 0;
+}
+
+/* ---- prefix cache ---------------------------------------------------------------- */
+
+int kmod_publish(struct kvrt_space *s, uint32_t count, uint32_t *ids,
+		 const uint8_t (*hashes)[KVRT_HASH_BYTES], const uint32_t *prio, uint32_t *flags)
+{
+	struct kvpool_publish_entry *e = calloc(count, sizeof(*e));
+	struct kvpool_publish p = { .count = count };
+	int ret;
+
+	if (!e)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < count; i++) {
+		memcpy(e[i].hash, hashes[i], KVPOOL_HASH_BYTES);
+		e[i].id = ids[i];
+		e[i].priority = prio ? prio[i] : 0;
+	}
+	p.entries = (uintptr_t)e;
+	p.flags = prio ? KVPOOL_PUBLISH_PRIORITY : 0;
+	if (ioctl(s->fd, KVPOOL_IOC_PUBLISH, &p)) {
+		ret = -errno;
+		goto out_free;
+	}
+	for (uint32_t i = 0; i < count; i++) {
+		ids[i] = e[i].id;
+		if (flags)
+			flags[i] = e[i].flags;
+	}
+	ret = (int)p.nr_dedup;
+out_free:
+	free(e);
+	return ret;
+}
+
+int kmod_lookup(struct kvrt_space *s, uint32_t count, const uint8_t (*hashes)[KVRT_HASH_BYTES],
+		uint32_t *ids, uint64_t *devices)
+{
+	struct kvpool_lookup l = {
+		.hashes = (uintptr_t)hashes,
+		.ids = (uintptr_t)ids,
+		.devices = (uintptr_t)devices,
+		.count = count,
+	};
+
+	if (ioctl(s->fd, KVPOOL_IOC_LOOKUP, &l))
+		return -errno;
+	return (int)l.nr_hits;
+}
+
+int kmod_release(struct kvrt_space *s, uint32_t count, const uint32_t *ids)
+{
+	struct kvpool_blocks b = { .ids = (uintptr_t)ids, .count = count };
+
+	if (ioctl(s->fd, KVPOOL_IOC_RELEASE, &b))
+		return -errno;
+	return 0;
+}
+
+int kmod_space_destroy(struct kvrt *k, const char *name)
+{
+	struct kvpool_space_destroy d;
+
+	memset(&d, 0, sizeof(d));
+	snprintf(d.name, sizeof(d.name), "%s", name);
+	if (ioctl(k->ctl_fd, KVPOOL_IOC_SPACE_DESTROY, &d))
+		return -errno;
+	return 0;
+}
+
+int kmod_space_stats(struct kvrt_space *s, struct kvrt_space_stats *st)
+{
+	struct kvpool_space_stats ks;
+
+	memset(&ks, 0, sizeof(ks));
+	if (ioctl(s->fd, KVPOOL_IOC_SPACE_STATS, &ks))
+		return -errno;
+	st->space_id = ks.space_id;
+	st->hits = ks.hits;
+	st->misses = ks.misses;
+	st->inserts = ks.inserts;
+	st->dedups = ks.dedups;
+	for (int c = 0; c < KVRT_EVICT_CAUSES; c++)
+		st->evictions[c] = ks.evictions[c];
+	st->pressure = ks.pressure;
+	st->published_blocks = ks.published_blocks;
+	st->cached_blocks = ks.cached_blocks;
+	st->hole_blocks = ks.hole_blocks;
+	st->readers = ks.readers;
+	st->my_refs = ks.my_refs;
+	st->allocs = ks.allocs;
+	st->frees = ks.frees;
+	return 0;
+}
+
+int kmod_residency(struct kvrt_space *s, uint32_t op, const uint8_t *uuid, uint32_t count,
+		   const struct kvrt_residency_entry *entries)
+{
+	struct kvpool_residency r = {
+		.entries = (uintptr_t)entries,
+		.count = count,
+		.op = op,
+	};
+
+	memcpy(r.device_uuid, uuid, sizeof(r.device_uuid));
+	if (ioctl(s->fd, KVPOOL_IOC_RESIDENCY, &r))
+		return -errno;
+	return (int)r.device_slot;
+}
+
+int kmod_events_fd(struct kvrt_space *s)
+{
+	return s->fd;
+}
+
+/*
+ * The descriptor blocks in read() while nothing is pending, so read only
+ * after poll() said POLLIN, under ev_lock so that no other libkvrt reader
+ * takes the events in between (callers only poll the descriptor).
+ */
+int kmod_read_events(struct kvrt_space *s, struct kvrt_event *ev, uint32_t max)
+{
+	struct pollfd p = { .fd = s->fd, .events = POLLIN };
+	ssize_t n;
+	int ret;
+
+	pthread_mutex_lock(&s->ev_lock);
+	do {
+		ret = poll(&p, 1, 0);
+	} while (ret < 0 && errno == EINTR);
+	if (ret < 0) {
+		ret = -errno;
+		goto out_unlock;
+	}
+	if (!ret) {
+		ret = 0;
+		goto out_unlock;
+	}
+	if (!(p.revents & POLLIN)) {
+		/* POLLERR: the descriptor is no longer joined, read would say so. */
+		ret = p.revents & POLLNVAL ? -EBADF : -EBADFD;
+		goto out_unlock;
+	}
+	do {
+		n = read(s->fd, ev, (size_t)max * sizeof(*ev));
+	} while (n < 0 && errno == EINTR);
+	if (n < 0)
+		ret = -errno;
+	else
+		ret = (int)((size_t)n / sizeof(*ev));
+out_unlock:
+	pthread_mutex_unlock(&s->ev_lock);
+	return ret;
 }

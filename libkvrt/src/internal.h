@@ -8,9 +8,14 @@
  *                     backend, its namespace (list of spaces, their refs,
  *                     owner ids).  Never held across a backend call that
  *                     may block on memory.
+ *   kvrt_space.ev_lock  kmod: one space handle's event reads (so that a
+ *                     read after poll never blocks).  Taken alone.
  *   emb_space.lock    one embedded space: its kvcore state, chunks and
  *                     memory counters (the kvcore contract: the caller
- *                     serialises every call on a space).
+ *                     serialises every call on a space), and its prefix
+ *                     cache side state: the participants' references,
+ *                     residency records, who to tell of evictions, and
+ *                     every participant's event queue.
  *   kvrt.pool_used    an atomic, not a lock: the embedded pool cap.
  *   kvrt.qlock        the copy queue (taken alone).
  *   kvrt_copy.lock    one copy's completion (taken alone or under qlock).
@@ -37,7 +42,9 @@ struct kvrt {
 	uint32_t flags;			/* KVRT_OPEN_* */
 	char info[320];			/* kvrt_backend_info() */
 	char device[256];
-	int ctl_fd;			/* kmod: for KVPOOL_IOC_INFO; else -1 */
+	int ctl_fd;			/* kmod: for KVPOOL_IOC_INFO and
+					 * SPACE_DESTROY; else -1 */
+	uint64_t features;		/* KVPOOL_FEAT_* the backend has */
 	uint64_t pool_cap;		/* embedded */
 	uint64_t pool_used;		/* embedded: atomic */
 	uint64_t node_mask;		/* embedded: online NUMA nodes */
@@ -61,6 +68,16 @@ struct kvrt {
 	pthread_t worker;
 };
 
+/* An embedded participant's event queue: a ring, grown up to max. */
+struct emb_events {
+	struct kvrt_event *ring;
+	uint32_t head, len, cap;
+	uint64_t seq;			/* last seq given out, dropped ones included */
+	uint64_t lost;			/* dropped since the last OVERFLOW */
+	int efd;			/* eventfd, -1 until kvrt_events_fd() */
+	bool signalled;			/* efd's counter is 1 */
+};
+
 /* One participant in a space. */
 struct kvrt_space {
 	struct kvrt *k;
@@ -73,9 +90,13 @@ struct kvrt_space {
 	/* kmod */
 	int fd;
 	struct kvpool_space_open so;	/* what SPACE_OPEN returned */
-	/* embedded */
+	pthread_mutex_t ev_lock;	/* kmod: event reads */
+	/* embedded (the fields below: emb_space.lock) */
 	struct emb_space *es;
 	uint32_t owner;
+	struct kvrt_space *sprev, *snext;	/* emb_space.sessions */
+	struct kvc_refs refs;		/* reader references */
+	struct emb_events ev;
 };
 
 __attribute__((format(printf, 3, 4)))
@@ -91,6 +112,17 @@ int kmod_space_info(struct kvrt_space *s, struct kvrt_space_info *info);
 int kmod_alloc(struct kvrt_space *s, uint32_t count, uint32_t *ids);
 int kmod_free(struct kvrt_space *s, uint32_t count, const uint32_t *ids);
 int kmod_mem_info(struct kvrt_space *s, struct kvrt_mem_info *m);
+int kmod_publish(struct kvrt_space *s, uint32_t count, uint32_t *ids,
+		 const uint8_t (*hashes)[KVRT_HASH_BYTES], const uint32_t *prio, uint32_t *flags);
+int kmod_lookup(struct kvrt_space *s, uint32_t count, const uint8_t (*hashes)[KVRT_HASH_BYTES],
+		uint32_t *ids, uint64_t *devices);
+int kmod_release(struct kvrt_space *s, uint32_t count, const uint32_t *ids);
+int kmod_space_destroy(struct kvrt *k, const char *name);
+int kmod_space_stats(struct kvrt_space *s, struct kvrt_space_stats *st);
+int kmod_residency(struct kvrt_space *s, uint32_t op, const uint8_t *uuid, uint32_t count,
+		   const struct kvrt_residency_entry *entries);
+int kmod_events_fd(struct kvrt_space *s);
+int kmod_read_events(struct kvrt_space *s, struct kvrt_event *ev, uint32_t max);
 
 int emb_init(struct kvrt *k);
 int emb_pool_info(struct kvrt *k, struct kvrt_pool_info *info);
@@ -100,6 +132,18 @@ int emb_space_info(struct kvrt_space *s, struct kvrt_space_info *info);
 int emb_alloc(struct kvrt_space *s, uint32_t count, uint32_t *ids);
 int emb_free(struct kvrt_space *s, uint32_t count, const uint32_t *ids);
 int emb_mem_info(struct kvrt_space *s, struct kvrt_mem_info *m);
+void emb_close(struct kvrt *k);
+int emb_publish(struct kvrt_space *s, uint32_t count, uint32_t *ids,
+		const uint8_t (*hashes)[KVRT_HASH_BYTES], const uint32_t *prio, uint32_t *flags);
+int emb_lookup(struct kvrt_space *s, uint32_t count, const uint8_t (*hashes)[KVRT_HASH_BYTES],
+	       uint32_t *ids, uint64_t *devices);
+int emb_release(struct kvrt_space *s, uint32_t count, const uint32_t *ids);
+int emb_space_destroy(struct kvrt *k, const char *name);
+int emb_space_stats(struct kvrt_space *s, struct kvrt_space_stats *st);
+int emb_residency(struct kvrt_space *s, uint32_t op, const uint8_t *uuid, uint32_t count,
+		  const struct kvrt_residency_entry *entries);
+int emb_events_fd(struct kvrt_space *s);
+int emb_read_events(struct kvrt_space *s, struct kvrt_event *ev, uint32_t max);
 
 /* The name rule both backends share: [A-Za-z0-9._-]+, < KVRT_NAME_MAX. */
 bool kvrt_name_valid(const char *name);

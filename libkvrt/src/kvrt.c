@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: MIT
 /*
- * kvrt.c: the handle, backend choice, logging, and the space calls that
- * dispatch to the kmod (backend_kmod.c) or embedded (backend_embedded.c)
- * backend.
+ * kvrt.c: the handle, backend choice, logging, and the space and prefix
+ * cache calls that dispatch to the kmod (backend_kmod.c) or embedded
+ * (backend_embedded.c) backend.  Arguments that never reach the module
+ * (NULL pointers, counts) are checked here, with the errno the module
+ * gives for the same mistake, so both backends fail alike.
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -198,6 +200,8 @@ void kvrt_close(struct kvrt *k)
 		kvrt_space_close(k->spaces);
 	if (k->backend == KVRT_BACKEND_KMOD)
 		kmod_close(k);
+	else
+		emb_close(k);
 	pthread_cond_destroy(&k->qcond);
 	pthread_mutex_destroy(&k->qlock);
 	pthread_mutex_destroy(&k->lock);
@@ -238,8 +242,9 @@ int kvrt_space_open(struct kvrt *k, const struct kvrt_space_opts *o, struct kvrt
 	if (!k || !o)
 		return -EINVAL;
 	/* The uAPI's order of checks: flags and reserved fields, then the name. */
-	if ((o->flags & ~(KVRT_SPACE_CREATE | KVRT_SPACE_EXCL)) ||
-	    ((o->flags & KVRT_SPACE_EXCL) && !(o->flags & KVRT_SPACE_CREATE)) ||
+	if ((o->flags & ~(KVRT_SPACE_CREATE | KVRT_SPACE_EXCL | KVRT_SPACE_PERSIST)) ||
+	    ((o->flags & (KVRT_SPACE_EXCL | KVRT_SPACE_PERSIST)) &&
+	     !(o->flags & KVRT_SPACE_CREATE)) ||
 	    o->reserved0 || !all_zero(o->reserved, sizeof(o->reserved)))
 		return -EINVAL;
 	if (!kvrt_name_valid(o->name))
@@ -249,11 +254,14 @@ int kvrt_space_open(struct kvrt *k, const struct kvrt_space_opts *o, struct kvrt
 		return -ENOMEM;
 	s->k = k;
 	s->fd = -1;
+	s->ev.efd = -1;
+	pthread_mutex_init(&s->ev_lock, NULL);
 	if (k->backend == KVRT_BACKEND_KMOD)
 		ret = kmod_space_open(k, o, s);
 	else
 		ret = emb_space_open(k, o, s);
 	if (ret) {
+		pthread_mutex_destroy(&s->ev_lock);
 		free(s);
 		return ret;
 	}
@@ -289,6 +297,7 @@ void kvrt_space_close(struct kvrt_space *s)
 		kmod_space_close(s);
 	else
 		emb_space_close(s);
+	pthread_mutex_destroy(&s->ev_lock);
 	free(s);
 }
 
@@ -359,4 +368,201 @@ int kvrt_space_mem_info(struct kvrt_space *s, struct kvrt_mem_info *m)
 	if (s->k->backend == KVRT_BACKEND_KMOD)
 		return kmod_mem_info(s, m);
 	return emb_mem_info(s, m);
+}
+
+/* ---- prefix cache ------------------------------------------------------------- */
+
+/* -EOPNOTSUPP unless the backend has every feature bit in feat. */
+static int need(const struct kvrt *k, uint64_t feat)
+{
+	return (k->features & feat) == feat ? 0 : -EOPNOTSUPP;
+}
+
+/* NULL space, feature, count 0 and > KVRT_MAX_BATCH, as the ioctls check. */
+static int prefix_args(const struct kvrt_space *s, uint64_t feat, uint32_t count)
+{
+	int ret;
+
+	if (!s)
+		return -EINVAL;
+	ret = need(s->k, feat);
+	if (ret)
+		return ret;
+	if (!count)
+		return -EINVAL;
+	if (count > KVRT_MAX_BATCH)
+		return -E2BIG;
+	return 0;
+}
+
+int kvrt_publish(struct kvrt_space *s, uint32_t count, uint32_t *ids,
+		 const uint8_t (*hashes)[KVRT_HASH_BYTES], const uint32_t *priorities,
+		 uint32_t *flags)
+{
+	int ret = prefix_args(s, KVPOOL_FEAT_PREFIX, count);
+
+	if (ret)
+		return ret;
+	if (!ids || !hashes)
+		return -EFAULT;
+	if (s->k->backend == KVRT_BACKEND_KMOD)
+		return kmod_publish(s, count, ids, hashes, priorities, flags);
+	return emb_publish(s, count, ids, hashes, priorities, flags);
+}
+
+int kvrt_lookup(struct kvrt_space *s, uint32_t count, const uint8_t (*hashes)[KVRT_HASH_BYTES],
+		uint32_t *ids, uint64_t *devices)
+{
+	int ret = prefix_args(s, KVPOOL_FEAT_PREFIX, count);
+
+	if (ret)
+		return ret;
+	if (!ids || !hashes)
+		return -EFAULT;
+	if (s->k->backend == KVRT_BACKEND_KMOD)
+		return kmod_lookup(s, count, hashes, ids, devices);
+	return emb_lookup(s, count, hashes, ids, devices);
+}
+
+int kvrt_release(struct kvrt_space *s, uint32_t count, const uint32_t *ids)
+{
+	int ret = prefix_args(s, KVPOOL_FEAT_PREFIX, count);
+
+	if (ret)
+		return ret;
+	if (!ids)
+		return -EFAULT;
+	if (s->k->backend == KVRT_BACKEND_KMOD)
+		return kmod_release(s, count, ids);
+	return emb_release(s, count, ids);
+}
+
+int kvrt_space_destroy(struct kvrt *k, const char *name)
+{
+	int ret;
+
+	if (!k)
+		return -EINVAL;
+	ret = need(k, KVPOOL_FEAT_PERSIST);
+	if (ret)
+		return ret;
+	if (!kvrt_name_valid(name))
+		return -EINVAL;
+	if (k->backend == KVRT_BACKEND_KMOD)
+		return kmod_space_destroy(k, name);
+	return emb_space_destroy(k, name);
+}
+
+int kvrt_space_stats(struct kvrt_space *s, struct kvrt_space_stats *st)
+{
+	int ret;
+
+	if (!s || !st)
+		return -EINVAL;
+	ret = need(s->k, KVPOOL_FEAT_PREFIX);
+	if (ret)
+		return ret;
+	memset(st, 0, sizeof(*st));
+	if (s->k->backend == KVRT_BACKEND_KMOD)
+		return kmod_space_stats(s, st);
+	return emb_space_stats(s, st);
+}
+
+static int residency(struct kvrt_space *s, uint32_t op, const uint8_t *uuid, uint32_t count,
+		     const struct kvrt_residency_entry *entries)
+{
+	if (s->k->backend == KVRT_BACKEND_KMOD)
+		return kmod_residency(s, op, uuid, count, entries);
+	return emb_residency(s, op, uuid, count, entries);
+}
+
+static int residency_args(const struct kvrt_space *s, const uint8_t *uuid, uint32_t count,
+			  const void *array)
+{
+	int ret;
+
+	if (!s || !uuid)
+		return -EINVAL;
+	ret = need(s->k, KVPOOL_FEAT_RESIDENCY);
+	if (ret)
+		return ret;
+	if (count > KVRT_MAX_BATCH)
+		return -E2BIG;
+	if (count && !array)
+		return -EFAULT;
+	return 0;
+}
+
+int kvrt_residency_add(struct kvrt_space *s, const uint8_t uuid[KVRT_UUID_BYTES],
+		       uint32_t count, const struct kvrt_residency_entry *entries)
+{
+	int ret = residency_args(s, uuid, count, entries);
+
+	if (ret)
+		return ret;
+	return residency(s, KVPOOL_RESIDENCY_ADD, uuid, count, entries);
+}
+
+int kvrt_residency_del(struct kvrt_space *s, const uint8_t uuid[KVRT_UUID_BYTES],
+		       uint32_t count, const uint32_t *blocks)
+{
+	struct kvrt_residency_entry *e = NULL;
+	int ret = residency_args(s, uuid, count, blocks);
+
+	if (ret)
+		return ret;
+	if (!count)
+		return -EINVAL;
+	e = calloc(count, sizeof(*e));
+	if (!e)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < count; i++)
+		e[i].block = blocks[i];
+	ret = residency(s, KVPOOL_RESIDENCY_DEL, uuid, count, e);
+	free(e);
+	return ret;
+}
+
+int kvrt_residency_clear(struct kvrt_space *s, const uint8_t uuid[KVRT_UUID_BYTES])
+{
+	int ret = residency_args(s, uuid, 0, NULL);
+
+	if (ret)
+		return ret;
+	return residency(s, KVPOOL_RESIDENCY_CLEAR, uuid, 0, NULL);
+}
+
+int kvrt_events_fd(struct kvrt_space *s)
+{
+	int ret;
+
+	if (!s)
+		return -EINVAL;
+	ret = need(s->k, KVPOOL_FEAT_EVENTS);
+	if (ret)
+		return ret;
+	if (s->k->backend == KVRT_BACKEND_KMOD)
+		return kmod_events_fd(s);
+	return emb_events_fd(s);
+}
+
+/* More than any queue holds (the module's event_queue_max is at most 2^20). */
+#define KVRT_READ_EVENTS_MAX (1U << 22)
+
+int kvrt_read_events(struct kvrt_space *s, struct kvrt_event *events, uint32_t max)
+{
+	int ret;
+
+	if (!s || !max)
+		return -EINVAL;
+	ret = need(s->k, KVPOOL_FEAT_EVENTS);
+	if (ret)
+		return ret;
+	if (!events)
+		return -EFAULT;
+	if (max > KVRT_READ_EVENTS_MAX)
+		max = KVRT_READ_EVENTS_MAX;
+	if (s->k->backend == KVRT_BACKEND_KMOD)
+		return kmod_read_events(s, events, max);
+	return emb_read_events(s, events, max);
 }

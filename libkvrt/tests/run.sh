@@ -48,6 +48,25 @@ else
 fi
 unversioned=$(echo "$have" | grep -v '@@KVRT_' || true)
 if [ -z "$unversioned" ]; then ok "abi: every export is versioned"; else notok "abi: unversioned exports" "$unversioned"; fi
+# Each symbol bound to the node that lists it; the newest node is the header's minor.
+want_nodes=$(sed -e 's|/\*.*\*/||' "$MAP" | awk '
+	/^KVRT_[0-9.]+[[:space:]]*\{/ { node = $1; sub(/\{.*/, "", node) }
+	/^[[:space:]]+kvrt_[a-z0-9_]+;/ { s = $1; sub(/;/, "", s); print s "@@" node }' | sort)
+have_nodes=$(echo "$have" | grep '@@' | sort)
+if [ "$have_nodes" = "$want_nodes" ]; then
+	ok "abi: every symbol carries the version node that lists it"
+else
+	notok "abi: symbol versions differ from kvrt.map's nodes" \
+		"$(diff <(echo "$want_nodes") <(echo "$have_nodes"))"
+fi
+last_node=$(grep -oE '^KVRT_[0-9.]+' "$MAP" | tail -1)
+minor=$(sed -n 's/^#define KVRT_VERSION_MINOR \([0-9]*\)$/\1/p' include/kvrt.h)
+major=$(sed -n 's/^#define KVRT_VERSION_MAJOR \([0-9]*\)$/\1/p' include/kvrt.h)
+if [ "$last_node" = "KVRT_$major.$minor" ]; then
+	ok "abi: the newest node $last_node is the header's version $major.$minor"
+else
+	notok "abi: newest node $last_node, header says $major.$minor"
+fi
 static=$(nm --defined-only "$B/libkvrt.a" 2>/dev/null | awk 'NF == 3 && $2 ~ /^[TDBRVW]$/ { print $3 }' | sort)
 if [ "$static" = "$want" ]; then
 	ok "abi: libkvrt.a's globals are the same set"
