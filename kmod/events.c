@@ -23,6 +23,7 @@ struct kvp_event_seg {
 void kvp_events_init(struct kvp_events *ev)
 {
 	spin_lock_init(&ev->lock);
+	mutex_init(&ev->read_lock);
 	init_waitqueue_head(&ev->wait);
 	INIT_LIST_HEAD(&ev->segs);
 }
@@ -120,72 +121,97 @@ static bool kvp_events_pending(struct kvp_events *ev)
 	return pending;
 }
 
-/* Pop up to max records into out[]; an owed OVERFLOW comes after the queue. */
-static size_t kvp_events_pop(struct kvp_events *ev, struct kvpool_event *out, size_t max)
+/*
+ * Copy up to max records from the head of the queue into out[] without
+ * removing them; an owed OVERFLOW is queued first so it is read in order.
+ */
+static size_t kvp_events_peek(struct kvp_events *ev, struct kvpool_event *out, size_t max)
 {
+	struct kvp_event_seg *seg;
 	size_t n = 0;
+	u32 i;
 
 	spin_lock(&ev->lock);
-	while (n < max && ev->queued) {
-		struct kvp_event_seg *seg = list_first_entry(&ev->segs, struct kvp_event_seg,
-							     link);
-
-		out[n++] = seg->ev[seg->head++];
-		ev->queued--;
-		if (seg->head == seg->tail) {
-			list_del(&seg->link);
-			kfree(seg);
-		}
-	}
-	if (n < max && ev->lost) {
-		struct kvpool_event *rec = &out[n++];
-
-		memset(rec, 0, sizeof(*rec));
-		rec->seq = ++ev->next_seq;
-		rec->type = KVPOOL_EVENT_OVERFLOW;
-		rec->count = (u32)min_t(u64, ev->lost, U32_MAX);
-		ev->lost -= rec->count;
+	if (!ev->queued)
+		kvp_events_flush_lost(ev);
+	list_for_each_entry(seg, &ev->segs, link) {
+		for (i = seg->head; i < seg->tail && n < max; i++)
+			out[n++] = seg->ev[i];
+		if (n == max)
+			break;
 	}
 	spin_unlock(&ev->lock);
 	return n;
 }
 
+/* Remove the first n records, which the reader has copied out. */
+static void kvp_events_consume(struct kvp_events *ev, size_t n)
+{
+	spin_lock(&ev->lock);
+	while (n) {
+		struct kvp_event_seg *seg = list_first_entry(&ev->segs, struct kvp_event_seg,
+							     link);
+		u32 take = min_t(size_t, n, seg->tail - seg->head);
+
+		seg->head += take;
+		ev->queued -= take;
+		n -= take;
+		if (seg->head == seg->tail) {
+			list_del(&seg->link);
+			kfree(seg);
+		}
+	}
+	spin_unlock(&ev->lock);
+}
+
 #define KVP_READ_BATCH 16
 
+/*
+ * Records leave the queue only once copied out, so a fault loses nothing;
+ * read_lock keeps two readers of one fd from copying the same records.
+ */
 ssize_t kvp_events_read(struct kvp_client *client, char __user *buf, size_t len, bool nonblock)
 {
 	struct kvpool_event batch[KVP_READ_BATCH];
 	struct kvp_events *ev = &client->events;
 	size_t max = len / sizeof(struct kvpool_event), done = 0;
+	ssize_t ret;
 
 	if (!kvp_client_space(client))
 		return -EBADFD;
 	if (!max)
 		return -EINVAL;
+	if (mutex_lock_interruptible(&ev->read_lock))
+		return -ERESTARTSYS;
 	while (!kvp_events_pending(ev)) {
+		ret = -EAGAIN;
 		if (nonblock)
-			return -EAGAIN;
+			goto out_unlock;
+		mutex_unlock(&ev->read_lock);
 		if (wait_event_interruptible(ev->wait, kvp_events_pending(ev)))
+			return -ERESTARTSYS;
+		if (mutex_lock_interruptible(&ev->read_lock))
 			return -ERESTARTSYS;
 	}
 	while (done < max) {
-		size_t n = kvp_events_pop(ev, batch, min_t(size_t, max - done, KVP_READ_BATCH));
+		size_t n = kvp_events_peek(ev, batch, min_t(size_t, max - done, KVP_READ_BATCH));
 
 		if (!n)
 			break;
-		/*
-		 * Records already popped cannot go back in order: a fault here
-		 * loses them, so count them as lost for the next read.
-		 */
 		if (copy_to_user(buf + done * sizeof(*batch), batch, n * sizeof(*batch))) {
-			spin_lock(&ev->lock);
-			ev->lost += n;
-			spin_unlock(&ev->lock);
-			return done ? done * sizeof(*batch) : -EFAULT;
+			if (!done) {
+				ret = -EFAULT;
+				goto out_unlock;
+			}
+			break;
 		}
+		kvp_events_consume(ev, n);
 		done += n;
 	}
-	return done * sizeof(struct kvpool_event);
+	ret = done * sizeof(struct kvpool_event);
+out_unlock:
+	mutex_unlock(&ev->read_lock);
+	return ret;
 }
 
 __poll_t kvp_events_poll(struct kvp_client *client, struct file *file, poll_table *wait)

@@ -170,6 +170,7 @@ struct kvp_space {
 
 /* An fd's event queue: segments of records, read in order. */
 struct kvp_events {
+	struct mutex read_lock;	/* one reader at a time: records leave once copied */
 	spinlock_t lock;	/* everything below */
 	wait_queue_head_t wait;
 	struct list_head segs;

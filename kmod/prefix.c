@@ -62,7 +62,7 @@ long kvp_ioctl_publish(struct kvp_client *client, void __user *uarg)
 
 	if (copy_from_user(&args, uarg, sizeof(args)))
 		return -EFAULT;
-	if ((args.flags & ~KVPOOL_PUBLISH_FLAGS) || args.pad || args.nr_dedup ||
+	if ((args.flags & ~KVPOOL_PUBLISH_FLAGS) || args.pad ||
 	    !kvp_zero(args.reserved, sizeof(args.reserved)) || !args.count)
 		return -EINVAL;
 	if (args.count > KVPOOL_MAX_BATCH)
@@ -70,7 +70,9 @@ long kvp_ioctl_publish(struct kvp_client *client, void __user *uarg)
 	if (!space)
 		return -EBADFD;
 	bytes = (size_t)args.count * sizeof(*e);
-	if (fault_in_safe_writeable(u64_to_user_ptr(args.entries), bytes))
+	/* Everything written back must be writable before anything changes. */
+	if (fault_in_safe_writeable(u64_to_user_ptr(args.entries), bytes) ||
+	    fault_in_safe_writeable(uarg, sizeof(args)))
 		return -EFAULT;
 	e = kvmalloc(bytes, GFP_KERNEL);
 	own = kvmalloc_array(args.count, sizeof(*own), GFP_KERNEL);
@@ -143,15 +145,16 @@ long kvp_ioctl_lookup(struct kvp_client *client, void __user *uarg)
 
 	if (copy_from_user(&args, uarg, sizeof(args)))
 		return -EFAULT;
-	if (args.flags || args.pad || args.nr_hits ||
-	    !kvp_zero(args.reserved, sizeof(args.reserved)) || !args.count)
+	if (args.flags || args.pad || !kvp_zero(args.reserved, sizeof(args.reserved)) ||
+	    !args.count)
 		return -EINVAL;
 	if (args.count > KVPOOL_MAX_BATCH)
 		return -E2BIG;
 	if (!space)
 		return -EBADFD;
 	/* Outputs must be writable before any reference is taken. */
-	if (fault_in_safe_writeable(u64_to_user_ptr(args.ids), (size_t)args.count * sizeof(u32)) ||
+	if (fault_in_safe_writeable(uarg, sizeof(args)) ||
+	    fault_in_safe_writeable(u64_to_user_ptr(args.ids), (size_t)args.count * sizeof(u32)) ||
 	    (args.devices && fault_in_safe_writeable(u64_to_user_ptr(args.devices),
 						     (size_t)args.count * sizeof(u64))))
 		return -EFAULT;

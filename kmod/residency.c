@@ -5,6 +5,7 @@
  * space has a table of up to 64 device UUIDs; LOOKUP reports a hit's
  * devices as bits of that table.  Everything runs under the space's lock.
  */
+#include <linux/pagemap.h>
 #include <linux/slab.h>
 #include <linux/uaccess.h>
 
@@ -187,7 +188,7 @@ long kvp_ioctl_residency(struct kvp_client *client, void __user *uarg)
 
 	if (copy_from_user(&args, uarg, sizeof(args)))
 		return -EFAULT;
-	if (args.flags || args.device_slot || !kvp_zero(args.reserved, sizeof(args.reserved)) ||
+	if (args.flags || !kvp_zero(args.reserved, sizeof(args.reserved)) ||
 	    args.op > KVPOOL_RESIDENCY_CLEAR)
 		return -EINVAL;
 	if (args.count > KVPOOL_MAX_BATCH)
@@ -197,6 +198,9 @@ long kvp_ioctl_residency(struct kvp_client *client, void __user *uarg)
 		return -EINVAL;
 	if (!space)
 		return -EBADFD;
+	/* device_slot goes back: fail before anything changes if it cannot. */
+	if (fault_in_safe_writeable(uarg, sizeof(args)))
+		return -EFAULT;
 	if (args.count) {
 		e = kvmalloc_array(args.count, sizeof(*e), GFP_KERNEL);
 		if (!e)

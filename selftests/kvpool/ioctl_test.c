@@ -1,11 +1,15 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * ioctl_test: struct layout and one test per documented errno of every
- * kvpool ioctl (INFO, SPACE_OPEN, ALLOC, FREE, SPACE_INFO).  Each failure
+ * kvpool ioctl (INFO, SPACE_OPEN, ALLOC, FREE, SPACE_INFO, and of API v2
+ * PUBLISH, LOOKUP, RELEASE, SPACE_DESTROY, RESIDENCY, SPACE_STATS and the
+ * read()/poll() event stream).  Each failure
  * asserts the exact errno and, where the call could have had an effect,
  * that it had none.
  */
 #include "kvpool_util.h"
+
+#include <poll.h>
 
 #define BLOCK	(64 * KiB)
 #define QUOTA	(8 * MiB)	/* 128 blocks, 4 chunks */
@@ -55,6 +59,14 @@ TEST(struct_sizes_are_multiples_of_8)
 	EXPECT_EQ(0, sizeof(struct kvpool_space_open) % 8);
 	EXPECT_EQ(0, sizeof(struct kvpool_blocks) % 8);
 	EXPECT_EQ(0, sizeof(struct kvpool_space_info) % 8);
+	EXPECT_EQ(0, sizeof(struct kvpool_publish_entry) % 8);
+	EXPECT_EQ(0, sizeof(struct kvpool_publish) % 8);
+	EXPECT_EQ(0, sizeof(struct kvpool_lookup) % 8);
+	EXPECT_EQ(0, sizeof(struct kvpool_space_destroy) % 8);
+	EXPECT_EQ(0, sizeof(struct kvpool_residency_entry) % 8);
+	EXPECT_EQ(0, sizeof(struct kvpool_residency) % 8);
+	EXPECT_EQ(0, sizeof(struct kvpool_space_stats) % 8);
+	EXPECT_EQ(0, sizeof(struct kvpool_event) % 8);
 }
 
 TEST(struct_layout_has_no_holes)
@@ -79,6 +91,31 @@ TEST(struct_layout_has_no_holes)
 	EXPECT_EQ(0, offsetof(struct kvpool_blocks, reserved) % 8);
 	EXPECT_EQ(0, offsetof(struct kvpool_space_info, block_bytes) % 8);
 	EXPECT_EQ(0, offsetof(struct kvpool_space_info, reserved) % 8);
+
+	/* API v2 structs: the sum of their members. */
+	EXPECT_EQ(48, sizeof(struct kvpool_publish_entry));
+	EXPECT_EQ(40, sizeof(struct kvpool_publish));
+	EXPECT_EQ(56, sizeof(struct kvpool_lookup));
+	EXPECT_EQ(88, sizeof(struct kvpool_space_destroy));
+	EXPECT_EQ(8, sizeof(struct kvpool_residency_entry));
+	EXPECT_EQ(56, sizeof(struct kvpool_residency));
+	EXPECT_EQ(176, sizeof(struct kvpool_space_stats));
+	EXPECT_EQ(64, sizeof(struct kvpool_event));
+	EXPECT_EQ(32, offsetof(struct kvpool_publish_entry, id));
+	EXPECT_EQ(0, offsetof(struct kvpool_publish, entries));
+	EXPECT_EQ(0, offsetof(struct kvpool_publish, reserved) % 8);
+	EXPECT_EQ(0, offsetof(struct kvpool_lookup, hashes));
+	EXPECT_EQ(8, offsetof(struct kvpool_lookup, ids));
+	EXPECT_EQ(16, offsetof(struct kvpool_lookup, devices));
+	EXPECT_EQ(0, offsetof(struct kvpool_lookup, reserved) % 8);
+	EXPECT_EQ(64, offsetof(struct kvpool_space_destroy, flags));
+	EXPECT_EQ(16, offsetof(struct kvpool_residency, entries));
+	EXPECT_EQ(0, offsetof(struct kvpool_residency, reserved) % 8);
+	EXPECT_EQ(8, offsetof(struct kvpool_space_stats, hits));
+	EXPECT_EQ(40, offsetof(struct kvpool_space_stats, evictions));
+	EXPECT_EQ(0, offsetof(struct kvpool_space_stats, reserved) % 8);
+	EXPECT_EQ(24, offsetof(struct kvpool_event, hash));
+	EXPECT_EQ(56, offsetof(struct kvpool_event, reserved));
 }
 
 TEST(ioctl_numbers_encode_struct_sizes)
@@ -91,6 +128,28 @@ TEST(ioctl_numbers_encode_struct_sizes)
 	EXPECT_EQ(sizeof(struct kvpool_space_info),
 		  _IOC_SIZE(KVPOOL_IOC_SPACE_INFO));
 	EXPECT_EQ(KVPOOL_IOC_MAGIC, _IOC_TYPE(KVPOOL_IOC_INFO));
+
+	EXPECT_EQ(sizeof(struct kvpool_publish), _IOC_SIZE(KVPOOL_IOC_PUBLISH));
+	EXPECT_EQ(sizeof(struct kvpool_lookup), _IOC_SIZE(KVPOOL_IOC_LOOKUP));
+	EXPECT_EQ(sizeof(struct kvpool_blocks), _IOC_SIZE(KVPOOL_IOC_RELEASE));
+	EXPECT_EQ(sizeof(struct kvpool_space_destroy),
+		  _IOC_SIZE(KVPOOL_IOC_SPACE_DESTROY));
+	EXPECT_EQ(sizeof(struct kvpool_residency),
+		  _IOC_SIZE(KVPOOL_IOC_RESIDENCY));
+	EXPECT_EQ(sizeof(struct kvpool_space_stats),
+		  _IOC_SIZE(KVPOOL_IOC_SPACE_STATS));
+	EXPECT_EQ(0x05, _IOC_NR(KVPOOL_IOC_PUBLISH));
+	EXPECT_EQ(0x06, _IOC_NR(KVPOOL_IOC_LOOKUP));
+	EXPECT_EQ(0x07, _IOC_NR(KVPOOL_IOC_RELEASE));
+	EXPECT_EQ(0x08, _IOC_NR(KVPOOL_IOC_SPACE_DESTROY));
+	EXPECT_EQ(0x09, _IOC_NR(KVPOOL_IOC_RESIDENCY));
+	EXPECT_EQ(0x0A, _IOC_NR(KVPOOL_IOC_SPACE_STATS));
+	EXPECT_EQ(_IOC_READ | _IOC_WRITE, _IOC_DIR(KVPOOL_IOC_PUBLISH));
+	EXPECT_EQ(_IOC_READ | _IOC_WRITE, _IOC_DIR(KVPOOL_IOC_LOOKUP));
+	EXPECT_EQ(_IOC_WRITE, _IOC_DIR(KVPOOL_IOC_RELEASE));
+	EXPECT_EQ(_IOC_WRITE, _IOC_DIR(KVPOOL_IOC_SPACE_DESTROY));
+	EXPECT_EQ(_IOC_READ | _IOC_WRITE, _IOC_DIR(KVPOOL_IOC_RESIDENCY));
+	EXPECT_EQ(_IOC_READ | _IOC_WRITE, _IOC_DIR(KVPOOL_IOC_SPACE_STATS));
 }
 
 /* ---- fixtures ------------------------------------------------------------- */
@@ -1164,6 +1223,745 @@ TEST_F(space, space_info_counts)
 	EXPECT_EQ(si.free_blocks, si2.free_blocks);
 	EXPECT_EQ(0, si.reserved[0] | si.reserved[1] | si.reserved[2] |
 		     si.reserved[3]);
+}
+
+/* ---- API v2: helpers ------------------------------------------------------ */
+
+#define V2SEED	0x10c7u
+
+/* A page holding a copy of @len bytes of @src, then made read-only. */
+static void *ro_copy(const void *src, size_t len)
+{
+	void *p = mmap(NULL, page_size(), PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+	if (p == MAP_FAILED)
+		return NULL;
+	memcpy(p, src, len);
+	if (mprotect(p, page_size(), PROT_READ))
+		return NULL;
+	return p;
+}
+
+/* The last @len bytes before a PROT_NONE page, holding a copy of @src. */
+static void *before_guard(const void *src, size_t len)
+{
+	char *p = rw_then_none();
+
+	if (!p)
+		return NULL;
+	p += page_size() - len;
+	if (src)
+		memcpy(p, src, len);
+	return p;
+}
+
+/* Everything the failed prefix calls must have left alone. */
+static void expect_prefix(struct __test_metadata *_metadata, int fd,
+			  __u64 mine, __u64 inserts, __u64 published,
+			  __u64 cached, __u64 my_refs, int line)
+{
+	struct kvpool_space_stats st;
+	struct kvpool_space_info si;
+
+	ASSERT_EQ(0, kv_space_info(fd, &si)) TH_LOG("line %d", line);
+	EXPECT_EQ(mine, si.my_blocks) TH_LOG("line %d", line);
+	ASSERT_EQ(0, kv_space_stats(fd, &st)) TH_LOG("line %d", line);
+	EXPECT_EQ(inserts, st.inserts) TH_LOG("line %d", line);
+	EXPECT_EQ(0, st.dedups) TH_LOG("line %d", line);
+	EXPECT_EQ(published, st.published_blocks) TH_LOG("line %d", line);
+	EXPECT_EQ(cached, st.cached_blocks) TH_LOG("line %d", line);
+	EXPECT_EQ(my_refs, st.my_refs) TH_LOG("line %d", line);
+	EXPECT_EQ(my_refs, st.readers) TH_LOG("line %d", line);
+}
+
+#define EXPECT_PREFIX(fd, mine, ins, pub, cached, refs) \
+	expect_prefix(_metadata, fd, mine, ins, pub, cached, refs, __LINE__)
+
+static void pub_init(struct kvpool_publish *p, struct kvpool_publish_entry *e,
+		     __u32 count)
+{
+	memset(p, 0, sizeof(*p));
+	p->entries = (uintptr_t)e;
+	p->count = count;
+}
+
+static void entries_init(struct kvpool_publish_entry *e, const __u32 *ids,
+			 __u32 n)
+{
+	__u8 h[KVPOOL_HASH_BYTES];
+	__u32 i;
+
+	for (i = 0; i < n; i++) {
+		kv_hash(h, V2SEED, i);
+		kv_pub_entry(&e[i], h, ids[i], 0);
+	}
+}
+
+/* LOOKUP of hash i alone: the hit count, references given back. */
+static int hit(int fd, __u32 i)
+{
+	__u32 id, hits = 0;
+
+	if (kv_lookup_seq(fd, V2SEED, i, 1, &id, NULL, &hits))
+		return -1;
+	if (hits && kv_release(fd, &id, 1))
+		return -2;
+	return (int)hits;
+}
+
+/* Wrong sizes and directions of the new numbers are not commands. */
+TEST_F(space, v2_numbers_with_wrong_size_enotty)
+{
+	char buf[512];
+
+	memset(buf, 0, sizeof(buf));
+	EXPECT_EQ(-ENOTTY, kv_ioctl(self->fd, _IOWR(KVPOOL_IOC_MAGIC, 0x05,
+						    struct kvpool_blocks), buf));
+	EXPECT_EQ(-ENOTTY, kv_ioctl(self->fd, _IOW(KVPOOL_IOC_MAGIC, 0x06,
+						   struct kvpool_lookup), buf));
+	EXPECT_EQ(-ENOTTY, kv_ioctl(self->fd, _IOWR(KVPOOL_IOC_MAGIC, 0x07,
+						    struct kvpool_blocks), buf));
+	EXPECT_EQ(-ENOTTY, kv_ioctl(self->fd, _IOWR(KVPOOL_IOC_MAGIC, 0x08,
+						    struct kvpool_space_destroy), buf));
+	EXPECT_EQ(-ENOTTY, kv_ioctl(self->fd, _IOWR(KVPOOL_IOC_MAGIC, 0x09,
+						    struct kvpool_info), buf));
+	EXPECT_EQ(-ENOTTY, kv_ioctl(self->fd, _IOR(KVPOOL_IOC_MAGIC, 0x0A,
+						   struct kvpool_space_stats), buf));
+	EXPECT_EQ(-ENOTTY, kv_ioctl(self->fd, _IOWR(KVPOOL_IOC_MAGIC, 0x0B,
+						    struct kvpool_space_stats), buf));
+}
+
+/* ---- PUBLISH ---------------------------------------------------------------- */
+
+TEST_F(dev, publish_unjoined_ebadfd)
+{
+	struct kvpool_publish_entry e[1];
+	struct kvpool_publish p;
+	__u32 id = 0;
+
+	entries_init(e, &id, 1);
+	pub_init(&p, e, 1);
+	EXPECT_EQ(-EBADFD, kv_ioctl(self->fd, KVPOOL_IOC_PUBLISH, &p));
+}
+
+TEST_F(space, publish_flags_pad_reserved_einval)
+{
+	static const __u32 bad[] = { 2, 1u << 31, KVPOOL_PUBLISH_FLAGS | 4, ~0u };
+	struct kvpool_publish_entry e[1];
+	struct kvpool_publish p;
+	unsigned int i;
+	__u32 id;
+
+	ASSERT_EQ(0, kv_alloc(self->fd, &id, 1));
+	entries_init(e, &id, 1);
+	for (i = 0; i < ARRAY_SIZE(bad); i++) {
+		pub_init(&p, e, 1);
+		p.flags = bad[i];
+		EXPECT_EQ(-EINVAL, kv_ioctl(self->fd, KVPOOL_IOC_PUBLISH, &p))
+			TH_LOG("flags %#x", bad[i]);
+	}
+	pub_init(&p, e, 1);
+	p.pad = 1;
+	EXPECT_EQ(-EINVAL, kv_ioctl(self->fd, KVPOOL_IOC_PUBLISH, &p));
+	for (i = 0; i < 2; i++) {
+		pub_init(&p, e, 1);
+		p.reserved[i] = 1ULL << (7 * i);
+		EXPECT_EQ(-EINVAL, kv_ioctl(self->fd, KVPOOL_IOC_PUBLISH, &p));
+	}
+	EXPECT_PREFIX(self->fd, 1, 0, 0, 0, 0);
+	EXPECT_EQ(0, hit(self->fd, 0));
+	/* The same request, clean, works. */
+	pub_init(&p, e, 1);
+	EXPECT_EQ(0, kv_ioctl(self->fd, KVPOOL_IOC_PUBLISH, &p));
+	EXPECT_PREFIX(self->fd, 0, 1, 1, 0, 1);
+}
+
+TEST_F(space, publish_count_zero_einval_over_max_e2big)
+{
+	struct kvpool_publish_entry e[1];
+	struct kvpool_publish p;
+	__u32 id;
+
+	ASSERT_EQ(0, kv_alloc(self->fd, &id, 1));
+	entries_init(e, &id, 1);
+	pub_init(&p, e, 0);
+	EXPECT_EQ(-EINVAL, kv_ioctl(self->fd, KVPOOL_IOC_PUBLISH, &p));
+	pub_init(&p, NULL, 0);
+	EXPECT_EQ(-EINVAL, kv_ioctl(self->fd, KVPOOL_IOC_PUBLISH, &p));
+	/* Limits come before the pointer is used. */
+	pub_init(&p, NULL, KVPOOL_MAX_BATCH + 1);
+	EXPECT_EQ(-E2BIG, kv_ioctl(self->fd, KVPOOL_IOC_PUBLISH, &p));
+	pub_init(&p, e, 0xffffffffu);
+	EXPECT_EQ(-E2BIG, kv_ioctl(self->fd, KVPOOL_IOC_PUBLISH, &p));
+	EXPECT_PREFIX(self->fd, 1, 0, 0, 0, 0);
+}
+
+TEST_F(space, publish_bad_pointers_efault_nothing_published)
+{
+	struct kvpool_publish_entry e[3], *ro, *half;
+	struct kvpool_publish p;
+	void *none = none_page();
+	__u32 ids[3], i;
+
+	ASSERT_NE(NULL, none);
+	ASSERT_EQ(0, kv_alloc(self->fd, ids, 3));
+	entries_init(e, ids, 3);
+	EXPECT_EQ(-EFAULT, kv_ioctl(self->fd, KVPOOL_IOC_PUBLISH, NULL));
+	EXPECT_EQ(-EFAULT, kv_ioctl(self->fd, KVPOOL_IOC_PUBLISH, none));
+	pub_init(&p, NULL, 1);
+	EXPECT_EQ(-EFAULT, kv_ioctl(self->fd, KVPOOL_IOC_PUBLISH, &p));
+	pub_init(&p, none, 3);
+	EXPECT_EQ(-EFAULT, kv_ioctl(self->fd, KVPOOL_IOC_PUBLISH, &p));
+	pub_init(&p, (void *)8, 1);
+	EXPECT_EQ(-EFAULT, kv_ioctl(self->fd, KVPOOL_IOC_PUBLISH, &p));
+	/* Two readable entries, the third on a PROT_NONE page. */
+	half = before_guard(e, 2 * sizeof(e[0]));
+	ASSERT_NE(NULL, half);
+	pub_init(&p, half, 3);
+	EXPECT_EQ(-EFAULT, kv_ioctl(self->fd, KVPOOL_IOC_PUBLISH, &p));
+	/* Readable but not writable: the results cannot be written back. */
+	ro = ro_copy(e, sizeof(e));
+	ASSERT_NE(NULL, ro);
+	pub_init(&p, ro, 3);
+	EXPECT_EQ(-EFAULT, kv_ioctl(self->fd, KVPOOL_IOC_PUBLISH, &p));
+	pub_init(&p, ro, 1);
+	EXPECT_EQ(-EFAULT, kv_ioctl(self->fd, KVPOOL_IOC_PUBLISH, &p));
+	/* Nothing changed: all three still owned, no hash present. */
+	EXPECT_PREFIX(self->fd, 3, 0, 0, 0, 0);
+	for (i = 0; i < 3; i++)
+		EXPECT_EQ(0, hit(self->fd, i)) TH_LOG("hash %u", i);
+	EXPECT_EQ(0, kv_free(self->fd, ids, 3));
+	EXPECT_EQ(0, kv_alloc(self->fd, ids, 3));
+	entries_init(e, ids, 3);
+	pub_init(&p, e, 3);
+	EXPECT_EQ(0, kv_ioctl(self->fd, KVPOOL_IOC_PUBLISH, &p));
+	EXPECT_PREFIX(self->fd, 0, 3, 3, 0, 3);
+}
+
+/* ---- LOOKUP ----------------------------------------------------------------- */
+
+static void lookup_init(struct kvpool_lookup *l, const void *hashes,
+			__u32 *ids, __u64 *dev, __u32 count)
+{
+	memset(l, 0, sizeof(*l));
+	l->hashes = (uintptr_t)hashes;
+	l->ids = (uintptr_t)ids;
+	l->devices = (uintptr_t)dev;
+	l->count = count;
+}
+
+TEST_F(dev, lookup_unjoined_ebadfd)
+{
+	__u8 h[1][KVPOOL_HASH_BYTES];
+	struct kvpool_lookup l;
+	__u32 ids[1];
+
+	kv_hash(h[0], V2SEED, 0);
+	lookup_init(&l, h, ids, NULL, 1);
+	EXPECT_EQ(-EBADFD, kv_ioctl(self->fd, KVPOOL_IOC_LOOKUP, &l));
+}
+
+/* fd publishes hashes 0 and 1 and releases them: both CACHED. */
+static void two_cached(struct __test_metadata *_metadata, int fd, __u32 *pub)
+{
+	ASSERT_EQ(0, kv_alloc(fd, pub, 2));
+	ASSERT_EQ(0, kv_publish_seq(fd, pub, 2, V2SEED, 0, NULL));
+	ASSERT_EQ(0, kv_release(fd, pub, 2));
+}
+
+TEST_F(space, lookup_flags_pad_reserved_count_einval_e2big)
+{
+	__u8 h[2][KVPOOL_HASH_BYTES];
+	struct kvpool_lookup l;
+	__u32 pub[2], ids[2];
+	int i;
+
+	two_cached(_metadata, self->fd, pub);
+	kv_hash(h[0], V2SEED, 0);
+	kv_hash(h[1], V2SEED, 1);
+	lookup_init(&l, h, ids, NULL, 2);
+	l.flags = 1;
+	EXPECT_EQ(-EINVAL, kv_ioctl(self->fd, KVPOOL_IOC_LOOKUP, &l));
+	lookup_init(&l, h, ids, NULL, 2);
+	l.flags = 0x80000000u;
+	EXPECT_EQ(-EINVAL, kv_ioctl(self->fd, KVPOOL_IOC_LOOKUP, &l));
+	lookup_init(&l, h, ids, NULL, 2);
+	l.pad = 1;
+	EXPECT_EQ(-EINVAL, kv_ioctl(self->fd, KVPOOL_IOC_LOOKUP, &l));
+	for (i = 0; i < 2; i++) {
+		lookup_init(&l, h, ids, NULL, 2);
+		l.reserved[i] = 1;
+		EXPECT_EQ(-EINVAL, kv_ioctl(self->fd, KVPOOL_IOC_LOOKUP, &l));
+	}
+	lookup_init(&l, h, ids, NULL, 0);
+	EXPECT_EQ(-EINVAL, kv_ioctl(self->fd, KVPOOL_IOC_LOOKUP, &l));
+	lookup_init(&l, NULL, NULL, NULL, KVPOOL_MAX_BATCH + 1);
+	EXPECT_EQ(-E2BIG, kv_ioctl(self->fd, KVPOOL_IOC_LOOKUP, &l));
+	lookup_init(&l, h, ids, NULL, 0xffffffffu);
+	EXPECT_EQ(-E2BIG, kv_ioctl(self->fd, KVPOOL_IOC_LOOKUP, &l));
+	EXPECT_PREFIX(self->fd, 0, 2, 0, 2, 0);
+	/* Clean: two hits. */
+	lookup_init(&l, h, ids, NULL, 2);
+	EXPECT_EQ(0, kv_ioctl(self->fd, KVPOOL_IOC_LOOKUP, &l));
+	EXPECT_EQ(2, l.nr_hits);
+	EXPECT_PREFIX(self->fd, 0, 2, 2, 0, 2);
+}
+
+TEST_F(space, lookup_bad_pointers_efault_takes_no_reference)
+{
+	__u8 h[2][KVPOOL_HASH_BYTES], *hh;
+	struct kvpool_lookup l;
+	void *none = none_page();
+	__u32 pub[2], ids[2], *ro_ids, *half_ids;
+	__u64 dev[2], *ro_dev, *half_dev;
+	__u32 zero_ids[2] = { 0, 0 };
+	__u64 zero_dev[2] = { 0, 0 };
+
+	ASSERT_NE(NULL, none);
+	two_cached(_metadata, self->fd, pub);
+	kv_hash(h[0], V2SEED, 0);
+	kv_hash(h[1], V2SEED, 1);
+	ro_ids = ro_copy(zero_ids, sizeof(zero_ids));
+	ro_dev = ro_copy(zero_dev, sizeof(zero_dev));
+	half_ids = before_guard(NULL, sizeof(__u32));
+	half_dev = before_guard(NULL, sizeof(__u64));
+	hh = before_guard(h, KVPOOL_HASH_BYTES);
+	ASSERT_NE(NULL, ro_ids);
+	ASSERT_NE(NULL, ro_dev);
+	ASSERT_NE(NULL, half_ids);
+	ASSERT_NE(NULL, half_dev);
+	ASSERT_NE(NULL, hh);
+
+#define LOOKUP_EFAULT(what) do { \
+	EXPECT_EQ(-EFAULT, kv_ioctl(self->fd, KVPOOL_IOC_LOOKUP, &l)) TH_LOG("%s", what); \
+	EXPECT_PREFIX(self->fd, 0, 2, 0, 2, 0); \
+} while (0)
+	EXPECT_EQ(-EFAULT, kv_ioctl(self->fd, KVPOOL_IOC_LOOKUP, NULL));
+	EXPECT_EQ(-EFAULT, kv_ioctl(self->fd, KVPOOL_IOC_LOOKUP, none));
+	lookup_init(&l, NULL, ids, NULL, 2);
+	LOOKUP_EFAULT("hashes NULL");
+	lookup_init(&l, none, ids, NULL, 2);
+	LOOKUP_EFAULT("hashes PROT_NONE");
+	lookup_init(&l, hh, ids, NULL, 2);
+	LOOKUP_EFAULT("second hash on a PROT_NONE page");
+	lookup_init(&l, h, NULL, NULL, 2);
+	LOOKUP_EFAULT("ids NULL");
+	lookup_init(&l, h, ro_ids, NULL, 2);
+	LOOKUP_EFAULT("ids read-only");
+	lookup_init(&l, h, half_ids, NULL, 2);
+	LOOKUP_EFAULT("ids[1] on a PROT_NONE page");
+	lookup_init(&l, h, ids, ro_dev, 2);
+	LOOKUP_EFAULT("devices read-only");
+	lookup_init(&l, h, ids, half_dev, 2);
+	LOOKUP_EFAULT("devices[1] on a PROT_NONE page");
+	lookup_init(&l, h, ids, none, 1);
+	LOOKUP_EFAULT("devices PROT_NONE");
+#undef LOOKUP_EFAULT
+	/* The same call with good pointers takes two references. */
+	lookup_init(&l, h, ids, dev, 2);
+	EXPECT_EQ(0, kv_ioctl(self->fd, KVPOOL_IOC_LOOKUP, &l));
+	EXPECT_EQ(2, l.nr_hits);
+	EXPECT_EQ(pub[0], ids[0]);
+	EXPECT_EQ(pub[1], ids[1]);
+	EXPECT_PREFIX(self->fd, 0, 2, 2, 0, 2);
+}
+
+/* ---- RELEASE ---------------------------------------------------------------- */
+
+TEST_F(dev, release_unjoined_ebadfd)
+{
+	__u32 ids[1] = { 0 };
+
+	EXPECT_EQ(-EBADFD, kv_release(self->fd, ids, 1));
+}
+
+TEST_F(space, release_flags_reserved_count_einval_e2big)
+{
+	struct kvpool_blocks b;
+	__u32 pub[2];
+	int i;
+
+	ASSERT_EQ(0, kv_alloc(self->fd, pub, 2));
+	ASSERT_EQ(0, kv_publish_seq(self->fd, pub, 2, V2SEED, 0, NULL));
+	memset(&b, 0, sizeof(b));
+	b.ids = (uintptr_t)pub;
+	b.count = 1;
+	b.flags = 1;
+	EXPECT_EQ(-EINVAL, kv_ioctl(self->fd, KVPOOL_IOC_RELEASE, &b));
+	b.flags = 0x80000000u;
+	EXPECT_EQ(-EINVAL, kv_ioctl(self->fd, KVPOOL_IOC_RELEASE, &b));
+	for (i = 0; i < 2; i++) {
+		memset(&b, 0, sizeof(b));
+		b.ids = (uintptr_t)pub;
+		b.count = 1;
+		b.reserved[i] = 1;
+		EXPECT_EQ(-EINVAL, kv_ioctl(self->fd, KVPOOL_IOC_RELEASE, &b));
+	}
+	EXPECT_EQ(-EINVAL, kv_release(self->fd, pub, 0));
+	EXPECT_EQ(-EINVAL, kv_release(self->fd, NULL, 0));
+	EXPECT_EQ(-E2BIG, kv_release(self->fd, NULL, KVPOOL_MAX_BATCH + 1));
+	EXPECT_EQ(-E2BIG, kv_release(self->fd, pub, 0xffffffffu));
+	EXPECT_PREFIX(self->fd, 0, 2, 2, 0, 2);
+	EXPECT_EQ(0, kv_release(self->fd, pub, 2));
+	EXPECT_PREFIX(self->fd, 0, 2, 0, 2, 0);
+}
+
+TEST_F(space, release_bad_pointers_efault_nothing_released)
+{
+	void *none = none_page();
+	__u32 pub[2], *half;
+
+	ASSERT_NE(NULL, none);
+	ASSERT_EQ(0, kv_alloc(self->fd, pub, 2));
+	ASSERT_EQ(0, kv_publish_seq(self->fd, pub, 2, V2SEED, 0, NULL));
+	EXPECT_EQ(-EFAULT, kv_ioctl(self->fd, KVPOOL_IOC_RELEASE, NULL));
+	EXPECT_EQ(-EFAULT, kv_ioctl(self->fd, KVPOOL_IOC_RELEASE, none));
+	EXPECT_EQ(-EFAULT, kv_release(self->fd, NULL, 1));
+	EXPECT_EQ(-EFAULT, kv_release(self->fd, none, 2));
+	EXPECT_EQ(-EFAULT, kv_release(self->fd, (__u32 *)8, 1));
+	/* Two valid ids, then one on a PROT_NONE page. */
+	half = before_guard(pub, sizeof(pub));
+	ASSERT_NE(NULL, half);
+	EXPECT_EQ(-EFAULT, kv_release(self->fd, half, 3));
+	EXPECT_PREFIX(self->fd, 0, 2, 2, 0, 2);
+	EXPECT_EQ(0, kv_release(self->fd, half, 2));
+	EXPECT_PREFIX(self->fd, 0, 2, 0, 2, 0);
+}
+
+/* ---- SPACE_DESTROY ------------------------------------------------------------ */
+
+static void destroy_init(struct kvpool_space_destroy *d, const char *name)
+{
+	size_t n = strlen(name);
+
+	memset(d, 0, sizeof(*d));
+	memcpy(d->name, name, n < sizeof(d->name) ? n : sizeof(d->name) - 1);
+}
+
+TEST_F(space, space_destroy_flags_pad_reserved_name_einval)
+{
+	struct kvpool_space_destroy d;
+	struct kvpool_space_open so;
+	static const char *const bad[] = { "", "a b", "a/b", "x\n", "caf\xc3\xa9" };
+	unsigned int i;
+
+	destroy_init(&d, self->name);
+	d.flags = 1;
+	EXPECT_EQ(-EINVAL, kv_ioctl(self->fd2, KVPOOL_IOC_SPACE_DESTROY, &d));
+	destroy_init(&d, self->name);
+	d.flags = 0x80000000u;
+	EXPECT_EQ(-EINVAL, kv_ioctl(self->fd, KVPOOL_IOC_SPACE_DESTROY, &d));
+	destroy_init(&d, self->name);
+	d.pad = 1;
+	EXPECT_EQ(-EINVAL, kv_ioctl(self->fd2, KVPOOL_IOC_SPACE_DESTROY, &d));
+	for (i = 0; i < 2; i++) {
+		destroy_init(&d, self->name);
+		d.reserved[i] = ~0ULL;
+		EXPECT_EQ(-EINVAL, kv_ioctl(self->fd2, KVPOOL_IOC_SPACE_DESTROY, &d));
+	}
+	for (i = 0; i < ARRAY_SIZE(bad); i++) {
+		destroy_init(&d, bad[i]);
+		EXPECT_EQ(-EINVAL, kv_ioctl(self->fd2, KVPOOL_IOC_SPACE_DESTROY, &d))
+			TH_LOG("'%s'", bad[i]);
+	}
+	memset(d.name, 'z', sizeof(d.name));
+	EXPECT_EQ(-EINVAL, kv_ioctl(self->fd2, KVPOOL_IOC_SPACE_DESTROY, &d));
+	/* The space was not destroyed: its name still joins it. */
+	EXPECT_EQ(0, kv_join(self->fd2, self->name, &so));
+	EXPECT_EQ(self->so.space_id, so.space_id);
+	EXPECT_EQ(0, kv_read_events(self->fd, (struct kvpool_event[1]){}, 1));
+}
+
+TEST_F(dev, space_destroy_absent_enoent_bad_pointer_efault)
+{
+	void *none = none_page();
+
+	ASSERT_NE(NULL, none);
+	EXPECT_EQ(-ENOENT, kv_destroy(self->fd, self->name));
+	EXPECT_EQ(-EFAULT, kv_ioctl(self->fd, KVPOOL_IOC_SPACE_DESTROY, NULL));
+	EXPECT_EQ(-EFAULT, kv_ioctl(self->fd, KVPOOL_IOC_SPACE_DESTROY, none));
+	EXPECT_EQ(-EFAULT, kv_ioctl(self->fd, KVPOOL_IOC_SPACE_DESTROY, (void *)8));
+}
+
+TEST_F(space, space_destroy_bad_pointer_leaves_space)
+{
+	struct kvpool_space_destroy d, *half;
+	struct kvpool_space_open so;
+
+	destroy_init(&d, self->name);
+	/* The name readable, flags and the rest on a PROT_NONE page. */
+	half = before_guard(&d, offsetof(struct kvpool_space_destroy, flags));
+	ASSERT_NE(NULL, half);
+	EXPECT_EQ(-EFAULT, kv_ioctl(self->fd2, KVPOOL_IOC_SPACE_DESTROY, half));
+	EXPECT_EQ(0, kv_join(self->fd2, self->name, &so));
+	EXPECT_EQ(self->so.space_id, so.space_id);
+}
+
+/* ---- RESIDENCY ------------------------------------------------------------------ */
+
+static void res_init(struct kvpool_residency *r, __u32 dev,
+		     struct kvpool_residency_entry *e, __u32 count, __u32 op)
+{
+	memset(r, 0, sizeof(*r));
+	kv_uuid(r->device_uuid, dev);
+	r->entries = (uintptr_t)e;
+	r->count = count;
+	r->op = op;
+}
+
+/* Device mask of hash 0 as LOOKUP reports it (reference given back). */
+static __u64 mask0(int fd)
+{
+	__u32 id, hits = 0;
+	__u64 dev = ~0ULL;
+
+	if (kv_lookup_seq(fd, V2SEED, 0, 1, &id, &dev, &hits) || hits != 1)
+		return ~1ULL;
+	if (kv_release(fd, &id, 1))
+		return ~2ULL;
+	return dev;
+}
+
+TEST_F(dev, residency_unjoined_ebadfd)
+{
+	struct kvpool_residency_entry e = { 0, 0 };
+	struct kvpool_residency r;
+
+	res_init(&r, 1, NULL, 0, KVPOOL_RESIDENCY_ADD);
+	EXPECT_EQ(-EBADFD, kv_ioctl(self->fd, KVPOOL_IOC_RESIDENCY, &r));
+	res_init(&r, 1, &e, 1, KVPOOL_RESIDENCY_ADD);
+	EXPECT_EQ(-EBADFD, kv_ioctl(self->fd, KVPOOL_IOC_RESIDENCY, &r));
+}
+
+TEST_F(space, residency_flags_reserved_op_einval_e2big)
+{
+	struct kvpool_residency_entry e[1];
+	struct kvpool_residency r;
+	__u32 pub;
+	int i;
+
+	ASSERT_EQ(0, kv_alloc(self->fd, &pub, 1));
+	ASSERT_EQ(0, kv_publish_seq(self->fd, &pub, 1, V2SEED, 0, NULL));
+	e[0].block = pub;
+	e[0].gpu_block = 3;
+	res_init(&r, 1, e, 1, KVPOOL_RESIDENCY_ADD);
+	r.flags = 1;
+	EXPECT_EQ(-EINVAL, kv_ioctl(self->fd, KVPOOL_IOC_RESIDENCY, &r));
+	for (i = 0; i < 2; i++) {
+		res_init(&r, 1, e, 1, KVPOOL_RESIDENCY_ADD);
+		r.reserved[i] = 1;
+		EXPECT_EQ(-EINVAL, kv_ioctl(self->fd, KVPOOL_IOC_RESIDENCY, &r));
+	}
+	res_init(&r, 1, e, 1, 3);
+	EXPECT_EQ(-EINVAL, kv_ioctl(self->fd, KVPOOL_IOC_RESIDENCY, &r));
+	res_init(&r, 1, e, 1, KVPOOL_RESIDENCY_CLEAR);
+	EXPECT_EQ(-EINVAL, kv_ioctl(self->fd, KVPOOL_IOC_RESIDENCY, &r));
+	res_init(&r, 1, NULL, KVPOOL_MAX_BATCH + 1, KVPOOL_RESIDENCY_ADD);
+	EXPECT_EQ(-E2BIG, kv_ioctl(self->fd, KVPOOL_IOC_RESIDENCY, &r));
+	res_init(&r, 1, e, 0xffffffffu, KVPOOL_RESIDENCY_DEL);
+	EXPECT_EQ(-E2BIG, kv_ioctl(self->fd, KVPOOL_IOC_RESIDENCY, &r));
+	EXPECT_EQ(0, mask0(self->fd));
+	/* Clean: recorded. */
+	res_init(&r, 1, e, 1, KVPOOL_RESIDENCY_ADD);
+	ASSERT_EQ(0, kv_ioctl(self->fd, KVPOOL_IOC_RESIDENCY, &r));
+	ASSERT_GT(KVPOOL_MAX_DEVICES, r.device_slot);
+	EXPECT_EQ(1ULL << r.device_slot, mask0(self->fd));
+}
+
+TEST_F(space, residency_bad_pointers_efault_nothing_recorded)
+{
+	struct kvpool_residency_entry e[2], *half;
+	struct kvpool_residency r, *ro;
+	void *none = none_page();
+	__u32 pub[2];
+
+	ASSERT_NE(NULL, none);
+	ASSERT_EQ(0, kv_alloc(self->fd, pub, 2));
+	ASSERT_EQ(0, kv_publish_seq(self->fd, pub, 2, V2SEED, 0, NULL));
+	e[0].block = pub[0];
+	e[0].gpu_block = 1;
+	e[1].block = pub[1];
+	e[1].gpu_block = 2;
+	EXPECT_EQ(-EFAULT, kv_ioctl(self->fd, KVPOOL_IOC_RESIDENCY, NULL));
+	EXPECT_EQ(-EFAULT, kv_ioctl(self->fd, KVPOOL_IOC_RESIDENCY, none));
+	res_init(&r, 1, NULL, 1, KVPOOL_RESIDENCY_ADD);
+	EXPECT_EQ(-EFAULT, kv_ioctl(self->fd, KVPOOL_IOC_RESIDENCY, &r));
+	res_init(&r, 1, none, 2, KVPOOL_RESIDENCY_ADD);
+	EXPECT_EQ(-EFAULT, kv_ioctl(self->fd, KVPOOL_IOC_RESIDENCY, &r));
+	EXPECT_EQ(0, mask0(self->fd));
+	/* The first entry readable, the second on a PROT_NONE page. */
+	half = before_guard(e, sizeof(e[0]));
+	ASSERT_NE(NULL, half);
+	res_init(&r, 1, half, 2, KVPOOL_RESIDENCY_ADD);
+	EXPECT_EQ(-EFAULT, kv_ioctl(self->fd, KVPOOL_IOC_RESIDENCY, &r));
+	EXPECT_EQ(0, mask0(self->fd)) TH_LOG("after the half-mapped entries");
+	/* A read-only struct: device_slot cannot be written. */
+	res_init(&r, 1, e, 1, KVPOOL_RESIDENCY_ADD);
+	ro = ro_copy(&r, sizeof(r));
+	ASSERT_NE(NULL, ro);
+	EXPECT_EQ(-EFAULT, kv_ioctl(self->fd, KVPOOL_IOC_RESIDENCY, ro));
+	EXPECT_EQ(0, mask0(self->fd)) TH_LOG("after the read-only struct");
+	res_init(&r, 1, e, 2, KVPOOL_RESIDENCY_ADD);
+	EXPECT_EQ(0, kv_ioctl(self->fd, KVPOOL_IOC_RESIDENCY, &r));
+	EXPECT_EQ(1ULL << r.device_slot, mask0(self->fd));
+}
+
+/*
+ * read() into an unwritable buffer: EFAULT.  The header allows a gap in
+ * seq (an OVERFLOW record) only for events dropped because the queue was
+ * full, so the pending event is still there afterwards, with seq 1.
+ */
+TEST_F(space, event_read_efault_loses_no_event)
+{
+	struct kvpool_event ev[2];
+	__u32 ids[129];
+	void *none = none_page();
+	int n;
+
+	ASSERT_NE(NULL, none);
+	EXPECT_EQ(-ENOSPC, kv_alloc(self->fd, ids, 129));
+	EXPECT_EQ(-1, read(self->fd, none, sizeof(ev[0])));
+	EXPECT_EQ(EFAULT, errno);
+	n = kv_read_events(self->fd, ev, 2);
+	ASSERT_EQ(1, n);
+	EXPECT_EQ(1, ev[0].seq);
+	EXPECT_EQ(KVPOOL_EVENT_QUOTA_PRESSURE, ev[0].type)
+		TH_LOG("type %u count %u", ev[0].type, ev[0].count);
+}
+
+/*
+ * nr_dedup, nr_hits and device_slot are out fields (the header marks only
+ * flags, pad and reserved as "must be 0"): like SPACE_OPEN's and INFO's out
+ * fields, whatever they hold on the way in is overwritten, not refused.
+ */
+TEST_F(space, v2_out_fields_are_not_inputs)
+{
+	struct kvpool_publish_entry e[1];
+	struct kvpool_residency_entry re;
+	struct kvpool_residency r;
+	struct kvpool_publish p;
+	struct kvpool_lookup l;
+	__u8 h[1][KVPOOL_HASH_BYTES];
+	__u32 id, ids[1];
+
+	ASSERT_EQ(0, kv_alloc(self->fd, &id, 1));
+	entries_init(e, &id, 1);
+	pub_init(&p, e, 1);
+	p.nr_dedup = 77;
+	EXPECT_EQ(0, kv_ioctl(self->fd, KVPOOL_IOC_PUBLISH, &p));
+	EXPECT_EQ(0, p.nr_dedup);
+	kv_hash(h[0], V2SEED, 0);
+	lookup_init(&l, h, ids, NULL, 1);
+	l.nr_hits = 77;
+	EXPECT_EQ(0, kv_ioctl(self->fd, KVPOOL_IOC_LOOKUP, &l));
+	EXPECT_EQ(1, l.nr_hits);
+	re.block = id;
+	re.gpu_block = 1;
+	res_init(&r, 1, &re, 1, KVPOOL_RESIDENCY_ADD);
+	r.device_slot = 0xdead;
+	EXPECT_EQ(0, kv_ioctl(self->fd, KVPOOL_IOC_RESIDENCY, &r));
+	EXPECT_GT(KVPOOL_MAX_DEVICES, r.device_slot);
+}
+
+/* ---- SPACE_STATS ----------------------------------------------------------------- */
+
+TEST_F(dev, space_stats_unjoined_ebadfd)
+{
+	struct kvpool_space_stats st;
+
+	EXPECT_EQ(-EBADFD, kv_space_stats(self->fd, &st));
+}
+
+TEST_F(space, space_stats_flags_reserved_einval)
+{
+	struct kvpool_space_stats st;
+	int i;
+
+	memset(&st, 0, sizeof(st));
+	st.flags = 1;
+	EXPECT_EQ(-EINVAL, kv_ioctl(self->fd, KVPOOL_IOC_SPACE_STATS, &st));
+	memset(&st, 0, sizeof(st));
+	st.flags = 0x80000000u;
+	EXPECT_EQ(-EINVAL, kv_ioctl(self->fd, KVPOOL_IOC_SPACE_STATS, &st));
+	for (i = 0; i < 4; i++) {
+		memset(&st, 0, sizeof(st));
+		st.reserved[i] = 1;
+		EXPECT_EQ(-EINVAL, kv_ioctl(self->fd, KVPOOL_IOC_SPACE_STATS, &st));
+	}
+}
+
+TEST_F(space, space_stats_bad_pointer_efault)
+{
+	struct kvpool_space_stats zero;
+	void *none = none_page(), *ro;
+
+	memset(&zero, 0, sizeof(zero));
+	ro = ro_copy(&zero, sizeof(zero));
+	ASSERT_NE(NULL, none);
+	ASSERT_NE(NULL, ro);
+	EXPECT_EQ(-EFAULT, kv_ioctl(self->fd, KVPOOL_IOC_SPACE_STATS, NULL));
+	EXPECT_EQ(-EFAULT, kv_ioctl(self->fd, KVPOOL_IOC_SPACE_STATS, none));
+	EXPECT_EQ(-EFAULT, kv_ioctl(self->fd, KVPOOL_IOC_SPACE_STATS, ro));
+}
+
+TEST_F(space, space_stats_of_fresh_space)
+{
+	struct kvpool_space_stats st;
+	__u32 ids[3];
+	int i;
+
+	memset(&st, 0xff, sizeof(st));
+	st.flags = 0;
+	memset(st.reserved, 0, sizeof(st.reserved));
+	ASSERT_EQ(0, kv_ioctl(self->fd, KVPOOL_IOC_SPACE_STATS, &st));
+	EXPECT_EQ(self->so.space_id, st.space_id);
+	EXPECT_EQ(0, st.hits | st.misses | st.inserts | st.dedups | st.pressure |
+		     st.published_blocks | st.cached_blocks | st.hole_blocks |
+		     st.readers | st.my_refs | st.allocs | st.frees);
+	for (i = 0; i < KVPOOL_EVICT_CAUSES; i++)
+		EXPECT_EQ(0, st.evictions[i]);
+	ASSERT_EQ(0, kv_alloc(self->fd, ids, 3));
+	ASSERT_EQ(0, kv_free(self->fd, ids, 1));
+	ASSERT_EQ(0, kv_space_stats(self->fd, &st));
+	EXPECT_EQ(3, st.allocs);
+	EXPECT_EQ(1, st.frees);
+}
+
+/* ---- events ---------------------------------------------------------------------- */
+
+TEST_F(dev, event_read_and_poll_unjoined)
+{
+	struct kvpool_event ev;
+	struct pollfd pfd = { .fd = self->fd, .events = POLLIN };
+
+	EXPECT_EQ(-1, read(self->fd, &ev, sizeof(ev)));
+	EXPECT_EQ(EBADFD, errno);
+	EXPECT_EQ(1, poll(&pfd, 1, 0));
+	EXPECT_TRUE(pfd.revents & POLLERR);
+}
+
+TEST_F(space, event_read_short_buffer_einval_none_eagain)
+{
+	struct kvpool_event ev[2];
+	__u32 ids[129];
+	int fl;
+
+	fl = fcntl(self->fd, F_GETFL);
+	ASSERT_EQ(0, fcntl(self->fd, F_SETFL, fl | O_NONBLOCK));
+	EXPECT_EQ(-1, read(self->fd, ev, sizeof(ev)));
+	EXPECT_EQ(EAGAIN, errno);
+	/* A failed ALLOC queues one QUOTA_PRESSURE (count 0). */
+	EXPECT_EQ(-ENOSPC, kv_alloc(self->fd, ids, 129));
+	EXPECT_EQ(-1, read(self->fd, ev, sizeof(ev[0]) - 1));
+	EXPECT_EQ(EINVAL, errno);
+	/* Whole records only: a buffer of 1.5 records gets one. */
+	EXPECT_EQ(sizeof(ev[0]), read(self->fd, ev, sizeof(ev[0]) * 3 / 2));
+	EXPECT_EQ(KVPOOL_EVENT_QUOTA_PRESSURE, ev[0].type);
+	EXPECT_EQ(0, ev[0].count);
+	EXPECT_EQ(-1, read(self->fd, ev, sizeof(ev)));
+	EXPECT_EQ(EAGAIN, errno);
+	fcntl(self->fd, F_SETFL, fl);
 }
 
 TEST_HARNESS_MAIN

@@ -32,12 +32,29 @@
  * that it keeps for its whole life, so a GUP write aimed at a mapping that
  * just went away hits the placeholder (EFAULT), never other memory.
  *
+ * The prefix campaign (prefix_sigkill_campaign) does the same to workers
+ * of the prefix cache.  Each round the test creates a small space (64
+ * blocks of 16 KiB, a universe of 96 hashes, so evictions are constant)
+ * and keeps one fd on it that holds nothing; three workers loop over:
+ * open, join, mmap, then 1-6 times: ALLOC, write each block with the
+ * content derived from a hash (one word per 512 bytes), PUBLISH (DEDUP when the hash is present), LOOKUP runs of hashes
+ * (checking each hit's content), RELEASE some references; then drain
+ * events, FREE, and either RELEASE everything and close or close while holding
+ * references.  The test SIGKILLs the three workers one by one at random
+ * points; after each, debugfs check must say "ok"; after the last, the
+ * space must show no reader references, no published and no owned blocks,
+ * free + cached + holes == backed, and every hash still cached must hold
+ * its content.  Then the space goes and the pool must be at its baseline.
+ *
  * Kernel command line (all optional):
  *   kvpool_kills=N          kills in total, two per round (default 1000)
+ *   kvpool_prefix_kills=N   kills of the prefix campaign, three per round
+ *                           (default 600)
  *   kvpool_seed=S           PRNG seed (default: time and pid); printed
- *   kvpool_kill_seconds=T   fail if the campaign needs longer (default 280)
+ *   kvpool_kill_seconds=T   fail if a campaign needs longer (default 280)
  */
 #include "kvpool_util.h"
+#include "kvpool_prefix_util.h"
 
 #include <sys/prctl.h>
 #include <sys/uio.h>
@@ -658,6 +675,420 @@ TEST_F_TIMEOUT(kill, sigkill_campaign, 600)
 	for (i = 0; i < PH_NR; i++)
 		if (t.phase[i])
 			say("  %-10s %lu\n", phase_names[i], t.phase[i]);
+}
+
+/* ---- the prefix campaign -------------------------------------------------- */
+
+#define PBLOCK		(16 * KiB)
+#define PNBLOCKS	64
+#define PQUOTA		(PNBLOCKS * PBLOCK)
+#define PUNIV		96
+#define PWORKERS	3
+#define P_MAX_OWN	4
+#define P_MAX_REFS	12
+#define P_STRIDE	64	/* content words written and checked: one per 512 bytes */
+
+enum pphase {
+	PP_START, PP_OPEN, PP_JOIN, PP_MMAP, PP_ALLOC, PP_WRITE, PP_PUBLISH, PP_LOOKUP,
+	PP_VERIFY, PP_RELEASE, PP_EVENTS, PP_FREE, PP_RELEASE_ALL, PP_CLOSE, PP_NR
+};
+
+static const char *const pphase_names[PP_NR] = {
+	"start", "open", "join", "mmap", "alloc", "write", "publish", "lookup",
+	"verify", "release", "events", "free", "release_all", "close",
+};
+
+struct pslot {
+	volatile int pid;
+	volatile int phase;
+	volatile int stop_after;
+	volatile unsigned long iters, publishes, dedups, hits, releases, events;
+	char err[200];
+};
+
+struct pshared {
+	struct pslot w[PWORKERS];
+	char name[KVPOOL_NAME_MAX];
+	__u64 tag;
+};
+
+static struct pshared *psh;
+
+static void pworker(int idx, int ready_fd)
+{
+	struct pslot *me = &psh->w[idx];
+	static __u8 hashes[PUNIV][KVPOOL_HASH_BYTES];
+	__u32 refs[P_MAX_REFS], refh[P_MAX_REFS], own[P_MAX_OWN];
+	unsigned long iter = 0;
+	char c = 'r';
+	int i;
+
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	rng_state ^= (__u64)getpid() * 0x9E3779B97F4A7C15ULL;
+	for (i = 0; i < PUNIV; i++)
+		px_hash(hashes[i], psh->tag, i);
+	me->phase = PP_START;
+	if (write(ready_fd, &c, 1) != 1)
+		WFAIL(me, 2, "ready pipe: %s", strerror(errno));
+	close(ready_fd);
+
+	for (;;) {
+		struct kvpool_publish_entry e[P_MAX_OWN];
+		struct kvpool_event ev[32];
+		struct kvpool_space_open so;
+		int fd, ret, nrefs = 0, nown, k, rounds;
+		char *map;
+		__u32 nd;
+
+		me->phase = PP_OPEN;
+		fd = open(KV_DEV, O_RDWR | O_CLOEXEC | O_NONBLOCK);
+		if (fd < 0)
+			WFAIL(me, 3, "open: %s", strerror(errno));
+		me->phase = PP_JOIN;
+		ret = kv_join(fd, psh->name, &so);
+		if (ret)
+			WFAIL(me, 4, "join %s: %s", psh->name, strerror(-ret));
+		me->phase = PP_MMAP;
+		map = kv_mmap(fd, so.map_bytes, 0);
+		if (map == MAP_FAILED)
+			WFAIL(me, 5, "mmap: %s", strerror(errno));
+
+		rounds = 1 + rnd() % 6;
+		for (k = 0; k < rounds; k++) {
+			__u8 lh[8][KVPOOL_HASH_BYTES];
+			__u32 lids[8], start, len, hn[P_MAX_OWN];
+
+			me->phase = PP_ALLOC;
+			nown = 1 + rnd() % P_MAX_OWN;
+			if (nrefs + nown > P_MAX_REFS)
+				nown = P_MAX_REFS - nrefs;
+			if (nown > 0) {
+				ret = kv_alloc(fd, own, nown);
+				if (ret)
+					WFAIL(me, 6, "ALLOC %d (holding %d refs): %s", nown, nrefs,
+					      strerror(-ret));
+				me->phase = PP_WRITE;
+				for (i = 0; i < nown; i++) {
+					hn[i] = rnd() % PUNIV;
+					px_fill_hash_stride(map + (size_t)own[i] * PBLOCK, PBLOCK,
+							    hashes[hn[i]], P_STRIDE);
+					px_entry(&e[i], own[i], hashes[hn[i]], 0);
+				}
+				me->phase = PP_PUBLISH;
+				ret = px_publish(fd, e, nown, 0, &nd);
+				if (ret)
+					WFAIL(me, 7, "PUBLISH %d: %s", nown, strerror(-ret));
+				me->publishes += nown;
+				me->dedups += nd;
+				for (i = 0; i < nown; i++) {
+					refs[nrefs] = e[i].id;
+					refh[nrefs++] = hn[i];
+				}
+			}
+
+			me->phase = PP_LOOKUP;
+			len = 1 + rnd() % 8;
+			if (nrefs + (int)len > P_MAX_REFS)
+				len = P_MAX_REFS - nrefs;
+			if (len > 0) {
+				start = rnd() % PUNIV;
+				for (i = 0; i < (int)len; i++)
+					memcpy(lh[i], hashes[(start + i) % PUNIV], KVPOOL_HASH_BYTES);
+				ret = px_lookup(fd, (const __u8 (*)[KVPOOL_HASH_BYTES])lh, len, lids, NULL);
+				if (ret < 0)
+					WFAIL(me, 8, "LOOKUP %u: %s", len, strerror(-ret));
+				me->hits += ret;
+				for (i = 0; i < ret; i++) {
+					refs[nrefs] = lids[i];
+					refh[nrefs++] = (start + i) % PUNIV;
+				}
+			}
+
+			me->phase = PP_VERIFY;
+			for (i = 0; i < nrefs; i++) {
+				long bad = px_check_hash(map + (size_t)refs[i] * PBLOCK, PBLOCK,
+							 hashes[refh[i]], P_STRIDE);
+
+				if (bad >= 0)
+					WFAIL(me, 9, "block %u referenced under hash %u: word %ld wrong",
+					      refs[i], refh[i], bad);
+			}
+
+			me->phase = PP_RELEASE;
+			while (nrefs > P_MAX_REFS / 2 || (nrefs && (rnd() & 1))) {
+				int j = rnd() % nrefs;
+
+				ret = px_release1(fd, refs[j]);
+				if (ret)
+					WFAIL(me, 10, "RELEASE %u: %s", refs[j], strerror(-ret));
+				me->releases++;
+				nrefs--;
+				refs[j] = refs[nrefs];
+				refh[j] = refh[nrefs];
+			}
+		}
+
+		me->phase = PP_EVENTS;
+		while ((ret = px_read_events(fd, ev, 32)) > 0)
+			me->events += ret;
+		if (ret != -EAGAIN)
+			WFAIL(me, 11, "read events: %s", ret ? strerror(-ret) : "0");
+
+		me->phase = PP_FREE;
+		ret = kv_alloc(fd, own, 2);
+		if (ret)
+			WFAIL(me, 12, "ALLOC 2: %s", strerror(-ret));
+		ret = kv_free(fd, own, 2);
+		if (ret)
+			WFAIL(me, 13, "FREE 2: %s", strerror(-ret));
+
+		if (rnd() & 1) {
+			me->phase = PP_RELEASE_ALL;
+			if (nrefs && (ret = px_release(fd, refs, nrefs)))
+				WFAIL(me, 14, "RELEASE %d: %s", nrefs, strerror(-ret));
+		}
+		me->phase = PP_CLOSE;
+		munmap(map, so.map_bytes);
+		close(fd);
+		me->iters = ++iter;
+		if (me->stop_after && iter >= (unsigned long)me->stop_after)
+			_exit(0);
+	}
+}
+
+static pid_t start_pworker(int idx)
+{
+	struct pslot *s = &psh->w[idx];
+	int p[2];
+	pid_t pid;
+	char c;
+
+	s->phase = PP_START;
+	s->err[0] = '\0';
+	s->pid = 0;
+	if (pipe(p))
+		return -1;
+	fflush(NULL);
+	pid = fork();
+	if (pid < 0)
+		return -1;
+	if (pid == 0) {
+		close(p[0]);
+		pworker(idx, p[1]);
+		_exit(99);
+	}
+	s->pid = pid;
+	close(p[1]);
+	if (read(p[0], &c, 1) != 1) {
+		close(p[0]);
+		return pid;
+	}
+	close(p[0]);
+	return pid;
+}
+
+struct ptotals {
+	unsigned long kills, rounds, iters, publishes, dedups, hits, releases, events;
+	unsigned long phase[PP_NR];
+	unsigned long cached_checked, evictions;
+};
+
+static void padd_slot(struct ptotals *t, struct pslot *s)
+{
+	t->iters += s->iters;
+	t->publishes += s->publishes;
+	t->dedups += s->dedups;
+	t->hits += s->hits;
+	t->releases += s->releases;
+	t->events += s->events;
+	s->iters = s->publishes = s->dedups = s->hits = s->releases = s->events = 0;
+	s->stop_after = 0;
+}
+
+/*
+ * After every worker of the round is dead: nothing held, the figures add
+ * up, and every cached hash still holds its content.
+ */
+static bool holder_clean(struct __test_metadata *_metadata, int fd, char *map,
+			 struct ptotals *t, unsigned long round, __u64 seed)
+{
+	struct kvpool_space_stats st;
+	struct kvpool_space_info si;
+	__u64 cached = 0;
+	int i, ret;
+
+	if (px_stats(fd, &st) || kv_space_info(fd, &si)) {
+		TH_LOG("round %lu: SPACE_STATS/SPACE_INFO failed", round);
+		return false;
+	}
+	t->evictions += st.evictions[KVPOOL_EVICT_QUOTA];
+	if (st.readers || st.my_refs || st.published_blocks || si.owned_blocks ||
+	    si.free_blocks + st.cached_blocks + st.hole_blocks != si.backed_blocks) {
+		TH_LOG("round %lu (seed %llu): after the kills readers=%llu published=%llu owned=%llu free=%llu cached=%llu holes=%llu backed=%llu",
+		       round, (unsigned long long)seed, (unsigned long long)st.readers,
+		       (unsigned long long)st.published_blocks,
+		       (unsigned long long)si.owned_blocks, (unsigned long long)si.free_blocks,
+		       (unsigned long long)st.cached_blocks, (unsigned long long)st.hole_blocks,
+		       (unsigned long long)si.backed_blocks);
+		return false;
+	}
+	for (i = 0; i < PUNIV; i++) {
+		__u8 h[KVPOOL_HASH_BYTES];
+		__u32 id;
+		long bad;
+
+		px_hash(h, psh->tag, i);
+		ret = px_lookup1(fd, h, &id);
+		if (ret < 0) {
+			TH_LOG("round %lu: LOOKUP: %s", round, strerror(-ret));
+			return false;
+		}
+		if (!ret)
+			continue;
+		cached++;
+		bad = px_check_hash(map + (size_t)id * PBLOCK, PBLOCK, h, P_STRIDE);
+		if (px_release1(fd, id) || bad >= 0) {
+			TH_LOG("round %lu (seed %llu): cached block %u of hash %d: word %ld wrong",
+			       round, (unsigned long long)seed, id, i, bad);
+			return false;
+		}
+	}
+	t->cached_checked += cached;
+	if (cached != st.cached_blocks) {
+		TH_LOG("round %lu: %llu hashes cached, SPACE_STATS says %llu cached blocks", round,
+		       (unsigned long long)cached, (unsigned long long)st.cached_blocks);
+		return false;
+	}
+	return true;
+}
+
+static bool preaped_ok(struct __test_metadata *_metadata, int idx, int st,
+		       unsigned long round, __u64 seed)
+{
+	if (st == 1000 + SIGKILL)
+		return true;
+	TH_LOG("round %lu (seed %llu): prefix worker %d ended with %s %d: %s",
+	       round, (unsigned long long)seed, idx,
+	       st >= 1000 ? "signal" : "status", st >= 1000 ? st - 1000 : st,
+	       psh->w[idx].err[0] ? psh->w[idx].err : "(no message)");
+	return false;
+}
+
+TEST_F_TIMEOUT(kill, prefix_sigkill_campaign, 600)
+{
+	unsigned long want = kv_cmdline_ulong("kvpool_prefix_kills", 600);
+	unsigned long limit_s = kv_cmdline_ulong("kvpool_kill_seconds", 280);
+	__u64 seed = kv_cmdline_ulong("kvpool_seed", 0);
+	struct ptotals t = { 0 };
+	struct totals bt = { 0 };
+	__u64 t_start, iter_us, range_us, elapsed;
+	unsigned long round;
+	pid_t pid[PWORKERS];
+	int i, st, fd, order[PWORKERS];
+	char *map, ck[512];
+
+	psh = mmap(NULL, sizeof(*psh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	ASSERT_NE(MAP_FAILED, psh);
+	memset(psh, 0, sizeof(*psh));
+	if (!seed)
+		seed = kv_now_us() ^ ((__u64)getpid() << 20);
+	rng_state = seed;
+	say("seed=%llu prefix kills=%lu (kernel command line: kvpool_seed=, kvpool_prefix_kills=)\n",
+	    (unsigned long long)seed, want);
+
+	/* Calibrate: three workers, 8 iterations each, no kill. */
+	psh->tag = seed;
+	snprintf(psh->name, KVPOOL_NAME_MAX, "pkill-%d-0", (int)getpid());
+	fd = kv_open_create(psh->name, PBLOCK, PQUOTA, NULL);
+	ASSERT_LE(0, fd);
+	map = kv_mmap(fd, PQUOTA, 0);
+	ASSERT_NE(MAP_FAILED, map);
+	t_start = kv_now_us();
+	for (i = 0; i < PWORKERS; i++) {
+		psh->w[i].stop_after = 8;
+		pid[i] = start_pworker(i);
+		ASSERT_LT(0, pid[i]);
+	}
+	for (i = 0; i < PWORKERS; i++) {
+		st = kv_wait(pid[i]);
+		ASSERT_EQ(0, st) TH_LOG("calibration worker %d: status %d: %s", i, st, psh->w[i].err);
+	}
+	iter_us = (kv_now_us() - t_start) / 8;
+	ASSERT_TRUE(holder_clean(_metadata, fd, map, &t, 0, seed));
+	for (i = 0; i < PWORKERS; i++)
+		padd_slot(&t, &psh->w[i]);
+	munmap(map, PQUOTA);
+	close(fd);
+	ASSERT_TRUE(back_to_baseline(_metadata, self, &bt, "after the prefix calibration"));
+	range_us = 3 * iter_us;
+	if (range_us < 2000)
+		range_us = 2000;
+	say("calibration: %llu us per iteration with three workers; kill delays in [0, %llu) us\n",
+	    (unsigned long long)iter_us, (unsigned long long)range_us);
+
+	t_start = kv_now_us();
+	for (round = 1; t.kills < want; round++) {
+		psh->tag = seed ^ round;
+		snprintf(psh->name, KVPOOL_NAME_MAX, "pkill-%d-%lu", (int)getpid(), round);
+		fd = kv_open_create(psh->name, PBLOCK, PQUOTA, NULL);
+		ASSERT_LE(0, fd);
+		map = kv_mmap(fd, PQUOTA, 0);
+		ASSERT_NE(MAP_FAILED, map);
+		for (i = 0; i < PWORKERS; i++) {
+			pid[i] = start_pworker(i);
+			ASSERT_LT(0, pid[i]);
+			order[i] = i;
+		}
+		for (i = PWORKERS - 1; i > 0; i--) {
+			int j = rnd() % (i + 1), x = order[i];
+
+			order[i] = order[j];
+			order[j] = x;
+		}
+		for (i = 0; i < PWORKERS; i++) {
+			int v = order[i], r;
+
+			sleep_us(rnd() % range_us);
+			t.phase[psh->w[v].phase < PP_NR ? psh->w[v].phase : 0]++;
+			ASSERT_EQ(0, kill(pid[v], SIGKILL));
+			t.kills++;
+			st = kv_wait(pid[v]);
+			ASSERT_TRUE(preaped_ok(_metadata, v, st, round, seed));
+			r = kv_check(ck, sizeof(ck));
+			ASSERT_EQ(1, r) TH_LOG("round %lu (seed %llu): debugfs check after killing worker %d in %s: %s",
+					       round, (unsigned long long)seed, v,
+					       pphase_names[psh->w[v].phase < PP_NR ? psh->w[v].phase : 0],
+					       r < 0 ? strerror(-r) : ck);
+		}
+		for (i = 0; i < PWORKERS; i++)
+			padd_slot(&t, &psh->w[i]);
+		ASSERT_TRUE(holder_clean(_metadata, fd, map, &t, round, seed));
+		munmap(map, PQUOTA);
+		close(fd);
+		t.rounds++;
+		if (!back_to_baseline(_metadata, self, &bt, "after a prefix round")) {
+			TH_LOG("round %lu, seed %llu, kills so far %lu", round,
+			       (unsigned long long)seed, t.kills);
+			ASSERT_TRUE(false);
+		}
+		elapsed = (kv_now_us() - t_start) / 1000000;
+		ASSERT_GE(limit_s, elapsed)
+			TH_LOG("%lu kills took %llu s, over kvpool_kill_seconds=%lu",
+			       t.kills, (unsigned long long)elapsed, limit_s);
+	}
+	elapsed = kv_now_us() - t_start;
+	say("seed=%llu prefix kills=%lu rounds=%lu time=%llu.%03llus\n",
+	    (unsigned long long)seed, t.kills, t.rounds,
+	    (unsigned long long)(elapsed / 1000000),
+	    (unsigned long long)(elapsed / 1000 % 1000));
+	say("worker iterations completed=%lu blocks published=%lu (dedup %lu) lookup hits=%lu releases=%lu events read=%lu\n",
+	    t.iters, t.publishes, t.dedups, t.hits, t.releases, t.events);
+	say("quota evictions seen by the holders=%lu cached blocks checked after the kills=%lu; slowest return to baseline %lu ms\n",
+	    t.evictions, t.cached_checked, bt.wait_ms_max);
+	say("kills by the phase the worker had announced:\n");
+	for (i = 0; i < PP_NR; i++)
+		if (t.phase[i])
+			say("  %-12s %lu\n", pphase_names[i], t.phase[i]);
 }
 
 TEST_HARNESS_MAIN

@@ -470,4 +470,304 @@ static inline int kv_wait(pid_t pid)
 	return -1;
 }
 
+/* ---- prefix cache, persistence, residency, events (API v2) --------------- */
+
+#define KV_DEBUGFS	"/sys/kernel/debug/kvpool"
+
+/*
+ * A deterministic 32-byte hash for (@seed, @idx): the kernel treats hashes
+ * as opaque keys, so any distinct bytes do.  Different (seed, idx) pairs
+ * give different hashes.
+ */
+static inline void kv_hash(__u8 *out, __u32 seed, __u32 idx)
+{
+	__u64 st = ((__u64)seed << 32 | idx) * 0xD6E8FEB86659FD93ULL;
+	int i;
+
+	for (i = 0; i < KVPOOL_HASH_BYTES; i += 8) {
+		__u64 v = kv_splitmix64(&st);
+
+		memcpy(out + i, &v, 8);
+	}
+}
+
+/* A deterministic 16-byte device UUID for @n. */
+static inline void kv_uuid(__u8 *out, __u32 n)
+{
+	__u64 st = 0x55AA00000000ULL + n, v;
+
+	v = kv_splitmix64(&st);
+	memcpy(out, &v, 8);
+	v = kv_splitmix64(&st);
+	memcpy(out + 8, &v, 8);
+}
+
+/* Lowercase hex of @len bytes into @buf (2 * len + 1 bytes). */
+static inline void kv_hex(char *buf, const __u8 *p, size_t len)
+{
+	static const char dig[] = "0123456789abcdef";
+	size_t i;
+
+	for (i = 0; i < len; i++) {
+		buf[2 * i] = dig[p[i] >> 4];
+		buf[2 * i + 1] = dig[p[i] & 15];
+	}
+	buf[2 * len] = '\0';
+}
+
+static inline void kv_pub_entry(struct kvpool_publish_entry *e,
+				const __u8 *hash, __u32 id, __u32 priority)
+{
+	memset(e, 0, sizeof(*e));
+	memcpy(e->hash, hash, KVPOOL_HASH_BYTES);
+	e->id = id;
+	e->priority = priority;
+}
+
+/* PUBLISH @count entries; *@nr_dedup (may be NULL) gets the out field. */
+static inline int kv_publish(int fd, struct kvpool_publish_entry *ents,
+			     __u32 count, __u32 flags, __u32 *nr_dedup)
+{
+	struct kvpool_publish p;
+	int ret;
+
+	memset(&p, 0, sizeof(p));
+	p.entries = (__u64)(uintptr_t)ents;
+	p.count = count;
+	p.flags = flags;
+	ret = kv_ioctl(fd, KVPOOL_IOC_PUBLISH, &p);
+	if (!ret && nr_dedup)
+		*nr_dedup = p.nr_dedup;
+	return ret;
+}
+
+/*
+ * Publish ids[i] under kv_hash(seed, first + i), priority default; on
+ * success ids[i] becomes the block that holds the hash.
+ */
+static inline int kv_publish_seq(int fd, __u32 *ids, __u32 count, __u32 seed,
+				 __u32 first, __u32 *nr_dedup)
+{
+	struct kvpool_publish_entry *e = calloc(count ? count : 1, sizeof(*e));
+	__u8 h[KVPOOL_HASH_BYTES];
+	__u32 i;
+	int ret;
+
+	if (!e)
+		return -ENOMEM;
+	for (i = 0; i < count; i++) {
+		kv_hash(h, seed, first + i);
+		kv_pub_entry(&e[i], h, ids[i], 0);
+	}
+	ret = kv_publish(fd, e, count, 0, nr_dedup);
+	if (!ret)
+		for (i = 0; i < count; i++)
+			ids[i] = e[i].id;
+	free(e);
+	return ret;
+}
+
+/* LOOKUP; @devices may be NULL; *@nr_hits (may be NULL) gets the out field. */
+static inline int kv_lookup(int fd, const void *hashes, __u32 count,
+			    __u32 *ids, __u64 *devices, __u32 *nr_hits)
+{
+	struct kvpool_lookup l;
+	int ret;
+
+	memset(&l, 0, sizeof(l));
+	l.hashes = (__u64)(uintptr_t)hashes;
+	l.ids = (__u64)(uintptr_t)ids;
+	l.devices = (__u64)(uintptr_t)devices;
+	l.count = count;
+	ret = kv_ioctl(fd, KVPOOL_IOC_LOOKUP, &l);
+	if (!ret && nr_hits)
+		*nr_hits = l.nr_hits;
+	return ret;
+}
+
+/* LOOKUP kv_hash(seed, first + i) for i < count. */
+static inline int kv_lookup_seq(int fd, __u32 seed, __u32 first, __u32 count,
+				__u32 *ids, __u64 *devices, __u32 *nr_hits)
+{
+	__u8 *h = malloc((size_t)(count ? count : 1) * KVPOOL_HASH_BYTES);
+	__u32 i;
+	int ret;
+
+	if (!h)
+		return -ENOMEM;
+	for (i = 0; i < count; i++)
+		kv_hash(h + (size_t)i * KVPOOL_HASH_BYTES, seed, first + i);
+	ret = kv_lookup(fd, h, count, ids, devices, nr_hits);
+	free(h);
+	return ret;
+}
+
+static inline int kv_release(int fd, __u32 *ids, __u32 count)
+{
+	return kv_blocks(fd, KVPOOL_IOC_RELEASE, ids, count);
+}
+
+static inline int kv_space_stats(int fd, struct kvpool_space_stats *st)
+{
+	memset(st, 0, sizeof(*st));
+	return kv_ioctl(fd, KVPOOL_IOC_SPACE_STATS, st);
+}
+
+static inline int kv_destroy(int fd, const char *name)
+{
+	struct kvpool_space_destroy d;
+	size_t n = strlen(name);
+
+	memset(&d, 0, sizeof(d));
+	if (n > sizeof(d.name) - 1)
+		n = sizeof(d.name) - 1;
+	memcpy(d.name, name, n);
+	return kv_ioctl(fd, KVPOOL_IOC_SPACE_DESTROY, &d);
+}
+
+/* Destroy @name through a fresh fd; 0 or -errno. */
+static inline int kv_destroy_name(const char *name)
+{
+	int fd = kv_open(), ret;
+
+	if (fd < 0)
+		return -errno;
+	ret = kv_destroy(fd, name);
+	close(fd);
+	return ret;
+}
+
+/* RESIDENCY; *@slot (may be NULL) gets device_slot. */
+static inline int kv_residency(int fd, const __u8 *uuid, __u32 op,
+			       struct kvpool_residency_entry *ents, __u32 count,
+			       __u32 *slot)
+{
+	struct kvpool_residency r;
+	int ret;
+
+	memset(&r, 0, sizeof(r));
+	memcpy(r.device_uuid, uuid, sizeof(r.device_uuid));
+	r.entries = (__u64)(uintptr_t)ents;
+	r.count = count;
+	r.op = op;
+	ret = kv_ioctl(fd, KVPOOL_IOC_RESIDENCY, &r);
+	if (!ret && slot)
+		*slot = r.device_slot;
+	return ret;
+}
+
+/*
+ * Read the pending events of @fd without blocking (at most @max); returns
+ * how many, or -errno of a failed read other than EAGAIN.
+ */
+static inline int kv_read_events(int fd, struct kvpool_event *ev, int max)
+{
+	int fl = fcntl(fd, F_GETFL), n = 0;
+	ssize_t r;
+
+	if (fl < 0)
+		return -errno;
+	if (fcntl(fd, F_SETFL, fl | O_NONBLOCK))
+		return -errno;
+	while (n < max) {
+		r = read(fd, &ev[n], (size_t)(max - n) * sizeof(*ev));
+		if (r < 0) {
+			r = errno == EAGAIN ? 0 : -errno;
+			fcntl(fd, F_SETFL, fl);
+			return r ? (int)r : n;
+		}
+		if (r == 0 || r % sizeof(*ev)) {
+			fcntl(fd, F_SETFL, fl);
+			return -EIO;
+		}
+		n += r / sizeof(*ev);
+	}
+	fcntl(fd, F_SETFL, fl);
+	return n;
+}
+
+/* Read /sys/kernel/debug/kvpool/<name>. */
+static inline int kv_debugfs_read(const char *name, char *buf, size_t len)
+{
+	char path[256];
+
+	snprintf(path, sizeof(path), KV_DEBUGFS "/%s", name);
+	return read_file(path, buf, len);
+}
+
+/*
+ * The lines of space @id in a per-space debugfs dump ("space ID" then
+ * indented lines) copied to @out, each without its indentation and ending
+ * in '\n'.  Returns the number of lines, or -1 when the space has no
+ * section.
+ */
+static inline int kv_debugfs_section(const char *dump, __u32 id, char *out,
+				     size_t len)
+{
+	char hdr[32];
+	const char *p = dump, *nl;
+	size_t o = 0;
+	int n = -1;
+
+	snprintf(hdr, sizeof(hdr), "space %u", id);
+	out[0] = '\0';
+	while (*p) {
+		nl = strchr(p, '\n');
+		if (!nl)
+			nl = p + strlen(p);
+		if (n < 0) {
+			if ((size_t)(nl - p) >= strlen(hdr) &&
+			    !strncmp(p, hdr, strlen(hdr)) &&
+			    (p[strlen(hdr)] == '\n' || p[strlen(hdr)] == ' ' ||
+			     p + strlen(hdr) == nl))
+				n = 0;
+		} else if (*p == ' ' || *p == '\t') {
+			while (p < nl && (*p == ' ' || *p == '\t'))
+				p++;
+			if (o + (nl - p) + 2 < len) {
+				memcpy(out + o, p, nl - p);
+				o += nl - p;
+				out[o++] = '\n';
+				out[o] = '\0';
+			}
+			n++;
+		} else {
+			break;
+		}
+		p = *nl ? nl + 1 : nl;
+	}
+	return n;
+}
+
+/* Read /sys/class/misc/kvpool/space/<id>/<attr>. */
+static inline int kv_space_sysfs(__u32 id, const char *attr, char *buf,
+				 size_t len)
+{
+	char rel[128];
+	char path[256];
+
+	snprintf(rel, sizeof(rel), "space/%u/%s", id, attr);
+	snprintf(path, sizeof(path), KV_SYSFS "/%s", rel);
+	return read_file(path, buf, len);
+}
+
+/* Same as a number, ~0 when it cannot be read or is not a number. */
+static inline __u64 kv_space_sysfs_get(__u32 id, const char *attr)
+{
+	char rel[128];
+
+	snprintf(rel, sizeof(rel), "space/%u/%s", id, attr);
+	return sysfs_get(rel);
+}
+
+/* 1 when the per-space sysfs directory of @id exists. */
+static inline int kv_space_sysfs_exists(__u32 id)
+{
+	char path[256];
+	struct stat st;
+
+	snprintf(path, sizeof(path), KV_SYSFS "/space/%u", id);
+	return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
 #endif /* KVPOOL_SELFTEST_UTIL_H */

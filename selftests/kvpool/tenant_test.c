@@ -1,0 +1,472 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * tenant_test: per-uid limits on the pool pages that back a uid's spaces.
+ *
+ *   - sysfs uid_limit: "UID BYTES" sets (0 removes), each line reads
+ *     "uid=U limit_bytes=L used_bytes=B spaces=N"; malformed or out of
+ *     range writes are EINVAL and change nothing (an empty write never
+ *     reaches the module: sysfs returns 0 for it); non-root writes are
+ *     EACCES (mode 0644);
+ *   - a uid limited to 4 MiB: its space grows to exactly 4 MiB, then ALLOC
+ *     evicts the space's own cached blocks with cause TENANT (events and
+ *     statistics) and fails with ENOSPC, evicting nothing, when free +
+ *     cached is short; another uid is unaffected;
+ *   - used_bytes sums the backing of all spaces of the uid, which share
+ *     the limit;
+ *   - uid_limit_default_bytes applies to uids without a limit of their
+ *     own (an explicit limit overrides it; 0 is unlimited).
+ *
+ * The spaces are created by a child that dropped to the uid, on a file the
+ * test opened before the fork, so the space's owner (the creator's fsuid)
+ * is that uid while the test, as root, drives the fd.
+ */
+#include "kvpool_prefix_util.h"
+
+#define BLOCK	(64 * KiB)
+#define QUOTA	(16 * MiB)	/* 256 blocks */
+
+static const struct kv_cred u1000 = { .uid = 1000, .gid = 1000 };
+static const struct kv_cred u1001 = { .uid = 1001, .gid = 1001 };
+static const struct kv_cred u1002 = { .uid = 1002, .gid = 1002 };
+static const struct kv_cred u1003 = { .uid = 1003, .gid = 1003 };
+
+FIXTURE(tenant) {
+	char name[4][KVPOOL_NAME_MAX];
+	__u64 def0;
+	int have_def;
+	__u64 tag;
+};
+
+FIXTURE_SETUP(tenant)
+{
+	struct kvpool_info info;
+	int fd, i;
+
+	for (i = 0; i < 4; i++)
+		kv_name(self->name[i], sizeof(self->name[i]), "tenant");
+	self->tag = kv_now_us();
+	fd = kv_open();
+	ASSERT_LE(0, fd);
+	ASSERT_EQ(0, kv_info(fd, &info));
+	close(fd);
+	ASSERT_EQ(2, info.api_version);
+	if (info.chunk_size != KV_CHUNK)
+		SKIP(return, "expects 2 MiB chunks, not %u", info.chunk_size);
+	self->have_def = sysfs_u64("uid_limit_default_bytes", &self->def0) == 0;
+}
+
+FIXTURE_TEARDOWN(tenant)
+{
+	unsigned int uid;
+
+	for (uid = 1000; uid <= 1003; uid++)
+		px_set_uid_limit(uid, 0);
+	if (self->have_def)
+		px_sysfs_write_u64("uid_limit_default_bytes", self->def0);
+}
+
+/*
+ * Open /dev/kvpool here and let a child that dropped to c create the space
+ * (CREATE|EXCL, mode 0666) on that file.  Returns the fd or -errno.
+ */
+static int create_as(const struct kv_cred *c, const char *name, __u64 block, __u64 quota,
+		     struct kvpool_space_open *out)
+{
+	struct kvpool_space_open *so;
+	int fd, st;
+	pid_t pid;
+
+	so = mmap(NULL, sizeof(*so), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (so == MAP_FAILED)
+		return -errno;
+	fd = kv_open();
+	if (fd < 0) {
+		munmap(so, sizeof(*so));
+		return -errno;
+	}
+	pid = fork();
+	if (pid < 0) {
+		close(fd);
+		munmap(so, sizeof(*so));
+		return -errno;
+	}
+	if (pid == 0) {
+		int ret = kv_drop_to(c);
+
+		if (ret)
+			_exit(200);
+		kv_so_init(so, name, KVPOOL_SPACE_CREATE | KVPOOL_SPACE_EXCL, block, quota);
+		so->mode = 0666;
+		ret = kv_space_open(fd, so);
+		_exit(ret ? -ret : 0);
+	}
+	st = kv_wait(pid);
+	if (st) {
+		close(fd);
+		munmap(so, sizeof(*so));
+		return st == 200 ? -EPERM : st > 0 && st < 200 ? -st : -ECHILD;
+	}
+	if (out)
+		*out = *so;
+	munmap(so, sizeof(*so));
+	return fd;
+}
+
+/*
+ * In a child that dropped to c: join name (on a file opened before the
+ * drop: /dev/kvpool itself is root's) and ALLOC count; 0 or -errno.
+ */
+static int alloc_as(const struct kv_cred *c, const char *name, __u32 count)
+{
+	int fd = kv_open(), st;
+	pid_t pid;
+
+	if (fd < 0)
+		return -errno;
+	pid = fork();
+	if (pid < 0) {
+		close(fd);
+		return -errno;
+	}
+	if (pid == 0) {
+		static __u32 ids[KVPOOL_MAX_BATCH];
+		int ret;
+
+		if (kv_drop_to(c))
+			_exit(200);
+		if (kv_join(fd, name, NULL))
+			_exit(201);
+		ret = kv_alloc(fd, ids, count);
+		_exit(ret ? -ret : 0);
+	}
+	close(fd);
+	st = kv_wait(pid);
+	return st >= 200 ? -1000 - st : -st;
+}
+
+/* uid's line, asserting that it exists and parses. */
+#define UID_LINE(uid, l) do { \
+	int __r = px_uid_line((uid), (l)); \
+	ASSERT_EQ(1, __r) TH_LOG("uid %u in uid_limit: %s", (unsigned int)(uid), \
+				 __r == 0 ? "no line" : strerror(-__r)); \
+} while (0)
+
+/* used_bytes of uid (0 when it has no line). */
+static __u64 used_of(unsigned int uid)
+{
+	struct px_uid_line l;
+	int r = px_uid_line(uid, &l);
+
+	return r == 1 ? l.used_bytes : r == 0 ? 0 : ~0ULL;
+}
+
+TEST_F(tenant, uid_limit_format_and_errors)
+{
+	static const char *const bad[] = {
+		"1000", "1000 ", " 4096", "abc 4096", "1000 abc", "1000 -1", "-1 4096",
+		"4294967295 4096", "1000 4096 7", "1000 4096x", "1000x 4096",
+		"1000 18446744073709551616", "1000 99999999999999999999999",
+	};
+	struct px_uid_line l;
+	char buf[4096], path[256];
+	struct stat sb;
+	unsigned int i;
+	pid_t pid;
+	int st;
+
+	RETURN_IF_SKIPPED();
+	snprintf(path, sizeof(path), KV_SYSFS "/uid_limit");
+	ASSERT_EQ(0, stat(path, &sb));
+	EXPECT_EQ(0644, sb.st_mode & 07777);
+	snprintf(path, sizeof(path), KV_SYSFS "/uid_limit_default_bytes");
+	ASSERT_EQ(0, stat(path, &sb));
+	EXPECT_EQ(0644, sb.st_mode & 07777);
+
+	ASSERT_EQ(0, px_set_uid_limit(1000, 4 * MiB));
+	UID_LINE(1000, &l);
+	EXPECT_EQ(1000, l.uid);
+	EXPECT_EQ(4 * MiB, l.limit_bytes);
+	EXPECT_EQ(0, l.used_bytes);
+	EXPECT_EQ(0, l.spaces);
+	/* Every line parses (px_uid_line checks them all on the way). */
+	ASSERT_LT(0, px_sysfs_read("uid_limit", buf, sizeof(buf)));
+	TH_LOG("uid_limit:\n%s", buf);
+
+	/* A newline (echo) is fine; a second write replaces the limit. */
+	EXPECT_EQ(0, sysfs_write("uid_limit", "1000 8388608\n"));
+	UID_LINE(1000, &l);
+	EXPECT_EQ(8 * MiB, l.limit_bytes);
+
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		int r = sysfs_write("uid_limit", bad[i]), found;
+
+		EXPECT_EQ(-EINVAL, r) TH_LOG("wrote \"%s\"", bad[i]);
+		found = px_uid_line(1000, &l);
+		EXPECT_EQ(1, found) TH_LOG("after \"%s\" uid 1000 has no line", bad[i]);
+		if (found == 1)
+			EXPECT_EQ(8 * MiB, l.limit_bytes) TH_LOG("after \"%s\"", bad[i]);
+		/* Go on from the same state whatever the write did. */
+		ASSERT_EQ(0, px_set_uid_limit(1000, 8 * MiB));
+	}
+	EXPECT_EQ(-EINVAL, sysfs_write("uid_limit_default_bytes", "abc"));
+	EXPECT_EQ(-EINVAL, sysfs_write("uid_limit_default_bytes", "-1"));
+	EXPECT_EQ(-EINVAL, sysfs_write("uid_limit_default_bytes", "18446744073709551616"));
+	EXPECT_EQ(-EINVAL, sysfs_write("uid_limit_default_bytes", "4096x"));
+	EXPECT_EQ(0, sysfs_get("uid_limit_default_bytes"));
+
+	/* Not root: EACCES on write; reading is allowed. */
+	pid = fork();
+	ASSERT_LE(0, pid);
+	if (pid == 0) {
+		char b2[4096];
+		int fd;
+
+		if (kv_drop_to(&u1001))
+			_exit(10);
+		fd = open(KV_SYSFS "/uid_limit", O_WRONLY);
+		if (fd >= 0 || errno != EACCES)
+			_exit(11);
+		fd = open(KV_SYSFS "/uid_limit_default_bytes", O_WRONLY);
+		if (fd >= 0 || errno != EACCES)
+			_exit(12);
+		if (px_sysfs_read("uid_limit", b2, sizeof(b2)) <= 0)
+			_exit(13);
+		_exit(0);
+	}
+	st = kv_wait(pid);
+	EXPECT_EQ(0, st) TH_LOG("11/12: a non-root write was not EACCES, 13: read failed");
+
+	/* 0 removes the limit: the line goes, or says 0. */
+	EXPECT_EQ(0, px_set_uid_limit(1000, 0));
+	if (px_uid_line(1000, &l) == 1)
+		EXPECT_EQ(0, l.limit_bytes);
+}
+
+TEST_F_TIMEOUT(tenant, limit_evicts_own_cached_as_tenant_then_enospc, 60)
+{
+	struct kvpool_space_stats s0, s1;
+	struct kvpool_space_open so;
+	struct kvpool_space_info si;
+	struct kvpool_event ev[64];
+	__u64 g0[KVPOOL_EVICT_CAUSES] = { 0 }, g1[KVPOOL_EVICT_CAUSES] = { 0 };
+	struct px_uid_line l;
+	__u32 ids[256], more[256];
+	int a, b, i, n, evicted = 0, qp = 0;
+
+	RETURN_IF_SKIPPED();
+	ASSERT_EQ(0, px_set_uid_limit(1000, 4 * MiB));
+	a = create_as(&u1000, self->name[0], BLOCK, QUOTA, &so);
+	ASSERT_LE(0, a) TH_LOG("create as uid 1000: %s", strerror(-a));
+	EXPECT_EQ(1000, so.uid);
+	UID_LINE(1000, &l);
+	EXPECT_EQ(4 * MiB, l.limit_bytes);
+	EXPECT_EQ(1, l.spaces);
+	EXPECT_EQ(0, l.used_bytes);
+
+	/* Exactly the limit: 2 chunks, 64 blocks. */
+	ASSERT_EQ(0, kv_alloc(a, ids, 64));
+	ASSERT_EQ(0, kv_space_info(a, &si));
+	EXPECT_EQ(4 * MiB, si.backed_bytes);
+	UID_LINE(1000, &l);
+	EXPECT_EQ(4 * MiB, l.used_bytes);
+	EXPECT_EQ(-ENOSPC, kv_alloc(a, more, 1));
+	/* The same from a process of the uid itself. */
+	EXPECT_EQ(-ENOSPC, alloc_as(&u1000, self->name[0], 1));
+	ASSERT_EQ(0, px_stats(a, &s0));
+	for (i = 0; i < KVPOOL_EVICT_CAUSES; i++)
+		EXPECT_EQ(0, s0.evictions[i]) TH_LOG("cause %d", i);
+	/* Each failed ALLOC sent this fd a QUOTA_PRESSURE with count 0. */
+	n = px_drain_events(a, ev, 64, NULL);
+	ASSERT_EQ(2, n);
+	for (i = 0; i < n; i++) {
+		EXPECT_EQ(KVPOOL_EVENT_QUOTA_PRESSURE, ev[i].type);
+		EXPECT_EQ(0, ev[i].count);
+	}
+
+	/* Blocks 0..9 published and released: 10 cached, oldest first. */
+	for (i = 0; i < 10; i++) {
+		__u8 h[KVPOOL_HASH_BYTES];
+		__u32 got, fl;
+
+		px_hash(h, self->tag, i);
+		ASSERT_EQ(0, px_publish1(a, ids[i], h, &got, &fl));
+		ASSERT_EQ(ids[i], got);
+		ASSERT_EQ(0, px_release1(a, ids[i]));
+	}
+	ASSERT_EQ(0, px_sysfs_evictions("evictions", g0));
+
+	/* ALLOC 4: the 4 oldest go, cause TENANT. */
+	ASSERT_EQ(0, kv_alloc(a, more, 4));
+	ASSERT_EQ(0, px_stats(a, &s1));
+	EXPECT_EQ(4, s1.evictions[KVPOOL_EVICT_TENANT]);
+	EXPECT_EQ(0, s1.evictions[KVPOOL_EVICT_QUOTA]);
+	EXPECT_EQ(0, s1.evictions[KVPOOL_EVICT_POOL]);
+	EXPECT_EQ(6, s1.cached_blocks);
+	n = px_drain_events(a, ev, 64, NULL);
+	ASSERT_EQ(5, n);
+	for (i = 0; i < n; i++) {
+		EXPECT_EQ(3 + i, ev[i].seq);
+		EXPECT_EQ(KVPOOL_EVICT_TENANT, ev[i].cause);
+		if (ev[i].type == KVPOOL_EVENT_EVICTED) {
+			__u8 h[KVPOOL_HASH_BYTES];
+
+			px_hash(h, self->tag, evicted);
+			EXPECT_EQ(ids[evicted], ev[i].block);
+			EXPECT_EQ(0, memcmp(h, ev[i].hash, KVPOOL_HASH_BYTES));
+			evicted++;
+		} else {
+			EXPECT_EQ(KVPOOL_EVENT_QUOTA_PRESSURE, ev[i].type);
+			EXPECT_EQ(4, ev[i].count);
+			qp++;
+		}
+	}
+	EXPECT_EQ(4, evicted);
+	EXPECT_EQ(1, qp);
+
+	/* 6 cached, none free: ALLOC 7 fails and evicts nothing. */
+	EXPECT_EQ(-ENOSPC, kv_alloc(a, more + 4, 7));
+	ASSERT_EQ(0, px_stats(a, &s0));
+	EXPECT_EQ(4, s0.evictions[KVPOOL_EVICT_TENANT]);
+	EXPECT_EQ(6, s0.cached_blocks);
+	for (i = 4; i < 10; i++) {
+		__u8 h[KVPOOL_HASH_BYTES];
+
+		px_hash(h, self->tag, i);
+		/* Looked up and released again in order: the LRU order stays. */
+		EXPECT_EQ(1, px_present(a, h, NULL)) TH_LOG("hash %d", i);
+	}
+	ASSERT_EQ(0, kv_alloc(a, more + 4, 6));
+	EXPECT_EQ(-ENOSPC, kv_alloc(a, more + 10, 1));
+	ASSERT_EQ(0, px_stats(a, &s1));
+	EXPECT_EQ(10, s1.evictions[KVPOOL_EVICT_TENANT]);
+	EXPECT_EQ(0, s1.cached_blocks);
+	ASSERT_EQ(0, px_sysfs_evictions("evictions", g1));
+	EXPECT_EQ(10, g1[KVPOOL_EVICT_TENANT] - g0[KVPOOL_EVICT_TENANT]);
+	EXPECT_EQ(0, g1[KVPOOL_EVICT_QUOTA] - g0[KVPOOL_EVICT_QUOTA]);
+	UID_LINE(1000, &l);
+	EXPECT_EQ(4 * MiB, l.used_bytes);
+
+	/* uid 1001 has no limit: its space grows to its quota meanwhile. */
+	b = create_as(&u1001, self->name[1], BLOCK, QUOTA, NULL);
+	ASSERT_LE(0, b) TH_LOG("create as uid 1001: %s", strerror(-b));
+	EXPECT_EQ(0, kv_alloc(b, more, 256));
+	EXPECT_EQ(QUOTA, used_of(1001));
+	EXPECT_EQ(4 * MiB, used_of(1000));
+
+	/* A higher limit lets the space grow again. */
+	ASSERT_EQ(0, px_set_uid_limit(1000, 6 * MiB));
+	EXPECT_EQ(0, kv_alloc(a, more, 32));
+	EXPECT_EQ(-ENOSPC, kv_alloc(a, more + 32, 1));
+	EXPECT_EQ(6 * MiB, used_of(1000));
+
+	close(a);
+	close(b);
+	EXPECT_EQ(0, used_of(1000));
+	EXPECT_EQ(0, used_of(1001));
+	if (px_uid_line(1000, &l) == 1)
+		EXPECT_EQ(0, l.spaces);
+	ASSERT_KV_CHECK_OK();
+}
+
+TEST_F(tenant, two_spaces_of_one_uid_add_up_and_share_the_limit)
+{
+	struct px_uid_line l;
+	char dbg[8192], want[160];
+	__u32 ids[128];
+	int a, b;
+
+	RETURN_IF_SKIPPED();
+	ASSERT_EQ(0, px_set_uid_limit(1002, 6 * MiB));
+	a = create_as(&u1002, self->name[0], BLOCK, QUOTA, NULL);
+	ASSERT_LE(0, a) TH_LOG("create: %s", strerror(-a));
+	b = create_as(&u1002, self->name[1], BLOCK, QUOTA, NULL);
+	ASSERT_LE(0, b) TH_LOG("create: %s", strerror(-b));
+	UID_LINE(1002, &l);
+	EXPECT_EQ(2, l.spaces);
+
+	ASSERT_EQ(0, kv_alloc(a, ids, 32));		/* 2 MiB */
+	EXPECT_EQ(2 * MiB, used_of(1002));
+	ASSERT_EQ(0, kv_alloc(b, ids + 32, 64));	/* 4 MiB */
+	UID_LINE(1002, &l);
+	EXPECT_EQ(6 * MiB, l.used_bytes);
+	EXPECT_EQ(2, l.spaces);
+	EXPECT_EQ(6 * MiB, l.limit_bytes);
+	/* Neither may grow now. */
+	EXPECT_EQ(-ENOSPC, kv_alloc(a, ids + 96, 1));
+	EXPECT_EQ(-ENOSPC, kv_alloc(b, ids + 96, 1));
+
+	/* debugfs tenants shows the same line. */
+	if (read_file("/sys/kernel/debug/kvpool/tenants", dbg, sizeof(dbg)) > 0) {
+		snprintf(want, sizeof(want), "uid=1002 limit_bytes=%llu used_bytes=%llu spaces=2\n",
+			 6 * MiB, 6 * MiB);
+		EXPECT_NE(NULL, strstr(dbg, want)) TH_LOG("debugfs tenants:\n%s", dbg);
+	} else {
+		EXPECT_TRUE(false) TH_LOG("no debugfs tenants");
+	}
+
+	/* FREE keeps the backing: b can reuse its blocks, a still cannot grow. */
+	ASSERT_EQ(0, kv_free(b, ids + 32, 32));
+	EXPECT_EQ(6 * MiB, used_of(1002));
+	EXPECT_EQ(0, kv_alloc(b, ids + 32, 32));
+	EXPECT_EQ(-ENOSPC, kv_alloc(a, ids + 96, 1));
+
+	/* Closing b tears its space down: its 4 MiB go, a may grow by 4 MiB. */
+	close(b);
+	UID_LINE(1002, &l);
+	EXPECT_EQ(2 * MiB, l.used_bytes);
+	EXPECT_EQ(1, l.spaces);
+	EXPECT_EQ(0, kv_alloc(a, ids + 32, 64));
+	EXPECT_EQ(-ENOSPC, kv_alloc(a, ids + 96, 1));
+	EXPECT_EQ(6 * MiB, used_of(1002));
+	close(a);
+	EXPECT_EQ(0, used_of(1002));
+	ASSERT_KV_CHECK_OK();
+}
+
+TEST_F(tenant, default_limit_applies_without_own_limit)
+{
+	__u32 ids[256];
+	int a, c;
+
+	RETURN_IF_SKIPPED();
+	ASSERT_TRUE(self->have_def) TH_LOG("no sysfs uid_limit_default_bytes");
+	EXPECT_EQ(0, self->def0);
+	ASSERT_EQ(0, sysfs_write("uid_limit_default_bytes", "2097152"));
+	EXPECT_EQ(2 * MiB, sysfs_get("uid_limit_default_bytes"));
+
+	a = create_as(&u1003, self->name[0], BLOCK, QUOTA, NULL);
+	ASSERT_LE(0, a) TH_LOG("create: %s", strerror(-a));
+	EXPECT_EQ(0, kv_alloc(a, ids, 32));
+	EXPECT_EQ(-ENOSPC, kv_alloc(a, ids + 32, 1));
+	EXPECT_EQ(2 * MiB, used_of(1003));
+
+	/* An explicit limit overrides the default... */
+	ASSERT_EQ(0, px_set_uid_limit(1003, 4 * MiB));
+	EXPECT_EQ(0, kv_alloc(a, ids + 32, 32));
+	EXPECT_EQ(-ENOSPC, kv_alloc(a, ids + 64, 1));
+	/* ...and without it the default is back (4 MiB used > 2 MiB). */
+	ASSERT_EQ(0, px_set_uid_limit(1003, 0));
+	EXPECT_EQ(-ENOSPC, kv_alloc(a, ids + 64, 1));
+	/* The default covers every such uid: 1001 too, while 1000 has its own. */
+	ASSERT_EQ(0, px_set_uid_limit(1000, 8 * MiB));
+	c = create_as(&u1001, self->name[1], BLOCK, QUOTA, NULL);
+	ASSERT_LE(0, c);
+	EXPECT_EQ(0, kv_alloc(c, ids + 64, 32));
+	EXPECT_EQ(-ENOSPC, kv_alloc(c, ids + 96, 1));
+	close(c);
+	c = create_as(&u1000, self->name[2], BLOCK, QUOTA, NULL);
+	ASSERT_LE(0, c);
+	EXPECT_EQ(0, kv_alloc(c, ids + 64, 128));
+	EXPECT_EQ(-ENOSPC, kv_alloc(c, ids + 192, 1));
+	close(c);
+
+	/* Default 0: unlimited again. */
+	ASSERT_EQ(0, sysfs_write("uid_limit_default_bytes", "0"));
+	EXPECT_EQ(0, sysfs_get("uid_limit_default_bytes"));
+	EXPECT_EQ(0, kv_alloc(a, ids + 64, 64));
+	EXPECT_EQ(8 * MiB, used_of(1003));
+	close(a);
+	ASSERT_KV_CHECK_OK();
+}
+
+TEST_HARNESS_MAIN
