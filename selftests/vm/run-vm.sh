@@ -26,7 +26,8 @@
 #                            (default: kvpool_kunit.ko beside the module, when
 #                            built: only against a kernel with CONFIG_KUNIT)
 #   KVPOOL_VM_TESTDIR        where the *_test binaries are (selftests/kvpool)
-#   KVPOOL_VM_DEMO, KVPOOL_VM_KVBENCH   the tool binaries (tools/*/)
+#   KVPOOL_VM_DEMO, KVPOOL_VM_KVBENCH   the tool binaries (tools/*/); every
+#                            static tools/NAME/NAME is also in the guest's /bin
 #   KVPOOL_TESTS             run only these test binaries (names, space-separated)
 #   KVPOOL_VM_DEBUG_TESTS=1  also run the *_dbgtest binaries (debug kernel only)
 #   KVPOOL_VM_APPEND         extra kernel command line
@@ -368,8 +369,13 @@ case $LOOP in
 esac
 for f in "${TESTS[@]}"; do install -m 755 "$f" "$R/tests/"; done
 # The tools go in whenever they are built and static; demo and bench need theirs.
+# Every tools/NAME/NAME binary also goes to /bin, so tests can run them by name.
 for f in "$DEMO" "$BENCH"; do
 	if [ -f "$f" ] && is_static "$f"; then install -m 755 "$f" "$R/"; fi
+done
+for d in "$ROOT"/tools/*/; do
+	f=$d$(basename "$d")
+	if [ -f "$f" ] && [ -x "$f" ] && is_static "$f"; then install -m 755 "$f" "$R/bin/"; fi
 done
 cat >"$R/etc/kvpool-vm.conf" <<EOF
 KVPOOL_MODARGS='$MODARGS'
