@@ -96,17 +96,39 @@ struct kvp_tunables kvp_tun = {
 	.event_queue_max = 65536,
 };
 
-/* A whole decimal u64 with an optional K/M/G suffix and newline, nothing else. */
+/*
+ * A whole decimal u64 with an optional K/M/G/T/P/E suffix and newline,
+ * nothing else.  Not memparse(): it wraps silently on overflow, and a
+ * wrapped limit of 0 would mean "unlimited".
+ */
 static int kvp_parse_bytes(const char *buf, u64 *out)
 {
-	char *end;
+	static const char suffixes[] = "KMGTPE";
+	unsigned int shift = 0;
+	char digits[24];
+	size_t n = 0;
+	const char *s;
+	u64 v;
 
-	/* memparse() reads a bare suffix such as "M" as 0: require a digit. */
-	if (!isdigit(buf[0]))
+	while (isdigit(buf[n])) {
+		if (n == sizeof(digits) - 1)
+			return -EINVAL;
+		digits[n] = buf[n];
+		n++;
+	}
+	digits[n] = 0;
+	if (!n || kstrtou64(digits, 10, &v))
 		return -EINVAL;
-	*out = memparse(buf, &end);
-	if (end == buf || (*end && *end != '\n') || (*end == '\n' && end[1]))
+	s = buf[n] ? strchr(suffixes, toupper(buf[n])) : NULL;
+	if (s) {
+		shift = 10 * (unsigned int)(s - suffixes + 1);
+		n++;
+	}
+	if (buf[n] == '\n')
+		n++;
+	if (buf[n] || (shift && v > (U64_MAX >> shift)))
 		return -EINVAL;
+	*out = v << shift;
 	return 0;
 }
 

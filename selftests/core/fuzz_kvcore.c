@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: GPL-2.0 OR MIT
 /*
  * libFuzzer target for kvcore: the input is a geometry and a sequence of
- * operations (fuzz_ops.h).  Each operation runs on kvcore and on the
- * reference model (harness.c), which compares results, grow calls, the
- * whole state and kvc_space_check after every step.  A mismatch aborts.
+ * operations (fuzz_ops.h), the block operations and the prefix cache's.
+ * Each operation runs on kvcore and on the reference model (harness.c),
+ * which compares results, callbacks, the whole state and kvc_space_check
+ * after every step.  A mismatch aborts.
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -39,6 +40,8 @@ static kvc_u32 rd_owner(struct reader *r)
 
 static struct pair P;
 static kvc_u32 ids[FUZZ_MAX_COUNT + 64], owned[FUZZ_MAX_COUNT * 4];
+static struct kvc_publish_entry ents[16];
+static kvc_u8 hashes[64][KVC_HASH_BYTES];
 
 static void on_mismatch(struct pair *p)
 {
@@ -162,6 +165,80 @@ static void free_raw(struct reader *r)
 	pair_free(&P, o, k, ids);
 }
 
+static void publish(struct reader *r)
+{
+	kvc_u32 o = rd_owner(r), k = (kvc_u32)(rd(r, 1) % 17), n, i;
+
+	n = ref_owned_ids(&P.r, o, owned, sizeof(owned) / sizeof(owned[0]));
+	for (i = 0; i < k; i++) {
+		kvc_u32 idx = (kvc_u32)rd(r, 2);
+		unsigned int h = (unsigned int)rd(r, 1), prio = (unsigned int)rd(r, 1);
+
+		memset(&ents[i], 0, sizeof(ents[i]));
+		ents[i].id = n && idx != 0xffff ? owned[idx % n] : idx;
+		test_hash(ents[i].hash, h % FUZZ_HASHES);
+		ents[i].priority = prio < 200 ? prio % (KVC_PRIO_MAX + 1) : prio - 99;
+	}
+	pair_publish(&P, o, k, ents);
+}
+
+static void lookup(struct reader *r)
+{
+	kvc_u32 o = rd_owner(r), k = (kvc_u32)(rd(r, 1) % 65), i;
+
+	for (i = 0; i < k; i++)
+		test_hash(hashes[i], (unsigned int)(rd(r, 1) % FUZZ_HASHES));
+	pair_lookup(&P, o, k, (const kvc_u8 (*)[KVC_HASH_BYTES])hashes, ids);
+}
+
+static void unref(struct reader *r)
+{
+	kvc_u32 o = rd_owner(r), k = (kvc_u32)(rd(r, 1) % 17), n, i;
+
+	n = ref_held_ids(&P.r, o, owned, sizeof(owned) / sizeof(owned[0]));
+	for (i = 0; i < k; i++) {
+		kvc_u32 idx = (kvc_u32)rd(r, 2);
+
+		ids[i] = n && idx != 0xffff ? owned[idx % n] : idx;
+	}
+	pair_unref(&P, o, k, ids);
+}
+
+static void reclaim(struct reader *r)
+{
+	kvc_u64 bb = P.r.block_bytes, blk = rd(r, 2), off = rd(r, 2), nblk = rd(r, 1);
+	kvc_u64 len_off = rd(r, 2), start, len;
+	unsigned int cause = (unsigned int)(rd(r, 1) % KVC_EVICT_CAUSES);
+
+	/* Saturate: huge blocks must not wrap the range into something small. */
+	start = sat_mul(blk, bb);
+	start = start > ~0ULL - off % bb ? ~0ULL : start + off % bb;
+	len = sat_mul(nblk, bb);
+	len = len > ~0ULL - len_off % bb ? ~0ULL : len + len_off % bb;
+	pair_reclaim(&P, start, len, cause);
+}
+
+static void refill_mode(struct reader *r)
+{
+	static const int errs[] = { -ENOSPC, -EDQUOT, -ENOMEM, -EIO, -EINTR, -4095 };
+	unsigned int kind = (unsigned int)(rd(r, 1) % 3), v = (unsigned int)rd(r, 1), i, n;
+	int script[HOST_SCRIPT_MAX];
+
+	if (kind == 0) {
+		host_refill_set(&P.h, REFILL_POOL, 0);
+	} else if (kind == 1) {
+		host_refill_set(&P.h, REFILL_ERRNO, errs[v % 6]);
+	} else {
+		n = v % 8;
+		for (i = 0; i < n; i++) {
+			unsigned int e = (unsigned int)rd(r, 1);
+
+			script[i] = e % 3 == 0 ? 0 : errs[e % 6];
+		}
+		host_refill_script(&P.h, n, script);
+	}
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -207,6 +284,28 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		case FOP_REINIT:
 			kvc_fail_alloc_countdown = 0;
 			geometry(&r);
+			break;
+		case FOP_PUBLISH:
+			publish(&r);
+			break;
+		case FOP_LOOKUP:
+			lookup(&r);
+			break;
+		case FOP_UNREF:
+			unref(&r);
+			break;
+		case FOP_DROP_REFS:
+			pair_drop_refs(&P, rd_owner(&r));
+			break;
+		case FOP_EVICT:
+			count = (kvc_u32)rd(&r, 1);
+			pair_evict(&P, count, (unsigned int)(rd(&r, 1) % KVC_EVICT_CAUSES));
+			break;
+		case FOP_RECLAIM:
+			reclaim(&r);
+			break;
+		case FOP_REFILL:
+			refill_mode(&r);
 			break;
 		}
 	}

@@ -17,7 +17,17 @@
  *     FOP_HOST_SCRIPT n:u8 (kind:u8 v:u32){n % (HOST_SCRIPT_MAX + 1)}
  *     FOP_FAULT       nth:u8                   kvcore's (nth % 5)th allocation fails
  *     FOP_REINIT      geometry
- *   owner := owner_map[u8 % 10]
+ *     FOP_PUBLISH     owner:u8 k:u8 (idx:u16 hash:u8 prio:u8){k % 17}
+ *                     idx: the owner's (idx % n)th block, 0xffff or no block: idx raw;
+ *                     prio < 200: prio % 101, else prio - 99 (out of range)
+ *     FOP_LOOKUP      owner:u8 k:u8 (hash:u8){k % 65}
+ *     FOP_UNREF       owner:u8 k:u8 (idx:u16){k % 17}  references held, picked by idx
+ *     FOP_DROP_REFS   owner:u8
+ *     FOP_EVICT       count:u8 cause:u8
+ *     FOP_RECLAIM     blk:u16 off:u16 nblk:u8 len_off:u16 cause:u8
+ *                     start = blk * bb + off % bb, len = nblk * bb + len_off % bb
+ *     FOP_REFILL      kind:u8 v:u8                 see fuzz_kvcore.c
+ *   owner := owner_map[u8 % 10]; hash := test_hash(u8 % FUZZ_HASHES)
  */
 #ifndef KVC_FUZZ_OPS_H
 #define KVC_FUZZ_OPS_H
@@ -31,6 +41,13 @@ enum fuzz_op {
 	FOP_HOST_SCRIPT,
 	FOP_FAULT,
 	FOP_REINIT,
+	FOP_PUBLISH,
+	FOP_LOOKUP,
+	FOP_UNREF,
+	FOP_DROP_REFS,
+	FOP_EVICT,
+	FOP_RECLAIM,
+	FOP_REFILL,
 	FOP_COUNT,
 };
 
@@ -39,6 +56,9 @@ enum fuzz_op {
 #define GEO_RAW_NB	0x80
 
 static const unsigned long long geo_bb[8] = { 1, 7, 512, 3000, 4096, 1 << 20, 0, 0 };
+
+/* A small alphabet of hashes, so that dedups and hits are common. */
+#define FUZZ_HASHES	24
 
 /* Script entry kinds (kind % 4). */
 enum { SCR_ERRNO, SCR_ZERO, SCR_BYTES, SCR_RAW_NEG };

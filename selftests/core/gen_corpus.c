@@ -39,6 +39,43 @@ static void free_owned(unsigned int o, unsigned int k) { u8(FOP_FREE_OWNED); u8(
 static void release(unsigned int o) { u8(FOP_RELEASE); u8(o); }
 static void mode(unsigned int m, unsigned int arg) { u8(FOP_HOST_MODE); u8(m); le(arg, 4); }
 static void fault(unsigned int nth) { u8(FOP_FAULT); u8(nth); }
+/* Publish the owner's first k blocks under hashes h, h+1, ... at priority prio. */
+static void publish(unsigned int o, unsigned int k, unsigned int h, unsigned int prio)
+{
+	unsigned int i;
+
+	u8(FOP_PUBLISH); u8(o); u8(k);
+	for (i = 0; i < k; i++) {
+		le(0, 2);	/* the first of what is left: published ones are gone */
+		u8(h + i);
+		u8(prio);
+	}
+}
+static void lookup(unsigned int o, unsigned int k, unsigned int h)
+{
+	unsigned int i;
+
+	u8(FOP_LOOKUP); u8(o); u8(k);
+	for (i = 0; i < k; i++)
+		u8(h + i);
+}
+/* Release the holder's first k references. */
+static void unref(unsigned int o, unsigned int k)
+{
+	unsigned int i;
+
+	u8(FOP_UNREF); u8(o); u8(k);
+	for (i = 0; i < k; i++)
+		le(0, 2);
+}
+static void drop_refs(unsigned int o) { u8(FOP_DROP_REFS); u8(o); }
+static void evict(unsigned int n, unsigned int cause) { u8(FOP_EVICT); u8(n); u8(cause); }
+static void reclaim(unsigned int blk, unsigned int off, unsigned int nblk, unsigned int len_off,
+		    unsigned int cause)
+{
+	u8(FOP_RECLAIM); le(blk, 2); le(off, 2); u8(nblk); le(len_off, 2); u8(cause);
+}
+static void refill(unsigned int kind, unsigned int v) { u8(FOP_REFILL); u8(kind); u8(v); }
 
 static int emit(const char *dir, const char *name)
 {
@@ -114,6 +151,41 @@ int main(int argc, char **argv)
 	u8(FOP_REINIT); geo(GEO_BB_RAW32 | GEO_RAW_NB, 4096, 1ULL << 31, 2);
 	alloc(1, 20); alloc(2, 20); release(1);
 	bad |= emit(d, "geometry");
+
+	/* Publish, dedup by another owner, lookups, release to cached, eviction by ALLOC. */
+	geo(4, 0, 16, 0);
+	alloc(1, 8); publish(1, 4, 0, 50); alloc(2, 2); publish(2, 2, 1, 10);
+	lookup(3, 6, 0); unref(1, 4); unref(3, 2); drop_refs(2); drop_refs(3);
+	alloc(4, 8); alloc(4, 4); alloc(4, 1);
+	bad |= emit(d, "prefix");
+
+	/* Priorities decide the eviction order; an ENOSPC that must evict nothing. */
+	geo(4, 0, 8, 0);
+	alloc(1, 8); publish(1, 2, 0, 0); publish(1, 2, 2, 100); publish(1, 2, 4, 50);
+	unref(1, 6); alloc(2, 3); lookup(3, 2, 2); alloc(2, 4); alloc(2, 2); evict(9, 4);
+	bad |= emit(d, "priority");
+
+	/* The pool and the tenant's limit stop growth: POOL and TENANT evictions. */
+	geo(4, 0, 64, 1);
+	alloc(1, 12); publish(1, 12, 0, 50); unref(1, 12); alloc(2, 8);
+	mode(HOST_ERRNO, 121); alloc(2, 2); mode(HOST_ZERO, 0); alloc(2, 2);
+	bad |= emit(d, "pressure");
+
+	/* Reclaim makes holes; ALLOC refills them, and the refill fails every way. */
+	geo(4, 0, 16, 0);
+	alloc(1, 12); publish(1, 3, 0, 50); unref(1, 3); release(1);
+	reclaim(0, 0, 6, 0, 3); reclaim(7, 100, 1, 200, 4); alloc(2, 8);
+	refill(1, 0); alloc(2, 4); refill(1, 1); alloc(2, 1); refill(1, 2); alloc(2, 1);
+	refill(2, 5); u8(0); u8(3); u8(1); u8(0); u8(2); alloc(2, 5); refill(0, 0); alloc(2, 3);
+	bad |= emit(d, "holes");
+
+	/* Reference tables that fail to grow, and nonsense ids and priorities. */
+	geo(4, 0, 128, 0);
+	alloc(1, 40); fault(1); publish(1, 1, 0, 50); fault(2); lookup(2, 1, 0);
+	publish(1, 16, 1, 250); publish(1, 16, 1, 50); fault(1); lookup(2, 16, 0);
+	u8(FOP_UNREF); u8(2); u8(3); le(0xffff, 2); le(0, 2); le(0, 2);
+	u8(FOP_PUBLISH); u8(1); u8(2); le(5, 2); u8(30); u8(1); le(5, 2); u8(31); u8(1);
+	bad |= emit(d, "prefix-errors");
 
 	return bad;
 }

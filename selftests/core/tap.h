@@ -12,6 +12,12 @@
 struct tap_test {
 	const char *name;
 	void (*fn)(void);
+	/*
+	 * Set for a test that shows a known kvcore bug: its failure is
+	 * reported as "not ok ... # TODO" and not counted as failed, so the
+	 * suite stays green until kvcore is fixed; a pass is announced.
+	 */
+	const char *todo;
 };
 
 extern bool tap_ok;	/* the running test has not failed yet */
@@ -38,5 +44,9 @@ void tap_diag(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Tests in other files. */
 void t_random_differential(void);
 void t_random_fault_storm(void);
+void t_random_prefix(void);
+void t_random_prefix_faults(void);
+extern const struct tap_test prefix_tests[];
+extern const unsigned int nr_prefix_tests;
 
 #endif /* KVC_TAP_H */

@@ -2,9 +2,10 @@
 /*
  * Unit tests of kvcore (kmod/core), run under ASan and UBSan.  Every space
  * operation goes through the harness, which runs the same operation on an
- * independent reference model and compares errno, grow calls and the whole
+ * independent reference model and compares errno, callbacks and the whole
  * state afterwards, kvc_space_check included.  The tests below add the
- * exact expectations of each scenario on top.
+ * exact expectations of each scenario on top; the prefix cache's are in
+ * test_prefix.c, the randomized ones in test_random.c.
  */
 #include <limits.h>
 #include <stdarg.h>
@@ -193,15 +194,16 @@ static void t_alloc_host_returns_zero(void)
 
 static void t_alloc_host_errno(void)
 {
+	/* -ENOSPC and -EDQUOT mean "no room": with nothing cached, ENOSPC. */
 	static const long long errs[] = { -EIO, -ENOMEM, -EINTR, -EAGAIN, -ENOSPC, -EFAULT,
-					  -4095 };
+					  -4095, -EDQUOT };
 	struct pair *p = space(BB, 100);
 	unsigned int i;
 
 	CHECK_EQ(pair_alloc(p, 1, 3, ids), 0);
 	for (i = 0; i < sizeof(errs) / sizeof(errs[0]); i++) {
 		host_set(&p->h, HOST_ERRNO, errs[i]);
-		CHECK_EQ(pair_alloc(p, 2, 5, ids), errs[i]);
+		CHECK_EQ(pair_alloc(p, 2, 5, ids), errs[i] == -EDQUOT ? -ENOSPC : errs[i]);
 		CHECK_EQ(p->h.calls, 1);
 		CHECK_EQ(p->s.backed_bytes, 3 * BB);
 		CHECK_EQ(kvc_owner_blocks(&p->s, 2), 0);
@@ -494,8 +496,8 @@ static void t_fault_first_alloc(void)
 {
 	long nth;
 
-	/* 1: blocks[] fails; 2: free_stack[] fails. */
-	for (nth = 1; nth <= 2; nth++) {
+	/* The first registration allocates blocks[], free_stack[], hashes[], buckets[]. */
+	for (nth = 1; nth <= 4; nth++) {
 		struct pair *p = space(BB, 100);
 
 		kvc_fail_alloc_countdown = nth;
@@ -708,6 +710,7 @@ static void t_fini_twice_is_harmless(void)
 	kvc_space_fini(&p->s);
 	kvc_space_fini(&p->s);
 	CHECK(p->s.blocks == NULL && p->s.free_stack == NULL);
+	CHECK(p->s.hashes == NULL && p->s.buckets == NULL);
 	p->live = false;
 	pair_fini(p);
 }
@@ -744,7 +747,7 @@ static void t_numa_order(void)
 }
 
 static const struct tap_test tests[] = {
-#define T(fn) { &#fn[2], fn }	/* the name without "t_" */
+#define T(fn) { &#fn[2], fn, NULL }	/* the name without "t_" */
 	T(t_init_rejects_bad_geometry),
 	T(t_init_rejects_range_overflow),
 	T(t_init_empty_space),
@@ -782,31 +785,46 @@ static const struct tap_test tests[] = {
 #undef T
 };
 
+static void run_one(const struct tap_test *t, unsigned int nr, const char *only,
+		    unsigned int *passed, unsigned int *failed, unsigned int *todo)
+{
+	if (only && !strstr(t->name, only)) {
+		printf("ok %u - %s # SKIP not selected\n", nr, t->name);
+		return;
+	}
+	tap_ok = true;
+	kvc_fail_alloc_countdown = 0;
+	t->fn();
+	kvc_fail_alloc_countdown = 0;
+	pair_fini(&P);	/* harmless when the test did it */
+	if (t->todo && !tap_ok) {
+		printf("not ok %u - %s # TODO %s\n", nr, t->name, t->todo);
+		(*todo)++;
+		return;
+	}
+	if (t->todo)
+		tap_diag("%s passes now: drop its TODO mark (%s)", t->name, t->todo);
+	printf("%sok %u - %s\n", tap_ok ? "" : "not ", nr, t->name);
+	if (tap_ok)
+		(*passed)++;
+	else
+		(*failed)++;
+}
+
 int main(int argc, char **argv)
 {
-	unsigned int n = sizeof(tests) / sizeof(tests[0]), i, passed = 0, failed = 0;
+	unsigned int n = sizeof(tests) / sizeof(tests[0]), i, passed = 0, failed = 0, todo = 0;
 	const char *only = argc > 1 ? argv[1] : NULL;
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	harness_on_fail = on_mismatch;
-	printf("TAP version 13\n1..%u\n", n);
-	for (i = 0; i < n; i++) {
-		if (only && !strstr(tests[i].name, only)) {
-			printf("ok %u - %s # SKIP not selected\n", i + 1, tests[i].name);
-			continue;
-		}
-		tap_ok = true;
-		kvc_fail_alloc_countdown = 0;
-		tests[i].fn();
-		kvc_fail_alloc_countdown = 0;
-		if (P.live || P.r.owner)
-			pair_fini(&P);
-		printf("%sok %u - %s\n", tap_ok ? "" : "not ", i + 1, tests[i].name);
-		if (tap_ok)
-			passed++;
-		else
-			failed++;
-	}
+	printf("TAP version 13\n1..%u\n", n + nr_prefix_tests);
+	for (i = 0; i < n; i++)
+		run_one(&tests[i], i + 1, only, &passed, &failed, &todo);
+	for (i = 0; i < nr_prefix_tests; i++)
+		run_one(&prefix_tests[i], n + i + 1, only, &passed, &failed, &todo);
+	if (todo)
+		tap_diag("%u known kvcore bug(s) marked TODO above", todo);
 	printf("%u passed, %u failed\n", passed, failed);
 	return failed ? 1 : 0;
 }

@@ -10,7 +10,9 @@
  *   - every fd of the space gets one QUOTA_PRESSURE per evicting ALLOC
  *     (count = blocks evicted) and one with count 0 per ALLOC that fails
  *     with ENOSPC, which evicts nothing;
- *   - SPACE_DESTROY sends each joined fd one SPACE_DESTROYED;
+ *   - SPACE_DESTROY, and sysfs destroy_space, send each joined fd one
+ *     SPACE_DESTROYED; sysfs drop_cached evicts a space's cached blocks
+ *     with cause ADMIN (EVICTED events, no QUOTA_PRESSURE);
  *   - poll() says EPOLLIN exactly while events are pending (EPOLLERR on an
  *     unjoined fd); a blocking read() and a blocking poll() in one process
  *     are woken by an eviction that another process causes;
@@ -858,6 +860,81 @@ TEST_F(ev, overflow_accounts_for_every_seq)
 	close(a);
 	close(b);
 	EXPECT_EQ(0, px_sysfs_write_u64("event_queue_max", self->qmax0));
+	ASSERT_KV_CHECK_OK();
+}
+
+TEST_F(ev, admin_drop_cached_and_destroy_space)
+{
+	struct kvpool_event e[64];
+	struct kvpool_space_stats st;
+	char other[KVPOOL_NAME_MAX];
+	struct lru l;
+	__u32 ids[4], i;
+	int a, b, o, na, nb;
+
+	lru_init(&l, 64);
+	a = kv_open_create(self->name, PG, 16 * PG, NULL);
+	ASSERT_LE(0, a);
+	b = kv_open_join(self->name, NULL);
+	ASSERT_LE(0, b);
+	kv_name(other, sizeof(other), "ev-other");
+	o = kv_open_create(other, PG, 16 * PG, NULL);
+	ASSERT_LE(0, o);
+	ASSERT_EQ(0, fill_cached(a, self->tag, 8, &l));
+	ASSERT_EQ(0, fill_cached(o, self->tag, 3, NULL));
+	/* Two referenced and two owned blocks stay. */
+	ASSERT_EQ(0, kv_alloc(a, ids, 4));
+	for (i = 0; i < 2; i++) {
+		__u8 h[KVPOOL_HASH_BYTES];
+
+		px_hash(h, self->tag, 100 + i);
+		ASSERT_EQ(0, px_publish1(a, ids[i], h, NULL, NULL));
+	}
+
+	/* drop_cached NAME: every cached block of that space goes, cause ADMIN. */
+	ASSERT_EQ(0, sysfs_write("drop_cached", self->name));
+	ASSERT_EQ(0, px_stats(a, &st));
+	EXPECT_EQ(0, st.cached_blocks);
+	EXPECT_EQ(2, st.published_blocks);
+	EXPECT_EQ(8, st.evictions[KVPOOL_EVICT_ADMIN]);
+	na = DRAIN(a, e, 64);
+	ASSERT_EQ(8, na);
+	ASSERT_TRUE(seqs_from(_metadata, e, na, 1, "publisher"));
+	for (i = 0; i < 8; i++) {
+		struct victim v = lru_pop(&l);
+
+		/* No ALLOC: no QUOTA_PRESSURE; LRU order. */
+		EXPECT_TRUE(evicted_is(_metadata, &e[i], v.id, self->tag, v.n,
+				       KVPOOL_EVICT_ADMIN, "publisher"));
+	}
+	EXPECT_EQ(0, DRAIN(b, e, 64));
+	/* The other space kept its cache. */
+	ASSERT_EQ(0, px_stats(o, &st));
+	EXPECT_EQ(3, st.cached_blocks);
+	EXPECT_EQ(0, DRAIN(o, e, 64));
+	/* The errno for an unknown name is not specified: only shown. */
+	TH_LOG("drop_cached of an unknown space: %s",
+	       strerror(-sysfs_write("drop_cached", "no-such-space-xyz")));
+
+	/* destroy_space NAME: SPACE_DESTROYED to each joined fd, name free at once. */
+	ASSERT_EQ(0, sysfs_write("destroy_space", self->name));
+	na = DRAIN(a, e, 64);
+	nb = DRAIN(b, e + 32, 32);
+	ASSERT_EQ(1, na);
+	ASSERT_EQ(1, nb);
+	EXPECT_EQ(9, e[0].seq);
+	EXPECT_EQ(KVPOOL_EVENT_SPACE_DESTROYED, e[0].type);
+	EXPECT_EQ(1, e[32].seq);
+	EXPECT_EQ(KVPOOL_EVENT_SPACE_DESTROYED, e[32].type);
+	EXPECT_EQ(0, DRAIN(o, e, 64));
+	EXPECT_EQ(-ENOENT, sysfs_write("destroy_space", self->name));
+	/* The fds keep working on the unlinked space. */
+	EXPECT_EQ(0, px_release1(a, ids[0]));
+	EXPECT_EQ(0, kv_free(a, ids + 2, 2));
+	close(a);
+	close(b);
+	close(o);
+	free(l.v);
 	ASSERT_KV_CHECK_OK();
 }
 

@@ -370,10 +370,11 @@ TEST_F_TIMEOUT(tenant, limit_evicts_own_cached_as_tenant_then_enospc, 60)
 
 TEST_F(tenant, two_spaces_of_one_uid_add_up_and_share_the_limit)
 {
+	struct kvpool_space_stats st;
 	struct px_uid_line l;
 	char dbg[8192], want[160];
 	__u32 ids[128];
-	int a, b;
+	int a, b, i;
 
 	RETURN_IF_SKIPPED();
 	ASSERT_EQ(0, px_set_uid_limit(1002, 6 * MiB));
@@ -394,6 +395,23 @@ TEST_F(tenant, two_spaces_of_one_uid_add_up_and_share_the_limit)
 	/* Neither may grow now. */
 	EXPECT_EQ(-ENOSPC, kv_alloc(a, ids + 96, 1));
 	EXPECT_EQ(-ENOSPC, kv_alloc(b, ids + 96, 1));
+	/* b's cached blocks are b's: a's ALLOC does not evict them. */
+	for (i = 0; i < 4; i++) {
+		__u8 h[KVPOOL_HASH_BYTES];
+
+		px_hash(h, self->tag, i);
+		ASSERT_EQ(0, px_publish1(b, ids[32 + i], h, NULL, NULL));
+		ASSERT_EQ(0, px_release1(b, ids[32 + i]));
+	}
+	EXPECT_EQ(-ENOSPC, kv_alloc(a, ids + 96, 1));
+	ASSERT_EQ(0, px_stats(b, &st));
+	EXPECT_EQ(4, st.cached_blocks);
+	EXPECT_EQ(0, st.evictions[KVPOOL_EVICT_TENANT]);
+	/* b's own ALLOC does, with cause TENANT. */
+	ASSERT_EQ(0, kv_alloc(b, ids + 32, 4));
+	ASSERT_EQ(0, px_stats(b, &st));
+	EXPECT_EQ(0, st.cached_blocks);
+	EXPECT_EQ(4, st.evictions[KVPOOL_EVICT_TENANT]);
 
 	/* debugfs tenants shows the same line. */
 	if (read_file("/sys/kernel/debug/kvpool/tenants", dbg, sizeof(dbg)) > 0) {
