@@ -323,12 +323,13 @@ static int kvc_grow_range(struct kvc_space *s, kvc_u32 count, int *tenant)
 	int ret;
 
 	while (s->nr_free < count && s->backed_blocks < s->nr_blocks) {
-		kvc_u64 want = (s->backed_blocks + count - s->nr_free) * s->block_bytes;
+		/* Clamp in blocks first: the product may not fit 64 bits near the top. */
+		kvc_u64 blocks = s->backed_blocks + count - s->nr_free;
 		long long got;
 
-		want = want > range_bytes ? range_bytes - s->backed_bytes :
-					    want - s->backed_bytes;
-		got = s->ops->grow(s, want);
+		if (blocks > s->nr_blocks)
+			blocks = s->nr_blocks;
+		got = s->ops->grow(s, blocks * s->block_bytes - s->backed_bytes);
 		if (got < 0) {
 			*tenant |= got == -EDQUOT;
 			/* Anything below -4095 is no errno: do not truncate it to one. */
@@ -868,6 +869,11 @@ int kvc_space_check(const struct kvc_space *s, char *msg, unsigned long len)
 			 (unsigned long long)counted[KVC_BLOCK_HOLE],
 			 (unsigned long long)s->backed_blocks,
 			 (unsigned long long)s->nr_readers, (unsigned long long)readers);
+		return -EUCLEAN;
+	}
+	/* Bits past the last priority would send kvc_lru_first() off the array. */
+	if (s->lru_nonempty[1] >> (KVC_PRIO_LEVELS - 64)) {
+		snprintf(msg, len, "LRU bits set past priority %u", KVC_PRIO_MAX);
 		return -EUCLEAN;
 	}
 	for (p = 0; p < KVC_PRIO_LEVELS; p++) {

@@ -2,7 +2,8 @@
 /*
  * KUnit tests of kvcore's pure logic: block ids and backing arithmetic,
  * all-or-nothing allocation, quota accounting, FREE validation, owner
- * release, the accounting check and the NUMA node order.
+ * release, the prefix cache (publish, lookup, release, eviction order and
+ * causes, holes), the accounting check and the NUMA node order.
  *
  * Built as kvpool_kunit.ko only against a kernel with CONFIG_KUNIT (the
  * debug kernel of `make check-debug`); the suites run when the module is
@@ -22,6 +23,8 @@
 #define KB(x) ((kvc_u64)(x) * 1024)
 #define SENTINEL 0xdeadbeefU
 #define MAX_GROWS 16
+#define MAX_EVICTED 16
+#define NR_REFS 3
 
 /* The host side of one space: a pool that hands out fixed-size pieces. */
 struct fake_host {
@@ -31,11 +34,19 @@ struct fake_host {
 	long long fail;		/* when non-zero, grow returns this */
 	unsigned int calls;
 	kvc_u64 wants[MAX_GROWS];
+	int refill_ret;		/* what refill returns */
+	unsigned int refills;
+	kvc_u64 refill_start[MAX_GROWS], refill_len[MAX_GROWS];
+	unsigned int nr_evicted;
+	kvc_u32 evicted[MAX_EVICTED];
+	unsigned int causes[MAX_EVICTED];
+	unsigned int evicted_still_indexed;	/* evicted called with the hash still found */
 };
 
 struct kvt {
 	struct kvc_space s;
 	struct fake_host host;
+	struct kvc_refs refs[NR_REFS];	/* reader references of owners 0..2 */
 	char msg[128];
 };
 
@@ -56,7 +67,36 @@ static long long fake_grow(struct kvc_space *s, kvc_u64 want)
 	return (long long)n;
 }
 
-static const struct kvc_space_ops fake_ops = { .grow = fake_grow };
+static int fake_refill(struct kvc_space *s, kvc_u64 start, kvc_u64 len)
+{
+	struct fake_host *h = s->host;
+
+	if (h->refills < MAX_GROWS) {
+		h->refill_start[h->refills] = start;
+		h->refill_len[h->refills] = len;
+	}
+	h->refills++;
+	return h->refill_ret;
+}
+
+static void fake_evicted(struct kvc_space *s, kvc_u32 id, const kvc_u8 *hash, unsigned int cause)
+{
+	struct fake_host *h = s->host;
+
+	if (h->nr_evicted < MAX_EVICTED) {
+		h->evicted[h->nr_evicted] = id;
+		h->causes[h->nr_evicted] = cause;
+	}
+	h->nr_evicted++;
+	if (kvc_find(s, hash) != KVC_NONE)
+		h->evicted_still_indexed++;
+}
+
+static const struct kvc_space_ops fake_ops = {
+	.grow = fake_grow,
+	.refill = fake_refill,
+	.evicted = fake_evicted,
+};
 
 static int kvt_init(struct kunit *test)
 {
@@ -71,7 +111,10 @@ static int kvt_init(struct kunit *test)
 static void kvt_exit(struct kunit *test)
 {
 	struct kvt *t = test->priv;
+	unsigned int i;
 
+	for (i = 0; i < NR_REFS; i++)
+		kvc_release_refs(&t->s, &t->refs[i]);
 	kvc_space_fini(&t->s);
 }
 
@@ -566,28 +609,28 @@ static void check_detects_corruption(struct kunit *test)
 
 	saved = t->s.blocks[2];
 	t->s.blocks[2].state = 5;
-	expect_corrupt(test, t, "block 2 in bad state 5");
+	expect_corrupt(test, t, "block 2: bad state");
 	t->s.blocks[2] = saved;
 
 	/* Owned by nobody, and free with an owner. */
 	saved = t->s.blocks[3];
 	t->s.blocks[3].owner = KVC_OWNER_NONE;
-	expect_corrupt(test, t, "block 3 state 1 owner 0");
+	expect_corrupt(test, t, "block 3: owner does not match state");
 	t->s.blocks[3] = saved;
 	saved = t->s.blocks[6];
 	t->s.blocks[6].owner = 9;
-	expect_corrupt(test, t, "block 6 state 0 owner 9");
+	expect_corrupt(test, t, "block 6: owner does not match state");
 	t->s.blocks[6] = saved;
 
 	/* Counters that disagree with the blocks. */
 	t->s.nr_free++;
-	expect_corrupt(test, t, "free 3 (counted 2)");
+	expect_corrupt(test, t, "free 3/2 ");
 	t->s.nr_free--;
 	t->s.nr_owned--;
-	expect_corrupt(test, t, "owned 5 (counted 6)");
+	expect_corrupt(test, t, "owned 5/6 ");
 	t->s.nr_owned++;
 	t->s.backed_blocks = 3;
-	expect_corrupt(test, t, "!= backed 3");
+	expect_corrupt(test, t, "backed 3 readers");
 	t->s.backed_blocks = 8;
 	t->s.backed_bytes = KB(28);
 	expect_corrupt(test, t, "backed_bytes 28672 backed_blocks 8 disagree");
@@ -621,6 +664,348 @@ static struct kunit_suite kvcore_check_suite = {
 	.init = kvt_init,
 	.exit = kvt_exit,
 	.test_cases = kvcore_check_cases,
+};
+
+/* --- kvcore_prefix: publish, lookup, release, eviction, holes ----------------- */
+
+/* A test hash: k in the first byte (the index buckets on the first word). */
+static void hash_of(kvc_u8 *h, unsigned int k)
+{
+	memset(h, 0, KVC_HASH_BYTES);
+	h[0] = (kvc_u8)k;
+	h[31] = 0xa5;
+}
+
+static void entry(struct kvc_publish_entry *e, kvc_u32 id, unsigned int k, unsigned int prio)
+{
+	memset(e, 0, sizeof(*e));
+	hash_of(e->hash, k);
+	e->id = id;
+	e->priority = prio;
+}
+
+/* Owner 1 publishes blocks 0..n-1 under hashes 0..n-1 at prio[i]. */
+static void publish_range(struct kunit *test, struct kvt *t, unsigned int n,
+			  const unsigned int *prio)
+{
+	struct kvc_publish_entry e[8];
+	unsigned int i;
+
+	for (i = 0; i < n; i++)
+		entry(&e[i], i, i, prio[i]);
+	KUNIT_ASSERT_EQ(test, kvc_publish(&t->s, 1, &t->refs[1], n, e), 0);
+}
+
+static void expect_lru(struct kunit *test, struct kvt *t, const kvc_u32 *want, unsigned int n)
+{
+	kvc_u32 id = kvc_lru_first(&t->s);
+	unsigned int i;
+
+	for (i = 0; i < n; i++) {
+		KUNIT_EXPECT_EQ_MSG(test, id, want[i], "LRU position %u", i);
+		if (id == KVC_NONE)
+			return;
+		id = kvc_lru_next(&t->s, id);
+	}
+	KUNIT_EXPECT_EQ_MSG(test, id, KVC_NONE, "LRU longer than %u", n);
+}
+
+static void prefix_publish_and_dedup(struct kunit *test)
+{
+	struct kvt *t = kvt_space(test, KB(4), 16, 0, 0);
+	struct kvc_publish_entry e[2];
+	kvc_u32 ids[3], bad;
+	kvc_u8 h[KVC_HASH_BYTES];
+
+	KUNIT_ASSERT_EQ(test, kvc_alloc(&t->s, 1, 2, ids), 0);		/* 0 1 */
+	KUNIT_ASSERT_EQ(test, kvc_alloc(&t->s, 2, 1, ids + 2), 0);	/* 2 */
+	/* The same hash twice in one batch: the second is a dedup of the first. */
+	entry(&e[0], 0, 1, 20);
+	entry(&e[1], 1, 1, 60);
+	KUNIT_EXPECT_EQ(test, kvc_publish(&t->s, 1, &t->refs[1], 2, e), 1);
+	KUNIT_EXPECT_EQ(test, e[0].id, 0U);
+	KUNIT_EXPECT_EQ(test, e[0].flags, 0U);
+	KUNIT_EXPECT_EQ(test, e[1].id, 0U);
+	KUNIT_EXPECT_EQ(test, e[1].flags, KVC_PUBLISH_DEDUP);
+	KUNIT_EXPECT_EQ(test, t->s.blocks[1].state, (kvc_u8)KVC_BLOCK_FREE);
+	KUNIT_EXPECT_EQ(test, t->s.blocks[0].state, (kvc_u8)KVC_BLOCK_PUBLISHED);
+	KUNIT_EXPECT_EQ(test, t->s.blocks[0].readers, 2U);
+	KUNIT_EXPECT_EQ(test, kvc_refs_count(&t->refs[1], 0), 2U);
+	/* Another owner: its block is freed, it reads block 0; the priority stays 20. */
+	entry(&e[0], 2, 1, 90);
+	KUNIT_EXPECT_EQ(test, kvc_publish(&t->s, 2, &t->refs[2], 1, e), 1);
+	KUNIT_EXPECT_EQ(test, e[0].id, 0U);
+	KUNIT_EXPECT_EQ(test, t->s.blocks[2].state, (kvc_u8)KVC_BLOCK_FREE);
+	KUNIT_EXPECT_EQ(test, t->s.blocks[0].readers, 3U);
+	KUNIT_EXPECT_EQ(test, t->s.blocks[0].priority, (kvc_u8)20);
+	KUNIT_EXPECT_EQ(test, kvc_refs_count(&t->refs[2], 0), 1U);
+	KUNIT_EXPECT_EQ(test, t->s.stats.inserts, 1ULL);
+	KUNIT_EXPECT_EQ(test, t->s.stats.dedups, 2ULL);
+	KUNIT_EXPECT_EQ(test, t->s.stats.frees, 2ULL);
+	KUNIT_EXPECT_EQ(test, t->s.nr_owned, 0ULL);
+	hash_of(h, 1);
+	KUNIT_EXPECT_EQ(test, kvc_find(&t->s, h), 0U);
+	hash_of(h, 2);
+	KUNIT_EXPECT_EQ(test, kvc_find(&t->s, h), KVC_NONE);
+
+	/* Rejected batches change nothing. */
+	KUNIT_ASSERT_EQ(test, kvc_alloc(&t->s, 1, 1, ids), 0);
+	entry(&e[0], ids[0], 5, 101);
+	KUNIT_EXPECT_EQ(test, kvc_publish(&t->s, 1, &t->refs[1], 1, e), -EINVAL);
+	entry(&e[0], 16, 5, 50);
+	KUNIT_EXPECT_EQ(test, kvc_publish(&t->s, 1, &t->refs[1], 1, e), -EINVAL);
+	entry(&e[0], ids[0], 5, 50);
+	KUNIT_EXPECT_EQ(test, kvc_publish(&t->s, 2, &t->refs[2], 1, e), -EPERM);
+	entry(&e[0], 0, 5, 50);				/* published: nobody owns it */
+	KUNIT_EXPECT_EQ(test, kvc_publish(&t->s, 1, &t->refs[1], 1, e), -EPERM);
+	KUNIT_EXPECT_EQ(test, kvc_publish(&t->s, 1, &t->refs[1], 0, e), -EINVAL);
+	KUNIT_EXPECT_EQ(test, t->s.blocks[ids[0]].state, (kvc_u8)KVC_BLOCK_OWNED);
+	KUNIT_EXPECT_EQ(test, t->s.nr_published, 1ULL);
+	KUNIT_EXPECT_EQ(test, t->refs[1].total, 2ULL);
+	/* FREE of a published block is EPERM. */
+	bad = 0;
+	KUNIT_EXPECT_EQ(test, kvc_free(&t->s, 1, 1, &bad), -EPERM);
+	expect_check_ok(test, t);
+}
+
+static void prefix_lookup_longest_prefix(struct kunit *test)
+{
+	static const unsigned int prio[] = { 50, 50, 50 };
+	struct kvt *t = kvt_space(test, KB(4), 16, 0, 0);
+	kvc_u8 h[4][KVC_HASH_BYTES];
+	kvc_u32 ids[4];
+
+	KUNIT_ASSERT_EQ(test, kvc_alloc(&t->s, 1, 3, ids), 0);
+	publish_range(test, t, 3, prio);
+	hash_of(h[0], 0);
+	hash_of(h[1], 1);
+	hash_of(h[2], 9);	/* absent */
+	hash_of(h[3], 2);
+	KUNIT_EXPECT_EQ(test, kvc_lookup(&t->s, &t->refs[2], 4,
+					 (const kvc_u8 (*)[KVC_HASH_BYTES])h, ids), 2);
+	KUNIT_EXPECT_EQ(test, ids[0], 0U);
+	KUNIT_EXPECT_EQ(test, ids[1], 1U);
+	KUNIT_EXPECT_EQ(test, kvc_refs_count(&t->refs[2], 0), 1U);
+	KUNIT_EXPECT_EQ(test, kvc_refs_count(&t->refs[2], 2), 0U);	/* past the miss */
+	KUNIT_EXPECT_EQ(test, t->s.blocks[0].readers, 2U);
+	KUNIT_EXPECT_EQ(test, t->s.stats.hits, 2ULL);
+	KUNIT_EXPECT_EQ(test, t->s.stats.misses, 2ULL);
+	KUNIT_EXPECT_EQ(test, kvc_lookup(&t->s, &t->refs[2], 2,
+					 (const kvc_u8 (*)[KVC_HASH_BYTES])(h + 2), ids), 0);
+	KUNIT_EXPECT_EQ(test, t->s.stats.misses, 4ULL);
+	KUNIT_EXPECT_EQ(test, t->s.nr_readers, 5ULL);
+	expect_check_ok(test, t);
+}
+
+/* A block is CACHED when its last reference goes, newest on its priority's LRU. */
+static void prefix_release_and_lru(struct kunit *test)
+{
+	static const unsigned int prio[] = { 50, 50, 10, 50 };
+	static const kvc_u32 over[] = { 0, 0, 0 }, order[] = { 3, 0, 1, 0, 2 };
+	static const kvc_u32 lru[] = { 2, 3, 1, 0 };
+	struct kvt *t = kvt_space(test, KB(4), 16, 0, 0);
+	kvc_u8 h[KVC_HASH_BYTES];
+	kvc_u32 ids[4];
+
+	KUNIT_ASSERT_EQ(test, kvc_alloc(&t->s, 1, 4, ids), 0);
+	publish_range(test, t, 4, prio);
+	hash_of(h, 0);
+	KUNIT_ASSERT_EQ(test, kvc_lookup(&t->s, &t->refs[1], 1,
+					 (const kvc_u8 (*)[KVC_HASH_BYTES])h, ids), 1);
+	/* Block 0 is held twice: three releases are refused, all of them. */
+	KUNIT_EXPECT_EQ(test, kvc_release(&t->s, &t->refs[1], 3, over), -EINVAL);
+	KUNIT_EXPECT_EQ(test, kvc_release(&t->s, &t->refs[2], 1, over), -EINVAL);
+	KUNIT_EXPECT_EQ(test, t->s.blocks[0].readers, 2U);
+	KUNIT_EXPECT_EQ(test, t->refs[1].total, 5ULL);
+	KUNIT_EXPECT_EQ(test, kvc_lru_first(&t->s), KVC_NONE);
+	/* 3 goes first, 1 next, 0 at its second release, then 2 (priority 10 leads). */
+	KUNIT_EXPECT_EQ(test, kvc_release(&t->s, &t->refs[1], 5, order), 0);
+	expect_lru(test, t, lru, ARRAY_SIZE(lru));
+	KUNIT_EXPECT_EQ(test, t->s.nr_cached, 4ULL);
+	KUNIT_EXPECT_EQ(test, t->s.nr_readers, 0ULL);
+	KUNIT_EXPECT_EQ(test, t->refs[1].total, 0ULL);
+	KUNIT_EXPECT_EQ(test, kvc_release(&t->s, &t->refs[1], 1, over), -EINVAL);
+	expect_check_ok(test, t);
+}
+
+/* An 8-block range, full, every block cached: 7 released first, 0 last. */
+static struct kvt *kvt_full_cached(struct kunit *test)
+{
+	static const unsigned int prio[] = { 50, 10, 50, 90, 10, 50, 0, 100 };
+	static const kvc_u32 rel[] = { 7, 6, 5, 4, 3, 2, 1, 0 };
+	struct kvt *t = kvt_space(test, KB(4), 8, 0, 0);
+	kvc_u32 ids[8];
+
+	KUNIT_ASSERT_EQ(test, kvc_alloc(&t->s, 1, 8, ids), 0);
+	publish_range(test, t, 8, prio);
+	KUNIT_ASSERT_EQ(test, kvc_release(&t->s, &t->refs[1], 8, rel), 0);
+	return t;
+}
+
+static void prefix_eviction_order(struct kunit *test)
+{
+	struct kvt *t = kvt_full_cached(test);
+	/* Priority 0; 10 (4 released before 1); 50 (5, 2, 0); 90; 100. */
+	static const kvc_u32 lru[] = { 6, 4, 1, 5, 2, 0, 3, 7 };
+	kvc_u8 h[KVC_HASH_BYTES];
+	kvc_u32 ids[6];
+	unsigned int i;
+
+	expect_lru(test, t, lru, ARRAY_SIZE(lru));
+	KUNIT_ASSERT_EQ(test, kvc_alloc(&t->s, 2, 3, ids), 0);
+	KUNIT_EXPECT_EQ(test, t->host.calls, 1U);	/* the range is full: no grow */
+	KUNIT_ASSERT_EQ(test, t->host.nr_evicted, 3U);
+	for (i = 0; i < 3; i++) {
+		KUNIT_EXPECT_EQ_MSG(test, t->host.evicted[i], lru[i], "eviction %u", i);
+		KUNIT_EXPECT_EQ_MSG(test, t->host.causes[i], (unsigned int)KVC_EVICT_QUOTA,
+				    "eviction %u", i);
+	}
+	KUNIT_EXPECT_EQ(test, t->host.evicted_still_indexed, 0U);
+	hash_of(h, 6);
+	KUNIT_EXPECT_EQ(test, kvc_find(&t->s, h), KVC_NONE);
+	KUNIT_EXPECT_EQ(test, t->s.stats.evictions[KVC_EVICT_QUOTA], 3ULL);
+	KUNIT_EXPECT_EQ(test, t->s.stats.pressure, 1ULL);
+	KUNIT_EXPECT_EQ(test, kvc_owner_blocks(&t->s, 2), 3ULL);
+	expect_lru(test, t, lru + 3, 5);
+	/* Five cached, six wanted: ENOSPC, and nothing is evicted. */
+	KUNIT_EXPECT_EQ(test, kvc_alloc(&t->s, 2, 6, ids), -ENOSPC);
+	KUNIT_EXPECT_EQ(test, t->host.nr_evicted, 3U);
+	KUNIT_EXPECT_EQ(test, t->s.nr_cached, 5ULL);
+	KUNIT_EXPECT_EQ(test, t->s.stats.pressure, 1ULL);
+	/* An explicit drop takes the same order. */
+	KUNIT_EXPECT_EQ(test, kvc_evict(&t->s, 2, KVC_EVICT_ADMIN), 2ULL);
+	KUNIT_EXPECT_EQ(test, t->host.evicted[3], 5U);
+	KUNIT_EXPECT_EQ(test, t->host.evicted[4], 2U);
+	KUNIT_EXPECT_EQ(test, t->host.causes[4], (unsigned int)KVC_EVICT_ADMIN);
+	KUNIT_EXPECT_EQ(test, t->s.stats.evictions[KVC_EVICT_ADMIN], 2ULL);
+	expect_lru(test, t, lru + 5, 3);
+	expect_check_ok(test, t);
+}
+
+/* Why growth stopped is the cause: the pool (0 or ENOSPC), the tenant (EDQUOT). */
+static void prefix_eviction_causes(struct kunit *test)
+{
+	static const unsigned int prio[] = { 50, 50, 50, 50 };
+	static const kvc_u32 rel[] = { 0, 1, 2, 3 };
+	struct kvt *t = kvt_space(test, KB(4), 64, 0, 0);
+	kvc_u32 ids[4];
+
+	KUNIT_ASSERT_EQ(test, kvc_alloc(&t->s, 1, 4, ids), 0);
+	publish_range(test, t, 4, prio);
+	KUNIT_ASSERT_EQ(test, kvc_release(&t->s, &t->refs[1], 4, rel), 0);
+	t->host.limit = t->host.given;			/* the pool is empty */
+	KUNIT_ASSERT_EQ(test, kvc_alloc(&t->s, 2, 1, ids), 0);
+	KUNIT_EXPECT_EQ(test, t->host.calls, 2U);
+	KUNIT_ASSERT_EQ(test, t->host.nr_evicted, 1U);
+	KUNIT_EXPECT_EQ(test, t->host.evicted[0], 0U);
+	KUNIT_EXPECT_EQ(test, t->host.causes[0], (unsigned int)KVC_EVICT_POOL);
+	t->host.fail = -EDQUOT;
+	KUNIT_ASSERT_EQ(test, kvc_alloc(&t->s, 2, 1, ids), 0);
+	KUNIT_ASSERT_EQ(test, t->host.nr_evicted, 2U);
+	KUNIT_EXPECT_EQ(test, t->host.evicted[1], 1U);
+	KUNIT_EXPECT_EQ(test, t->host.causes[1], (unsigned int)KVC_EVICT_TENANT);
+	KUNIT_EXPECT_EQ(test, t->s.stats.evictions[KVC_EVICT_POOL], 1ULL);
+	KUNIT_EXPECT_EQ(test, t->s.stats.evictions[KVC_EVICT_TENANT], 1ULL);
+	/* Two cached, three wanted: ENOSPC (not EDQUOT), nothing evicted. */
+	KUNIT_EXPECT_EQ(test, kvc_alloc(&t->s, 2, 3, ids), -ENOSPC);
+	/* Another errno fails the allocation as it is, nothing evicted. */
+	t->host.fail = -EIO;
+	KUNIT_EXPECT_EQ(test, kvc_alloc(&t->s, 2, 1, ids), -EIO);
+	KUNIT_EXPECT_EQ(test, t->host.nr_evicted, 2U);
+	KUNIT_EXPECT_EQ(test, t->s.nr_cached, 2ULL);
+	expect_check_ok(test, t);
+}
+
+/* Reclaim leaves holes; ALLOC refills them before it grows the range. */
+static void prefix_holes_refill(struct kunit *test)
+{
+	static const unsigned int prio[] = { 50 };
+	static const kvc_u32 rel[] = { 0 };
+	struct kvt *t = kvt_space(test, KB(4), 8, 0, 0);
+	kvc_u32 ids[8];
+
+	KUNIT_ASSERT_EQ(test, kvc_alloc(&t->s, 1, 8, ids), 0);
+	publish_range(test, t, 1, prio);
+	KUNIT_ASSERT_EQ(test, kvc_release(&t->s, &t->refs[1], 1, rel), 0);
+	KUNIT_EXPECT_EQ(test, kvc_release_owner(&t->s, 1), 7ULL);
+	KUNIT_EXPECT_EQ(test, kvc_range_reclaimable(&t->s, 0, KB(16)), 1);
+	KUNIT_EXPECT_EQ(test, kvc_range_reclaimable(&t->s, KB(28), KB(4) + 1), 0);
+	KUNIT_EXPECT_EQ(test, kvc_range_reclaimable(&t->s, KB(4), 0), 0);
+	/* Block 0 is cached: evicted with the reclaim's cause. */
+	KUNIT_EXPECT_EQ(test, kvc_reclaim_range(&t->s, 0, KB(16), KVC_EVICT_RECLAIM), 1ULL);
+	KUNIT_ASSERT_EQ(test, t->host.nr_evicted, 1U);
+	KUNIT_EXPECT_EQ(test, t->host.causes[0], (unsigned int)KVC_EVICT_RECLAIM);
+	KUNIT_EXPECT_EQ(test, t->s.nr_holes, 4ULL);
+	KUNIT_EXPECT_EQ(test, t->s.nr_free, 4ULL);
+	KUNIT_EXPECT_EQ(test, t->s.blocks[0].state, (kvc_u8)KVC_BLOCK_HOLE);
+	expect_check_ok(test, t);
+	/* Four free and one hole refilled: one call for one whole block, no grow. */
+	KUNIT_ASSERT_EQ(test, kvc_alloc(&t->s, 2, 5, ids), 0);
+	KUNIT_EXPECT_EQ(test, t->host.refills, 1U);
+	KUNIT_EXPECT_EQ(test, t->host.refill_len[0], KB(4));
+	KUNIT_EXPECT_LT(test, t->host.refill_start[0], KB(16));
+	KUNIT_EXPECT_EQ(test, t->host.calls, 1U);
+	KUNIT_EXPECT_EQ(test, t->s.nr_holes, 3ULL);
+	/* Refill failures: ENOSPC is no room (nothing cached: ENOSPC), others pass. */
+	t->host.refill_ret = -ENOSPC;
+	KUNIT_EXPECT_EQ(test, kvc_alloc(&t->s, 2, 1, ids), -ENOSPC);
+	t->host.refill_ret = -ENOMEM;
+	KUNIT_EXPECT_EQ(test, kvc_alloc(&t->s, 2, 1, ids), -ENOMEM);
+	KUNIT_EXPECT_EQ(test, t->s.nr_holes, 3ULL);
+	t->host.refill_ret = 0;
+	KUNIT_ASSERT_EQ(test, kvc_alloc(&t->s, 2, 3, ids), 0);
+	KUNIT_EXPECT_EQ(test, t->s.nr_holes, 0ULL);
+	KUNIT_EXPECT_EQ(test, t->s.nr_owned, 8ULL);
+	expect_check_ok(test, t);
+}
+
+static void prefix_check_detects_corruption(struct kunit *test)
+{
+	static const unsigned int prio[] = { 50, 50, 50 };
+	static const kvc_u32 rel[] = { 0, 1 };
+	struct kvt *t = kvt_space(test, KB(4), 8, 0, 0);
+	kvc_u32 ids[3];
+
+	KUNIT_ASSERT_EQ(test, kvc_alloc(&t->s, 1, 3, ids), 0);
+	publish_range(test, t, 3, prio);
+	KUNIT_ASSERT_EQ(test, kvc_release(&t->s, &t->refs[1], 2, rel), 0);
+	expect_check_ok(test, t);
+
+	t->s.blocks[1].readers = 1;			/* cached with a reader */
+	expect_corrupt(test, t, "block 1: readers do not match state");
+	t->s.blocks[1].readers = 0;
+	t->s.nr_readers++;
+	expect_corrupt(test, t, "readers 2/1");
+	t->s.nr_readers--;
+	/* Block 1 missing from the LRU, which is otherwise well formed. */
+	t->s.blocks[0].next = KVC_NONE;
+	t->s.lru[50].tail = 0;
+	expect_corrupt(test, t, "LRUs hold 1 of 2 cached");
+	t->s.blocks[0].next = 1;
+	t->s.lru[50].tail = 1;
+	/* A key that moved: the index no longer finds block 2. */
+	t->s.hashes[2][0] ^= 0x40;
+	expect_corrupt(test, t, "block 2: published but not found by its hash");
+	t->s.hashes[2][0] ^= 0x40;
+	expect_check_ok(test, t);
+}
+
+static struct kunit_case kvcore_prefix_cases[] = {
+	KUNIT_CASE(prefix_publish_and_dedup),
+	KUNIT_CASE(prefix_lookup_longest_prefix),
+	KUNIT_CASE(prefix_release_and_lru),
+	KUNIT_CASE(prefix_eviction_order),
+	KUNIT_CASE(prefix_eviction_causes),
+	KUNIT_CASE(prefix_holes_refill),
+	KUNIT_CASE(prefix_check_detects_corruption),
+	{}
+};
+
+static struct kunit_suite kvcore_prefix_suite = {
+	.name = "kvcore_prefix",
+	.init = kvt_init,
+	.exit = kvt_exit,
+	.test_cases = kvcore_prefix_cases,
 };
 
 /* --- kvcore_numa: kvc_numa_order for every policy ------------------------------ */
@@ -745,7 +1130,7 @@ static struct kunit_suite kvcore_numa_suite = {
 };
 
 kunit_test_suites(&kvcore_alloc_suite, &kvcore_quota_suite, &kvcore_free_suite,
-		  &kvcore_check_suite, &kvcore_numa_suite);
+		  &kvcore_prefix_suite, &kvcore_check_suite, &kvcore_numa_suite);
 
 MODULE_DESCRIPTION("KUnit tests of kvpool's portable block core (kvcore)");
 MODULE_LICENSE("GPL");

@@ -46,7 +46,7 @@ static void publish(unsigned int o, unsigned int k, unsigned int h, unsigned int
 
 	u8(FOP_PUBLISH); u8(o); u8(k);
 	for (i = 0; i < k; i++) {
-		le(0, 2);	/* the first of what is left: published ones are gone */
+		le(i, 2);	/* the owner's blocks as listed before the call */
 		u8(h + i);
 		u8(prio);
 	}
@@ -59,14 +59,14 @@ static void lookup(unsigned int o, unsigned int k, unsigned int h)
 	for (i = 0; i < k; i++)
 		u8(h + i);
 }
-/* Release the holder's first k references. */
+/* Release the holder's first k references (a block held twice counts twice). */
 static void unref(unsigned int o, unsigned int k)
 {
 	unsigned int i;
 
 	u8(FOP_UNREF); u8(o); u8(k);
 	for (i = 0; i < k; i++)
-		le(0, 2);
+		le(i, 2);
 }
 static void drop_refs(unsigned int o) { u8(FOP_DROP_REFS); u8(o); }
 static void evict(unsigned int n, unsigned int cause) { u8(FOP_EVICT); u8(n); u8(cause); }
@@ -156,6 +156,8 @@ int main(int argc, char **argv)
 	geo(4, 0, 16, 0);
 	alloc(1, 8); publish(1, 4, 0, 50); alloc(2, 2); publish(2, 2, 1, 10);
 	lookup(3, 6, 0); unref(1, 4); unref(3, 2); drop_refs(2); drop_refs(3);
+	u8(FOP_LOOKUP); u8(3); u8(3); u8(0); u8(20); u8(1);	/* a miss in the middle */
+	u8(FOP_UNREF); u8(3); u8(2); le(0, 2); le(0, 2);	/* held once, released twice */
 	alloc(4, 8); alloc(4, 4); alloc(4, 1);
 	bad |= emit(d, "prefix");
 
@@ -169,11 +171,13 @@ int main(int argc, char **argv)
 	geo(4, 0, 64, 1);
 	alloc(1, 12); publish(1, 12, 0, 50); unref(1, 12); alloc(2, 8);
 	mode(HOST_ERRNO, 121); alloc(2, 2); mode(HOST_ZERO, 0); alloc(2, 2);
+	alloc(2, 30);		/* more than free + cached: ENOSPC, nothing evicted */
 	bad |= emit(d, "pressure");
 
 	/* Reclaim makes holes; ALLOC refills them, and the refill fails every way. */
 	geo(4, 0, 16, 0);
 	alloc(1, 12); publish(1, 3, 0, 50); unref(1, 3); release(1);
+	reclaim(11, 0, 1, 1, 3);	/* one byte past the backed blocks: refused */
 	reclaim(0, 0, 6, 0, 3); reclaim(7, 100, 1, 200, 4); alloc(2, 8);
 	refill(1, 0); alloc(2, 4); refill(1, 1); alloc(2, 1); refill(1, 2); alloc(2, 1);
 	refill(2, 5); u8(0); u8(3); u8(1); u8(0); u8(2); alloc(2, 5); refill(0, 0); alloc(2, 3);
@@ -181,9 +185,12 @@ int main(int argc, char **argv)
 
 	/* Reference tables that fail to grow, and nonsense ids and priorities. */
 	geo(4, 0, 128, 0);
-	alloc(1, 40); fault(1); publish(1, 1, 0, 50); fault(2); lookup(2, 1, 0);
-	publish(1, 16, 1, 250); publish(1, 16, 1, 50); fault(1); lookup(2, 16, 0);
+	alloc(1, 40); fault(1); publish(1, 1, 0, 50); publish(1, 1, 0, 50); fault(2);
+	lookup(2, 1, 0); lookup(2, 1, 0); publish(1, 16, 1, 250); publish(1, 16, 1, 50);
+	fault(1); lookup(2, 16, 0); lookup(2, 16, 0);
 	u8(FOP_UNREF); u8(2); u8(3); le(0xffff, 2); le(0, 2); le(0, 2);
+	u8(FOP_UNREF); u8(2); u8(3); le(0, 2); le(1, 2); le(2, 2);
+	unref(2, 2); unref(2, 2); drop_refs(2);
 	u8(FOP_PUBLISH); u8(1); u8(2); le(5, 2); u8(30); u8(1); le(5, 2); u8(31); u8(1);
 	bad |= emit(d, "prefix-errors");
 

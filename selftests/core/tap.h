@@ -12,12 +12,6 @@
 struct tap_test {
 	const char *name;
 	void (*fn)(void);
-	/*
-	 * Set for a test that shows a known kvcore bug: its failure is
-	 * reported as "not ok ... # TODO" and not counted as failed, so the
-	 * suite stays green until kvcore is fixed; a pass is announced.
-	 */
-	const char *todo;
 };
 
 extern bool tap_ok;	/* the running test has not failed yet */

@@ -747,7 +747,7 @@ static void t_numa_order(void)
 }
 
 static const struct tap_test tests[] = {
-#define T(fn) { &#fn[2], fn, NULL }	/* the name without "t_" */
+#define T(fn) { &#fn[2], fn }	/* the name without "t_" */
 	T(t_init_rejects_bad_geometry),
 	T(t_init_rejects_range_overflow),
 	T(t_init_empty_space),
@@ -786,7 +786,7 @@ static const struct tap_test tests[] = {
 };
 
 static void run_one(const struct tap_test *t, unsigned int nr, const char *only,
-		    unsigned int *passed, unsigned int *failed, unsigned int *todo)
+		    unsigned int *passed, unsigned int *failed)
 {
 	if (only && !strstr(t->name, only)) {
 		printf("ok %u - %s # SKIP not selected\n", nr, t->name);
@@ -797,13 +797,6 @@ static void run_one(const struct tap_test *t, unsigned int nr, const char *only,
 	t->fn();
 	kvc_fail_alloc_countdown = 0;
 	pair_fini(&P);	/* harmless when the test did it */
-	if (t->todo && !tap_ok) {
-		printf("not ok %u - %s # TODO %s\n", nr, t->name, t->todo);
-		(*todo)++;
-		return;
-	}
-	if (t->todo)
-		tap_diag("%s passes now: drop its TODO mark (%s)", t->name, t->todo);
 	printf("%sok %u - %s\n", tap_ok ? "" : "not ", nr, t->name);
 	if (tap_ok)
 		(*passed)++;
@@ -813,18 +806,16 @@ static void run_one(const struct tap_test *t, unsigned int nr, const char *only,
 
 int main(int argc, char **argv)
 {
-	unsigned int n = sizeof(tests) / sizeof(tests[0]), i, passed = 0, failed = 0, todo = 0;
+	unsigned int n = sizeof(tests) / sizeof(tests[0]), i, passed = 0, failed = 0;
 	const char *only = argc > 1 ? argv[1] : NULL;
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	harness_on_fail = on_mismatch;
 	printf("TAP version 13\n1..%u\n", n + nr_prefix_tests);
 	for (i = 0; i < n; i++)
-		run_one(&tests[i], i + 1, only, &passed, &failed, &todo);
+		run_one(&tests[i], i + 1, only, &passed, &failed);
 	for (i = 0; i < nr_prefix_tests; i++)
-		run_one(&prefix_tests[i], n + i + 1, only, &passed, &failed, &todo);
-	if (todo)
-		tap_diag("%u known kvcore bug(s) marked TODO above", todo);
+		run_one(&prefix_tests[i], n + i + 1, only, &passed, &failed);
 	printf("%u passed, %u failed\n", passed, failed);
 	return failed ? 1 : 0;
 }
