@@ -164,7 +164,7 @@ static void kvp_events_consume(struct kvp_events *ev, size_t n)
 	spin_unlock(&ev->lock);
 }
 
-#define KVP_READ_BATCH 16
+#define KVP_READ_BATCH 4	/* 256 bytes of stack; KASAN doubles frames */
 
 /*
  * Records leave the queue only once copied out, so a fault loses nothing;
