@@ -19,7 +19,7 @@ CFLAGS_USER := -O2 -g -Wall -Wextra -Werror -I$(SRC)/include/uapi -I$(SRC)/kmod/
 export CFLAGS_USER
 
 .PHONY: all module lib tools selftests deps check check-core check-lib check-kmod check-debug \
-	check-quick lint demo bench-pool clean help
+	check-install check-quick lint demo bench-pool clean help
 
 all: module lib tools
 
@@ -33,6 +33,9 @@ help:
 	@echo "make check-debug the VM suite on a KASAN/lockdep/kmemleak debug kernel (built once, cached)"
 	@echo "make check-quick check-core (10 s of fuzzing) and check-kmod: the fast loop"
 	@echo "make lint       checkpatch --strict, sparse, -Werror userspace"
+	@echo "make check-install  make install/install-dkms into a scratch DESTDIR, then use what it put there"
+	@echo "make install    libkvrt, kvrt.h, kvrt.pc, the tools, man pages, udev rule (PREFIX, DESTDIR)"
+	@echo "make install-dkms  the module's sources and dkms.conf to /usr/src/kvpool-VERSION"
 	@echo "make demo       boot a VM, load the module, share blocks between two processes"
 	@echo "make bench-pool kvbench pool in userspace and in the VM; JSON in bench/results/"
 
@@ -68,9 +71,12 @@ check-debug: deps
 lint: deps
 	bash selftests/lint/lint.sh
 
+check-install: deps lib tools
+	bash packaging/test-install.sh
+
 # Each suite's log goes to $(LOGDIR); the summary sums their closing lines.
 LOGDIR ?= $(or $(TMPDIR),/tmp)/kvpool-check
-CHECK_SUITES ?= check-core check-lib check-kmod check-debug lint
+CHECK_SUITES ?= check-core check-lib check-kmod check-debug lint check-install
 
 check: deps
 	@mkdir -p $(LOGDIR); rc=0; times=""; \
@@ -99,3 +105,5 @@ clean:
 	-$(MAKE) -C selftests/kvpool clean
 	-$(MAKE) -C selftests/core clean
 	-$(MAKE) -C libkvrt clean
+
+include $(SRC)/install.mk

@@ -2,8 +2,8 @@
 /*
  * bench_attn.c: kvbench attn, CPU paged-attention decode throughput.
  *
- *   kvbench attn [--json] [--quiet] [--reps N] [--rep-time SEC] [--gib G]
- *                [--threads N]
+ *   kvbench attn [--json] [--gib G] [--threads N] [--plot FILE.svg]
+ *                [common options]
  *
  * Decode cases (libkvrt's fast path, bf16 K/V and q, head dim 128, 32 query
  * heads over 8 KV heads, 16-token blocks, blocks scattered at random over
@@ -15,8 +15,15 @@
  * value / limit.  Both buffers are --gib GiB (default 1), far above the
  * last-level cache, so every repetition streams from DRAM.
  *
- *   decode_bB_ctxC            B sequences of C tokens, layer-major cache
+ *   decode_bB_ctxC            B sequences of C tokens, layer-major cache;
+ *                             B x C is the same for every case (B 8 .. 512,
+ *                             C 32768 .. 512 at 1 GiB), so the cases sweep
+ *                             context length at a constant working set
  *   decode_bB_ctxC_blockmajor the same, block-major cache of 2 layers, layer 1
+ *
+ * --plot FILE draws GB/s against context length, the decode cases and the
+ * streaming-read limit, and adds the sweep's intermediate points (C 16384,
+ * 4096, 1024 at 1 GiB) to the run.
  *
  * Speedup case: decode_vs_reference_b4_ctx1024: value = fast path GB/s,
  * limit = the reference implementation's GB/s on the same call (16 MiB of
@@ -43,12 +50,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "kvrt.h"
+#include "plot.h"
+#include "report.h"
 
-#define MAX_REPS 99
 #define HEAD_DIM 128
 #define Q_HEADS 32
 #define KV_HEADS 8
@@ -56,33 +63,14 @@
 #define TOKEN_KV_BYTES (2ULL * KV_HEADS * HEAD_DIM * 2)	/* K and V, bf16: 4 KiB */
 
 struct attn_opts {
-	bool json, quiet;
-	unsigned int reps;
-	double rep_time;
+	struct kvb_opts c;
 	double gib;
 	unsigned int threads;
 };
 
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return x < y ? -1 : x > y;
-}
-
-static double median(double *v, unsigned int n)
-{
-	qsort(v, n, sizeof(*v), cmp_double);
-	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
+static const struct kvb_opts attn_defaults = {
+	.bench = "attn", .reps = 5, .rep_time = 0.3, .can_plot = true,
+};
 
 /* Anonymous memory on transparent huge pages where the kernel allows. */
 static void *big_alloc(size_t bytes)
@@ -265,7 +253,7 @@ static int decode_call(struct decode_case *c)
 /* Seconds per call: whole calls for at least rep_time. */
 static int time_decode(struct decode_case *c, double rep_time, double *sec)
 {
-	double t0 = now_s(), t;
+	double t0 = kvb_now_s(), t;
 	unsigned long n = 0;
 	int ret;
 
@@ -274,7 +262,7 @@ static int time_decode(struct decode_case *c, double rep_time, double *sec)
 		if (ret)
 			return ret;
 		n++;
-		t = now_s() - t0;
+		t = kvb_now_s() - t0;
 	} while (t < rep_time);
 	*sec = t / (double)n;
 	return 0;
@@ -283,56 +271,29 @@ static int time_decode(struct decode_case *c, double rep_time, double *sec)
 static double time_stream(const uint8_t *buf, size_t bytes, unsigned int threads,
 			  double rep_time, volatile uint64_t *sink)
 {
-	double t0 = now_s(), t;
+	double t0 = kvb_now_s(), t;
 	unsigned long n = 0;
 
 	do {
 		*sink += stream_pass(buf, bytes, threads);
 		n++;
-		t = now_s() - t0;
+		t = kvb_now_s() - t0;
 	} while (t < rep_time);
 	return t / (double)n;
 }
 
-/* ---- output --------------------------------------------------------------- */
-
-static void num(char *buf, size_t len, double v)
-{
-	snprintf(buf, len, v >= 1000 ? "%.0f" : "%.4g", v);
-}
-
-static void report(const struct attn_opts *o, const char *name, double value, const char *unit,
-		   double limit, const char *limit_unit)
-{
-	char v[32], l[32], r[32];
-
-	num(v, sizeof(v), value);
-	num(l, sizeof(l), limit);
-	num(r, sizeof(r), limit > 0 ? value / limit : 0);
-	if (o->json)
-		printf("{\"bench\":\"attn\",\"case\":\"%s\",\"value\":%s,\"unit\":\"%s\","
-		       "\"limit\":%s,\"limit_unit\":\"%s\",\"ratio\":%s}\n",
-		       name, v, unit, l, limit_unit, r);
-	else
-		printf("%-34s %10s %10s  %-30s %7s\n", name, v, l, limit_unit, r);
-	fflush(stdout);
-}
-
-static void progress(const struct attn_opts *o, const char *fmt, const char *name)
-{
-	if (!o->quiet) {
-		fprintf(stderr, "kvbench attn: ");
-		fprintf(stderr, fmt, name);
-		fprintf(stderr, "\n");
-	}
-}
-
 /* ---- the cases ---------------------------------------------------------------- */
 
+/* Layer-major decode points, longest context first; sweep: only with --plot. */
 static const struct {
 	uint32_t batch, ctx;	/* at 1 GiB: scaled to --gib */
-} points[] = { { 8, 32768 }, { 32, 8192 }, { 128, 2048 }, { 512, 512 } };
+	bool sweep;
+} points[] = {
+	{ 8, 32768, false }, { 16, 16384, true }, { 32, 8192, false }, { 64, 4096, true },
+	{ 128, 2048, false }, { 256, 1024, true }, { 512, 512, false },
+};
 #define NR_POINTS (sizeof(points) / sizeof(points[0]))
+#define BLOCK_MAJOR_POINT 2	/* b32 ctx8192: one block-major point is enough */
 
 static unsigned int online(void)
 {
@@ -346,21 +307,27 @@ static void *spawn_main(void *arg)
 	return arg;
 }
 
-static int bench_decode(const struct attn_opts *o, unsigned int threads)
+static int bench_decode(const struct attn_opts *ao, unsigned int threads)
 {
+	const struct kvb_opts *o = &ao->c;
+	struct kvb_report rep = { .o = o, .ratio = KVB_RATE, .name_w = 34, .num_w = 10,
+				  .unit_w = 30, .ratio_w = 7 };
 	const char *unit = "GB/s K/V read (ratio = value/limit)";
 	const char *limit_unit = "GB/s streaming read";
-	size_t kv_bytes = (size_t)(o->gib * (1ULL << 30)) / (BLOCK * TOKEN_KV_BYTES) *
+	size_t kv_bytes = (size_t)(ao->gib * (1ULL << 30)) / (BLOCK * TOKEN_KV_BYTES) *
 			  (BLOCK * TOKEN_KV_BYTES);
 	uint32_t num_blocks = (uint32_t)(kv_bytes / (BLOCK * TOKEN_KV_BYTES));
-	double vs[MAX_REPS], ls[MAX_REPS];
+	double vs[KVB_MAX_REPS], ls[KVB_MAX_REPS];
 	volatile uint64_t sink = 0;
 	struct kvrt_layout lm, bm;
 	uint8_t *stream, *cache;
-	unsigned int p, r;
+	unsigned int p, r, step = 0, steps = 3;	/* block-major, reference, spawn */
 	char name[64];
 	int ret;
 
+	for (p = 0; p < NR_POINTS; p++)
+		steps += !points[p].sweep || o->plot;
+	kvb_report_header(&rep, "value");
 	ret = kvrt_layout_init(&lm, KVRT_LAYOUT_LAYER_MAJOR, 1, KV_HEADS, HEAD_DIM, BLOCK,
 			       num_blocks, KVRT_DTYPE_BF16);
 	if (!ret)
@@ -377,28 +344,30 @@ static int bench_decode(const struct attn_opts *o, unsigned int threads)
 		fprintf(stderr, "kvbench attn: cannot map %zu MiB\n", 3 * kv_bytes >> 20);
 		return -ENOMEM;
 	}
-	progress(o, "%s", "filling the caches");
+	kvb_progress(o, 0, 0, "filling the caches");
 	fill_bf16(cache, 2 * kv_bytes, 42);
 	fill_bf16(stream, kv_bytes, 43);
 
-	for (p = 0; p < 2 * NR_POINTS && !ret; p++) {
-		bool block_major = p >= NR_POINTS;
+	/* the layer-major points, then the block-major one */
+	for (p = 0; p <= NR_POINTS && !ret; p++) {
+		bool block_major = p == NR_POINTS;
+		unsigned int pt = block_major ? BLOCK_MAJOR_POINT : p;
 		const struct kvrt_layout *lo = block_major ? &bm : &lm;
-		uint32_t batch = points[p % NR_POINTS].batch;
-		uint32_t ctx = (uint32_t)(points[p % NR_POINTS].ctx * o->gib);
+		uint32_t batch = points[pt].batch;
+		uint32_t ctx = (uint32_t)(points[pt].ctx * ao->gib);
 		struct decode_case c;
 		double v, l;
 
-		if (block_major && p % NR_POINTS != 1)
-			continue;	/* one block-major point is enough */
+		if (!block_major && points[pt].sweep && !o->plot)
+			continue;
 		ctx = ctx / BLOCK * BLOCK;
 		if (ctx < BLOCK)
 			ctx = BLOCK;
 		snprintf(name, sizeof(name), "decode_b%u_ctx%u%s", batch, ctx,
 			 block_major ? "_blockmajor" : "");
-		progress(o, "%s", name);
+		kvb_progress(o, ++step, steps, name);
 		ret = decode_case_init(&c, lo, cache, block_major ? 1 : 0, batch, ctx, threads,
-				       1000 + p);
+				       1000 + pt + (block_major ? NR_POINTS : 0));
 		if (ret)
 			break;
 		ret = decode_call(&c);	/* warm: page tables, code */
@@ -407,9 +376,13 @@ static int bench_decode(const struct attn_opts *o, unsigned int threads)
 			ret = time_decode(&c, o->rep_time, &vs[r]);
 		}
 		if (!ret) {
-			v = (double)c.kv_bytes_read / median(vs, o->reps) / 1e9;
-			l = (double)kv_bytes / median(ls, o->reps) / 1e9;
-			report(o, name, v, unit, l, limit_unit);
+			v = (double)c.kv_bytes_read / kvb_median(vs, o->reps) / 1e9;
+			l = (double)kv_bytes / kvb_median(ls, o->reps) / 1e9;
+			kvb_report(&rep, name, v, unit, l, limit_unit);
+			kvb_plot_point(block_major ? "decode, block-major cache (layer 1 of 2)" :
+						     "decode, layer-major cache", ctx, v);
+			if (!block_major)
+				kvb_plot_point("limit: streaming read, same threads", ctx, l);
 		}
 		decode_case_free(&c);
 	}
@@ -418,7 +391,7 @@ static int bench_decode(const struct attn_opts *o, unsigned int threads)
 		struct decode_case c;
 		double v, l;
 
-		progress(o, "%s", "decode_vs_reference_b4_ctx1024");
+		kvb_progress(o, ++step, steps, "decode_vs_reference_b4_ctx1024");
 		ret = decode_case_init(&c, &lm, cache, 0, 4, 1024, threads, 7);
 		for (r = 0; r < o->reps && !ret; r++) {
 			c.params.impl = KVRT_ATTN_REFERENCE;
@@ -428,11 +401,11 @@ static int bench_decode(const struct attn_opts *o, unsigned int threads)
 				ret = time_decode(&c, o->rep_time, &vs[r]);
 		}
 		if (!ret) {
-			v = (double)c.kv_bytes_read / median(vs, o->reps) / 1e9;
-			l = (double)c.kv_bytes_read / median(ls, o->reps) / 1e9;
-			report(o, "decode_vs_reference_b4_ctx1024", v,
-			       "GB/s K/V read, fast path (ratio = value/limit = speedup)", l,
-			       "GB/s K/V read, reference path");
+			v = (double)c.kv_bytes_read / kvb_median(vs, o->reps) / 1e9;
+			l = (double)c.kv_bytes_read / kvb_median(ls, o->reps) / 1e9;
+			kvb_report(&rep, "decode_vs_reference_b4_ctx1024", v,
+				   "GB/s K/V read, fast path (ratio = value/limit = speedup)", l,
+				   "GB/s K/V read, reference path");
 		}
 		decode_case_free(&c);
 	}
@@ -442,10 +415,10 @@ static int bench_decode(const struct attn_opts *o, unsigned int threads)
 		double v, t0;
 		unsigned int i, n = 200;
 
-		progress(o, "%s", "thread_spawn");
+		kvb_progress(o, ++step, steps, "thread_spawn");
 		ret = decode_case_init(&c, &lm, cache, 0, 1, 4096, threads, 9);
 		for (r = 0; r < o->reps && !ret; r++) {
-			t0 = now_s();
+			t0 = kvb_now_s();
 			for (i = 0; i < n; i++) {
 				pthread_t t;
 
@@ -455,19 +428,20 @@ static int bench_decode(const struct attn_opts *o, unsigned int threads)
 				}
 				pthread_join(t, NULL);
 			}
-			vs[r] = (now_s() - t0) / n * 1e6;
+			vs[r] = (kvb_now_s() - t0) / n * 1e6;
 			if (!ret)
 				ret = time_decode(&c, o->rep_time, &ls[r]);
 			ls[r] *= 1e6;
 		}
 		if (!ret) {
-			v = median(vs, o->reps);
-			report(o, "thread_spawn", v,
-			       "us per pthread_create+join (ratio = value/limit)", median(ls, o->reps),
-			       "us per decode call b1 ctx4096");
+			v = kvb_median(vs, o->reps);
+			kvb_report(&rep, "thread_spawn", v,
+				   "us per pthread_create+join (ratio = value/limit)",
+				   kvb_median(ls, o->reps), "us per decode call b1 ctx4096");
 		}
 		decode_case_free(&c);
 	}
+	kvb_progress_end();
 
 	if (ret)
 		fprintf(stderr, "kvbench attn: %s\n", strerror(-ret));
@@ -483,87 +457,66 @@ static void attn_usage(FILE *f)
 		"usage: kvbench attn [--json] [options]\n"
 		"\n"
 		"CPU paged-attention decode: GB/s of K/V read against this machine's\n"
-		"streaming read bandwidth, and the fast path's speedup over the reference.\n"
+		"streaming read bandwidth over context lengths, and the fast path's speedup\n"
+		"over the reference.  ratio = value / limit.\n"
 		"\n"
 		"options:\n"
-		"  --json            one JSON object per case per line on stdout\n"
 		"  --gib G           K/V working set in GiB (default 1; 0.05 .. 64)\n"
 		"  --threads N       threads for attention and the streaming read (default:\n"
-		"                    online CPUs)\n"
-		"  --reps N          repetitions per case, median reported (default 5, 1..%d)\n"
-		"  --rep-time SEC    seconds per repetition, at least (default 0.3)\n"
-		"  --quiet           no progress lines on stderr\n"
-		"  -h, --help        this text\n",
-		MAX_REPS);
-}
-
-static int bad_usage(const char *fmt, const char *arg)
-{
-	fprintf(stderr, "kvbench attn: ");
-	fprintf(stderr, fmt, arg);
-	fprintf(stderr, "\n\n");
-	attn_usage(stderr);
-	return 2;
+		"                    online CPUs)\n");
+	kvb_common_usage(f, &attn_defaults);
 }
 
 /* argv[0] is "attn". */
 int cmd_attn(int argc, char **argv)
 {
-	struct attn_opts o = { .reps = 5, .rep_time = 0.3, .gib = 1.0 };
+	struct attn_opts o = { .c = attn_defaults, .gib = 1.0 };
+	unsigned long n;
 	unsigned int threads;
-	int i;
+	char title[160];
+	int i, ret;
 
 	for (i = 1; i < argc; i++) {
 		const char *a = argv[i], *v;
-		char *end;
 
-		if (!strcmp(a, "--json")) {
-			o.json = true;
+		ret = kvb_common_opt(&o.c, argc, argv, &i);
+		if (ret == 1)
 			continue;
-		} else if (!strcmp(a, "--quiet")) {
-			o.quiet = true;
-			continue;
-		} else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+		if (ret)
+			return ret;
+		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
 			attn_usage(stdout);
 			return 0;
-		} else if (strcmp(a, "--reps") && strcmp(a, "--rep-time") && strcmp(a, "--gib") &&
-			   strcmp(a, "--threads")) {
-			return bad_usage("unknown option '%s'", a);
 		}
+		if (strcmp(a, "--gib") && strcmp(a, "--threads"))
+			return kvb_usage_error(&o.c, attn_usage, "unknown option '%s'", a);
 		if (i + 1 >= argc)
-			return bad_usage("option '%s' needs a value", a);
+			return kvb_usage_error(&o.c, attn_usage, "option '%s' needs a value", a);
 		v = argv[++i];
-		if (!strcmp(a, "--reps")) {
-			unsigned long n = strtoul(v, &end, 10);
-
-			if (*end || !*v || n < 1 || n > MAX_REPS)
-				return bad_usage("--reps: '%s' is not a number from 1 to 99", v);
-			o.reps = (unsigned int)n;
-		} else if (!strcmp(a, "--rep-time")) {
-			double t = strtod(v, &end);
-
-			if (*end || !*v || !(t > 0 && t <= 60))
-				return bad_usage("--rep-time: '%s' is not seconds in (0, 60]", v);
-			o.rep_time = t;
-		} else if (!strcmp(a, "--gib")) {
-			double g = strtod(v, &end);
-
-			if (*end || !*v || !(g >= 0.05 && g <= 64))
-				return bad_usage("--gib: '%s' is not a size in [0.05, 64]", v);
-			o.gib = g;
+		if (!strcmp(a, "--gib")) {
+			if (kvb_parse_double(v, 0.05, 64, &o.gib))
+				return kvb_usage_error(&o.c, attn_usage,
+						       "--gib: '%s' is not a size in [0.05, 64]", v);
 		} else {
-			unsigned long n = strtoul(v, &end, 10);
-
-			if (*end || !*v || n > 256)
-				return bad_usage("--threads: '%s' is not a number from 0 to 256", v);
+			if (kvb_parse_ulong(v, 0, 256, &n))
+				return kvb_usage_error(&o.c, attn_usage,
+						       "--threads: '%s' is not a number from 0 to 256",
+						       v);
 			o.threads = (unsigned int)n;
 		}
 	}
+	if (kvb_plot_check(&o.c))
+		return 1;
 	threads = o.threads ? o.threads : online();
 	if (threads > 256)
 		threads = 256;
-	if (!o.json)
-		printf("%-34s %10s %10s  %-30s %7s\n", "case", "value", "limit", "limit unit",
-		       "ratio");
-	return bench_decode(&o, threads) ? 1 : 0;
+	if (bench_decode(&o, threads))
+		return 1;
+	snprintf(title, sizeof(title),
+		 "kvbench attn: CPU paged-attention decode, bf16, 32 q / 8 KV heads, head dim "
+		 "128, %u threads, %.3g GiB of K/V", threads, o.gib);
+	return kvb_plot_write(&o.c, &(struct kvb_plot_axes){
+			.title = title,
+			.xlabel = "context length (tokens per sequence; batch x context constant)",
+			.ylabel = "GB/s of K/V read", .logx = true }) ? 1 : 0;
 }

@@ -2,7 +2,7 @@
 /*
  * bench_hash.c: kvbench hash, prefix hashing of a prompt with libkvrt.
  *
- *   kvbench hash [--json] [--quiet] [--reps N] [--rep-time SEC] [--tokens N]
+ *   kvbench hash [--json] [--tokens N] [common options]
  *
  * Cases prompt_<N>_blockB: kvrt_hash_prompt() over an N-token prompt (default
  * 32768 random token ids) in B-token blocks (B = 16, 32, 128): every full
@@ -30,20 +30,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <openssl/evp.h>
 
 #include "kvrt.h"
-
-#define MAX_REPS 99
+#include "report.h"
 
 struct hash_opts {
-	bool json, quiet;
-	unsigned int reps;
-	double rep_time;
+	struct kvb_opts c;
 	unsigned long tokens;
 };
+
+static const struct kvb_opts hash_defaults = { .bench = "hash", .reps = 5, .rep_time = 0.2 };
 
 struct hash_ctx {
 	const uint32_t *tokens;
@@ -53,27 +51,6 @@ struct hash_ctx {
 	EVP_MD *md;
 	EVP_MD_CTX *ctx;
 };
-
-static double now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return x < y ? -1 : x > y;
-}
-
-static double median(double *v, unsigned int n)
-{
-	qsort(v, n, sizeof(*v), cmp_double);
-	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 /* One call of each kind; 0 or a negative errno. */
 static int run_prompt(struct hash_ctx *c)
@@ -108,13 +85,13 @@ static int calibrate(call_fn fn, struct hash_ctx *c, double rep_time, unsigned l
 	int ret;
 
 	for (;;) {
-		t = now_ns();
+		t = kvb_now_ns();
 		for (i = 0; i < n; i++) {
 			ret = fn(c);
 			if (ret)
 				return ret;
 		}
-		t = now_ns() - t;
+		t = kvb_now_ns() - t;
 		if (t >= rep_time * 1e9 / 8 || n >= (1UL << 30))
 			break;
 		n *= 2;
@@ -125,7 +102,7 @@ static int calibrate(call_fn fn, struct hash_ctx *c, double rep_time, unsigned l
 
 static int timed(call_fn fn, struct hash_ctx *c, unsigned long iters, double *ns_per_token)
 {
-	double t = now_ns();
+	double t = kvb_now_ns();
 	unsigned long i;
 	int ret;
 
@@ -134,102 +111,62 @@ static int timed(call_fn fn, struct hash_ctx *c, unsigned long iters, double *ns
 		if (ret)
 			return ret;
 	}
-	*ns_per_token = (now_ns() - t) / ((double)iters * (double)c->ntok);
+	*ns_per_token = (kvb_now_ns() - t) / ((double)iters * (double)c->ntok);
 	return 0;
 }
 
-static void num(char *buf, size_t len, double v)
+static void hash_usage(FILE *f)
 {
-	snprintf(buf, len, v >= 1000 ? "%.0f" : "%.4g", v);
+	fprintf(f,
+		"usage: kvbench hash [--json] [options]\n"
+		"\n"
+		"Chained SHA-256 prefix hashing of a prompt with libkvrt, ns per token,\n"
+		"against SHA-256 of the same token bytes in one call.  ratio = limit / value.\n"
+		"\n"
+		"options:\n"
+		"  --tokens N        prompt length (default 32768; 128 .. 2^26)\n");
+	kvb_common_usage(f, &hash_defaults);
 }
 
-static void report(const struct hash_opts *o, const char *name, double value,
-		   const char *limit_unit, double limit)
-{
-	const char *unit = "ns/token (cost; ratio = limit/value)";
-	char v[32], l[32], r[32];
-
-	num(v, sizeof(v), value);
-	num(l, sizeof(l), limit);
-	num(r, sizeof(r), value > 0 ? limit / value : 0);
-	if (o->json)
-		printf("{\"bench\":\"hash\",\"case\":\"%s\",\"value\":%s,\"unit\":\"%s\","
-		       "\"limit\":%s,\"limit_unit\":\"%s\",\"ratio\":%s}\n",
-		       name, v, unit, l, limit_unit, r);
-	else
-		printf("%-28s %12s %12s  %-40s %8s\n", name, v, l, limit_unit, r);
-	fflush(stdout);
-}
-
-static int bad_usage(const char *fmt, const char *arg)
-{
-	fprintf(stderr, "kvbench hash: ");
-	fprintf(stderr, fmt, arg);
-	fprintf(stderr, "\nusage: kvbench hash [--json] [--quiet] [--reps N] [--rep-time SEC] "
-			"[--tokens N]\n");
-	return 2;
-}
-
+/* 0 to run, else the exit status (-1: --help printed, exit 0). */
 static int parse(int argc, char **argv, struct hash_opts *o)
 {
-	int i;
+	int i, ret;
 
 	for (i = 1; i < argc; i++) {
-		const char *a = argv[i], *v;
-		char *end;
+		const char *a = argv[i];
 
-		if (!strcmp(a, "--json")) {
-			o->json = true;
+		ret = kvb_common_opt(&o->c, argc, argv, &i);
+		if (ret == 1)
 			continue;
-		}
-		if (!strcmp(a, "--quiet")) {
-			o->quiet = true;
-			continue;
-		}
+		if (ret)
+			return ret;
 		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-			printf("usage: kvbench hash [--json] [--quiet] [--reps N] [--rep-time SEC] "
-			       "[--tokens N]\n"
-			       "  --tokens N  prompt length (default 32768; 128 .. 2^26)\n"
-			       "  others as for kvbench pool (defaults: --reps 5, "
-			       "--rep-time 0.2)\n");
+			hash_usage(stdout);
 			return -1;
 		}
-		if (strcmp(a, "--reps") && strcmp(a, "--rep-time") && strcmp(a, "--tokens"))
-			return bad_usage("unknown option '%s'", a);
+		if (strcmp(a, "--tokens"))
+			return kvb_usage_error(&o->c, hash_usage, "unknown option '%s'", a);
 		if (i + 1 >= argc)
-			return bad_usage("option '%s' needs a value", a);
-		v = argv[++i];
-		if (!strcmp(a, "--reps")) {
-			unsigned long n = strtoul(v, &end, 10);
-
-			if (*end || !*v || n < 1 || n > MAX_REPS)
-				return bad_usage("--reps: '%s' is not a number from 1 to 99", v);
-			o->reps = (unsigned int)n;
-		} else if (!strcmp(a, "--rep-time")) {
-			double t = strtod(v, &end);
-
-			if (*end || !*v || !(t > 0 && t <= 60))
-				return bad_usage("--rep-time: '%s' is not seconds in (0, 60]", v);
-			o->rep_time = t;
-		} else {
-			unsigned long n = strtoul(v, &end, 10);
-
-			if (*end || !*v || n < 128 || n > (1UL << 26))
-				return bad_usage("--tokens: '%s' is not a number from 128 "
-						 "to 2^26", v);
-			o->tokens = n;
-		}
+			return kvb_usage_error(&o->c, hash_usage, "option '%s' needs a value", a);
+		if (kvb_parse_ulong(argv[++i], 128, 1UL << 26, &o->tokens))
+			return kvb_usage_error(&o->c, hash_usage,
+					       "--tokens: '%s' is not a number from 128 to 2^26",
+					       argv[i]);
 	}
 	return 0;
 }
 
+/* argv[0] is "hash". */
 int cmd_hash(int argc, char **argv)
 {
 	static const uint32_t blocks[] = { 16, 32, 128 };
-	struct hash_opts o = { .reps = 5, .rep_time = 0.2, .tokens = 32768 };
+	struct hash_opts o = { .c = hash_defaults, .tokens = 32768 };
+	struct kvb_report rep = { .o = &o.c, .ratio = KVB_COST, .name_w = 28, .num_w = 12,
+				  .unit_w = 40, .ratio_w = 8 };
 	struct kvrt_hash_info hi;
 	struct hash_ctx c = { 0 };
-	double vs[MAX_REPS], ls[MAX_REPS];
+	double vs[KVB_MAX_REPS], ls[KVB_MAX_REPS];
 	char limit_unit[128];
 	uint32_t *tok = NULL;
 	uint64_t x = 0x2545f4914f6cdd1dULL;
@@ -258,28 +195,23 @@ int cmd_hash(int argc, char **argv)
 	c.tokens = tok;
 	c.ntok = o.tokens;
 	kvrt_hash_info(&hi);
-	if (!o.quiet)
-		fprintf(stderr, "kvbench: hash: CPU SHA-NI %s; %s%s\n",
-			hi.cpu_sha_ni ? "yes" : "no", hi.libcrypto,
-			hi.ia32cap_override ? "; OPENSSL_ia32cap is set" : "");
+	kvb_note(&o.c, "CPU SHA-NI %s; %s%s", hi.cpu_sha_ni ? "yes" : "no", hi.libcrypto,
+		 hi.ia32cap_override ? "; OPENSSL_ia32cap is set" : "");
 	snprintf(limit_unit, sizeof(limit_unit),
 		 "ns/token SHA-256 of the token bytes in one call (SHA-NI %s%s)",
 		 hi.cpu_sha_ni ? "yes" : "no", hi.ia32cap_override ? ", OPENSSL_ia32cap set" : "");
-	if (!o.json)
-		printf("%-28s %12s %12s  %-40s %8s\n", "case", "ns/token", "limit", "limit unit",
-		       "ratio");
+	kvb_report_header(&rep, "ns/token");
 	for (b = 0; b < sizeof(blocks) / sizeof(blocks[0]); b++) {
 		unsigned long vi, li;
 		char name[64];
 
 		c.block = blocks[b];
 		snprintf(name, sizeof(name), "prompt_%lu_block%u", o.tokens, blocks[b]);
-		if (!o.quiet)
-			fprintf(stderr, "kvbench: [%u/3] %s\n", b + 1, name);
-		ret = calibrate(run_raw, &c, o.rep_time, &li);
+		kvb_progress(&o.c, b + 1, 3, name);
+		ret = calibrate(run_raw, &c, o.c.rep_time, &li);
 		if (!ret)
-			ret = calibrate(run_prompt, &c, o.rep_time, &vi);
-		for (r = 0; !ret && r < o.reps; r++) {
+			ret = calibrate(run_prompt, &c, o.c.rep_time, &vi);
+		for (r = 0; !ret && r < o.c.reps; r++) {
 			ret = timed(run_raw, &c, li, &ls[r]);
 			if (!ret)
 				ret = timed(run_prompt, &c, vi, &vs[r]);
@@ -289,10 +221,12 @@ int cmd_hash(int argc, char **argv)
 			ret = 1;
 			goto out_free;
 		}
-		report(&o, name, median(vs, o.reps), limit_unit, median(ls, o.reps));
+		kvb_report(&rep, name, kvb_median(vs, o.c.reps), "ns/token (cost; ratio = limit/value)",
+			   kvb_median(ls, o.c.reps), limit_unit);
 	}
 
 out_free:
+	kvb_progress_end();
 	EVP_MD_CTX_free(c.ctx);
 	EVP_MD_free(c.md);
 	free(c.hashes);

@@ -1,0 +1,244 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * bench_demo.c: kvbench demo, the end-to-end figures of the kvrt-demo
+ * engine (tools/kvrt-demo).
+ *
+ *   kvbench demo [--json] [--quiet] [--progress] [-- KVRT-DEMO-ARGS...]
+ *
+ * kvbench does not link the engine: it runs the kvrt-demo program and
+ * passes its output through.  The program is, first found:
+ *
+ *   $KVRT_DEMO                        an explicit path
+ *   DIR/kvrt-demo                     DIR: where this kvbench is (installed
+ *                                     side by side in $(PREFIX)/bin)
+ *   DIR/../kvrt-demo/kvrt-demo        the source tree (tools/kvbench/kvbench)
+ *   kvrt-demo on $PATH
+ *
+ * kvbench's --json, --quiet and --progress are passed on when the
+ * program's --help lists them (--quiet as --no-progress when that is what
+ * it has); --json is an error when it does not (the output would not be
+ * JSON).  Arguments after "--" are passed on as they
+ * are.  Exit status: kvrt-demo's, or 1 when there is no kvrt-demo.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "report.h"
+
+#define MAX_ARGS 256
+
+static const struct kvb_opts demo_defaults = { .bench = "demo", .reps = 1, .rep_time = 1 };
+
+static void demo_usage(FILE *f)
+{
+	fprintf(f,
+		"usage: kvbench demo [--json] [--quiet] [--progress] [-- KVRT-DEMO-ARGS...]\n"
+		"\n"
+		"Runs the kvrt-demo engine's benchmark (time to first token with and\n"
+		"without prefix reuse, prefix hit rate, bytes offloaded and fetched,\n"
+		"tokens per second) and passes its output through.  kvrt-demo is taken\n"
+		"from $KVRT_DEMO, else next to kvbench, else ../kvrt-demo/ beside it (the\n"
+		"source tree), else $PATH.\n"
+		"\n"
+		"options:\n"
+		"  --json            kvrt-demo --json (an error if kvrt-demo has no --json)\n"
+		"  --progress        passed on when kvrt-demo has it\n"
+		"  --quiet           passed on when kvrt-demo has it\n"
+		"  --                the arguments after it go to kvrt-demo as they are\n"
+		"  -h, --help        this text\n");
+}
+
+/* dir/name into path, if it fits and is executable. */
+static bool try_path(char *path, size_t len, const char *dir, int dlen, const char *name)
+{
+	int n = snprintf(path, len, "%.*s/%s", dlen, dir, name);
+
+	return n > 0 && (size_t)n < len && !access(path, X_OK);
+}
+
+/* The kvrt-demo to run, into path; 0 or -ENOENT (tried[] says where). */
+static int find_demo(char *path, size_t len, char *tried, size_t tlen)
+{
+	const char *env = getenv("KVRT_DEMO"), *p;
+	char self[PATH_MAX], *slash;
+	ssize_t n;
+
+	tried[0] = 0;
+	if (env && *env) {
+		if (snprintf(path, len, "%s", env) < (int)len && !access(path, X_OK))
+			return 0;
+		snprintf(tried, tlen, "$KVRT_DEMO (%s: %s)", env, strerror(errno));
+		return -ENOENT;	/* an explicit choice: no second guess */
+	}
+	n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	if (n > 0) {
+		self[n] = 0;
+		slash = strrchr(self, '/');
+		if (slash) {
+			*slash = 0;
+			if (try_path(path, len, self, INT_MAX, "kvrt-demo") ||
+			    try_path(path, len, self, INT_MAX, "../kvrt-demo/kvrt-demo"))
+				return 0;
+			snprintf(tried, tlen, "%s/kvrt-demo, %s/../kvrt-demo/kvrt-demo, ", self,
+				 self);
+		}
+	}
+	p = getenv("PATH");
+	while (p && *p) {
+		size_t d = strcspn(p, ":");
+
+		if (d && try_path(path, len, p, (int)d, "kvrt-demo"))
+			return 0;
+		p += d;
+		if (*p == ':')
+			p++;
+	}
+	snprintf(tried + strlen(tried), tlen - strlen(tried), "$PATH");
+	return -ENOENT;
+}
+
+/* kvrt-demo --help's output (stdout and stderr) into buf; 0 or -errno. */
+static int demo_help(const char *path, char *buf, size_t len)
+{
+	size_t got = 0;
+	int fds[2], status, ret = 0;
+	ssize_t n;
+	pid_t pid;
+
+	if (pipe(fds))
+		return -errno;
+	fflush(NULL);
+	pid = fork();
+	if (pid < 0) {
+		ret = -errno;
+		close(fds[0]);
+		close(fds[1]);
+		return ret;
+	}
+	if (!pid) {
+		dup2(fds[1], STDOUT_FILENO);
+		dup2(fds[1], STDERR_FILENO);
+		close(fds[0]);
+		close(fds[1]);
+		execl(path, "kvrt-demo", "--help", (char *)NULL);
+		_exit(127);
+	}
+	close(fds[1]);
+	while (got + 1 < len && (n = read(fds[0], buf + got, len - 1 - got)) != 0) {
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			break;
+		}
+		got += (size_t)n;
+	}
+	buf[got] = 0;
+	close(fds[0]);
+	while (waitpid(pid, &status, 0) < 0)
+		if (errno != EINTR)
+			return -errno;
+	if (WIFEXITED(status) && WEXITSTATUS(status) == 127 && !got)
+		return -ENOEXEC;
+	return 0;
+}
+
+/* Whether help lists opt as a whole word ("--json" but not "--json-file"). */
+static bool lists(const char *help, const char *opt)
+{
+	size_t n = strlen(opt);
+	const char *p = help;
+
+	while ((p = strstr(p, opt))) {
+		char after = p[n];
+
+		if ((p == help || p[-1] == ' ' || p[-1] == '\t' || p[-1] == '[' || p[-1] == '\n' ||
+		     p[-1] == ',') &&
+		    (after == 0 || after == ' ' || after == '\t' || after == ']' || after == '\n' ||
+		     after == ',' || after == '='))
+			return true;
+		p += n;
+	}
+	return false;
+}
+
+/* argv[0] is "demo". */
+int cmd_demo(int argc, char **argv)
+{
+	struct kvb_opts o = demo_defaults;
+	static char help[65536];
+	char path[PATH_MAX], tried[3 * PATH_MAX];
+	char *args[MAX_ARGS];
+	int i, nargs = 0, ret;
+
+	for (i = 1; i < argc; i++) {
+		const char *a = argv[i];
+
+		if (!strcmp(a, "--")) {
+			i++;
+			break;
+		}
+		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+			demo_usage(stdout);
+			return 0;
+		}
+		if (!strcmp(a, "--json"))
+			o.json = true;
+		else if (!strcmp(a, "--quiet"))
+			o.quiet = true;
+		else if (!strcmp(a, "--progress"))
+			o.progress = true;
+		else
+			return kvb_usage_error(&o, demo_usage,
+					       "unknown option '%s' (kvrt-demo's own options go "
+					       "after --)", a);
+	}
+	if (find_demo(path, sizeof(path), tried, sizeof(tried))) {
+		fprintf(stderr,
+			"kvbench demo: kvrt-demo is not available (looked at %s).\n"
+			"Build it with 'make tools' (tools/kvrt-demo), install it with 'make "
+			"install', or set KVRT_DEMO=/path/to/kvrt-demo.\n",
+			tried);
+		return 1;
+	}
+	ret = demo_help(path, help, sizeof(help));
+	if (ret) {
+		fprintf(stderr, "kvbench demo: cannot run %s --help: %s\n", path, strerror(-ret));
+		return 1;
+	}
+	args[nargs++] = path;
+	if (o.json) {
+		if (!lists(help, "--json")) {
+			fprintf(stderr,
+				"kvbench demo: %s has no --json option (its --help does not list "
+				"it); run kvbench demo without --json for its table\n",
+				path);
+			return 1;
+		}
+		args[nargs++] = "--json";
+	}
+	if (o.quiet && lists(help, "--quiet"))
+		args[nargs++] = "--quiet";
+	else if (o.quiet && lists(help, "--no-progress"))
+		args[nargs++] = "--no-progress";
+	if (o.progress && lists(help, "--progress"))
+		args[nargs++] = "--progress";
+	for (; i < argc; i++) {
+		if (nargs + 1 >= MAX_ARGS) {
+			fprintf(stderr, "kvbench demo: too many arguments\n");
+			return 2;
+		}
+		args[nargs++] = argv[i];
+	}
+	args[nargs] = NULL;
+	kvb_note(&o, "running %s", path);
+	fflush(NULL);
+	execv(path, args);
+	fprintf(stderr, "kvbench demo: exec %s: %s\n", path, strerror(errno));
+	return 1;
+}

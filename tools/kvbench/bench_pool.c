@@ -1,0 +1,402 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * bench_pool.c: kvbench pool, the cost of handing out blocks.
+ *
+ *   kvbench pool [--json] [--only core|ioctl] [--device PATH] [common options]
+ *
+ *   core_alloc_free_batchN   kvc_alloc + kvc_free of N blocks, in-process,
+ *                            ns per block; limit: popping and pushing one
+ *                            id on a plain array stack, in batches of N.
+ *   ioctl_alloc_free_batchN  KVPOOL_IOC_ALLOC + KVPOOL_IOC_FREE of N blocks
+ *                            on /dev/kvpool (only where it exists), ns per
+ *                            block; limit: the syscall floor per block,
+ *                            two ioctls the driver rejects at once
+ *                            (-ENOTTY) divided by the batch.
+ *
+ * value is a cost: ratio = limit / value, 1.0 meaning as cheap as the floor.
+ *
+ * Timing: CLOCK_MONOTONIC; each repetition runs at least --rep-time
+ * seconds (default 0.1); the median of --reps (default 5) repetitions is
+ * reported.  Value and limit repetitions alternate, so drift hits both
+ * alike.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <linux/kvpool.h>
+#include "kvcore.h"
+#include "report.h"
+
+#define BENCH_BLOCK	4096ULL
+#define CORE_BLOCKS	65536ULL		/* the core space: 16x the largest batch */
+#define IOCTL_QUOTA	(64ULL << 20)		/* bytes; the VM pool is 64 MiB per node */
+#define IOCTL_SPACE	"kvbench"
+/* A command number kvpool does not know: the cheapest round trip into it. */
+#define KVBENCH_IOC_NONE _IO(KVPOOL_IOC_MAGIC, 0x7f)
+
+static const unsigned int batches[] = { 1, 16, 256, 4096 };
+#define NR_BATCHES (sizeof(batches) / sizeof(batches[0]))
+#define MAX_BATCH 4096
+
+struct pool_opts {
+	struct kvb_opts c;
+	const char *device;
+	const char *only;	/* NULL, "core" or "ioctl" */
+};
+
+static const struct kvb_opts pool_defaults = { .bench = "pool", .reps = 5, .rep_time = 0.1 };
+
+static void pool_usage(FILE *f)
+{
+	fprintf(f,
+		"usage: kvbench pool [--json] [options]\n"
+		"\n"
+		"Block alloc+free cost, ns per block: in-process kvcore against an array\n"
+		"stack, and the kvpool ioctls (when /dev/kvpool exists) against the\n"
+		"syscall floor.  ratio = limit / value.\n"
+		"\n"
+		"options:\n"
+		"  --only core|ioctl run only these cases\n"
+		"  --device PATH     kvpool device (default /dev/kvpool)\n");
+	kvb_common_usage(f, &pool_defaults);
+}
+
+/* ---- measurement ------------------------------------------------------- */
+
+/* Runs iters iterations; returns 0 or a negative errno. */
+typedef int (*bench_fn)(void *ctx, unsigned long iters);
+
+struct measure {
+	bench_fn fn;
+	void *ctx;
+	double units;		/* per iteration: blocks, ids or calls */
+	unsigned long iters;	/* per repetition */
+	double sample[KVB_MAX_REPS];	/* ns per unit */
+};
+
+static int timed(struct measure *m, unsigned long iters, double *ns)
+{
+	double t0 = kvb_now_ns();
+	int ret = m->fn(m->ctx, iters);
+
+	*ns = kvb_now_ns() - t0;
+	return ret;
+}
+
+/* Find iterations per repetition so one takes at least rep_time. */
+static int calibrate(struct measure *m, double rep_time)
+{
+	double want = rep_time * 1e9, ns = 0;
+	unsigned long iters = 1;
+	int ret;
+
+	for (;;) {
+		ret = timed(m, iters, &ns);
+		if (ret)
+			return ret;
+		if (ns >= want / 8 || iters >= (1UL << 40))
+			break;
+		iters *= ns < want / 1000 ? 16 : 2;
+	}
+	m->iters = (unsigned long)((double)iters * want / (ns > 1 ? ns : 1)) + 1;
+	return 0;
+}
+
+/* Alternate repetitions of value and limit; medians in ns per unit. */
+static int measure_pair(struct measure *value, struct measure *limit, const struct kvb_opts *o,
+			double *value_ns, double *limit_ns)
+{
+	unsigned int r;
+	double ns;
+	int ret;
+
+	ret = calibrate(limit, o->rep_time);
+	if (!ret)
+		ret = calibrate(value, o->rep_time);
+	for (r = 0; !ret && r < o->reps; r++) {
+		ret = timed(limit, limit->iters, &ns);
+		limit->sample[r] = ns / ((double)limit->iters * limit->units);
+		if (!ret)
+			ret = timed(value, value->iters, &ns);
+		value->sample[r] = ns / ((double)value->iters * value->units);
+	}
+	if (ret)
+		return ret;
+	*value_ns = kvb_median(value->sample, o->reps);
+	*limit_ns = kvb_median(limit->sample, o->reps);
+	return 0;
+}
+
+static const char pool_unit[] = "ns/block (cost; ratio = limit/value)";
+
+/* ---- the limit of core: ids on a plain array stack --------------------- */
+
+struct stack_ctx {
+	kvc_u32 *stack;
+	kvc_u32 top;
+	kvc_u32 *out;
+	unsigned int batch;
+};
+
+static int stack_run(void *c, unsigned long iters)
+{
+	struct stack_ctx *x = c;
+	unsigned long it;
+
+	for (it = 0; it < iters; it++) {
+		kvc_u32 *st = x->stack, *out = x->out, top = x->top;
+		unsigned int i, b = x->batch;
+
+		for (i = 0; i < b; i++)
+			out[i] = st[--top];
+		/* The ids must really be in out[] and back on the stack. */
+		__asm__ __volatile__("" : : "r"(out), "r"(st) : "memory");
+		for (i = 0; i < b; i++)
+			st[top++] = out[i];
+		__asm__ __volatile__("" : : "r"(out), "r"(st) : "memory");
+		x->top = top;
+	}
+	return 0;
+}
+
+/* ---- core: kvc_alloc + kvc_free --------------------------------------- */
+
+struct core_ctx {
+	struct kvc_space s;
+	kvc_u32 *ids;
+	unsigned int batch;
+};
+
+static long long core_grow(struct kvc_space *s, kvc_u64 want)
+{
+	(void)s;
+	return (long long)want;
+}
+
+static const struct kvc_space_ops core_ops = { .grow = core_grow };
+
+static int core_run(void *c, unsigned long iters)
+{
+	struct core_ctx *x = c;
+	unsigned long it;
+	int ret;
+
+	for (it = 0; it < iters; it++) {
+		ret = kvc_alloc(&x->s, 1, x->batch, x->ids);
+		if (ret)
+			return ret;
+		ret = kvc_free(&x->s, 1, x->batch, x->ids);
+		if (ret)
+			return ret;
+	}
+	return 0;
+}
+
+static int bench_core(const struct kvb_report *rep, unsigned int *step, unsigned int steps)
+{
+	static kvc_u32 ids[MAX_BATCH], stack[MAX_BATCH], out[MAX_BATCH];
+	const struct kvb_opts *o = rep->o;
+	struct core_ctx core = { .ids = ids };
+	struct stack_ctx st = { .stack = stack, .top = MAX_BATCH, .out = out };
+	unsigned int b, i;
+	int ret;
+
+	for (i = 0; i < MAX_BATCH; i++)
+		stack[i] = i;
+	ret = kvc_space_init(&core.s, BENCH_BLOCK, CORE_BLOCKS, &core_ops, NULL);
+	if (ret)
+		goto out;
+	/* Back and index the largest batch once: steady state from here on. */
+	core.batch = MAX_BATCH;
+	ret = core_run(&core, 1);
+	for (b = 0; !ret && b < NR_BATCHES; b++) {
+		struct measure value = { .fn = core_run, .ctx = &core, .units = batches[b] };
+		struct measure limit = { .fn = stack_run, .ctx = &st, .units = batches[b] };
+		char name[64];
+		double v, l;
+
+		snprintf(name, sizeof(name), "core_alloc_free_batch%u", batches[b]);
+		kvb_progress(o, ++*step, steps, name);
+		core.batch = st.batch = batches[b];
+		ret = measure_pair(&value, &limit, o, &v, &l);
+		if (!ret)
+			kvb_report(rep, name, v, pool_unit, l, "ns/op array push+pop");
+	}
+	if (!ret) {
+		char msg[128];
+
+		ret = kvc_space_check(&core.s, msg, sizeof(msg));
+		if (ret)
+			fprintf(stderr, "kvbench pool: core space inconsistent: %s\n", msg);
+	}
+	kvc_space_fini(&core.s);
+out:
+	if (ret)
+		fprintf(stderr, "kvbench pool: core: %s\n", strerror(-ret));
+	return ret;
+}
+
+/* ---- ioctl: KVPOOL_IOC_ALLOC + KVPOOL_IOC_FREE ------------------------- */
+
+struct ioctl_ctx {
+	int fd;
+	struct kvpool_blocks blocks;
+};
+
+static int ioctl_run(void *c, unsigned long iters)
+{
+	struct ioctl_ctx *x = c;
+	unsigned long it;
+
+	for (it = 0; it < iters; it++) {
+		if (ioctl(x->fd, KVPOOL_IOC_ALLOC, &x->blocks))
+			return -errno;
+		if (ioctl(x->fd, KVPOOL_IOC_FREE, &x->blocks))
+			return -errno;
+	}
+	return 0;
+}
+
+static int empty_run(void *c, unsigned long iters)
+{
+	struct ioctl_ctx *x = c;
+	unsigned long it;
+
+	for (it = 0; it < iters; it++)
+		if (ioctl(x->fd, KVBENCH_IOC_NONE, NULL) != -1 || errno != ENOTTY)
+			return -EPROTO;
+	return 0;
+}
+
+static int bench_ioctl(const struct kvb_report *rep, const char *device, unsigned int *step,
+		       unsigned int steps)
+{
+	static kvc_u32 ids[MAX_BATCH];
+	const struct kvb_opts *o = rep->o;
+	struct kvpool_space_open so;
+	struct ioctl_ctx x = { .fd = -1 };
+	unsigned int b;
+	int ret = 0;
+
+	x.fd = open(device, O_RDWR | O_CLOEXEC);
+	if (x.fd < 0) {
+		ret = -errno;
+		fprintf(stderr, "kvbench pool: open %s: %s\n", device, strerror(errno));
+		return ret;
+	}
+	memset(&so, 0, sizeof(so));
+	snprintf(so.name, sizeof(so.name), "%s", IOCTL_SPACE);
+	so.flags = KVPOOL_SPACE_CREATE;
+	so.mode = 0600;
+	so.block_bytes = BENCH_BLOCK;
+	so.quota_bytes = IOCTL_QUOTA;
+	so.numa_policy = KVPOOL_NUMA_PREFERRED;
+	if (ioctl(x.fd, KVPOOL_IOC_SPACE_OPEN, &so)) {
+		ret = -errno;
+		fprintf(stderr, "kvbench pool: KVPOOL_IOC_SPACE_OPEN \"%s\": %s\n", IOCTL_SPACE,
+			strerror(errno));
+		goto out_close;
+	}
+	if (so.nr_blocks < MAX_BATCH) {
+		fprintf(stderr, "kvbench pool: space \"%s\" has %llu blocks, need %u\n",
+			IOCTL_SPACE, (unsigned long long)so.nr_blocks, MAX_BATCH);
+		ret = -ENOSPC;
+		goto out_close;
+	}
+	x.blocks.ids = (uintptr_t)ids;
+	/* Back the largest batch once: steady state from here on. */
+	x.blocks.count = MAX_BATCH;
+	ret = ioctl_run(&x, 1);
+	for (b = 0; !ret && b < NR_BATCHES; b++) {
+		struct measure value = { .fn = ioctl_run, .ctx = &x, .units = batches[b] };
+		struct measure limit = { .fn = empty_run, .ctx = &x, .units = 1 };
+		char name[64];
+		double v, l;
+
+		snprintf(name, sizeof(name), "ioctl_alloc_free_batch%u", batches[b]);
+		kvb_progress(o, ++*step, steps, name);
+		x.blocks.count = batches[b];
+		ret = measure_pair(&value, &limit, o, &v, &l);
+		if (!ret)
+			/* Two syscalls per batch (alloc, free) spread over its blocks. */
+			kvb_report(rep, name, v, pool_unit, 2.0 * l / batches[b],
+				   "ns/block 2 empty ioctls / batch");
+	}
+	if (ret == -EPROTO)
+		fprintf(stderr, "kvbench pool: an unknown ioctl on %s did not fail with ENOTTY\n",
+			device);
+	else if (ret)
+		fprintf(stderr, "kvbench pool: ioctl alloc/free: %s\n", strerror(-ret));
+out_close:
+	close(x.fd);
+	return ret;
+}
+
+/* ---- pool -------------------------------------------------------------- */
+
+/* argv[0] is "pool". */
+int cmd_pool(int argc, char **argv)
+{
+	struct pool_opts o = { .c = pool_defaults, .device = "/dev/kvpool" };
+	struct kvb_report rep = { .o = &o.c, .ratio = KVB_COST, .name_w = 28, .num_w = 12,
+				  .unit_w = 31, .ratio_w = 8 };
+	unsigned int step = 0, steps;
+	bool core, dev;
+	struct stat st;
+	int i, ret = 0;
+
+	for (i = 1; i < argc; i++) {
+		const char *a = argv[i];
+
+		ret = kvb_common_opt(&o.c, argc, argv, &i);
+		if (ret == 1)
+			continue;
+		if (ret)
+			return ret;
+		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+			pool_usage(stdout);
+			return 0;
+		}
+		if (strcmp(a, "--device") && strcmp(a, "--only"))
+			return kvb_usage_error(&o.c, pool_usage, "unknown option '%s'", a);
+		if (i + 1 >= argc)
+			return kvb_usage_error(&o.c, pool_usage, "option '%s' needs a value", a);
+		if (!strcmp(a, "--device")) {
+			o.device = argv[++i];
+		} else {
+			o.only = argv[++i];
+			if (strcmp(o.only, "core") && strcmp(o.only, "ioctl"))
+				return kvb_usage_error(&o.c, pool_usage,
+						       "--only: '%s' is neither core nor ioctl",
+						       o.only);
+		}
+	}
+	core = !o.only || !strcmp(o.only, "core");
+	dev = !o.only || !strcmp(o.only, "ioctl");
+	if (dev && stat(o.device, &st)) {
+		if (o.only) {
+			fprintf(stderr, "kvbench pool: %s: %s (is kvpool.ko loaded?)\n", o.device,
+				strerror(errno));
+			return 1;
+		}
+		kvb_note(&o.c, "%s absent: ioctl cases skipped", o.device);
+		dev = false;
+	}
+	steps = (core + dev) * NR_BATCHES;
+	kvb_report_header(&rep, "ns/block");
+	ret = 0;
+	if (core)
+		ret = bench_core(&rep, &step, steps);
+	if (dev && !ret)
+		ret = bench_ioctl(&rep, o.device, &step, steps);
+	kvb_progress_end();
+	return ret ? 1 : 0;
+}

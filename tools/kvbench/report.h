@@ -1,0 +1,100 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * report.h: what every kvbench subcommand shares: the common options, the
+ * clock, medians, the result line (a table row, or one JSON object per
+ * case) and the progress line.
+ *
+ * A result line, with --json:
+ *
+ *   {"bench":"attn","case":"decode_b8_ctx32768","value":31.2,
+ *    "unit":"GB/s K/V read (ratio = value/limit)","limit":42.9,
+ *    "limit_unit":"GB/s streaming read","ratio":0.727}
+ *
+ * value is what the case measured, limit the floor or ceiling it is
+ * compared against, measured in the same run.  A cost (pool, hash) has
+ * ratio = limit / value, a rate (attn, copy) ratio = value / limit; either
+ * way 1.0 means as good as the limit.  Numbers are printed with %.4g
+ * below 1000 and as integers above.
+ */
+#ifndef KVBENCH_REPORT_H
+#define KVBENCH_REPORT_H
+
+#include <stdbool.h>
+#include <stdio.h>
+
+#define KVB_MAX_REPS 99
+
+/* Options every subcommand takes (kvb_common_opt parses them). */
+struct kvb_opts {
+	const char *bench;	/* the subcommand: "pool", "attn", ... */
+	bool json;		/* --json: JSON lines on stdout */
+	bool quiet;		/* --quiet: no progress, no notes on stderr */
+	bool progress;		/* --progress: progress lines even when stderr is no tty */
+	unsigned int reps;	/* --reps: repetitions per case, median reported */
+	double rep_time;	/* --rep-time: seconds per repetition, at least */
+	const char *plot;	/* --plot FILE (.svg or .png); only where can_plot */
+	bool can_plot;		/* set by the subcommand before parsing */
+};
+
+/*
+ * Parse argv[*i] if it is a common option, taking its value from
+ * argv[*i + 1] (and advancing *i) when it has one.  Returns 1 when it was
+ * one, 0 when it was not, 2 after printing a usage error on stderr.
+ */
+int kvb_common_opt(struct kvb_opts *o, int argc, char **argv, int *i);
+
+/* The common options' lines for a subcommand's --help. */
+void kvb_common_usage(FILE *f, const struct kvb_opts *defaults);
+
+/* "kvbench BENCH: <message>", a blank line, usage(stderr); returns 2. */
+int kvb_usage_error(const struct kvb_opts *o, void (*usage)(FILE *f), const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+/* Strict parsers for option values: 0, or -1 when v is no such number. */
+int kvb_parse_ulong(const char *v, unsigned long min, unsigned long max, unsigned long *out);
+int kvb_parse_double(const char *v, double min, double max, double *out);
+
+/* CLOCK_MONOTONIC. */
+double kvb_now_ns(void);
+double kvb_now_s(void);
+
+/* The median of n samples; v is left as it was. */
+double kvb_median(const double *v, unsigned int n);
+
+enum kvb_ratio {
+	KVB_COST,	/* value is a cost: ratio = limit / value */
+	KVB_RATE,	/* value is a rate: ratio = value / limit */
+};
+
+/* One subcommand's result lines: its ratio and its table's column widths. */
+struct kvb_report {
+	const struct kvb_opts *o;
+	enum kvb_ratio ratio;
+	int name_w;		/* case */
+	int num_w;		/* value and limit */
+	int unit_w;		/* limit unit */
+	int ratio_w;
+};
+
+/* The table's heading line (nothing with --json). */
+void kvb_report_header(const struct kvb_report *r, const char *value_head);
+
+/* One case: a JSON line or a table row on stdout, flushed. */
+void kvb_report(const struct kvb_report *r, const char *name, double value, const char *unit,
+		double limit, const char *limit_unit);
+
+/*
+ * Progress: "kvbench BENCH: [i/n] what" on stderr, only when stderr is a
+ * terminal (one line, rewritten in place, with the time elapsed) or with
+ * --progress (one line per step); never with --quiet.  n 0: no [i/n].
+ * kvb_progress_end() clears a terminal's line; kvb_report() does too
+ * before it prints.
+ */
+void kvb_progress(const struct kvb_opts *o, unsigned int i, unsigned int n, const char *what);
+void kvb_progress_end(void);
+
+/* A note on stderr ("kvbench BENCH: ..."), unless --quiet. */
+void kvb_note(const struct kvb_opts *o, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+#endif /* KVBENCH_REPORT_H */
