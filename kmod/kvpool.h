@@ -117,6 +117,8 @@ extern struct kvp_tunables kvp_tun;
 #define KVP_EVENT_QUEUE_MAX	1048576
 
 extern struct kvp_pool kvp_pool;
+/* Prefix-cache counters of spaces already torn down (kvp_spaces_lock). */
+extern struct kvc_space_stats kvp_dead_stats;
 extern struct mutex kvp_spaces_lock;
 extern struct list_head kvp_spaces;
 extern unsigned int kvp_nr_spaces;

@@ -5,6 +5,7 @@
  * page allocator only when free and unreferenced (design invariant 2).
  */
 #include <linux/gfp.h>
+#include <linux/mm.h>
 #include <linux/highmem.h>
 #include <linux/sched/signal.h>
 #include <linux/slab.h>
@@ -30,12 +31,12 @@ static const unsigned int kvp_orders[] = { KVP_CHUNK_ORDER, 4, 0 };
 
 static gfp_t kvp_order_gfp(unsigned int order)
 {
-	gfp_t gfp = GFP_HIGHUSER | __GFP_THISNODE | __GFP_ZERO | __GFP_NOWARN;
-
-	/* Large orders should fail fast and fall back rather than reclaim hard. */
-	if (order)
-		gfp |= __GFP_NORETRY;
-	return gfp;
+	/*
+	 * Fail rather than reclaim hard or wake the OOM killer: pinned pool
+	 * pages cannot be reclaimed, so an OOM kill could not free them and
+	 * a too-large pool_bytes would deadlock the host.
+	 */
+	return GFP_HIGHUSER | __GFP_THISNODE | __GFP_ZERO | __GFP_NOWARN | __GFP_NORETRY;
 }
 
 /* Allocate one chunk on nid, largest order first. */
@@ -219,15 +220,34 @@ static int kvp_node_shrink(struct kvp_node *node, u64 target)
 	}
 }
 
+/*
+ * Memory the pool may still take: what the kernel calls available, less a
+ * reserve of 1/16 of RAM (at least 64 MiB) that the rest of the host keeps.
+ */
+static u64 kvp_pool_headroom(void)
+{
+	u64 avail = (u64)si_mem_available() << PAGE_SHIFT;
+	u64 reserve = max_t(u64, (u64)totalram_pages() << PAGE_SHIFT >> 4, 64ULL << 20);
+
+	return avail > reserve ? avail - reserve : 0;
+}
+
 int kvp_pool_resize(u64 total_bytes)
 {
-	u64 per_node;
+	u64 per_node, reserved, free, held, want;
 	int nid, ret = 0;
 
 	if (!kvp_pool.nr_nodes)
 		return -ENODEV;
+	/* Far past any host's memory: refuse before the arithmetic can wrap. */
+	if (total_bytes > KVPOOL_MAX_SPACE_BYTES * 64)
+		return -EINVAL;
 	per_node = round_up(div_u64(total_bytes + kvp_pool.nr_nodes - 1, kvp_pool.nr_nodes),
 			    KVP_CHUNK_BYTES);
+	kvp_pool_totals(&reserved, &free, &held);
+	want = per_node * kvp_pool.nr_nodes;
+	if (want > reserved && want - reserved > kvp_pool_headroom())
+		return -ENOMEM;
 	mutex_lock(&kvp_pool.resize_lock);
 	for_each_node_mask(nid, kvp_pool.pool_nodes) {
 		struct kvp_node *node = kvp_pool.nodes[nid];

@@ -19,6 +19,7 @@
 DEFINE_MUTEX(kvp_spaces_lock);
 LIST_HEAD(kvp_spaces);
 unsigned int kvp_nr_spaces;
+struct kvc_space_stats kvp_dead_stats;
 static u64 kvp_space_serial;
 
 const char *kvp_policy_name(u32 policy)
@@ -372,17 +373,25 @@ out_free_space:
 static void kvp_space_unlist(struct kvp_space *space)
 {
 	struct kvp_chunk *chunk, *next;
+	int i;
 
 	lockdep_assert_held(&kvp_spaces_lock);
 	list_del(&space->link);
 	kvp_nr_spaces--;
+	/* Pool-wide counters must not go down when a space goes. */
+	kvp_dead_stats.hits += space->core.stats.hits;
+	kvp_dead_stats.misses += space->core.stats.misses;
+	kvp_dead_stats.inserts += space->core.stats.inserts;
+	kvp_dead_stats.dedups += space->core.stats.dedups;
+	for (i = 0; i < KVC_EVICT_CAUSES; i++)
+		kvp_dead_stats.evictions[i] += space->core.stats.evictions[i];
 	down_read(&kvp_pool.backing_rwsem);
 	list_for_each_entry_safe(chunk, next, &space->chunks, link) {
-		unsigned long i;
+		unsigned long pg;
 
 		list_del_init(&chunk->link);
-		for (i = 0; i < chunk->nr_pages; i++)
-			set_page_private(chunk->page + i, 0);
+		for (pg = 0; pg < chunk->nr_pages; pg++)
+			set_page_private(chunk->page + pg, 0);
 		kvp_tenant_uncharge(space->tenant, kvp_chunk_bytes(chunk));
 		kvp_pool_return(chunk);
 	}

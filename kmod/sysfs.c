@@ -224,7 +224,8 @@ static ssize_t uid_limit_store(struct device *dev, struct device_attribute *attr
 	bytes_s = p;
 	if (!uid_s || !bytes_s || kstrtou32(uid_s, 10, &uid) || kvp_parse_bytes(bytes_s, &bytes))
 		return -EINVAL;
-	kuid = make_kuid(current_user_ns(), uid);
+	/* The same namespace the read side prints: the initial one. */
+	kuid = make_kuid(&init_user_ns, uid);
 	if (!uid_valid(kuid))
 		return -EINVAL;
 	ret = kvp_tenant_set_limit(kuid, bytes);
@@ -280,6 +281,22 @@ static u64 kvp_space_sum(enum kvp_sum_field f)
 	u64 v = 0;
 
 	mutex_lock(&kvp_spaces_lock);
+	switch (f) {
+	case KVP_SUM_HITS:
+		v = kvp_dead_stats.hits;
+		break;
+	case KVP_SUM_MISSES:
+		v = kvp_dead_stats.misses;
+		break;
+	case KVP_SUM_INSERTS:
+		v = kvp_dead_stats.inserts;
+		break;
+	case KVP_SUM_DEDUPS:
+		v = kvp_dead_stats.dedups;
+		break;
+	default:
+		break;
+	}
 	list_for_each_entry(space, &kvp_spaces, link) {
 		const struct kvc_space *c = &space->core;
 
@@ -332,6 +349,8 @@ static ssize_t evictions_show(struct device *dev, struct device_attribute *attr,
 	int i;
 
 	mutex_lock(&kvp_spaces_lock);
+	for (i = 0; i < KVC_EVICT_CAUSES; i++)
+		n[i] = kvp_dead_stats.evictions[i];
 	list_for_each_entry(space, &kvp_spaces, link) {
 		mutex_lock(&space->lock);
 		for (i = 0; i < KVC_EVICT_CAUSES; i++)

@@ -30,7 +30,8 @@ enum kvp_space_field {
 	KVP_SF_NAME, KVP_SF_UID, KVP_SF_PERSISTENT, KVP_SF_CLIENTS, KVP_SF_BLOCK_BYTES,
 	KVP_SF_QUOTA_BYTES, KVP_SF_BACKED_BYTES, KVP_SF_FREE, KVP_SF_OWNED, KVP_SF_PUBLISHED,
 	KVP_SF_CACHED, KVP_SF_HOLES, KVP_SF_HITS, KVP_SF_MISSES, KVP_SF_HIT_RATE,
-	KVP_SF_INSERTS, KVP_SF_DEDUPS, KVP_SF_EVICTIONS,
+	KVP_SF_INSERTS, KVP_SF_DEDUPS, KVP_SF_EVICTIONS, KVP_SF_UNLINKED, KVP_SF_READERS,
+	KVP_SF_MODE, KVP_SF_GID, KVP_SF_POLICY,
 };
 
 static ssize_t kvp_space_field_show(struct kobject *kobj, char *buf, enum kvp_space_field f)
@@ -52,6 +53,15 @@ static ssize_t kvp_space_field_show(struct kobject *kobj, char *buf, enum kvp_sp
 				  !READ_ONCE(space->unlinked));
 	case KVP_SF_CLIENTS:
 		return sysfs_emit(buf, "%u\n", READ_ONCE(space->nr_clients));
+	case KVP_SF_UNLINKED:
+		return sysfs_emit(buf, "%d\n", READ_ONCE(space->unlinked));
+	case KVP_SF_MODE:
+		return sysfs_emit(buf, "%04o\n", space->mode);
+	case KVP_SF_GID:
+		return sysfs_emit(buf, "%u\n", from_kgid(&init_user_ns, space->gid));
+	case KVP_SF_POLICY:
+		return sysfs_emit(buf, "%s 0x%llx\n", kvp_policy_name(space->numa_policy),
+				  space->node_mask);
 	default:
 		break;
 	}
@@ -83,6 +93,9 @@ static ssize_t kvp_space_field_show(struct kobject *kobj, char *buf, enum kvp_sp
 		break;
 	case KVP_SF_HOLES:
 		v = c->nr_holes;
+		break;
+	case KVP_SF_READERS:
+		v = c->nr_readers;
 		break;
 	case KVP_SF_HITS:
 		v = c->stats.hits;
@@ -140,6 +153,11 @@ KVP_SPACE_ATTR(hit_rate, KVP_SF_HIT_RATE);
 KVP_SPACE_ATTR(inserts, KVP_SF_INSERTS);
 KVP_SPACE_ATTR(dedups, KVP_SF_DEDUPS);
 KVP_SPACE_ATTR(evictions, KVP_SF_EVICTIONS);
+KVP_SPACE_ATTR(unlinked, KVP_SF_UNLINKED);
+KVP_SPACE_ATTR(readers, KVP_SF_READERS);
+KVP_SPACE_ATTR(mode, KVP_SF_MODE);
+KVP_SPACE_ATTR(gid, KVP_SF_GID);
+KVP_SPACE_ATTR(numa_policy, KVP_SF_POLICY);
 
 static struct attribute *kvp_space_attrs[] = {
 	&kvp_space_name_attr.attr,
@@ -160,6 +178,11 @@ static struct attribute *kvp_space_attrs[] = {
 	&kvp_space_inserts_attr.attr,
 	&kvp_space_dedups_attr.attr,
 	&kvp_space_evictions_attr.attr,
+	&kvp_space_unlinked_attr.attr,
+	&kvp_space_readers_attr.attr,
+	&kvp_space_mode_attr.attr,
+	&kvp_space_gid_attr.attr,
+	&kvp_space_numa_policy_attr.attr,
 	NULL,
 };
 ATTRIBUTE_GROUPS(kvp_space);

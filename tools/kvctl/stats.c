@@ -1,0 +1,141 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * kvctl stats: every counter and gauge.  Text is one "name value" per line
+ * (grep-able, like sysctl -a); --json nests them; --prometheus is the
+ * node_exporter textfile format (prometheus.c).
+ */
+#include <string.h>
+
+#include "kvctl.h"
+
+enum { OPT_JSON = 1, OPT_PROM };
+
+static void kv_kv(const char *prefix, const char *name, uint64_t v)
+{
+	printf("%s%s %llu\n", prefix, name, (unsigned long long)v);
+}
+
+static void kv_stats_text(const struct kv_snap *s)
+{
+	char p[64];
+	int i, k;
+
+	kv_kv("pool.", "pool_bytes", s->pool_bytes);
+	kv_kv("pool.", "free_bytes", s->free_bytes);
+	kv_kv("pool.", "held_bytes", s->held_bytes);
+	kv_kv("pool.", "chunk_bytes", s->chunk_bytes);
+	kv_kv("pool.", "max_batch", s->max_batch);
+	kv_kv("pool.", "max_space_bytes", s->max_space_bytes);
+	kv_kv("pool.", "spaces", s->spaces);
+	kv_kv("pool.", "allocs", s->allocs);
+	kv_kv("pool.", "frees", s->frees);
+	kv_kv("pool.", "alloc_failures", s->alloc_failures);
+	kv_kv("pool.", "zeroed_chunks", s->zeroed_chunks);
+	kv_kv("pool.", "reclaimed_bytes", s->reclaimed_bytes);
+	kv_kv("pool.", "prefix_hits", s->prefix_hits);
+	kv_kv("pool.", "prefix_misses", s->prefix_misses);
+	kv_kv("pool.", "prefix_inserts", s->prefix_inserts);
+	kv_kv("pool.", "prefix_dedups", s->prefix_dedups);
+	kv_kv("pool.", "cached_bytes", s->cached_bytes);
+	kv_kv("pool.", "published_bytes", s->published_bytes);
+	for (k = 0; k < KV_CAUSES; k++)
+		kv_kv("pool.evictions.", kv_cause_names[k], s->evictions[k]);
+	kv_kv("tunables.", "shrinker_enabled", s->shrinker_enabled);
+	kv_kv("tunables.", "min_cached_bytes", s->min_cached_bytes);
+	kv_kv("tunables.", "event_queue_max", s->event_queue_max);
+	kv_kv("tunables.", "uid_limit_default_bytes", s->uid_limit_default_bytes);
+	for (i = 0; i < s->nr_nodes; i++) {
+		snprintf(p, sizeof(p), "node%d.", s->nodes[i].id);
+		kv_kv(p, "reserved_bytes", s->nodes[i].reserved);
+		kv_kv(p, "free_bytes", s->nodes[i].free);
+		kv_kv(p, "in_spaces_bytes", s->nodes[i].in_spaces);
+		kv_kv(p, "held_bytes", s->nodes[i].held);
+	}
+	for (i = 0; i < s->nr_tenants; i++) {
+		snprintf(p, sizeof(p), "uid.%llu.", (unsigned long long)s->tenants[i].uid);
+		kv_kv(p, "limit_bytes", s->tenants[i].limit);
+		kv_kv(p, "used_bytes", s->tenants[i].used);
+		kv_kv(p, "spaces", s->tenants[i].spaces);
+	}
+	for (i = 0; i < s->nr_sp; i++) {
+		const struct kv_space *sp = &s->sp[i];
+
+		snprintf(p, sizeof(p), "space.%u.", sp->id);
+		printf("%sname %s\n", p, sp->name);
+		kv_kv(p, "uid", sp->uid);
+		kv_kv(p, "persistent", sp->persistent);
+		kv_kv(p, "clients", sp->clients);
+		kv_kv(p, "block_bytes", sp->block_bytes);
+		kv_kv(p, "quota_bytes", sp->quota_bytes);
+		kv_kv(p, "backed_bytes", sp->backed_bytes);
+		kv_kv(p, "free_blocks", sp->free);
+		kv_kv(p, "owned_blocks", sp->owned);
+		kv_kv(p, "published_blocks", sp->published);
+		kv_kv(p, "cached_blocks", sp->cached);
+		kv_kv(p, "hole_blocks", sp->holes);
+		kv_kv(p, "hits", sp->hits);
+		kv_kv(p, "misses", sp->misses);
+		kv_kv(p, "hit_rate_permille", sp->hit_rate);
+		kv_kv(p, "inserts", sp->inserts);
+		kv_kv(p, "dedups", sp->dedups);
+		for (k = 0; k < KV_CAUSES; k++) {
+			char n[64];
+
+			snprintf(n, sizeof(n), "evictions.%s", kv_cause_names[k]);
+			kv_kv(p, n, sp->evictions[k]);
+		}
+	}
+}
+
+int cmd_stats(int argc, char **argv)
+{
+	static const struct kv_opt opts[] = {
+		{ "json", false, OPT_JSON }, { "prometheus", false, OPT_PROM }, { NULL, false, 0 },
+	};
+	bool json = false, prom = false;
+	struct kv_args a;
+	struct kv_json j;
+	struct kv_snap s;
+	const char *v;
+	int o, r, i;
+
+	kv_args_init(&a, "stats", argc, argv);
+	while ((o = kv_args_next(&a, opts, &v)) != KV_OPT_END) {
+		if (o == KV_OPT_HELP)
+			return kv_help("stats");
+		if (o == KV_OPT_ERR)
+			return KV_EXIT_USAGE;
+		if (o == KV_OPT_POS)
+			return kv_usage("stats", "unexpected argument '%s'", v);
+		if (o == OPT_JSON)
+			json = true;
+		else
+			prom = true;
+	}
+	if (json && prom)
+		return kv_usage("stats", "--json and --prometheus are two formats: pick one");
+	r = kv_snap_take(&s, KV_SNAP_POOL | KV_SNAP_NODES | KV_SNAP_SPACES | KV_SNAP_TENANTS);
+	if (r) {
+		/* A textfile scrape should still say the module is gone. */
+		if (prom && r == KV_EXIT_NOMODULE)
+			kv_prometheus_down();
+		return r;
+	}
+	if (prom) {
+		r = kv_prometheus(&s);
+	} else if (json) {
+		kv_json_init(&j, stdout, true);
+		kv_json_obj(&j, NULL);
+		kv_json_pool(&j, &s);
+		kv_json_arr(&j, "spaces");
+		for (i = 0; i < s.nr_sp; i++)
+			kv_json_space(&j, NULL, &s.sp[i]);
+		kv_json_end(&j, ']');
+		kv_json_end(&j, '}');
+		kv_json_done(&j);
+	} else {
+		kv_stats_text(&s);
+	}
+	kv_snap_free(&s);
+	return r;
+}
