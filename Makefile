@@ -19,7 +19,7 @@ CFLAGS_USER := -O2 -g -Wall -Wextra -Werror -I$(SRC)/include/uapi -I$(SRC)/kmod/
 export CFLAGS_USER
 
 .PHONY: all module lib tools selftests deps check check-core check-lib check-kmod check-debug \
-	check-install check-quick lint demo bench-pool clean help
+	check-tools check-install check-quick lint demo bench-pool clean help
 
 all: module lib tools
 
@@ -29,6 +29,7 @@ help:
 	@echo "make check      every test suite (installs what it lacks)"
 	@echo "make check-core kvcore unit tests under ASan+UBSan, then the fuzzer (FUZZ_SECONDS=60)"
 	@echo "make check-lib  libkvrt tests, plain and under ASan+UBSan (embedded backend)"
+	@echo "make check-tools host tests of the tools (kvctl on a fake sysfs tree)"
 	@echo "make check-kmod the VM selftests against the real module (libkvrt's kmod backend too)"
 	@echo "make check-debug the VM suite on a KASAN/lockdep/kmemleak debug kernel (built once, cached)"
 	@echo "make check-quick check-core (10 s of fuzzing) and check-kmod: the fast loop"
@@ -71,12 +72,17 @@ check-debug: deps
 lint: deps
 	bash selftests/lint/lint.sh
 
+# Host-side tests of the tools (kvctl against a fake sysfs tree, ...).
+TOOL_CHECKS := kvctl
+check-tools: deps lib tools
+	@for t in $(TOOL_CHECKS); do $(MAKE) -C tools/$$t check || exit 1; done
+
 check-install: deps lib tools
 	bash packaging/test-install.sh
 
 # Each suite's log goes to $(LOGDIR); the summary sums their closing lines.
 LOGDIR ?= $(or $(TMPDIR),/tmp)/kvpool-check
-CHECK_SUITES ?= check-core check-lib check-kmod check-debug lint check-install
+CHECK_SUITES ?= check-core check-lib check-tools check-kmod check-debug lint check-install
 
 check: deps
 	@mkdir -p $(LOGDIR); rc=0; times=""; \
