@@ -19,7 +19,7 @@ CFLAGS_USER := -O2 -g -Wall -Wextra -Werror -I$(SRC)/include/uapi -I$(SRC)/kmod/
 export CFLAGS_USER
 
 .PHONY: all module lib tools selftests deps check check-core check-lib check-kmod check-debug \
-	check-tools check-install check-quick lint demo bench-pool clean help
+	check-tools check-install check-quick lint demo demo-vm bench-pool clean help
 
 all: module lib tools
 
@@ -37,7 +37,9 @@ help:
 	@echo "make check-install  make install/install-dkms into a scratch DESTDIR, then use what it put there"
 	@echo "make install    libkvrt, kvrt.h, kvrt.pc, the tools, man pages, udev rule (PREFIX, DESTDIR)"
 	@echo "make install-dkms  the module's sources and dkms.conf to /usr/src/kvpool-VERSION"
-	@echo "make demo       boot a VM, load the module, share blocks between two processes"
+	@echo "make demo       kvrt-demo: a small Llama engine on libkvrt (prefix cache, offload), checked"
+	@echo "                against a no-cache recomputation; /dev/kvpool when loaded, else embedded"
+	@echo "make demo-vm    boot a VM, load the module, share blocks between two processes"
 	@echo "make bench-pool kvbench pool in userspace and in the VM; JSON in bench/results/"
 
 module:
@@ -73,7 +75,7 @@ lint: deps
 	bash selftests/lint/lint.sh
 
 # Host-side tests of the tools (kvctl against a fake sysfs tree, ...).
-TOOL_CHECKS := kvctl
+TOOL_CHECKS := kvctl kvrt-demo
 check-tools: deps lib tools
 	@for t in $(TOOL_CHECKS); do $(MAKE) -C tools/$$t check || exit 1; done
 
@@ -99,7 +101,12 @@ check: deps
 check-quick:
 	$(MAKE) --no-print-directory check CHECK_SUITES="check-core check-lib check-kmod" FUZZ_SECONDS=10
 
-demo: deps module tools
+# The engine demo runs on the host: /dev/kvpool when the module is loaded,
+# else libkvrt's embedded pool.  demo-vm shows the module itself in a VM.
+demo: deps lib tools
+	tools/kvrt-demo/kvrt-demo
+
+demo-vm: deps module tools
 	bash selftests/vm/run-vm.sh demo
 
 bench-pool: deps module tools

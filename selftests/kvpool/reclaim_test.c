@@ -251,8 +251,17 @@ static void pressure(struct __test_metadata *_metadata, FIXTURE_DATA(reclaim) *s
 	fflush(stdout);
 	ASSERT_EQ(0, r) TH_LOG("hog: %s", pp->err);
 	ASSERT_TRUE(pp->reached) TH_LOG("the hog never got node %d below its low watermark", node);
-	ASSERT_LT(0, pp->vm1.pageoutrun - pp->vm0.pageoutrun)
-		TH_LOG("kswapd did not run on node %d: no pressure reached the shrinkers", node);
+	/*
+	 * Without CONFIG_VM_EVENT_COUNTERS (the debug kernel) /proc/vmstat has
+	 * no pageoutrun: then the crossing of the low watermark, which is what
+	 * wakes kswapd, is the proof of pressure.
+	 */
+	if (pp->vm0.pageoutrun < 0)
+		ksft_print_msg("no vm event counters: pressure shown by the low watermark only\n");
+	else
+		ASSERT_LT(0, pp->vm1.pageoutrun - pp->vm0.pageoutrun)
+			TH_LOG("kswapd did not run on node %d: no pressure reached the shrinkers",
+			       node);
 	EXPECT_EQ(0, pp->vm1.oom_kill - pp->vm0.oom_kill);
 }
 

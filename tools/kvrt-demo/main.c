@@ -1,0 +1,762 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * kvrt-demo: a small Llama-architecture engine on libkvrt.  It serves a
+ * simulated request stream twice: with the prefix cache and offload (the
+ * pool: kvpool.ko or the embedded backend), and as a reference that
+ * recomputes every prompt from scratch; then it prints the figures and
+ * checks that both generated the same tokens.  See kvrt-demo(1).
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <kvrt.h>
+
+#include "cache.h"
+#include "checkpoint.h"
+#include "model.h"
+#include "report.h"
+#include "scheduler.h"
+#include "workload.h"
+
+#define DEMO_VERSION "0.1"
+
+enum exit_code {
+	EXIT_OK = 0,
+	EXIT_MISMATCH = 1,	/* equivalence failed */
+	EXIT_USAGE = 2,
+	EXIT_RUNTIME = 3,	/* a libkvrt call or the system failed */
+	EXIT_EXPECT = 4,	/* --expect-hits / --expect-shared-hits not met */
+};
+
+enum role { ROLE_NONE, ROLE_FIRST, ROLE_SECOND };
+
+struct equivalence {
+	int checked, ok;
+	int strict;		/* the logits must be the same bits too */
+	uint32_t requests;
+	uint64_t tokens, same_logits;
+	char why[256];
+};
+
+struct opts {
+	struct model_config cfg;
+	uint64_t model_seed;
+	const char *checkpoint, *gen_checkpoint;
+	struct workload_opts wl;
+	uint32_t block_tokens, batch_tokens, max_seqs, device_blocks, threads;
+	enum kvrt_dtype kv_dtype;
+	enum kvrt_backend backend;
+	const char *space;
+	enum role role;
+	int keep_space;
+	uint64_t pool_bytes;
+	enum decode_kernel decode_kernel;
+	int reference, progress, expect_hits, expect_shared, json, quiet, inject_fault;
+};
+
+/* Presets: tiny runs in a TCG VM in seconds; default is what `make demo` shows. */
+static void preset(struct opts *o, const char *name)
+{
+	if (!strcmp(name, "tiny")) {
+		o->cfg = (struct model_config){ .dim = 64, .hidden_dim = 172, .n_layers = 2,
+			.n_heads = 4, .n_kv_heads = 2, .vocab_size = 512, .seq_len = 512,
+			.shared_classifier = 1 };
+		o->wl.requests = 8;
+		o->wl.system_tokens = 96;
+		o->wl.user_tokens = 16;
+		o->wl.gen_tokens = 8;
+		o->wl.max_turns = 3;
+		o->wl.rate = 200;
+		o->wl.think_s = 0.002;
+		o->batch_tokens = 64;
+		o->max_seqs = 8;
+		o->pool_bytes = 8ULL << 20;
+	} else {
+		o->cfg = (struct model_config){ .dim = 512, .hidden_dim = 1376, .n_layers = 6,
+			.n_heads = 8, .n_kv_heads = 2, .vocab_size = 4096, .seq_len = 2048,
+			.shared_classifier = 1 };
+		o->wl.requests = 24;
+		o->wl.system_tokens = 512;
+		o->wl.user_tokens = 64;
+		o->wl.gen_tokens = 24;
+		o->wl.max_turns = 3;
+		o->wl.rate = 1;
+		o->wl.think_s = 0.5;
+		o->batch_tokens = 256;
+		o->max_seqs = 16;
+		o->pool_bytes = 256ULL << 20;
+	}
+	o->wl.vocab = (uint32_t)o->cfg.vocab_size;
+}
+
+static void defaults(struct opts *o)
+{
+	memset(o, 0, sizeof(*o));
+	preset(o, "default");
+	o->model_seed = 1;
+	o->wl.seed = 1;
+	o->wl.multi_turn = 0.5;
+	o->block_tokens = 16;
+	o->kv_dtype = KVRT_DTYPE_F16;
+	o->backend = KVRT_BACKEND_AUTO;
+	o->reference = 1;
+	o->progress = 1;
+}
+
+static void usage(FILE *f)
+{
+	fputs("usage: kvrt-demo [options]\n"
+	      "       kvrt-demo --gen-checkpoint FILE [model options]\n"
+	      "\n"
+	      "Serve simulated requests with a Llama-architecture model on libkvrt, with the\n"
+	      "prefix cache and offload, then recompute them without; print the figures and\n"
+	      "check that the generated tokens are identical.  See kvrt-demo(1).\n"
+	      "\n"
+	      "model:\n"
+	      "  --checkpoint FILE      llama2.c-format weights (default: random, from --seed)\n"
+	      "  --gen-checkpoint FILE  write a random checkpoint and exit\n"
+	      "  --seed N               seed of the random weights (1)\n"
+	      "  --dim N --hidden-dim N --layers N --heads N --kv-heads N --vocab N --seq-len N\n"
+	      "                         shape of the random model (512 1376 6 8 2 4096 2048)\n"
+	      "workload:\n"
+	      "  --preset tiny|default  sizes for a VM test or for the demo (default)\n"
+	      "  --requests N           requests (turns of all conversations) (24)\n"
+	      "  --system-tokens N      shared system prompt (512)\n"
+	      "  --user-tokens N        mean user message (64)\n"
+	      "  --gen-tokens N         tokens generated per request (24)\n"
+	      "  --max-turns N          turns of a multi-turn conversation, at most (3)\n"
+	      "  --multi-turn F         fraction of multi-turn conversations (0.5)\n"
+	      "  --rate F               conversations per second, virtual time (1)\n"
+	      "  --think-ms F           mean gap between turns, virtual time (500)\n"
+	      "  --workload-seed N      seed of the requests (1)\n"
+	      "engine:\n"
+	      "  --block-tokens N       tokens per KV block (16)\n"
+	      "  --batch-tokens N       token budget per step (256)\n"
+	      "  --max-seqs N           sequences per step (16)\n"
+	      "  --device-blocks N      blocks of the device KV cache (enough for max-seqs)\n"
+	      "  --kv-dtype f32|f16|bf16  KV cache element type (f16)\n"
+	      "  --decode-kernel prefill|decode  attention of decoding rows (prefill)\n"
+	      "  --threads N            threads (the CPUs this process may use)\n"
+	      "  --device cpu|gpu|auto  where attention runs (auto: cpu)\n"
+	      "pool:\n"
+	      "  --backend auto|embedded|kmod  libkvrt backend (auto: as kvrt_open decides)\n"
+	      "  --space NAME           the space (default kvrt-demo-PID)\n"
+	      "  --role first|second    two processes: first creates a persistent space and\n"
+	      "                         publishes; second joins it, hits, and destroys it\n"
+	      "  --keep-space           second: do not destroy the space at exit\n"
+	      "  --pool-mb N            space quota in MiB (256)\n"
+	      "checks and output:\n"
+	      "  --no-reference         skip the reference pass (no equivalence check)\n"
+	      "  --expect-hits          exit 4 unless some prefix block was hit\n"
+	      "  --expect-shared-hits   exit 4 unless some hit block came from another process\n"
+	      "  --no-progress          no progress line on stderr\n"
+	      "  --quiet                no progress line, no description of the run\n"
+	      "  --json                 print one JSON object instead of the text report\n"
+	      "  --inject-fault         test the check: corrupt the first fetched block\n"
+	      "  --help, --version\n", f);
+}
+
+static int parse_u32(const char *s, uint32_t min, uint32_t max, uint32_t *out)
+{
+	char *end;
+	unsigned long long v;
+
+	errno = 0;
+	v = strtoull(s, &end, 0);
+	if (errno || end == s || *end || *s == '-' || v < min || v > max)
+		return -1;
+	*out = (uint32_t)v;
+	return 0;
+}
+
+static int parse_double(const char *s, double min, double max, double *out)
+{
+	char *end;
+	double v;
+
+	errno = 0;
+	v = strtod(s, &end);
+	if (errno || end == s || *end || !(v >= min && v <= max))
+		return -1;
+	*out = v;
+	return 0;
+}
+
+enum {
+	O_CKPT = 256, O_GEN, O_SEED, O_DIM, O_HIDDEN, O_LAYERS, O_HEADS, O_KVHEADS, O_VOCAB,
+	O_SEQ, O_PRESET, O_REQ, O_SYS, O_USER, O_GENTOK, O_TURNS, O_MULTI, O_RATE, O_THINK,
+	O_WSEED, O_BT, O_BATCH, O_SEQS, O_DEVBLK, O_DTYPE, O_DECK, O_THREADS, O_DEVICE,
+	O_BACKEND, O_SPACE, O_ROLE, O_KEEP, O_POOL, O_NOREF, O_EXPH, O_EXPS, O_NOPROG, O_HELP,
+	O_VERSION, O_JSON, O_QUIET, O_FAULT,
+};
+
+static const struct option longopts[] = {
+	{ "checkpoint", 1, NULL, O_CKPT }, { "gen-checkpoint", 1, NULL, O_GEN },
+	{ "seed", 1, NULL, O_SEED }, { "dim", 1, NULL, O_DIM },
+	{ "hidden-dim", 1, NULL, O_HIDDEN }, { "layers", 1, NULL, O_LAYERS },
+	{ "heads", 1, NULL, O_HEADS }, { "kv-heads", 1, NULL, O_KVHEADS },
+	{ "vocab", 1, NULL, O_VOCAB }, { "seq-len", 1, NULL, O_SEQ },
+	{ "preset", 1, NULL, O_PRESET }, { "requests", 1, NULL, O_REQ },
+	{ "system-tokens", 1, NULL, O_SYS }, { "user-tokens", 1, NULL, O_USER },
+	{ "gen-tokens", 1, NULL, O_GENTOK }, { "max-turns", 1, NULL, O_TURNS },
+	{ "multi-turn", 1, NULL, O_MULTI }, { "rate", 1, NULL, O_RATE },
+	{ "think-ms", 1, NULL, O_THINK }, { "workload-seed", 1, NULL, O_WSEED },
+	{ "block-tokens", 1, NULL, O_BT }, { "batch-tokens", 1, NULL, O_BATCH },
+	{ "max-seqs", 1, NULL, O_SEQS }, { "device-blocks", 1, NULL, O_DEVBLK },
+	{ "kv-dtype", 1, NULL, O_DTYPE }, { "decode-kernel", 1, NULL, O_DECK },
+	{ "threads", 1, NULL, O_THREADS }, { "device", 1, NULL, O_DEVICE },
+	{ "backend", 1, NULL, O_BACKEND }, { "space", 1, NULL, O_SPACE },
+	{ "role", 1, NULL, O_ROLE }, { "keep-space", 0, NULL, O_KEEP },
+	{ "pool-mb", 1, NULL, O_POOL }, { "no-reference", 0, NULL, O_NOREF },
+	{ "expect-hits", 0, NULL, O_EXPH }, { "expect-shared-hits", 0, NULL, O_EXPS },
+	{ "no-progress", 0, NULL, O_NOPROG }, { "help", 0, NULL, O_HELP },
+	{ "version", 0, NULL, O_VERSION }, { "json", 0, NULL, O_JSON },
+	{ "quiet", 0, NULL, O_QUIET }, { "inject-fault", 0, NULL, O_FAULT },
+	{ NULL, 0, NULL, 0 },
+};
+
+static int bad(const char *opt, const char *val, const char *want)
+{
+	fprintf(stderr, "kvrt-demo: --%s %s: %s\n", opt, val, want);
+	return EXIT_USAGE;
+}
+
+/* Returns -1 to go on, else the exit status. */
+static int parse(int argc, char **argv, struct opts *o)
+{
+	const char *name;
+	uint32_t u;
+	double d;
+	int c, idx;
+
+	defaults(o);
+	/* a preset first, wherever it is, so that other options override it */
+	for (c = 1; c < argc; c++) {
+		const char *a = argv[c];
+
+		if (!strncmp(a, "--preset=", 9))
+			name = a + 9;
+		else if (!strcmp(a, "--preset") && c + 1 < argc)
+			name = argv[c + 1];
+		else
+			continue;
+		if (strcmp(name, "tiny") && strcmp(name, "default"))
+			return bad("preset", name, "tiny or default");
+		preset(o, name);
+	}
+	opterr = 1;
+	while ((c = getopt_long(argc, argv, "h", longopts, &idx)) != -1) {
+		name = c >= O_CKPT && c <= O_VERSION ? longopts[c - O_CKPT].name : "";
+#define U32(lo, hi, dst)                                                            \
+	do {                                                                        \
+		if (parse_u32(optarg, lo, hi, &u))                                  \
+			return bad(name, optarg, "out of range (" #lo ".." #hi ")"); \
+		dst = u;                                                            \
+	} while (0)
+		switch (c) {
+		case O_CKPT: o->checkpoint = optarg; break;
+		case O_GEN: o->gen_checkpoint = optarg; break;
+		case O_SEED:
+			if (parse_u32(optarg, 0, UINT32_MAX, &u))
+				return bad(name, optarg, "a 32-bit number");
+			o->model_seed = u;
+			break;
+		case O_DIM: U32(2, CKPT_MAX_DIM, o->cfg.dim); break;
+		case O_HIDDEN: U32(1, CKPT_MAX_HIDDEN, o->cfg.hidden_dim); break;
+		case O_LAYERS: U32(1, CKPT_MAX_LAYERS, o->cfg.n_layers); break;
+		case O_HEADS: U32(1, 1024, o->cfg.n_heads); break;
+		case O_KVHEADS: U32(1, 1024, o->cfg.n_kv_heads); break;
+		case O_VOCAB: U32(2, CKPT_MAX_VOCAB, o->cfg.vocab_size); break;
+		case O_SEQ: U32(2, 65536, o->cfg.seq_len); break;
+		case O_PRESET: break;
+		case O_REQ: U32(1, 100000, o->wl.requests); break;
+		case O_SYS: U32(0, 65536, o->wl.system_tokens); break;
+		case O_USER: U32(1, 65536, o->wl.user_tokens); break;
+		case O_GENTOK: U32(1, 65536, o->wl.gen_tokens); break;
+		case O_TURNS: U32(1, 64, o->wl.max_turns); break;
+		case O_MULTI:
+			if (parse_double(optarg, 0, 1, &d))
+				return bad(name, optarg, "a fraction 0..1");
+			o->wl.multi_turn = d;
+			break;
+		case O_RATE:
+			if (parse_double(optarg, 1e-6, 1e9, &d))
+				return bad(name, optarg, "a positive rate");
+			o->wl.rate = d;
+			break;
+		case O_THINK:
+			if (parse_double(optarg, 0, 1e9, &d))
+				return bad(name, optarg, "milliseconds >= 0");
+			o->wl.think_s = d / 1000;
+			break;
+		case O_WSEED:
+			if (parse_u32(optarg, 0, UINT32_MAX, &u))
+				return bad(name, optarg, "a 32-bit number");
+			o->wl.seed = u;
+			break;
+		case O_BT: U32(1, 4096, o->block_tokens); break;
+		case O_BATCH: U32(1, 1 << 16, o->batch_tokens); break;
+		case O_SEQS: U32(1, 4096, o->max_seqs); break;
+		case O_DEVBLK: U32(1, 1 << 24, o->device_blocks); break;
+		case O_THREADS: U32(1, 1024, o->threads); break;
+		case O_POOL:
+			U32(1, 1 << 20, u);
+			o->pool_bytes = (uint64_t)u << 20;
+			break;
+		case O_DTYPE:
+			if (!strcmp(optarg, "f32"))
+				o->kv_dtype = KVRT_DTYPE_F32;
+			else if (!strcmp(optarg, "f16"))
+				o->kv_dtype = KVRT_DTYPE_F16;
+			else if (!strcmp(optarg, "bf16"))
+				o->kv_dtype = KVRT_DTYPE_BF16;
+			else
+				return bad(name, optarg, "f32, f16 or bf16");
+			break;
+		case O_DECK:
+			if (!strcmp(optarg, "prefill"))
+				o->decode_kernel = DECODE_WITH_PREFILL;
+			else if (!strcmp(optarg, "decode"))
+				o->decode_kernel = DECODE_WITH_DECODE;
+			else
+				return bad(name, optarg, "prefill or decode");
+			break;
+		case O_DEVICE:
+			if (!strcmp(optarg, "gpu")) {
+				fprintf(stderr, "kvrt-demo: --device gpu: libkvrt %s has no GPU "
+					"attention or copy path (kvrt.h declares none); use "
+					"--device cpu\n", kvrt_version());
+				return EXIT_USAGE;
+			}
+			if (strcmp(optarg, "cpu") && strcmp(optarg, "auto"))
+				return bad(name, optarg, "cpu, gpu or auto");
+			break;
+		case O_BACKEND:
+			if (!strcmp(optarg, "auto"))
+				o->backend = KVRT_BACKEND_AUTO;
+			else if (!strcmp(optarg, "kmod"))
+				o->backend = KVRT_BACKEND_KMOD;
+			else if (!strcmp(optarg, "embedded"))
+				o->backend = KVRT_BACKEND_EMBEDDED;
+			else
+				return bad(name, optarg, "auto, embedded or kmod");
+			break;
+		case O_SPACE: o->space = optarg; break;
+		case O_ROLE:
+			if (!strcmp(optarg, "first"))
+				o->role = ROLE_FIRST;
+			else if (!strcmp(optarg, "second"))
+				o->role = ROLE_SECOND;
+			else
+				return bad(name, optarg, "first or second");
+			break;
+		case O_KEEP: o->keep_space = 1; break;
+		case O_NOREF: o->reference = 0; break;
+		case O_EXPH: o->expect_hits = 1; break;
+		case O_EXPS: o->expect_shared = 1; break;
+		case O_NOPROG: o->progress = 0; break;
+		case O_JSON: o->json = 1; break;
+		case O_FAULT: o->inject_fault = 1; break;
+		case O_QUIET:
+			o->quiet = 1;
+			o->progress = 0;
+			break;
+		case 'h':
+		case O_HELP:
+			usage(stdout);
+			return EXIT_OK;
+		case O_VERSION:
+			printf("kvrt-demo %s (libkvrt %s)\n", DEMO_VERSION, kvrt_version());
+			return EXIT_OK;
+		default:
+			usage(stderr);
+			return EXIT_USAGE;
+		}
+#undef U32
+	}
+	if (optind < argc) {
+		fprintf(stderr, "kvrt-demo: unexpected argument '%s'\n", argv[optind]);
+		return EXIT_USAGE;
+	}
+	o->wl.vocab = (uint32_t)o->cfg.vocab_size;
+	return -1;
+}
+
+static uint32_t cpus(void)
+{
+	cpu_set_t set;
+	long n;
+
+	if (!sched_getaffinity(0, sizeof(set), &set) && CPU_COUNT(&set) > 0)
+		return (uint32_t)CPU_COUNT(&set);
+	n = sysconf(_SC_NPROCESSORS_ONLN);
+	return n > 0 ? (uint32_t)n : 1;
+}
+
+static const char *dtype_name(enum kvrt_dtype d)
+{
+	return d == KVRT_DTYPE_F32 ? "f32" : d == KVRT_DTYPE_F16 ? "f16" : "bf16";
+}
+
+/* FNV-1a over every generated token id, request by request: one number
+ * that two runs (or two processes) can compare. */
+static uint64_t token_digest(const struct pass_result *r)
+{
+	uint64_t h = 0xcbf29ce484222325ULL;
+	uint32_t i, j;
+
+	for (i = 0; i < r->n_requests; i++)
+		for (j = 0; j < r->req[i].n_gen; j++)
+			h = (h ^ r->req[i].gen[j]) * 0x100000001b3ULL;
+	return h;
+}
+
+/*
+ * Compare the passes' generated tokens, and their logits' hashes.  strict
+ * (every row through kvrt_attn_prefill): the logits must be the same bits
+ * as well, since nothing in the computation may differ; a cache bug that
+ * moves a logit without changing the argmax fails too.
+ */
+static void equivalence(const struct pass_result *c, const struct pass_result *r, int strict,
+			struct equivalence *eq)
+{
+	uint32_t i, j;
+
+	memset(eq, 0, sizeof(*eq));
+	eq->checked = 1;
+	eq->ok = 1;
+	eq->strict = strict;
+	eq->requests = c->n_requests;
+	for (i = 0; i < c->n_requests && eq->ok; i++) {
+		const struct req_result *a = &c->req[i], *b = &r->req[i];
+
+		if (a->n_gen != b->n_gen) {
+			snprintf(eq->why, sizeof(eq->why), "request %u (conversation %u, turn %u) "
+				 "generated %u tokens with the cache and %u recomputed", i, a->conv,
+				 a->turn + 1, a->n_gen, b->n_gen);
+			eq->ok = 0;
+			break;
+		}
+		for (j = 0; j < a->n_gen; j++) {
+			if (a->gen[j] != b->gen[j]) {
+				snprintf(eq->why, sizeof(eq->why), "request %u (conversation %u, turn "
+					 "%u): token %u is %u with the cache, %u recomputed", i, a->conv,
+					 a->turn + 1, j, a->gen[j], b->gen[j]);
+				eq->ok = 0;
+				break;
+			}
+			if (a->logit_hash[j] == b->logit_hash[j]) {
+				eq->same_logits++;
+			} else if (strict) {
+				snprintf(eq->why, sizeof(eq->why), "request %u (conversation %u, turn "
+					 "%u): the logits of token %u differ from the recomputation "
+					 "(the token, %u, does not)", i, a->conv, a->turn + 1, j,
+					 a->gen[j]);
+				eq->ok = 0;
+				break;
+			}
+			eq->tokens++;
+		}
+	}
+}
+
+static void print_equivalence(const struct equivalence *eq)
+{
+	if (!eq->checked) {
+		printf("equivalence: skipped (--no-reference)\n");
+		return;
+	}
+	printf("compared: the token ids each request generated with the prefix cache and offload, "
+	       "against a pass that recomputes every prompt from position 0 (no lookup, no "
+	       "publish, no offload)\n");
+	if (!eq->ok) {
+		printf("equivalence: FAIL: %s\n", eq->why);
+		return;
+	}
+	printf("equivalence: PASS (%u requests, %" PRIu64 " tokens identical)\n", eq->requests,
+	       eq->tokens);
+	if (eq->same_logits == eq->tokens)
+		printf("  the logits were bitwise identical at all %" PRIu64 " sampled positions%s\n",
+		       eq->tokens, eq->strict ? " (required: every row went through "
+		       "kvrt_attn_prefill)" : "");
+	else
+		printf("  the logits differed in rounding at %" PRIu64 " of %" PRIu64
+		       " sampled positions (the argmax did not change)\n",
+		       eq->tokens - eq->same_logits, eq->tokens);
+}
+
+int main(int argc, char **argv)
+{
+	struct opts o;
+	struct checkpoint ck;
+	struct model m;
+	struct workload wl;
+	struct devcache dev;
+	struct pcache pc;
+	struct pass_result cached = { 0 }, ref = { 0 };
+	struct kvrt *k = NULL;
+	struct kvrt_open_opts oo = { 0 };
+	struct kvrt_space_stats ss;
+	struct kvrt_mem_info mi;
+	struct kvrt_space_info si;
+	struct engine_opts eo;
+	struct pool_opts po = { 0 };
+	char err[512], space_name[KVRT_NAME_MAX], model_id[160], b1[32], b2[32];
+	uint32_t hd, max_blocks, joined_cached = 0, n_multi = 0, c;
+	uint64_t fp;
+	int rc, ret, have_pc = 0, created = 0, have_mi = 0, destroyed = 0;
+	struct equivalence eq = { 0 };
+
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	rc = parse(argc, argv, &o);
+	if (rc >= 0)
+		return rc;
+
+	/* --- the model ---------------------------------------------------------- */
+	if (o.checkpoint)
+		ret = ckpt_load(&ck, o.checkpoint, err, sizeof(err));
+	else
+		ret = ckpt_generate(&ck, &o.cfg, o.model_seed, err, sizeof(err));
+	if (ret) {
+		fprintf(stderr, "kvrt-demo: %s\n", err);
+		return !o.checkpoint && ret == -EINVAL ? EXIT_USAGE : EXIT_RUNTIME;
+	}
+	if (o.gen_checkpoint) {
+		ret = ckpt_save(&ck, o.gen_checkpoint, err, sizeof(err));
+		if (ret) {
+			fprintf(stderr, "kvrt-demo: %s\n", err);
+			ckpt_free(&ck);
+			return EXIT_RUNTIME;
+		}
+		printf("wrote %s: llama2.c checkpoint, dim %d, hidden %d, %d layers, %d heads "
+		       "(%d KV), vocab %d, seq_len %d, seed %" PRIu64 ", %zu bytes\n",
+		       o.gen_checkpoint, ck.cfg.dim, ck.cfg.hidden_dim, ck.cfg.n_layers,
+		       ck.cfg.n_heads, ck.cfg.n_kv_heads, ck.cfg.vocab_size, ck.cfg.seq_len,
+		       o.model_seed, CKPT_HEADER_BYTES + ck.n_floats * sizeof(float));
+		ckpt_free(&ck);
+		return EXIT_OK;
+	}
+	o.cfg = ck.cfg;
+	o.wl.vocab = (uint32_t)ck.cfg.vocab_size;
+	hd = (uint32_t)(ck.cfg.dim / ck.cfg.n_heads);
+	fp = ckpt_fingerprint(&ck);
+
+	rc = EXIT_RUNTIME;
+	ret = workload_make(&wl, &o.wl);
+	if (ret) {
+		fprintf(stderr, "kvrt-demo: workload: %s\n", strerror(-ret));
+		goto out_ckpt;
+	}
+	if (wl.max_conv_tokens > (uint32_t)ck.cfg.seq_len) {
+		fprintf(stderr, "kvrt-demo: the longest conversation has %u tokens, more than the "
+			"model's seq_len %d: lower --system-tokens, --user-tokens, --gen-tokens or "
+			"--max-turns\n", wl.max_conv_tokens, ck.cfg.seq_len);
+		rc = EXIT_USAGE;
+		goto out_wl;
+	}
+	max_blocks = (wl.max_request_tokens + o.block_tokens - 1) / o.block_tokens;
+	if (!o.device_blocks)
+		o.device_blocks = o.max_seqs * max_blocks;
+	if (!o.threads)
+		o.threads = cpus();
+	ret = model_init(&m, &ck, o.batch_tokens, o.threads, o.decode_kernel);
+	if (ret) {
+		fprintf(stderr, "kvrt-demo: model: %s\n", strerror(-ret));
+		goto out_wl;
+	}
+	ret = devcache_init(&dev, (uint32_t)ck.cfg.n_layers, (uint32_t)ck.cfg.n_kv_heads, hd,
+			    o.block_tokens, o.device_blocks, o.kv_dtype);
+	if (ret) {
+		fprintf(stderr, "kvrt-demo: device KV cache of %u blocks: %s\n", o.device_blocks,
+			strerror(-ret));
+		goto out_model;
+	}
+
+	/* --- the pool ------------------------------------------------------------- */
+	oo.backend = o.backend;
+	ret = kvrt_open(&k, &oo);
+	if (ret) {
+		fprintf(stderr, "kvrt-demo: kvrt_open: %s%s\n", strerror(-ret),
+			ret == -ENODEV ? " (is kvpool.ko loaded? --backend embedded runs without)" :
+			"");
+		goto out_dev;
+	}
+	if (o.space)
+		snprintf(space_name, sizeof(space_name), "%s", o.space);
+	else
+		snprintf(space_name, sizeof(space_name), "kvrt-demo-%d", (int)getpid());
+	po.space_name = space_name;
+	po.mode = 0600;
+	po.quota_bytes = o.pool_bytes;
+	po.space_flags = o.role == ROLE_SECOND ? 0 :
+			 o.role == ROLE_FIRST ? KVRT_SPACE_CREATE | KVRT_SPACE_PERSIST :
+			 KVRT_SPACE_CREATE;
+	snprintf(model_id, sizeof(model_id),
+		 "kvrt-demo model %016" PRIx64 " kv %s block %u", fp, dtype_name(o.kv_dtype),
+		 o.block_tokens);
+	ret = pcache_open(&pc, k, &dev, &po, model_id, strlen(model_id), err, sizeof(err));
+	if (ret) {
+		fprintf(stderr, "kvrt-demo: %s\n", err);
+		if (ret == -ENOENT && kvrt_backend(k) == KVRT_BACKEND_EMBEDDED)
+			fprintf(stderr, "kvrt-demo: (%s: embedded spaces live inside one process; "
+				"two processes share only through kvpool.ko, --backend kmod)\n",
+				kvrt_backend_info(k));
+		goto out_kvrt;
+	}
+	have_pc = 1;
+	pc.inject_fault = o.inject_fault;
+	if (!kvrt_space_stats(pc.space, &ss))
+		joined_cached = (uint32_t)(ss.published_blocks + ss.cached_blocks);
+	if (!kvrt_space_info(pc.space, &si))
+		created = si.created;
+
+	/* --- what runs ------------------------------------------------------------- */
+	for (c = 0; c < wl.n_convs; c++)
+		n_multi += wl.convs[c].n_turns > 1;
+	if (!o.json && !o.quiet) {
+		printf("kvrt-demo %s: a Llama decoder serving simulated requests on libkvrt %s\n",
+		       DEMO_VERSION, kvrt_version());
+		printf("model     %s: dim %d, hidden %d, %d layers, %d heads / %d KV heads (head "
+		       "dim %u), vocab %d, seq_len %d, %.1fM parameters\n",
+		       o.checkpoint ? o.checkpoint : "random weights", ck.cfg.dim,
+		       ck.cfg.hidden_dim, ck.cfg.n_layers, ck.cfg.n_heads, ck.cfg.n_kv_heads, hd,
+		       ck.cfg.vocab_size, ck.cfg.seq_len, (double)ckpt_param_count(&ck.cfg) / 1e6);
+		if (!o.checkpoint)
+			printf("          (seed %" PRIu64 "; fingerprint %016" PRIx64 ")\n",
+			       o.model_seed, fp);
+		printf("backend   %s\n", kvrt_backend_info(k));
+		printf("device    cpu: the device KV cache is a host array, layer-major %s, %u "
+		       "blocks of %u tokens (%s); libkvrt %s has no GPU path\n",
+		       dtype_name(o.kv_dtype), o.device_blocks, o.block_tokens,
+		       fmt_bytes(b1, sizeof(b1), dev.bytes), kvrt_version());
+		printf("pool      space %s (%s%s): %u blocks of %s, block-major; %u blocks cached "
+		       "there already\n", space_name, created ? "created" : "joined",
+		       po.space_flags & KVRT_SPACE_PERSIST && created ? ", persistent" : "",
+		       pc.layout.num_blocks,
+		       fmt_bytes(b2, sizeof(b2), (uint64_t)pc.layout.block_stride), joined_cached);
+		printf("workload  %u requests in %u conversations (%u multi-turn) arriving at %.3g/s; "
+		       "system prompt %u tokens, user messages ~%u, %u tokens generated each\n",
+		       wl.n_requests, wl.n_convs, n_multi, o.wl.rate, wl.n_system,
+		       o.wl.user_tokens, o.wl.gen_tokens);
+		printf("engine    continuous batching, %u tokens per step, up to %u sequences, %u "
+		       "threads; attention: %s\n", o.batch_tokens, o.max_seqs, o.threads,
+		       o.decode_kernel == DECODE_WITH_DECODE ?
+		       "kvrt_attn_decode for decoding rows, kvrt_attn_prefill for prompt chunks" :
+		       "kvrt_attn_prefill for every row (decoding rows are 1-token chunks)");
+		if (o.role != ROLE_NONE && kvrt_backend(k) != KVRT_BACKEND_KMOD)
+			printf("note      --role with the embedded backend: the pool lives in this "
+			       "process, so no other process can share it\n");
+	}
+
+	/* --- the passes ------------------------------------------------------------- */
+	eo = (struct engine_opts){ .max_batch_tokens = o.batch_tokens, .max_seqs = o.max_seqs,
+				   .progress = o.progress, .label = "prefix cache + offload" };
+	ret = engine_run(&m, &dev, &pc, &wl, &eo, &cached, err, sizeof(err));
+	if (ret) {
+		fprintf(stderr, "kvrt-demo: %s\n", err);
+		goto out_pass;
+	}
+	if (o.reference) {
+		eo.label = "reference (no cache)";
+		ret = engine_run(&m, &dev, NULL, &wl, &eo, &ref, err, sizeof(err));
+		if (ret) {
+			fprintf(stderr, "kvrt-demo: %s\n", err);
+			goto out_pass;
+		}
+		equivalence(&cached, &ref, o.decode_kernel == DECODE_WITH_PREFILL, &eq);
+	}
+	have_mi = !kvrt_space_mem_info(pc.space, &mi);
+	pcache_close(&pc);
+	have_pc = 0;
+	if (o.role == ROLE_SECOND && !o.keep_space) {
+		ret = kvrt_space_destroy(k, space_name);
+		if (ret && ret != -ENOENT)
+			fprintf(stderr, "kvrt-demo: kvrt_space_destroy(%s): %s\n", space_name,
+				strerror(-ret));
+		destroyed = !ret;
+		ret = 0;
+	}
+
+	/* --- the report ---------------------------------------------------------------- */
+	rc = eq.checked && !eq.ok ? EXIT_MISMATCH : EXIT_OK;
+	if (o.json) {
+		struct json_info ji = {
+			.version = DEMO_VERSION, .backend = kvrt_backend(k) == KVRT_BACKEND_KMOD ?
+				"kmod" : "embedded", .backend_info = kvrt_backend_info(k),
+			.space = space_name, .space_created = created, .space_destroyed = destroyed,
+			.space_persistent = !!(po.space_flags & KVRT_SPACE_PERSIST),
+			.cfg = &ck.cfg, .params = ckpt_param_count(&ck.cfg), .wl = &wl,
+			.n_multi = n_multi, .block_tokens = o.block_tokens,
+			.kv_dtype = dtype_name(o.kv_dtype), .threads = o.threads,
+			.decode_kernel = o.decode_kernel == DECODE_WITH_DECODE ? "decode" : "prefill",
+			.equivalence = !eq.checked ? "skipped" : eq.ok ? "pass" : "fail",
+			.eq_requests = eq.requests, .eq_tokens = eq.tokens,
+			.eq_same_logits = eq.same_logits, .eq_why = eq.why,
+			.tokens_digest = token_digest(&cached),
+		};
+
+		report_json(stdout, &ji, &cached, o.reference ? &ref : NULL);
+	} else {
+		report_table(stdout, &cached, o.reference ? &ref : NULL);
+		if (have_mi)
+			printf("\npool memory: %s\n", mi.summary);
+		printf("\n");
+		if (o.role != ROLE_NONE || cached.pool.shared_hits)
+			printf("sharing: %" PRIu64 " of %" PRIu64 " block hits (%" PRIu64 " distinct "
+			       "blocks) were published by another process; this process inserted %"
+			       PRIu64 " blocks\n", cached.pool.shared_hits, cached.pool.hits,
+			       cached.pool.shared_distinct, cached.pool.inserted);
+		if (destroyed)
+			printf("space %s destroyed (--keep-space keeps it)\n", space_name);
+		else if (o.role == ROLE_FIRST)
+			printf("space %s persists for a --role second process\n", space_name);
+		print_equivalence(&eq);
+		printf("summary: backend=%s hits=%" PRIu64 " lookups=%" PRIu64 " shared_hits=%"
+		       PRIu64 " shared_blocks=%" PRIu64 " inserted=%" PRIu64 " offloaded_bytes=%"
+		       PRIu64 " fetched_bytes=%" PRIu64 " tokens=%016" PRIx64 " equivalence=%s\n",
+		       kvrt_backend(k) == KVRT_BACKEND_KMOD ? "kmod" : "embedded",
+		       cached.pool.hits, cached.pool.lookups, cached.pool.shared_hits,
+		       cached.pool.shared_distinct, cached.pool.inserted,
+		       cached.pool.offload_bytes + cached.pool.publish_bytes,
+		       cached.pool.fetch_hit_bytes + cached.pool.fetch_resume_bytes,
+		       token_digest(&cached), !eq.checked ? "skipped" : eq.ok ? "pass" : "fail");
+	}
+	/* diagnostics of unmet expectations go to stderr: stdout may be JSON */
+	if (rc == EXIT_OK && o.expect_hits && !cached.pool.hits) {
+		fprintf(stderr, "kvrt-demo: expectation failed: no prefix block was hit "
+			"(--expect-hits)\n");
+		rc = EXIT_EXPECT;
+	}
+	if (rc == EXIT_OK && o.expect_shared && !cached.pool.shared_hits) {
+		fprintf(stderr, "kvrt-demo: expectation failed: no hit came from another process "
+			"(--expect-shared-hits)\n");
+		rc = EXIT_EXPECT;
+	}
+
+out_pass:
+	if (ret)
+		rc = EXIT_RUNTIME;
+	pass_result_free(&cached);
+	pass_result_free(&ref);
+	if (have_pc)
+		pcache_close(&pc);
+out_kvrt:
+	kvrt_close(k);
+out_dev:
+	devcache_fini(&dev);
+out_model:
+	model_fini(&m);
+out_wl:
+	workload_free(&wl);
+out_ckpt:
+	ckpt_free(&ck);
+	return rc;
+}

@@ -1,0 +1,57 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * report.h: the progress line while a pass runs, and the closing table.
+ */
+#ifndef KVRT_DEMO_REPORT_H
+#define KVRT_DEMO_REPORT_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "checkpoint.h"
+#include "scheduler.h"
+#include "workload.h"
+
+struct progress {
+	int enabled;
+	int tty;		/* update one line in place */
+	double start, last;	/* wall time of the start, of the last update */
+	int drawn;		/* a line is on the terminal */
+};
+
+void progress_init(struct progress *p, int enabled);
+void progress_update(struct progress *p, const char *label, const struct pass_result *r,
+		     uint32_t done, uint64_t step, int final);
+
+double wall_seconds(void);
+
+/* p-th percentile (0..100) of n values, by sorting a copy; 0 for n == 0. */
+double percentile(const double *v, uint32_t n, double p);
+
+/* The closing table of one or two passes (ref may be NULL). */
+void report_table(FILE *f, const struct pass_result *cached, const struct pass_result *ref);
+
+/* What the JSON report says besides the passes' figures. */
+struct json_info {
+	const char *version, *backend, *backend_info, *space;
+	int space_created, space_destroyed, space_persistent;
+	const struct model_config *cfg;
+	uint64_t params;
+	const struct workload *wl;
+	uint32_t n_multi, block_tokens, threads;
+	const char *kv_dtype, *decode_kernel;
+	const char *equivalence;	/* pass, fail, skipped */
+	uint32_t eq_requests;
+	uint64_t eq_tokens, eq_same_logits;
+	const char *eq_why;
+	uint64_t tokens_digest;
+};
+
+/* One JSON object with everything the table shows. */
+void report_json(FILE *f, const struct json_info *ji, const struct pass_result *cached,
+		 const struct pass_result *ref);
+
+/* Human sizes: "12.3 MiB". */
+const char *fmt_bytes(char *buf, size_t len, uint64_t bytes);
+
+#endif
