@@ -723,6 +723,14 @@ static inline void px_hog_run(struct px_pressure *pp)
 			if (want > 16384)
 				want = 16384;	/* 64 MiB a step */
 		}
+		/*
+		 * One zone still above low while the node's headroom is under
+		 * the safety margin: the margin would stall the hog for good.
+		 * 64 KiB nudges while more than 1 MiB stays above min cross low
+		 * without ever reaching min (no direct reclaim, no OOM).
+		 */
+		if (want < 16 && !pp->reached && above_low && headroom > 256)
+			want = 16;
 		if (want >= 16) {
 			size_t len = (size_t)want * 4096, p;
 			char *m = mmap(NULL, len, PROT_READ | PROT_WRITE,
