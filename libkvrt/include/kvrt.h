@@ -541,6 +541,20 @@ int kvrt_copy_wait(struct kvrt_copy *copy);
 /* Wait for completion if needed, then free the handle.  NULL: no-op. */
 void kvrt_copy_free(struct kvrt_copy *copy);
 
+/* ---- a layout for a pool space (0.2) ---------------------------------------
+ *
+ * Make a layout describe a space's blocks: num_blocks becomes the space's
+ * nr_blocks and block_stride its block_bytes (page-rounded, so usually more
+ * than the layout's block), so that a kvrt_block_array with base
+ * kvrt_space_base(space) addresses block id i of the space.  The layout
+ * must have self-contained blocks: the block-major preset, and for fp8
+ * after kvrt_layout_inline_scales() (its inline scales move with the
+ * stride).  -EINVAL for NULL arguments or another layout, -E2BIG when
+ * kvrt_layout_block_bytes() exceeds the space's block_bytes, -EOVERFLOW
+ * for a space of more than 2^32 blocks, or kvrt_space_info()'s errno.
+ */
+int kvrt_layout_for_space(struct kvrt_layout *layout, struct kvrt_space *space);
+
 /* ---- prefix cache (0.2) ---------------------------------------------------------
  *
  * A space can share blocks by content.  A participant fills a block it

@@ -376,6 +376,68 @@ TEST(join_close_destroy_race)
 	kvrt_close(k);	/* whatever persistent space is left goes here */
 }
 
+/*
+ * kvrt_layout_for_space: block i of the layout is block i of the space,
+ * at kvrt_block_addr(), with the preset's offsets inside the block.
+ */
+TEST(layout_for_space)
+{
+	const uint64_t block = 5 * BB;	/* more than the 16 KiB the layout needs */
+	struct kvrt_layout l, preset, lm;
+	struct kvrt_space *s, *small;
+	uint64_t need, off;
+	struct kvrt *k;
+
+	k = open_emb(8 << 20);
+	CHECK(k != NULL);
+	if (!k)
+		return;
+	s = sopen(k, "lfs", KVRT_SPACE_CREATE, block, 8 * block);
+	small = sopen(k, "lfs-small", KVRT_SPACE_CREATE, BB, 8 * BB);
+	CHECK(s != NULL && small != NULL);
+	if (!s || !small)
+		goto out;
+	CHECK_EQ(kvrt_layout_init(&l, KVRT_LAYOUT_BLOCK_MAJOR, 2, 2, 64, 16, 1,
+				  KVRT_DTYPE_BF16), 0);
+	preset = l;
+	CHECK_EQ(kvrt_layout_block_bytes(&l, &need), 0);
+	CHECK_EQ(need, 2ULL * 2 * 16 * 2 * 64 * 2);
+	CHECK_EQ(kvrt_layout_for_space(NULL, s), -EINVAL);
+	CHECK_EQ(kvrt_layout_for_space(&l, NULL), -EINVAL);
+	CHECK_EQ(kvrt_layout_for_space(&l, small), -E2BIG);
+	CHECK_EQ(memcmp(&l, &preset, sizeof(l)), 0);	/* a failure changes nothing */
+	CHECK_EQ(kvrt_layout_for_space(&l, s), 0);
+	CHECK_EQ(l.block_stride, (int64_t)block);
+	CHECK_EQ(l.num_blocks, 8);
+	for (uint32_t b = 0; b < 8; b++) {
+		/* layer 1, V, token 5, head 1: the preset's offset within block b */
+		int64_t in = preset.layer_stride + preset.kv_stride + 5 * preset.token_stride +
+			     preset.head_stride;
+		uint8_t *want = (uint8_t *)kvrt_block_addr(s, b) + in;
+		uint8_t *got = (uint8_t *)kvrt_space_base(s) + b * l.block_stride + in;
+
+		CHECK(kvrt_block_addr(s, b) != NULL);
+		CHECK(want == got);
+	}
+	CHECK_EQ(kvrt_layout_init(&lm, KVRT_LAYOUT_LAYER_MAJOR, 2, 2, 64, 16, 8,
+				  KVRT_DTYPE_BF16), 0);
+	CHECK_EQ(kvrt_layout_for_space(&lm, s), -EINVAL);
+	/* fp8: only with the scales inside the block, and they follow the stride */
+	CHECK_EQ(kvrt_layout_init(&l, KVRT_LAYOUT_BLOCK_MAJOR, 2, 2, 64, 16, 1,
+				  KVRT_DTYPE_FP8_E4M3), 0);
+	CHECK_EQ(kvrt_layout_for_space(&l, s), -EINVAL);
+	CHECK_EQ(kvrt_layout_inline_scales(&l, &off), 0);
+	CHECK_EQ(kvrt_layout_for_space(&l, s), 0);
+	CHECK_EQ(l.block_stride, (int64_t)block);
+	CHECK_EQ(l.scale_block_stride, (int64_t)(block / sizeof(float)));
+out:
+	if (small)
+		kvrt_space_close(small);
+	if (s)
+		kvrt_space_close(s);
+	kvrt_close(k);
+}
+
 int main(void)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -387,5 +449,6 @@ int main(void)
 	RUN(pool_cap_evicts_with_cause_pool);
 	RUN(large_batches);
 	RUN(join_close_destroy_race);
+	RUN(layout_for_space);
 	return tap_done("test_prefix");
 }

@@ -221,7 +221,13 @@ int pcache_open(struct pcache *pc, struct kvrt *k, struct devcache *dev,
 			 (unsigned long long)si.nr_blocks, strerror(-ret));
 		goto out_close;
 	}
-	pc->layout.block_stride = (int64_t)si.block_bytes;
+	/* Space blocks are page-rounded: the layout takes the space's stride. */
+	ret = kvrt_layout_for_space(&pc->layout, pc->space);
+	if (ret) {
+		snprintf(err, errlen, "pool layout for space %s: %s", o->space_name,
+			 strerror(-ret));
+		goto out_close;
+	}
 	pc->pool_arr = (struct kvrt_block_array){ .layout = &pc->layout,
 						  .base = kvrt_space_base(pc->space) };
 	pc->dev_arr = (struct kvrt_block_array){ .layout = &dev->layout, .base = dev->base };
