@@ -8,6 +8,7 @@
 #include <linux/pagemap.h>
 #include <linux/sched/signal.h>
 #include <linux/slab.h>
+#include <linux/string.h>
 #include <linux/uaccess.h>
 
 #include "kvpool.h"
@@ -214,13 +215,10 @@ long kvp_ioctl_release(struct kvp_client *client, struct kvpool_blocks *args)
 
 	if (!space)
 		return -EBADFD;
-	ids = kvmalloc_array(args->count, sizeof(*ids), GFP_KERNEL);
-	if (!ids)
-		return -ENOMEM;
-	if (copy_from_user(ids, u64_to_user_ptr(args->ids), (size_t)args->count * sizeof(*ids))) {
-		ret = -EFAULT;
-		goto out_free_ids;
-	}
+	/* -ENOMEM or -EFAULT, as the copy-in of every ids array. */
+	ids = vmemdup_user(u64_to_user_ptr(args->ids), (size_t)args->count * sizeof(*ids));
+	if (IS_ERR(ids))
+		return PTR_ERR(ids);
 	if (mutex_lock_killable(&space->lock)) {
 		ret = -EINTR;
 		goto out_free_ids;
