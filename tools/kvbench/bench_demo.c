@@ -5,8 +5,13 @@
  *
  *   kvbench demo [--json] [--quiet] [--progress] [-- KVRT-DEMO-ARGS...]
  *
- * kvbench does not link the engine: it runs the kvrt-demo program and
- * passes its output through.  The program is, first found:
+ * kvbench does not link the engine: it runs the kvrt-demo program.  Its
+ * table passes through; with --json, kvbench reads the program's JSON
+ * object and prints the JSON lines every kvbench subcommand prints, each
+ * a ratio to a limit from the same run: mean TTFT and wall time with the
+ * prefix cache and offload against the no-cache recomputation the demo
+ * runs beside it, and blocks hit against blocks looked up.  --raw prints
+ * the program's own JSON instead.  The program is, first found:
  *
  *   $KVRT_DEMO                        an explicit path
  *   DIR/kvrt-demo                     DIR: where this kvbench is (installed
@@ -22,6 +27,7 @@
  */
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,7 +53,9 @@ static void demo_usage(FILE *f)
 		"source tree), else $PATH.\n"
 		"\n"
 		"options:\n"
-		"  --json            kvrt-demo --json (an error if kvrt-demo has no --json)\n"
+		"  --json            kvbench JSON lines from kvrt-demo --json: ttft_mean_ms and\n"
+		"                    wall_s against the no-cache pass, prefix_hit_rate\n"
+		"  --raw             with --json: kvrt-demo's own JSON object instead\n"
 		"  --progress        passed on when kvrt-demo has it\n"
 		"  --quiet           passed on when kvrt-demo has it\n"
 		"  --                the arguments after it go to kvrt-demo as they are\n"
@@ -167,6 +175,79 @@ static bool lists(const char *help, const char *opt)
 	return false;
 }
 
+/* The number after "key": at or after from, within the text; NaN when absent. */
+static double json_num(const char *from, const char *key)
+{
+	char pat[64];
+	const char *p;
+
+	snprintf(pat, sizeof(pat), "\"%s\":", key);
+	p = from ? strstr(from, pat) : NULL;
+	return p ? strtod(p + strlen(pat), NULL) : NAN;
+}
+
+/* Run kvrt-demo --json, read its object, print kvbench's JSON lines. */
+static int demo_json_lines(const struct kvb_opts *o, const char *path, char **args)
+{
+	struct kvb_report cost = { .o = o, .ratio = KVB_COST, .name_w = 16, .num_w = 10,
+				   .unit_w = 36, .ratio_w = 7 };
+	struct kvb_report rate = cost;
+	static char out[1 << 20];
+	const char *cached, *ref;
+	size_t got = 0;
+	int fds[2], status;
+	ssize_t n;
+	pid_t pid;
+
+	rate.ratio = KVB_RATE;
+	if (pipe(fds))
+		return 1;
+	pid = fork();
+	if (pid < 0)
+		return 1;
+	if (!pid) {
+		dup2(fds[1], STDOUT_FILENO);
+		close(fds[0]);
+		close(fds[1]);
+		execv(path, args);
+		_exit(127);
+	}
+	close(fds[1]);
+	while (got + 1 < sizeof(out) && (n = read(fds[0], out + got, sizeof(out) - 1 - got))) {
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			break;
+		got += (size_t)n;
+	}
+	out[got] = 0;
+	close(fds[0]);
+	while (waitpid(pid, &status, 0) < 0)
+		if (errno != EINTR)
+			return 1;
+	if (!WIFEXITED(status) || WEXITSTATUS(status)) {
+		fprintf(stderr, "kvbench demo: %s failed (status %d): no figures\n", path,
+			WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+		return 1;
+	}
+	cached = strstr(out, "\"cached\":");
+	ref = strstr(out, "\"reference\":");
+	if (!cached || !ref || isnan(json_num(cached, "mean")) || isnan(json_num(ref, "mean"))) {
+		fprintf(stderr, "kvbench demo: %s --json printed no cached/reference figures\n",
+			path);
+		return 1;
+	}
+	kvb_report(&cost, "ttft_mean_ms", json_num(cached, "mean"),
+		   "ms mean TTFT, prefix cache + offload", json_num(ref, "mean"),
+		   "ms mean TTFT, no-cache recomputation");
+	kvb_report(&cost, "wall_s", json_num(cached, "wall_s"), "s for the request stream, cached",
+		   json_num(ref, "wall_s"), "s for it, no-cache recomputation");
+	kvb_report(&rate, "prefix_hit_rate", json_num(cached, "prefix_hits"),
+		   "blocks found by lookup", json_num(cached, "prefix_lookups"),
+		   "blocks looked up");
+	return 0;
+}
+
 /* argv[0] is "demo". */
 int cmd_demo(int argc, char **argv)
 {
@@ -175,6 +256,7 @@ int cmd_demo(int argc, char **argv)
 	char path[PATH_MAX], tried[3 * PATH_MAX];
 	char *args[MAX_ARGS];
 	int i, nargs = 0, ret;
+	bool raw = false;
 
 	for (i = 1; i < argc; i++) {
 		const char *a = argv[i];
@@ -189,6 +271,8 @@ int cmd_demo(int argc, char **argv)
 		}
 		if (!strcmp(a, "--json"))
 			o.json = true;
+		else if (!strcmp(a, "--raw"))
+			raw = true;
 		else if (!strcmp(a, "--quiet"))
 			o.quiet = true;
 		else if (!strcmp(a, "--progress"))
@@ -238,6 +322,8 @@ int cmd_demo(int argc, char **argv)
 	args[nargs] = NULL;
 	kvb_note(&o, "running %s", path);
 	fflush(NULL);
+	if (o.json && !raw)
+		return demo_json_lines(&o, path, args);
 	execv(path, args);
 	fprintf(stderr, "kvbench demo: exec %s: %s\n", path, strerror(errno));
 	return 1;
