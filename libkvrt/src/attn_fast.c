@@ -296,6 +296,11 @@ int kvrt_attn_fast_run(const struct attn_job *job)
 	items = make_items(job, hpi, &pool.num_items, &total);
 	if (!items)
 		return -ENOMEM;
+	/* Every query chunk empty (prefill allows that): no row to compute. */
+	if (!pool.num_items) {
+		free(items);
+		return 0;
+	}
 	pool.items = items;
 
 	if (nthreads > pool.num_items)

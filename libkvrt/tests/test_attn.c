@@ -1069,6 +1069,17 @@ static void test_errors(void)
 	bad[1] = 20;
 	bad[2] = 20;
 	EXPECT_PREFILL(0, &p, qp, bad, &kv, &bt, out, "chunk == sequence, empty chunk");
+	bad[1] = 0;
+	bad[2] = 0;
+	for (i = 0; i < 2; i++) {
+		/* every chunk empty: nothing to compute, nothing written */
+		p.impl = i ? KVRT_ATTN_REFERENCE : KVRT_ATTN_FAST;
+		EXPECT_PREFILL(0, &p, qp, bad, &kv, &bt, out, "every chunk empty");
+		CHECK(!memcmp(out, sentinel, sizeof(out)), "prefill, every chunk empty, %s: "
+		      "output written", i ? "reference" : "fast");
+		group_end("errors: prefill, every chunk empty leaves the output");
+	}
+	p.impl = KVRT_ATTN_FAST;
 	bad[0] = 1;
 	EXPECT_PREFILL(-EINVAL, &p, qp, bad, &kv, &bt, out, "q_indptr[0] != 0");
 	bad[0] = 0;
