@@ -132,9 +132,16 @@ static int kvp_residency_dump_show(struct seq_file *m, void *unused)
 }
 DEFINE_SHOW_ATTRIBUTE(kvp_residency_dump);
 
+/* The same lines as sysfs uid_limit, which wants a page to emit into. */
 static int kvp_tenants_dump_show(struct seq_file *m, void *unused)
 {
-	kvp_tenants_show(m);
+	char *page = (char *)__get_free_page(GFP_KERNEL);
+
+	if (!page)
+		return -ENOMEM;
+	kvp_tenants_emit(page);
+	seq_puts(m, page);
+	free_page((unsigned long)page);
 	return 0;
 }
 DEFINE_SHOW_ATTRIBUTE(kvp_tenants_dump);

@@ -119,6 +119,25 @@ extern struct kvp_tunables kvp_tun;
 extern struct kvp_pool kvp_pool;
 /* Prefix-cache counters of spaces already torn down (kvp_spaces_lock). */
 extern struct kvc_space_stats kvp_dead_stats;
+
+/* The counters that add up across spaces: lookups, inserts, evictions. */
+static inline void kvp_stats_add(struct kvc_space_stats *to, const struct kvc_space_stats *from)
+{
+	int i;
+
+	to->hits += from->hits;
+	to->misses += from->misses;
+	to->inserts += from->inserts;
+	to->dedups += from->dedups;
+	for (i = 0; i < KVC_EVICT_CAUSES; i++)
+		to->evictions[i] += from->evictions[i];
+}
+
+/* Reserved and padding fields of an ioctl struct must be zero. */
+static inline bool kvp_zero(const void *p, size_t len)
+{
+	return !memchr_inv(p, 0, len);
+}
 extern struct mutex kvp_spaces_lock;
 extern struct list_head kvp_spaces;
 extern unsigned int kvp_nr_spaces;
@@ -249,7 +268,6 @@ void kvp_tenant_put(struct kvp_tenant *t);
 int kvp_tenant_charge(struct kvp_tenant *t, u64 bytes);
 void kvp_tenant_uncharge(struct kvp_tenant *t, u64 bytes);
 int kvp_tenant_set_limit(kuid_t uid, u64 bytes);
-void kvp_tenants_show(struct seq_file *m);
 ssize_t kvp_tenants_emit(char *buf);
 u64 kvp_tenant_used(const struct kvp_tenant *t);
 

@@ -17,11 +17,6 @@ static unsigned int pool_mb_per_node = 64;
 module_param(pool_mb_per_node, uint, 0444);
 MODULE_PARM_DESC(pool_mb_per_node, "MiB of pinned pages reserved on each NUMA node at load");
 
-static bool kvp_zero(const void *p, size_t len)
-{
-	return !memchr_inv(p, 0, len);
-}
-
 static long kvp_ioctl_info(void __user *uarg)
 {
 	struct kvpool_info info;

@@ -23,11 +23,6 @@ static_assert(offsetof(struct kvc_publish_entry, flags) ==
 static_assert(KVC_HASH_BYTES == KVPOOL_HASH_BYTES && KVC_PRIO_MAX == KVPOOL_PRIO_MAX &&
 	      (int)KVC_EVICT_CAUSES == (int)KVPOOL_EVICT_CAUSES);
 
-static bool kvp_zero(const void *p, size_t len)
-{
-	return !memchr_inv(p, 0, len);
-}
-
 /*
  * Remember that this fd holds or held block id, so its eviction is
  * reported.  A failed allocation cannot be made up for later: the queue
@@ -88,12 +83,11 @@ long kvp_ioctl_publish(struct kvp_client *client, void __user *uarg)
 	for (i = 0; i < args.count; i++) {
 		if (e[i].flags || e[i].pad)
 			goto out_inval;
+		/* kvc_publish() checks the range; only the default is ours. */
 		if (!(args.flags & KVPOOL_PUBLISH_PRIORITY)) {
 			if (e[i].priority)
 				goto out_inval;
 			e[i].priority = KVPOOL_PRIO_DEFAULT;
-		} else if (e[i].priority > KVPOOL_PRIO_MAX) {
-			goto out_inval;
 		}
 		own[i] = e[i].id;
 	}

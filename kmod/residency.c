@@ -11,11 +11,6 @@
 
 #include "kvpool.h"
 
-static bool kvp_zero(const void *p, size_t len)
-{
-	return !memchr_inv(p, 0, len);
-}
-
 /* The slot of uuid, adding it when add is set; -ENOENT or -ENOSPC. */
 static int kvp_device_slot(struct kvp_space *space, const u8 *uuid, bool add)
 {

@@ -374,18 +374,12 @@ out_free_space:
 static void kvp_space_unlist(struct kvp_space *space)
 {
 	struct kvp_chunk *chunk, *next;
-	int i;
 
 	lockdep_assert_held(&kvp_spaces_lock);
 	list_del(&space->link);
 	kvp_nr_spaces--;
 	/* Pool-wide counters must not go down when a space goes. */
-	kvp_dead_stats.hits += space->core.stats.hits;
-	kvp_dead_stats.misses += space->core.stats.misses;
-	kvp_dead_stats.inserts += space->core.stats.inserts;
-	kvp_dead_stats.dedups += space->core.stats.dedups;
-	for (i = 0; i < KVC_EVICT_CAUSES; i++)
-		kvp_dead_stats.evictions[i] += space->core.stats.evictions[i];
+	kvp_stats_add(&kvp_dead_stats, &space->core.stats);
 	down_read(&kvp_pool.backing_rwsem);
 	list_for_each_entry_safe(chunk, next, &space->chunks, link) {
 		unsigned long pg;

@@ -20,7 +20,41 @@ static ssize_t pool_bytes_show(struct device *dev, struct device_attribute *attr
 	return sysfs_emit(buf, "%llu\n", reserved);
 }
 
-static int kvp_parse_bytes(const char *buf, u64 *out);
+/*
+ * A whole decimal u64 with an optional K/M/G/T/P/E suffix and newline,
+ * nothing else.  Not memparse(): it wraps silently on overflow, and a
+ * wrapped limit of 0 would mean "unlimited".
+ */
+static int kvp_parse_bytes(const char *buf, u64 *out)
+{
+	static const char suffixes[] = "KMGTPE";
+	unsigned int shift = 0;
+	char digits[24];
+	size_t n = 0;
+	const char *s;
+	u64 v;
+
+	while (isdigit(buf[n])) {
+		if (n == sizeof(digits) - 1)
+			return -EINVAL;
+		digits[n] = buf[n];
+		n++;
+	}
+	digits[n] = 0;
+	if (!n || kstrtou64(digits, 10, &v))
+		return -EINVAL;
+	s = buf[n] ? strchr(suffixes, toupper(buf[n])) : NULL;
+	if (s) {
+		shift = 10 * (unsigned int)(s - suffixes + 1);
+		n++;
+	}
+	if (buf[n] == '\n')
+		n++;
+	if (buf[n] || (shift && v > (U64_MAX >> shift)))
+		return -EINVAL;
+	*out = v << shift;
+	return 0;
+}
 
 static ssize_t pool_bytes_store(struct device *dev, struct device_attribute *attr,
 				const char *buf, size_t count)
@@ -96,42 +130,6 @@ struct kvp_tunables kvp_tun = {
 	.event_queue_max = 65536,
 };
 
-/*
- * A whole decimal u64 with an optional K/M/G/T/P/E suffix and newline,
- * nothing else.  Not memparse(): it wraps silently on overflow, and a
- * wrapped limit of 0 would mean "unlimited".
- */
-static int kvp_parse_bytes(const char *buf, u64 *out)
-{
-	static const char suffixes[] = "KMGTPE";
-	unsigned int shift = 0;
-	char digits[24];
-	size_t n = 0;
-	const char *s;
-	u64 v;
-
-	while (isdigit(buf[n])) {
-		if (n == sizeof(digits) - 1)
-			return -EINVAL;
-		digits[n] = buf[n];
-		n++;
-	}
-	digits[n] = 0;
-	if (!n || kstrtou64(digits, 10, &v))
-		return -EINVAL;
-	s = buf[n] ? strchr(suffixes, toupper(buf[n])) : NULL;
-	if (s) {
-		shift = 10 * (unsigned int)(s - suffixes + 1);
-		n++;
-	}
-	if (buf[n] == '\n')
-		n++;
-	if (buf[n] || (shift && v > (U64_MAX >> shift)))
-		return -EINVAL;
-	*out = v << shift;
-	return 0;
-}
-
 static ssize_t shrinker_enabled_show(struct device *dev, struct device_attribute *attr, char *buf)
 {
 	return sysfs_emit(buf, "%d\n", READ_ONCE(kvp_tun.shrinker_enabled));
@@ -148,23 +146,6 @@ static ssize_t shrinker_enabled_store(struct device *dev, struct device_attribut
 	return count;
 }
 static DEVICE_ATTR_RW(shrinker_enabled);
-
-static ssize_t min_cached_bytes_show(struct device *dev, struct device_attribute *attr, char *buf)
-{
-	return sysfs_emit(buf, "%llu\n", READ_ONCE(kvp_tun.min_cached_bytes));
-}
-
-static ssize_t min_cached_bytes_store(struct device *dev, struct device_attribute *attr,
-				      const char *buf, size_t count)
-{
-	u64 v;
-
-	if (kvp_parse_bytes(buf, &v))
-		return -EINVAL;
-	WRITE_ONCE(kvp_tun.min_cached_bytes, v);
-	return count;
-}
-static DEVICE_ATTR_RW(min_cached_bytes);
 
 static ssize_t event_queue_max_show(struct device *dev, struct device_attribute *attr, char *buf)
 {
@@ -183,23 +164,27 @@ static ssize_t event_queue_max_store(struct device *dev, struct device_attribute
 }
 static DEVICE_ATTR_RW(event_queue_max);
 
-static ssize_t uid_limit_default_bytes_show(struct device *dev, struct device_attribute *attr,
-					    char *buf)
-{
-	return sysfs_emit(buf, "%llu\n", READ_ONCE(kvp_tun.uid_limit_default));
-}
+/* A byte-size tunable: any size kvp_parse_bytes() takes. */
+#define KVP_BYTES_TUNABLE(name, field)						\
+static ssize_t name##_show(struct device *dev, struct device_attribute *attr,	\
+			   char *buf)						\
+{										\
+	return sysfs_emit(buf, "%llu\n", READ_ONCE(kvp_tun.field));		\
+}										\
+static ssize_t name##_store(struct device *dev, struct device_attribute *attr,	\
+			    const char *buf, size_t count)			\
+{										\
+	u64 v;									\
+										\
+	if (kvp_parse_bytes(buf, &v))						\
+		return -EINVAL;							\
+	WRITE_ONCE(kvp_tun.field, v);						\
+	return count;								\
+}										\
+static DEVICE_ATTR_RW(name)
 
-static ssize_t uid_limit_default_bytes_store(struct device *dev, struct device_attribute *attr,
-					     const char *buf, size_t count)
-{
-	u64 v;
-
-	if (kvp_parse_bytes(buf, &v))
-		return -EINVAL;
-	WRITE_ONCE(kvp_tun.uid_limit_default, v);
-	return count;
-}
-static DEVICE_ATTR_RW(uid_limit_default_bytes);
+KVP_BYTES_TUNABLE(min_cached_bytes, min_cached_bytes);
+KVP_BYTES_TUNABLE(uid_limit_default_bytes, uid_limit_default);
 
 static ssize_t uid_limit_show(struct device *dev, struct device_attribute *attr, char *buf)
 {
@@ -269,96 +254,55 @@ static ssize_t drop_cached_store(struct device *dev, struct device_attribute *at
 }
 static DEVICE_ATTR_WO(drop_cached);
 
-/* Prefix-cache figures summed over live spaces. */
-enum kvp_sum_field {
-	KVP_SUM_HITS, KVP_SUM_MISSES, KVP_SUM_INSERTS, KVP_SUM_DEDUPS,
-	KVP_SUM_CACHED_BYTES, KVP_SUM_PUBLISHED_BYTES,
+/* Prefix-cache figures of all spaces, torn-down ones included. */
+struct kvp_totals {
+	struct kvc_space_stats st;
+	u64 cached_bytes, published_bytes;	/* live spaces */
 };
 
-static u64 kvp_space_sum(enum kvp_sum_field f)
+static void kvp_totals(struct kvp_totals *t)
 {
 	struct kvp_space *space;
-	u64 v = 0;
 
+	memset(t, 0, sizeof(*t));
 	mutex_lock(&kvp_spaces_lock);
-	switch (f) {
-	case KVP_SUM_HITS:
-		v = kvp_dead_stats.hits;
-		break;
-	case KVP_SUM_MISSES:
-		v = kvp_dead_stats.misses;
-		break;
-	case KVP_SUM_INSERTS:
-		v = kvp_dead_stats.inserts;
-		break;
-	case KVP_SUM_DEDUPS:
-		v = kvp_dead_stats.dedups;
-		break;
-	default:
-		break;
-	}
+	kvp_stats_add(&t->st, &kvp_dead_stats);
 	list_for_each_entry(space, &kvp_spaces, link) {
 		const struct kvc_space *c = &space->core;
 
 		mutex_lock(&space->lock);
-		switch (f) {
-		case KVP_SUM_HITS:
-			v += c->stats.hits;
-			break;
-		case KVP_SUM_MISSES:
-			v += c->stats.misses;
-			break;
-		case KVP_SUM_INSERTS:
-			v += c->stats.inserts;
-			break;
-		case KVP_SUM_DEDUPS:
-			v += c->stats.dedups;
-			break;
-		case KVP_SUM_CACHED_BYTES:
-			v += c->nr_cached * c->block_bytes;
-			break;
-		case KVP_SUM_PUBLISHED_BYTES:
-			v += c->nr_published * c->block_bytes;
-			break;
-		}
+		kvp_stats_add(&t->st, &c->stats);
+		t->cached_bytes += c->nr_cached * c->block_bytes;
+		t->published_bytes += c->nr_published * c->block_bytes;
 		mutex_unlock(&space->lock);
 	}
 	mutex_unlock(&kvp_spaces_lock);
-	return v;
 }
 
-#define KVP_SUM_ATTR(name, field)						\
+#define KVP_TOTAL_ATTR(name, field)						\
 static ssize_t name##_show(struct device *dev, struct device_attribute *attr,	\
 			   char *buf)						\
 {										\
-	return sysfs_emit(buf, "%llu\n", kvp_space_sum(field));		\
+	struct kvp_totals t;							\
+										\
+	kvp_totals(&t);								\
+	return sysfs_emit(buf, "%llu\n", t.field);				\
 }										\
 static DEVICE_ATTR_RO(name)
 
-KVP_SUM_ATTR(prefix_hits, KVP_SUM_HITS);
-KVP_SUM_ATTR(prefix_misses, KVP_SUM_MISSES);
-KVP_SUM_ATTR(prefix_inserts, KVP_SUM_INSERTS);
-KVP_SUM_ATTR(prefix_dedups, KVP_SUM_DEDUPS);
-KVP_SUM_ATTR(cached_bytes, KVP_SUM_CACHED_BYTES);
-KVP_SUM_ATTR(published_bytes, KVP_SUM_PUBLISHED_BYTES);
+KVP_TOTAL_ATTR(prefix_hits, st.hits);
+KVP_TOTAL_ATTR(prefix_misses, st.misses);
+KVP_TOTAL_ATTR(prefix_inserts, st.inserts);
+KVP_TOTAL_ATTR(prefix_dedups, st.dedups);
+KVP_TOTAL_ATTR(cached_bytes, cached_bytes);
+KVP_TOTAL_ATTR(published_bytes, published_bytes);
 
 static ssize_t evictions_show(struct device *dev, struct device_attribute *attr, char *buf)
 {
-	u64 n[KVC_EVICT_CAUSES] = { 0 };
-	struct kvp_space *space;
-	int i;
+	struct kvp_totals t;
 
-	mutex_lock(&kvp_spaces_lock);
-	for (i = 0; i < KVC_EVICT_CAUSES; i++)
-		n[i] = kvp_dead_stats.evictions[i];
-	list_for_each_entry(space, &kvp_spaces, link) {
-		mutex_lock(&space->lock);
-		for (i = 0; i < KVC_EVICT_CAUSES; i++)
-			n[i] += space->core.stats.evictions[i];
-		mutex_unlock(&space->lock);
-	}
-	mutex_unlock(&kvp_spaces_lock);
-	return kvp_evictions_emit(buf, n);
+	kvp_totals(&t);
+	return kvp_evictions_emit(buf, t.st.evictions);
 }
 static DEVICE_ATTR_RO(evictions);
 

@@ -5,7 +5,6 @@
  * pool.  A tenant lives while it has a space or an explicit limit.
  */
 #include <linux/slab.h>
-#include <linux/seq_file.h>
 #include <linux/sysfs.h>
 
 #include "kvpool.h"
@@ -133,7 +132,7 @@ int kvp_tenant_set_limit(kuid_t uid, u64 bytes)
 	return 0;
 }
 
-/* One line per tenant, for sysfs uid_limit and debugfs tenants. */
+/* One line per tenant into a sysfs page: uid_limit and debugfs tenants. */
 ssize_t kvp_tenants_emit(char *buf)
 {
 	struct kvp_tenant *t;
@@ -147,16 +146,4 @@ ssize_t kvp_tenants_emit(char *buf)
 				     t->used, t->nr_spaces);
 	spin_unlock(&kvp_tenants_lock);
 	return len;
-}
-
-void kvp_tenants_show(struct seq_file *m)
-{
-	struct kvp_tenant *t;
-
-	spin_lock(&kvp_tenants_lock);
-	list_for_each_entry(t, &kvp_tenants, link)
-		seq_printf(m, "uid=%u limit_bytes=%llu used_bytes=%llu spaces=%u\n",
-			   from_kuid(&init_user_ns, t->uid), kvp_tenant_limit(t), t->used,
-			   t->nr_spaces);
-	spin_unlock(&kvp_tenants_lock);
 }
