@@ -551,7 +551,7 @@ void kvrt_copy_free(struct kvrt_copy *copy);
  * after kvrt_layout_inline_scales() (its inline scales move with the
  * stride).  -EINVAL for NULL arguments or another layout, -E2BIG when
  * kvrt_layout_block_bytes() exceeds the space's block_bytes, -EOVERFLOW
- * for a space of more than 2^32 blocks, or kvrt_space_info()'s errno.
+ * for a space of more than 2^32 blocks.
  */
 int kvrt_layout_for_space(struct kvrt_layout *layout, struct kvrt_space *space);
 

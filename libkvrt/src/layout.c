@@ -210,7 +210,6 @@ int kvrt_layout_inline_scales(struct kvrt_layout *l, uint64_t *scales_offset)
 
 int kvrt_layout_for_space(struct kvrt_layout *l, struct kvrt_space *space)
 {
-	struct kvrt_space_info si;
 	uint64_t need;
 	int inline_scales, ret;
 
@@ -222,18 +221,16 @@ int kvrt_layout_for_space(struct kvrt_layout *l, struct kvrt_space *space)
 	/* Only self-contained blocks can each live in one pool block. */
 	if (l->block_stride != (int64_t)need)
 		return -EINVAL;
-	ret = kvrt_space_info(space, &si);
-	if (ret)
-		return ret;
-	if (need > si.block_bytes)
+	/* The geometry is fixed at open: no need to ask the backend again. */
+	if (need > space->block_bytes)
 		return -E2BIG;
-	if (si.nr_blocks > UINT32_MAX || si.block_bytes > INT64_MAX)
+	if (space->nr_blocks > UINT32_MAX || space->block_bytes > INT64_MAX)
 		return -EOVERFLOW;
 	inline_scales = l->kv_dtype == KVRT_DTYPE_FP8_E4M3 &&
 			l->scale_block_stride * (int64_t)sizeof(float) == l->block_stride;
-	l->block_stride = (int64_t)si.block_bytes;
-	l->num_blocks = (uint32_t)si.nr_blocks;
+	l->block_stride = (int64_t)space->block_bytes;
+	l->num_blocks = (uint32_t)space->nr_blocks;
 	if (inline_scales)
-		l->scale_block_stride = (int64_t)(si.block_bytes / sizeof(float));
+		l->scale_block_stride = (int64_t)(space->block_bytes / sizeof(float));
 	return 0;
 }

@@ -162,7 +162,6 @@ int pcache_open(struct pcache *pc, struct kvrt *k, struct devcache *dev,
 {
 	const struct kvrt_layout *dl = &dev->layout;
 	struct kvrt_space_opts so = { 0 };
-	struct kvrt_space_info si;
 	uint64_t kvb, bb, page = (uint64_t)sysconf(_SC_PAGESIZE);
 	int ret;
 
@@ -202,26 +201,7 @@ int pcache_open(struct pcache *pc, struct kvrt *k, struct devcache *dev,
 			 space_errno_text(ret));
 		goto out_free;
 	}
-	ret = kvrt_space_info(pc->space, &si);
-	if (ret) {
-		snprintf(err, errlen, "kvrt_space_info: %s", strerror(-ret));
-		goto out_close;
-	}
-	if (si.nr_blocks == 0 || si.nr_blocks > UINT32_MAX) {
-		snprintf(err, errlen, "space %s has %llu blocks", o->space_name,
-			 (unsigned long long)si.nr_blocks);
-		ret = -EINVAL;
-		goto out_close;
-	}
-	ret = kvrt_layout_init(&pc->layout, KVRT_LAYOUT_BLOCK_MAJOR, dl->num_layers,
-			       dl->num_kv_heads, dl->head_dim, dl->block_tokens,
-			       (uint32_t)si.nr_blocks, dl->kv_dtype);
-	if (ret) {
-		snprintf(err, errlen, "pool layout for %llu blocks: %s",
-			 (unsigned long long)si.nr_blocks, strerror(-ret));
-		goto out_close;
-	}
-	/* Space blocks are page-rounded: the layout takes the space's stride. */
+	/* Space blocks are page-rounded: the layout takes the space's stride and size. */
 	ret = kvrt_layout_for_space(&pc->layout, pc->space);
 	if (ret) {
 		snprintf(err, errlen, "pool layout for space %s: %s", o->space_name,
