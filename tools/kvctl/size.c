@@ -191,12 +191,16 @@ static bool kv_mul(uint64_t *acc, uint64_t v)
 	return !__builtin_mul_overflow(*acc, v, acc);
 }
 
+/* fp16 bytes per token: K and V per KV head, or MLA's one latent per layer. */
+static uint64_t kv_model_bpt(const struct kv_model *m)
+{
+	return m->mla_rank ? (uint64_t)m->layers * (m->mla_rank + m->mla_rope) * 2 :
+			     (uint64_t)m->layers * 2 * m->kv_heads * m->head_dim * 2;
+}
+
 static void kv_model_bytes(char *buf, size_t len, const struct kv_model *m)
 {
-	uint64_t v = m->mla_rank ? (uint64_t)m->layers * (m->mla_rank + m->mla_rope) * 2 :
-				   (uint64_t)m->layers * 2 * m->kv_heads * m->head_dim * 2;
-
-	kv_bytes(buf, len, v);
+	kv_bytes(buf, len, kv_model_bpt(m));
 }
 
 static int kv_list_models(bool json)
@@ -215,8 +219,7 @@ static int kv_list_models(bool json)
 	}
 	for (i = 0; i < NR_MODELS; i++) {
 		const struct kv_model *m = &kv_models[i];
-		uint64_t bpt = m->mla_rank ? (uint64_t)m->layers * (m->mla_rank + m->mla_rope) * 2 :
-					     (uint64_t)m->layers * 2 * m->kv_heads * m->head_dim * 2;
+		uint64_t bpt = kv_model_bpt(m);
 
 		if (json) {
 			kv_json_obj(&j, NULL);

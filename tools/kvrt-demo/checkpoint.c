@@ -355,7 +355,15 @@ uint64_t ckpt_fingerprint(const struct checkpoint *ck)
 
 	for (i = 0; i < sizeof(hdr); i++)
 		h = (h ^ ((const unsigned char *)hdr)[i]) * 0x100000001b3ULL;
-	/* 8 bytes per step: byte-wise FNV over 40 MB would take ~40 ms */
+	return fnv64_words(b, n, h);
+}
+
+/* FNV-style, 8 bytes per step: byte-wise over 40 MB would take ~40 ms. */
+uint64_t fnv64_words(const void *p, size_t n, uint64_t h)
+{
+	const unsigned char *b = p;
+	size_t i;
+
 	for (i = 0; i + 8 <= n; i += 8) {
 		uint64_t w;
 

@@ -65,6 +65,8 @@ void ckpt_free(struct checkpoint *ck);
 
 /* A 64-bit fingerprint of the shape and every weight (FNV-1a). */
 uint64_t ckpt_fingerprint(const struct checkpoint *ck);
+/* Continue hash h over n bytes at p, 8 bytes per step. */
+uint64_t fnv64_words(const void *p, size_t n, uint64_t h);
 
 /* Parameters that the forward pass uses (no legacy tables). */
 uint64_t ckpt_param_count(const struct model_config *c);
