@@ -138,6 +138,7 @@ static inline bool kvp_zero(const void *p, size_t len)
 {
 	return !memchr_inv(p, 0, len);
 }
+
 extern struct mutex kvp_spaces_lock;
 extern struct list_head kvp_spaces;
 extern unsigned int kvp_nr_spaces;
