@@ -19,7 +19,7 @@ CFLAGS_USER := -O2 -g -Wall -Wextra -Werror -I$(SRC)/include/uapi -I$(SRC)/kmod/
 export CFLAGS_USER
 
 .PHONY: all module lib tools selftests deps check check-core check-lib check-kmod check-debug \
-	check-tools check-install check-quick lint demo demo-vm bench-pool clean help
+	check-tools check-install check-quick check-cuda lint demo demo-vm bench-pool clean help
 
 all: module lib tools
 
@@ -29,6 +29,7 @@ help:
 	@echo "make check      every test suite (installs what it lacks)"
 	@echo "make check-core kvcore unit tests under ASan+UBSan, then the fuzzer (FUZZ_SECONDS=60)"
 	@echo "make check-lib  libkvrt tests, plain and under ASan+UBSan (embedded backend)"
+	@echo "make check-cuda the GPU kernels without a GPU: fatbin check (nvcc), CPU emulator run"
 	@echo "make check-tools host tests of the tools (kvctl on a fake sysfs tree)"
 	@echo "make check-kmod the VM selftests against the real module (libkvrt's kmod backend too)"
 	@echo "make check-debug the VM suite on a KASAN/lockdep/kmemleak debug kernel (built once, cached)"
@@ -65,6 +66,12 @@ check-core: deps
 check-lib: deps
 	$(MAKE) -C libkvrt check
 
+# The GPU kernels without a GPU: the fatbin's images, names and spills
+# (needs nvcc), then every kernel run on the CPU emulator against libkvrt.
+check-cuda: deps
+	$(MAKE) -C cuda check
+	$(MAKE) -C cuda emu-test
+
 check-kmod: deps module tools selftests
 	bash selftests/vm/run-vm.sh check
 
@@ -84,7 +91,7 @@ check-install: deps lib tools
 
 # Each suite's log goes to $(LOGDIR); the summary sums their closing lines.
 LOGDIR ?= $(or $(TMPDIR),/tmp)/kvpool-check
-CHECK_SUITES ?= check-core check-lib check-tools check-kmod check-debug lint check-install
+CHECK_SUITES ?= check-core check-lib check-cuda check-tools check-kmod check-debug lint check-install
 
 check: deps
 	@mkdir -p $(LOGDIR); rc=0; times=""; \
@@ -118,5 +125,6 @@ clean:
 	-$(MAKE) -C selftests/kvpool clean
 	-$(MAKE) -C selftests/core clean
 	-$(MAKE) -C libkvrt clean
+	-$(MAKE) -C cuda clean
 
 include $(SRC)/install.mk

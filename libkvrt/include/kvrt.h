@@ -32,10 +32,11 @@ extern "C" {
  * fixes only; MAJOR (the soname) only with an incompatible change.
  * 0.1: everything up to block copies.  0.2: the prefix cache (publish,
  * lookup, release, persistent spaces, statistics, residency, events).
+ * 0.3: the GPU (driver loading, registration, copies, append, attention).
  */
 
 #define KVRT_VERSION_MAJOR 0
-#define KVRT_VERSION_MINOR 2
+#define KVRT_VERSION_MINOR 3
 #define KVRT_VERSION_PATCH 0
 /* MAJOR * 10000 + MINOR * 100 + PATCH, comparable with kvrt_version_number() */
 #define KVRT_VERSION_NUMBER \
@@ -798,6 +799,186 @@ int kvrt_events_fd(struct kvrt_space *space);
  * the read or poll errno.
  */
 int kvrt_read_events(struct kvrt_space *space, struct kvrt_event *events, uint32_t max);
+
+/* ---- GPU (0.3) -----------------------------------------------------------------
+ *
+ * libkvrt drives NVIDIA GPUs through the CUDA driver API.  libcuda.so.1 is
+ * opened at run time ($KVRT_LIBCUDA names another file), so the library
+ * links and runs on hosts without a driver: there kvrt_gpu_probe() and
+ * kvrt_gpu_open() return -ENODEV and say why.  The kernels are built by
+ * nvcc into a fatbin (sm_80, sm_90a, PTX for newer GPUs) embedded in the
+ * library; a build without nvcc has no GPU backend and says so the same way.
+ *
+ * A struct kvrt_gpu works in the device's primary context, the one the
+ * CUDA runtime (and so PyTorch) uses: device pointers from cudaMalloc or a
+ * torch tensor's data_ptr() are valid here.  Device memory is named by
+ * plain pointers (CUdeviceptr values cast to void *) in the same structs
+ * the CPU path takes: struct kvrt_kv_cache's base and scales, struct
+ * kvrt_block_table's arrays.  stream is a CUstream (NULL: the legacy
+ * default stream); every call is asynchronous on it unless it says not.
+ * One struct kvrt_gpu may be used from several threads; a plan from one
+ * at a time.
+ */
+struct kvrt_gpu;
+struct kvrt_gpu_plan;
+
+/*
+ * 0 when a GPU can be used: the driver loads, is CUDA 12.0 or newer, sees a
+ * device, and the library has kernels.  Else -ENODEV and, when why is
+ * not NULL, the reason in why[len] (e.g. "libcuda.so.1: cannot open
+ * shared object file", "cuInit: CUDA_ERROR_NO_DEVICE", "built without
+ * nvcc").  Loads the driver once per call; cheap enough for a startup check.
+ */
+int kvrt_gpu_probe(char *why, size_t len);
+
+/*
+ * Open device ordinal device (0 is the first) for handle k, retaining its
+ * primary context and loading the kernels.  -EINVAL NULL k or out, a
+ * negative device; -ENODEV as kvrt_gpu_probe() or no such ordinal (the
+ * reason goes to k's log); -ENOTSUP a device older than compute 8.0 (the
+ * fatbin's oldest target); -ENOMEM.
+ */
+int kvrt_gpu_open(struct kvrt *k, int device, struct kvrt_gpu **out);
+
+/* Unregisters what is still registered, frees plans' memory. NULL: no-op. */
+void kvrt_gpu_close(struct kvrt_gpu *gpu);
+
+struct kvrt_gpu_info {
+	char name[128];			/* "NVIDIA H100 80GB HBM3" */
+	int32_t device;			/* ordinal */
+	int32_t cc_major, cc_minor;	/* compute capability */
+	int32_t driver_version;		/* cuDriverGetVersion(): 12080 is 12.8 */
+	uint32_t sm_count;
+	uint32_t batch_memcpy;		/* 1: the driver has cuMemcpyBatchAsync */
+	uint64_t total_mem;		/* bytes */
+	uint64_t kernel_copy_max;	/* KVRT_GPU_COPY_AUTO: runs up to this size go
+					 * through the copy kernel (0: not calibrated) */
+	uint64_t registered_bytes;	/* host memory registered through this handle */
+	uint64_t reserved[4];
+};
+
+int kvrt_gpu_info(struct kvrt_gpu *gpu, struct kvrt_gpu_info *info);
+
+/*
+ * Device memory and synchronisation, so that a C engine (or a test) needs
+ * no CUDA runtime.  kvrt_gpu_memcpy copies bytes between any two of host
+ * and device memory (unified addressing decides the direction) and
+ * returns when done.  Errors: -EINVAL, -ENOMEM (device memory), -EIO for a
+ * CUDA error (logged with its name).
+ */
+int kvrt_gpu_alloc(struct kvrt_gpu *gpu, size_t bytes, void **dptr);
+int kvrt_gpu_free(struct kvrt_gpu *gpu, void *dptr);
+int kvrt_gpu_memcpy(struct kvrt_gpu *gpu, void *dst, const void *src, size_t bytes);
+int kvrt_gpu_sync(struct kvrt_gpu *gpu, void *stream);
+
+/*
+ * Register host memory with the GPU so copies run at full speed and the
+ * copy kernel can read and write it.  A space: the mapping's blocks
+ * [0, nr_blocks), in pieces of at most 64 GiB that start and end on block
+ * boundaries; called again after the space grew, it registers only what
+ * is new (0 when nothing is).  The space must stay open until
+ * kvrt_gpu_unregister_space() or kvrt_gpu_close().  kmod: the module's
+ * pages are registered like any other mapping (the driver pins them).
+ * -EINVAL, -EBUSY another kvrt_gpu registered it, -ENOMEM, -EIO.
+ */
+int kvrt_gpu_register_space(struct kvrt_gpu *gpu, struct kvrt_space *space);
+int kvrt_gpu_unregister_space(struct kvrt_gpu *gpu, struct kvrt_space *space);
+
+/* Any host range (page-aligned addr and bytes), e.g. a malloc'd buffer. */
+int kvrt_gpu_register_host(struct kvrt_gpu *gpu, void *addr, size_t bytes);
+int kvrt_gpu_unregister_host(struct kvrt_gpu *gpu, void *addr);
+
+/*
+ * Copy blocks, as kvrt_copy_blocks() and with its validation, between any
+ * two of device memory and registered host memory, queued on stream.  The
+ * pairs are split into the largest runs both layouts keep contiguous, then
+ * moved by method:
+ *   BATCH   one cuMemcpyBatchAsync (driver 12.8+) for all runs;
+ *   KERNEL  one launch of a gather/scatter copy kernel that reads and
+ *           writes the registered host mapping directly;
+ *   MEMCPY  one cuMemcpyAsync per run;
+ *   AUTO    runs up to kvrt_gpu_info.kernel_copy_max through the kernel,
+ *           larger ones batched (or MEMCPY without batching); the
+ *           threshold is measured on the device at the first AUTO copy.
+ * Never one call per layer per block unless the layouts leave nothing
+ * larger.  -EINVAL (as kvrt_copy_blocks), -ENOTSUP BATCH without driver
+ * support, -ENOMEM, -EIO.
+ */
+enum kvrt_gpu_copy_method {
+	KVRT_GPU_COPY_AUTO = 0,
+	KVRT_GPU_COPY_BATCH = 1,
+	KVRT_GPU_COPY_KERNEL = 2,
+	KVRT_GPU_COPY_MEMCPY = 3,
+};
+
+int kvrt_gpu_copy_blocks(struct kvrt_gpu *gpu, const struct kvrt_block_array *dst,
+			 const struct kvrt_block_array *src, const struct kvrt_block_pair *pairs,
+			 uint32_t count, enum kvrt_gpu_copy_method method, void *stream);
+
+/*
+ * Append on the GPU: kvrt_append_kv() with k, v, slots (int64) and the
+ * cache in device memory.  Slots the host cannot check (they are on the
+ * device): a negative one or one >= num_blocks * block_tokens is skipped.
+ * fp8: the tokens of one block must be consecutive in the list (as an
+ * engine appends them); the scale rule is kvrt_append_kv()'s.
+ */
+int kvrt_gpu_append_kv(struct kvrt_gpu *gpu, const struct kvrt_kv_cache *kv, const void *k,
+		       const void *v, enum kvrt_dtype src_dtype, const int64_t *slots,
+		       uint32_t num_tokens, void *stream);
+
+/*
+ * Attention on the GPU: plan on the host, then run (as FlashInfer does).
+ *
+ * kvrt_gpu_plan_create() sets aside device workspace for batches of up to
+ * max_seqs sequences and max_q_tokens query tokens (prefill; decode needs
+ * max_seqs).  kvrt_gpu_plan_decode()/_prefill() look at the host copies of
+ * the batch's lengths, split the work into CTA tasks (one task reads a KV
+ * head's blocks once for all the query heads of its group; long
+ * sequences in small batches are split along the keys, flash-decoding,
+ * and merged after), and upload the task list with a synchronous copy.
+ * Call them outside stream capture.  The run calls launch with a grid
+ * fixed by the plan's capacity and read the task counts from the
+ * workspace, so a run captured in a CUDA graph replays correctly after a
+ * later plan of the same plan object.
+ *
+ * params: as the CPU's (impl and num_threads ignored); q_dtype and o_dtype
+ * f16, bf16 or f32.  layout: head_dim 64, 128 or 256; block_tokens 1..128;
+ * kv_dtype f16, bf16 or fp8 e4m3.  -EINVAL for what the GPU path does not
+ * take, -E2BIG past the plan's capacity.
+ */
+int kvrt_gpu_plan_create(struct kvrt_gpu *gpu, uint32_t max_seqs, uint32_t max_q_tokens,
+			 struct kvrt_gpu_plan **out);
+void kvrt_gpu_plan_destroy(struct kvrt_gpu_plan *plan);
+
+int kvrt_gpu_plan_decode(struct kvrt_gpu_plan *plan, const struct kvrt_attn_params *params,
+			 const struct kvrt_layout *layout, uint32_t num_seqs,
+			 const int32_t *seq_lens);
+int kvrt_gpu_plan_prefill(struct kvrt_gpu_plan *plan, const struct kvrt_attn_params *params,
+			  const struct kvrt_layout *layout, uint32_t num_seqs,
+			  const int32_t *q_indptr, const int32_t *seq_lens);
+
+/* Tasks and splits of the last plan, for tests and kvbench. */
+struct kvrt_gpu_plan_info {
+	uint32_t num_seqs;
+	uint32_t num_work;	/* CTA tasks */
+	uint32_t num_split;	/* (sequence, head group)s split along the keys */
+	uint32_t split_tokens;	/* keys per task when split (a multiple of block_tokens) */
+	uint32_t grid;		/* CTAs launched */
+	uint32_t reserved[3];
+};
+int kvrt_gpu_plan_info(const struct kvrt_gpu_plan *plan, struct kvrt_gpu_plan_info *info);
+
+/*
+ * Run the last plan: q, out, kv->base, kv->scales, table's arrays (and
+ * q_indptr) in device memory; table->num_seqs must be the plan's.  The
+ * layer is kv->layer; the layout must match the planned one.
+ */
+int kvrt_gpu_attn_decode(struct kvrt_gpu_plan *plan, const void *q,
+			 const struct kvrt_kv_cache *kv, const struct kvrt_block_table *table,
+			 void *out, void *stream);
+int kvrt_gpu_attn_prefill(struct kvrt_gpu_plan *plan, const void *q, const int32_t *q_indptr,
+			  const struct kvrt_kv_cache *kv, const struct kvrt_block_table *table,
+			  void *out, void *stream);
 
 #if defined(__GNUC__) && __GNUC__ >= 4
 #pragma GCC visibility pop

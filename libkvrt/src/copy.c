@@ -78,40 +78,56 @@ static void plan_copy(const struct kvrt_layout *d, const struct kvrt_layout *s,
 	}
 }
 
-static void copy_dims(const struct copy_plan *p, unsigned int dim, char *dst, const char *src)
+static void each_dim(const struct copy_plan *p, unsigned int dim, char *dst, const char *src,
+		     kvrt_run_fn fn, void *arg)
 {
 	uint32_t i;
 
 	if (dim == p->ndims) {
-		memcpy(dst, src, p->run);
+		fn(arg, dst, src, p->run);
 		return;
 	}
 	for (i = 0; i < p->n[dim]; i++)
-		copy_dims(p, dim + 1, dst + (int64_t)i * p->ds[dim], src + (int64_t)i * p->ss[dim]);
+		each_dim(p, dim + 1, dst + (int64_t)i * p->ds[dim], src + (int64_t)i * p->ss[dim],
+			 fn, arg);
 }
 
-static void run_job(const struct copy_job *j)
+void kvrt_copy_each_run(const struct kvrt_layout *d, char *dbase, float *dscales,
+			const struct kvrt_layout *s, const char *sbase, const float *sscales,
+			const struct kvrt_block_pair *pairs, uint32_t count, kvrt_run_fn fn,
+			void *arg)
 {
-	const struct kvrt_layout *d = &j->dl, *s = &j->sl;
 	struct copy_plan plan;
 	uint32_t i, l, kv;
 
 	plan_copy(d, s, &plan);
-	for (i = 0; i < j->count; i++) {
-		uint32_t sb = j->pairs[i].src, db = j->pairs[i].dst;
+	for (i = 0; i < count; i++) {
+		uint32_t sb = pairs[i].src, db = pairs[i].dst;
 
-		copy_dims(&plan, 0, j->dbase + (int64_t)db * d->block_stride,
-			  j->sbase + (int64_t)sb * s->block_stride);
+		each_dim(&plan, 0, dbase + (int64_t)db * d->block_stride,
+			 sbase + (int64_t)sb * s->block_stride, fn, arg);
 		if (d->kv_dtype != KVRT_DTYPE_FP8_E4M3)
 			continue;
 		for (l = 0; l < d->num_layers; l++)
 			for (kv = 0; kv < 2; kv++)
-				memcpy(j->dscales + l * d->scale_layer_stride +
-					       kv * d->scale_kv_stride + db * d->scale_block_stride,
-				       j->sscales + l * s->scale_layer_stride +
-					       kv * s->scale_kv_stride + sb * s->scale_block_stride,
-				       d->num_kv_heads * sizeof(float));
+				fn(arg, (char *)(dscales + l * d->scale_layer_stride +
+						 kv * d->scale_kv_stride + db * d->scale_block_stride),
+				   (const char *)(sscales + l * s->scale_layer_stride +
+						  kv * s->scale_kv_stride + sb * s->scale_block_stride),
+				   d->num_kv_heads * sizeof(float));
 	}
+}
+
+static void memcpy_run(void *arg, char *dst, const char *src, size_t bytes)
+{
+	(void)arg;
+	memcpy(dst, src, bytes);
+}
+
+static void run_job(const struct copy_job *j)
+{
+	kvrt_copy_each_run(&j->dl, j->dbase, j->dscales, &j->sl, j->sbase, j->sscales, j->pairs,
+			   j->count, memcpy_run, NULL);
 }
 
 static bool same_geometry(const struct kvrt_layout *a, const struct kvrt_layout *b)
@@ -195,6 +211,23 @@ out_free:
 	free(sv);
 	free(d);
 	return ret;
+}
+
+int kvrt_copy_check(const struct kvrt_block_array *dst, const struct kvrt_block_array *src,
+		    const struct kvrt_block_pair *pairs, uint32_t count)
+{
+	int ret;
+
+	ret = check_array(dst);
+	if (!ret)
+		ret = check_array(src);
+	if (ret)
+		return ret;
+	if (!same_geometry(dst->layout, src->layout))
+		return -EINVAL;
+	if (count && !pairs)
+		return -EINVAL;
+	return check_pairs(dst, src, pairs, count);
 }
 
 static void complete(struct kvrt_copy *c, int result)
@@ -282,16 +315,7 @@ int kvrt_copy_blocks(struct kvrt *k, const struct kvrt_block_array *dst,
 		*done = NULL;
 	if (!k || (flags & ~KVRT_COPY_ASYNC))
 		return -EINVAL;
-	ret = check_array(dst);
-	if (!ret)
-		ret = check_array(src);
-	if (ret)
-		return ret;
-	if (!same_geometry(dst->layout, src->layout))
-		return -EINVAL;
-	if (count && !pairs)
-		return -EINVAL;
-	ret = check_pairs(dst, src, pairs, count);
+	ret = kvrt_copy_check(dst, src, pairs, count);
 	if (ret)
 		return ret;
 

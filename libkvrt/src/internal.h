@@ -151,6 +151,20 @@ bool kvrt_name_valid(const char *name);
 /* Copy thread (copy.c), stopped by kvrt_close(). */
 void kvrt_copy_shutdown(struct kvrt *k);
 
+/* What kvrt_copy_blocks() validates (copy.c); the GPU copy checks the same. */
+int kvrt_copy_check(const struct kvrt_block_array *dst, const struct kvrt_block_array *src,
+		    const struct kvrt_block_pair *pairs, uint32_t count);
+
+/*
+ * Every contiguous run a block copy moves, largest both layouts allow,
+ * fp8 scales included: fn(arg, dst, src, bytes) for each (copy.c).
+ */
+typedef void (*kvrt_run_fn)(void *arg, char *dst, const char *src, size_t bytes);
+void kvrt_copy_each_run(const struct kvrt_layout *d, char *dbase, float *dscales,
+			const struct kvrt_layout *s, const char *sbase, const float *sscales,
+			const struct kvrt_block_pair *pairs, uint32_t count, kvrt_run_fn fn,
+			void *arg);
+
 /*
  * Layout checks shared by append and copy (layout.c): the layout's sizes
  * and dtype are valid and every element it addresses lies within

@@ -331,9 +331,9 @@ static int parse(int argc, char **argv, struct opts *o)
 			break;
 		case O_DEVICE:
 			if (!strcmp(optarg, "gpu")) {
-				fprintf(stderr, "kvrt-demo: --device gpu: libkvrt %s has no GPU "
-					"attention or copy path (kvrt.h declares none); use "
-					"--device cpu\n", kvrt_version());
+				fprintf(stderr, "kvrt-demo: --device gpu: kvrt-demo runs its model "
+					"on the CPU only (libkvrt %s's GPU calls are not wired "
+					"into it yet); use --device cpu\n", kvrt_version());
 				return EXIT_USAGE;
 			}
 			if (strcmp(optarg, "cpu") && strcmp(optarg, "auto"))
@@ -634,9 +634,9 @@ int main(int argc, char **argv)
 			       o.model_seed, fp);
 		printf("backend   %s\n", kvrt_backend_info(k));
 		printf("device    cpu: the device KV cache is a host array, layer-major %s, %u "
-		       "blocks of %u tokens (%s); libkvrt %s has no GPU path\n",
+		       "blocks of %u tokens (%s); kvrt-demo has no GPU path yet\n",
 		       dtype_name(o.kv_dtype), o.device_blocks, o.block_tokens,
-		       fmt_bytes(b1, sizeof(b1), dev.bytes), kvrt_version());
+		       fmt_bytes(b1, sizeof(b1), dev.bytes));
 		printf("pool      space %s (%s%s): %u blocks of %s, block-major; %u blocks cached "
 		       "there already\n", space_name, created ? "created" : "joined",
 		       po.space_flags & KVRT_SPACE_PERSIST && created ? ", persistent" : "",

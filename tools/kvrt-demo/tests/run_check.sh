@@ -65,7 +65,7 @@ result $([ $rc != 0 ] || ! grep -q 'logits were bitwise identical' "$TMP/out"; e
 	"with --decode-kernel decode (tokens only) the corruption still shows in the logits line"
 
 run --preset tiny --device gpu
-result $([ $rc = 2 ]; echo $?) "--device gpu: exit 2 (libkvrt has no GPU path): $(head -c 80 "$TMP/err")"
+result $([ $rc = 2 ]; echo $?) "--device gpu: exit 2 (kvrt-demo has no GPU path): $(head -c 80 "$TMP/err")"
 run --preset tiny --kv-dtype fp4
 result $([ $rc = 2 ]; echo $?) "bad --kv-dtype: exit 2"
 run --preset tiny --role second --space "kvrt-demo-check-$$"

@@ -1,0 +1,455 @@
+// SPDX-License-Identifier: MIT
+/*
+ * gpu_attn.c: GPU attention (plan on the host, run on a stream) and the
+ * GPU append.
+ *
+ * A plan's device workspace is one allocation:
+ *   [hdr][work: work_cap][merge: merge_cap][partial_o][partial_ml]
+ * sized at the plan's first kvrt_gpu_plan_decode/_prefill for its head
+ * counts.  Runs launch the attention kernel with a grid of
+ * min(work_cap, 65535) and, for decode, always the merge kernel with
+ * min(merge_cap, 65535): the kernels read the counts from hdr, so a run
+ * captured in a CUDA graph stays right after any later plan.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu_internal.h"
+#include "gpu_plan.h"
+
+#define GRID_MAX 65535U
+#define PLAN_HEAD_DIM_MAX 256U
+
+enum plan_kind { PLAN_NONE, PLAN_DECODE, PLAN_PREFILL };
+
+struct kvrt_gpu_plan {
+	struct kvrt_gpu *g;
+	uint32_t max_seqs, max_q_tokens;
+
+	/* Capacity, fixed at the first plan. */
+	uint32_t items_per_seq;		/* KV heads x head slices */
+	uint32_t work_cap, merge_cap, partial_cap;
+	CUdeviceptr dev;
+	size_t off_work, off_merge, off_po, off_pml;
+	struct kvrt_gk_work *work;	/* host staging */
+	struct kvrt_gk_merge *merge;
+
+	/* The last plan. */
+	enum plan_kind kind;
+	struct kvrt_attn_params params;
+	struct kvrt_layout layout;
+	uint32_t num_seqs;
+	struct gpu_plan_out out;
+};
+
+static int qo_ok(enum kvrt_dtype d)
+{
+	return d == KVRT_DTYPE_F32 || d == KVRT_DTYPE_F16 || d == KVRT_DTYPE_BF16;
+}
+
+/* What the GPU kernels take, beyond what the CPU path checks. */
+static int check_params(const struct kvrt_attn_params *p, const struct kvrt_layout *l)
+{
+	if (!p || !l)
+		return -EINVAL;
+	if (!l->num_kv_heads || !p->num_q_heads || p->num_q_heads % l->num_kv_heads)
+		return -EINVAL;
+	if (!qo_ok(p->q_dtype) || !qo_ok(p->o_dtype))
+		return -EINVAL;
+	if (!isfinite(p->sm_scale) || !isfinite(p->logit_softcap) || p->logit_softcap < 0 ||
+	    p->window_left < -1)
+		return -EINVAL;
+	if (gpu_hd_index(l->head_dim) < 0 || gpu_kv_index(l->kv_dtype) < 0 ||
+	    !l->block_tokens || l->block_tokens > 128 || !l->num_layers || !l->num_blocks)
+		return -EINVAL;
+	return 0;
+}
+
+int kvrt_gpu_plan_create(struct kvrt_gpu *g, uint32_t max_seqs, uint32_t max_q_tokens,
+			 struct kvrt_gpu_plan **out)
+{
+	struct kvrt_gpu_plan *p;
+
+	if (out)
+		*out = NULL;
+	if (!g || !out || !max_seqs || max_q_tokens > INT32_MAX || max_seqs > INT32_MAX)
+		return -EINVAL;
+	p = calloc(1, sizeof(*p));
+	if (!p)
+		return -ENOMEM;
+	p->g = g;
+	p->max_seqs = max_seqs;
+	p->max_q_tokens = max_q_tokens;
+	*out = p;
+	return 0;
+}
+
+void kvrt_gpu_plan_destroy(struct kvrt_gpu_plan *p)
+{
+	if (!p)
+		return;
+	if (p->dev && !gpu_enter(p->g)) {
+		p->g->cu.MemFree(p->dev);
+		gpu_leave(p->g);
+	}
+	free(p->work);
+	free(p->merge);
+	free(p);
+}
+
+static size_t align_up(size_t v)
+{
+	return (v + 255) & ~(size_t)255;
+}
+
+/* Size the workspace for these head counts (first plan), or check them. */
+static int plan_size(struct kvrt_gpu_plan *p, const struct gpu_plan_shape *s)
+{
+	uint64_t ipq = (uint64_t)s->num_kv_heads * gpu_plan_slices(s);
+	uint64_t target = (uint64_t)s->sm_count * KVRT_PLAN_CTAS_PER_SM;
+	uint64_t dec, pre, work, merge, partial, bytes;
+	int ret;
+
+	if (p->dev)
+		return ipq <= p->items_per_seq ? 0 : -E2BIG;
+	/* A split decode makes at most target + 2 tasks per (sequence, slice). */
+	dec = p->max_seqs * ipq;
+	if (dec < 3 * target)
+		dec = 3 * target;
+	pre = ((uint64_t)p->max_q_tokens / KVRT_GK_PREFILL_QTILE + p->max_seqs) * ipq;
+	work = dec > pre ? dec : pre;
+	merge = p->max_seqs * ipq < target ? p->max_seqs * ipq : target;
+	partial = 3 * target;
+	if (work > INT32_MAX || partial > INT32_MAX)
+		return -E2BIG;
+	p->off_work = align_up(sizeof(struct kvrt_gk_plan_hdr));
+	p->off_merge = align_up(p->off_work + work * sizeof(struct kvrt_gk_work));
+	p->off_po = align_up(p->off_merge + merge * sizeof(struct kvrt_gk_merge));
+	p->off_pml = align_up(p->off_po + partial * KVRT_GK_MAX_GROUP * PLAN_HEAD_DIM_MAX *
+					      sizeof(float));
+	bytes = p->off_pml + partial * KVRT_GK_MAX_GROUP * 2 * sizeof(float);
+	p->work = calloc(work, sizeof(*p->work));
+	p->merge = calloc(merge ? merge : 1, sizeof(*p->merge));
+	if (!p->work || !p->merge)
+		goto out_nomem;
+	ret = gpu_enter(p->g);
+	if (ret)
+		goto out_free;
+	ret = gpu_check(p->g, p->g->cu.MemAlloc(&p->dev, bytes), "plan workspace");
+	gpu_leave(p->g);
+	if (ret)
+		goto out_free;
+	p->items_per_seq = (uint32_t)ipq;
+	p->work_cap = (uint32_t)work;
+	p->merge_cap = (uint32_t)merge;
+	p->partial_cap = (uint32_t)partial;
+	return 0;
+
+out_nomem:
+	ret = -ENOMEM;
+out_free:
+	free(p->work);
+	free(p->merge);
+	p->work = NULL;
+	p->merge = NULL;
+	p->dev = 0;
+	return ret;
+}
+
+static int plan_upload(struct kvrt_gpu_plan *p)
+{
+	struct kvrt_gk_plan_hdr hdr = { p->out.num_work, p->out.num_merge };
+	struct kvrt_gpu *g = p->g;
+	int ret;
+
+	ret = gpu_enter(g);
+	if (ret)
+		return ret;
+	ret = gpu_check(g, g->cu.MemcpyHtoD(p->dev, &hdr, sizeof(hdr)), "plan upload");
+	if (!ret && p->out.num_work)
+		ret = gpu_check(g, g->cu.MemcpyHtoD(p->dev + p->off_work, p->work,
+						    p->out.num_work * sizeof(*p->work)),
+				"plan upload");
+	if (!ret && p->out.num_merge)
+		ret = gpu_check(g, g->cu.MemcpyHtoD(p->dev + p->off_merge, p->merge,
+						    p->out.num_merge * sizeof(*p->merge)),
+				"plan upload");
+	gpu_leave(g);
+	return ret;
+}
+
+static int plan_common(struct kvrt_gpu_plan *p, const struct kvrt_attn_params *params,
+		       const struct kvrt_layout *layout, uint32_t num_seqs, const int32_t *seq_lens,
+		       struct gpu_plan_shape *s)
+{
+	int ret;
+
+	if (!p)
+		return -EINVAL;
+	p->kind = PLAN_NONE;
+	ret = check_params(params, layout);
+	if (ret)
+		return ret;
+	if (num_seqs && !seq_lens)
+		return -EINVAL;
+	if (num_seqs > p->max_seqs)
+		return -E2BIG;
+	*s = (struct gpu_plan_shape){
+		.num_q_heads = params->num_q_heads,
+		.num_kv_heads = layout->num_kv_heads,
+		.block_tokens = layout->block_tokens,
+		.window_left = params->window_left,
+		.sm_count = p->g->info.sm_count,
+	};
+	ret = plan_size(p, s);
+	if (ret)
+		return ret;
+	p->out = (struct gpu_plan_out){
+		.work = p->work, .work_cap = p->work_cap,
+		.merge = p->merge, .merge_cap = p->merge_cap,
+		.partial_cap = p->partial_cap,
+	};
+	return 0;
+}
+
+static void plan_done(struct kvrt_gpu_plan *p, enum plan_kind kind,
+		      const struct kvrt_attn_params *params, const struct kvrt_layout *layout,
+		      uint32_t num_seqs)
+{
+	p->kind = kind;
+	p->params = *params;
+	p->layout = *layout;
+	p->num_seqs = num_seqs;
+}
+
+int kvrt_gpu_plan_decode(struct kvrt_gpu_plan *p, const struct kvrt_attn_params *params,
+			 const struct kvrt_layout *layout, uint32_t num_seqs,
+			 const int32_t *seq_lens)
+{
+	struct gpu_plan_shape s;
+	int ret;
+
+	ret = plan_common(p, params, layout, num_seqs, seq_lens, &s);
+	if (!ret)
+		ret = gpu_plan_decode(&s, num_seqs, seq_lens, &p->out);
+	if (!ret)
+		ret = plan_upload(p);
+	if (!ret)
+		plan_done(p, PLAN_DECODE, params, layout, num_seqs);
+	return ret;
+}
+
+int kvrt_gpu_plan_prefill(struct kvrt_gpu_plan *p, const struct kvrt_attn_params *params,
+			  const struct kvrt_layout *layout, uint32_t num_seqs,
+			  const int32_t *q_indptr, const int32_t *seq_lens)
+{
+	struct gpu_plan_shape s;
+	int ret;
+
+	ret = plan_common(p, params, layout, num_seqs, seq_lens, &s);
+	if (ret)
+		return ret;
+	if (!q_indptr)
+		return -EINVAL;
+	if ((uint32_t)q_indptr[num_seqs] > p->max_q_tokens)
+		return -E2BIG;
+	ret = gpu_plan_prefill(&s, num_seqs, q_indptr, seq_lens, &p->out);
+	if (!ret)
+		ret = plan_upload(p);
+	if (!ret)
+		plan_done(p, PLAN_PREFILL, params, layout, num_seqs);
+	return ret;
+}
+
+int kvrt_gpu_plan_info(const struct kvrt_gpu_plan *p, struct kvrt_gpu_plan_info *info)
+{
+	if (!p || !info)
+		return -EINVAL;
+	memset(info, 0, sizeof(*info));
+	if (p->kind == PLAN_NONE)
+		return 0;
+	info->num_seqs = p->num_seqs;
+	info->num_work = p->out.num_work;
+	info->num_split = p->out.num_split;
+	info->split_tokens = p->out.split_tokens;
+	info->grid = p->work_cap < GRID_MAX ? p->work_cap : GRID_MAX;
+	return 0;
+}
+
+static bool same_layout(const struct kvrt_layout *a, const struct kvrt_layout *b)
+{
+	return !memcmp(a, b, sizeof(*a));
+}
+
+/* Fill the kernel arguments from a run's pointers; -EINVAL if they do not fit the plan. */
+static int attn_args(const struct kvrt_gpu_plan *p, enum plan_kind kind, const void *q,
+		     const struct kvrt_kv_cache *kv, const struct kvrt_block_table *t, void *out,
+		     struct kvrt_gk_attn_args *a)
+{
+	const struct kvrt_layout *l;
+	bool fp8;
+
+	if (!p || p->kind != kind || !q || !out || !kv || !kv->layout || !kv->base || !t)
+		return -EINVAL;
+	l = kv->layout;
+	fp8 = l->kv_dtype == KVRT_DTYPE_FP8_E4M3;
+	if (!same_layout(l, &p->layout) || kv->layer >= l->num_layers || fp8 != !!kv->scales)
+		return -EINVAL;
+	if (t->num_seqs != p->num_seqs ||
+	    (t->num_seqs && (!t->indptr || !t->indices || !t->seq_lens)))
+		return -EINVAL;
+	*a = (struct kvrt_gk_attn_args){
+		.q = (uintptr_t)q,
+		.out = (uintptr_t)out,
+		.k = (uintptr_t)kv->base + (uint64_t)(kv->layer * l->layer_stride),
+		.v = (uintptr_t)kv->base + (uint64_t)(kv->layer * l->layer_stride + l->kv_stride),
+		.block_stride = l->block_stride,
+		.token_stride = l->token_stride,
+		.head_stride = l->head_stride,
+		.scale_block_stride = l->scale_block_stride,
+		.indices = (uintptr_t)t->indices,
+		.indptr = (uintptr_t)t->indptr,
+		.seq_lens = (uintptr_t)t->seq_lens,
+		.work = p->dev + p->off_work,
+		.hdr = p->dev,
+		.partial_o = p->dev + p->off_po,
+		.partial_ml = p->dev + p->off_pml,
+		.num_q_heads = p->params.num_q_heads,
+		.block_tokens = l->block_tokens,
+		.sm_scale = p->params.sm_scale,
+		.logit_softcap = p->params.logit_softcap,
+		.window_left = p->params.window_left,
+		.q_dtype = p->params.q_dtype,
+		.o_dtype = p->params.o_dtype,
+	};
+	if (fp8) {
+		const float *ks = kv->scales + kv->layer * l->scale_layer_stride;
+
+		a->k_scales = (uintptr_t)ks;
+		a->v_scales = (uintptr_t)(ks + l->scale_kv_stride);
+	}
+	return 0;
+}
+
+static uint32_t grid_of(uint32_t cap)
+{
+	return cap < GRID_MAX ? cap : GRID_MAX;
+}
+
+int kvrt_gpu_attn_decode(struct kvrt_gpu_plan *p, const void *q, const struct kvrt_kv_cache *kv,
+			 const struct kvrt_block_table *t, void *out, void *stream)
+{
+	struct kvrt_gk_merge_args m;
+	struct kvrt_gk_attn_args a;
+	struct kvrt_gpu *g;
+	int ret;
+
+	ret = attn_args(p, PLAN_DECODE, q, kv, t, out, &a);
+	if (ret)
+		return ret;
+	g = p->g;
+	m = (struct kvrt_gk_merge_args){
+		.out = a.out, .merge = p->dev + p->off_merge, .hdr = p->dev,
+		.partial_o = a.partial_o, .partial_ml = a.partial_ml,
+		.num_q_heads = a.num_q_heads, .head_dim = p->layout.head_dim,
+		.o_dtype = a.o_dtype,
+	};
+	ret = gpu_enter(g);
+	if (ret)
+		return ret;
+	ret = gpu_launch(g, g->decode[gpu_hd_index(p->layout.head_dim)]
+				     [gpu_kv_index(p->layout.kv_dtype)],
+			 grid_of(p->work_cap), KVRT_GK_DECODE_THREADS, &a, (CUstream)stream,
+			 "decode launch");
+	if (!ret)
+		ret = gpu_launch(g, g->merge, grid_of(p->merge_cap), KVRT_GK_MERGE_THREADS, &m,
+				 (CUstream)stream, "merge launch");
+	gpu_leave(g);
+	return ret;
+}
+
+int kvrt_gpu_attn_prefill(struct kvrt_gpu_plan *p, const void *q, const int32_t *q_indptr,
+			  const struct kvrt_kv_cache *kv, const struct kvrt_block_table *t,
+			  void *out, void *stream)
+{
+	struct kvrt_gk_attn_args a;
+	struct kvrt_gpu *g;
+	int ret;
+
+	if (!q_indptr)
+		return -EINVAL;
+	ret = attn_args(p, PLAN_PREFILL, q, kv, t, out, &a);
+	if (ret)
+		return ret;
+	a.q_indptr = (uintptr_t)q_indptr;
+	g = p->g;
+	ret = gpu_enter(g);
+	if (ret)
+		return ret;
+	ret = gpu_launch(g, g->prefill[gpu_hd_index(p->layout.head_dim)]
+				      [gpu_kv_index(p->layout.kv_dtype)],
+			 grid_of(p->work_cap), KVRT_GK_PREFILL_THREADS, &a, (CUstream)stream,
+			 "prefill launch");
+	gpu_leave(g);
+	return ret;
+}
+
+int kvrt_gpu_append_kv(struct kvrt_gpu *g, const struct kvrt_kv_cache *kv, const void *k,
+		       const void *v, enum kvrt_dtype src_dtype, const int64_t *slots,
+		       uint32_t num_tokens, void *stream)
+{
+	struct kvrt_gk_append_args a;
+	const struct kvrt_layout *l;
+	uint64_t rows;
+	uint32_t grid;
+	bool fp8;
+	int kvi, ret;
+
+	if (!g || !kv || !kv->layout || !kv->base || !k || !v || !slots || !qo_ok(src_dtype))
+		return -EINVAL;
+	l = kv->layout;
+	kvi = gpu_kv_index(l->kv_dtype);
+	fp8 = l->kv_dtype == KVRT_DTYPE_FP8_E4M3;
+	if (kvi < 0 || kv->layer >= l->num_layers || fp8 != !!kv->scales || !l->num_kv_heads ||
+	    !l->head_dim || !l->block_tokens || l->head_dim > 1024)
+		return -EINVAL;
+	if (!num_tokens)
+		return 0;
+	a = (struct kvrt_gk_append_args){
+		.k_src = (uintptr_t)k,
+		.v_src = (uintptr_t)v,
+		.slots = (uintptr_t)slots,
+		.k = (uintptr_t)kv->base + (uint64_t)(kv->layer * l->layer_stride),
+		.v = (uintptr_t)kv->base + (uint64_t)(kv->layer * l->layer_stride + l->kv_stride),
+		.block_stride = l->block_stride,
+		.token_stride = l->token_stride,
+		.head_stride = l->head_stride,
+		.scale_block_stride = l->scale_block_stride,
+		.num_slots = (int64_t)l->num_blocks * l->block_tokens,
+		.num_tokens = num_tokens,
+		.num_kv_heads = l->num_kv_heads,
+		.head_dim = l->head_dim,
+		.block_tokens = l->block_tokens,
+		.src_dtype = src_dtype,
+	};
+	if (fp8) {
+		const float *ks = kv->scales + kv->layer * l->scale_layer_stride;
+
+		a.k_scales = (uintptr_t)ks;
+		a.v_scales = (uintptr_t)(ks + l->scale_kv_stride);
+	}
+	/* A warp per (token, KV head, K or V) row, bounded; the kernel strides. */
+	rows = (uint64_t)num_tokens * l->num_kv_heads * 2;
+	grid = (uint32_t)((rows + KVRT_GK_APPEND_THREADS / 32 - 1) / (KVRT_GK_APPEND_THREADS / 32));
+	if (grid > GRID_MAX)
+		grid = GRID_MAX;
+	ret = gpu_enter(g);
+	if (ret)
+		return ret;
+	ret = gpu_launch(g, g->append[kvi], grid, KVRT_GK_APPEND_THREADS, &a, (CUstream)stream,
+			 "append launch");
+	gpu_leave(g);
+	return ret;
+}

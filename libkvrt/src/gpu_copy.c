@@ -1,0 +1,513 @@
+// SPDX-License-Identifier: MIT
+/*
+ * gpu_copy.c: host registration and block copies between the GPU and the
+ * registered pool.
+ *
+ * A copy becomes a list of runs: kvrt_copy_each_run() gives the largest
+ * pieces both layouts keep contiguous (a whole block between two
+ * block-major arrays), then runs that touch end to end on both sides are
+ * joined.  The list then goes in one call: one cuMemcpyBatchAsync, one
+ * launch of the copy kernel (its run table uploaded on the stream into
+ * stream-ordered memory), or, last, one cuMemcpyAsync per run.
+ *
+ * AUTO sends runs up to kernel_copy_max through the kernel and the rest
+ * through the batch (else memcpy).  The threshold is measured once per
+ * handle, at the first AUTO copy: each method copies 16 MiB host to
+ * device in runs of 4 KiB .. 1 MiB, and the threshold is the largest run
+ * at which the kernel was the faster.  $KVRT_GPU_KERNEL_COPY_MAX (bytes)
+ * sets it instead.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu_internal.h"
+#include "gpu_plan.h"
+
+#define CALIB_BYTES (16ULL << 20)
+
+struct run_list {
+	struct kvrt_gk_copy_run *runs;
+	uint32_t n, cap;
+	int err;
+};
+
+int gpu_copy_init(struct kvrt_gpu *g)
+{
+	int ret;
+
+	pthread_mutex_init(&g->lock, NULL);
+	ret = gpu_check(g, g->cu.StreamCreate(&g->own_stream, KVRT_CU_STREAM_NON_BLOCKING),
+			"cuStreamCreate");
+	if (!ret)
+		ret = gpu_check(g, g->cu.EventCreate(&g->fence_in, KVRT_CU_EVENT_DEFAULT),
+				"cuEventCreate");
+	if (!ret)
+		ret = gpu_check(g, g->cu.EventCreate(&g->fence_out, KVRT_CU_EVENT_DEFAULT),
+				"cuEventCreate");
+	if (ret)
+		gpu_copy_fini(g);
+	return ret;
+}
+
+static void reg_free(struct kvrt_gpu *g, struct gpu_reg *r)
+{
+	uint64_t off = 0;
+	uint32_t i;
+
+	for (i = 0; i < r->num_pieces; i++) {
+		g->cu.MemHostUnregister(r->addr + off);
+		off += r->piece_bytes[i];
+	}
+	free(r->piece_bytes);
+	free(r);
+}
+
+/* With the context pushed. */
+void gpu_copy_fini(struct kvrt_gpu *g)
+{
+	struct gpu_reg *r;
+
+	while ((r = g->regs)) {
+		g->regs = r->next;
+		reg_free(g, r);
+	}
+	if (g->fence_out)
+		g->cu.EventDestroy(g->fence_out);
+	if (g->fence_in)
+		g->cu.EventDestroy(g->fence_in);
+	if (g->own_stream)
+		g->cu.StreamDestroy(g->own_stream);
+	g->fence_in = g->fence_out = NULL;
+	g->own_stream = NULL;
+	pthread_mutex_destroy(&g->lock);
+}
+
+/* Register [r->addr + r->bytes, r->addr + bytes) in block-aligned pieces. */
+static int reg_extend(struct kvrt_gpu *g, struct gpu_reg *r, uint64_t bytes, uint64_t unit)
+{
+	uint32_t n = gpu_reg_pieces(bytes - r->bytes, unit, GPU_REG_PIECE_MAX, NULL), i;
+	uint64_t *sizes;
+	int ret = 0;
+
+	if (!n)
+		return 0;
+	if (r->num_pieces + n > r->cap_pieces) {
+		sizes = realloc(r->piece_bytes, (r->num_pieces + n) * sizeof(*sizes));
+		if (!sizes)
+			return -ENOMEM;
+		r->piece_bytes = sizes;
+		r->cap_pieces = r->num_pieces + n;
+	}
+	gpu_reg_pieces(bytes - r->bytes, unit, GPU_REG_PIECE_MAX, r->piece_bytes + r->num_pieces);
+	for (i = 0; i < n; i++) {
+		uint64_t len = r->piece_bytes[r->num_pieces];
+
+		ret = gpu_check(g, g->cu.MemHostRegister(r->addr + r->bytes, len,
+							 KVRT_CU_MEMHOSTREGISTER_PORTABLE |
+							 KVRT_CU_MEMHOSTREGISTER_DEVICEMAP),
+				"cuMemHostRegister");
+		if (ret)
+			break;
+		r->bytes += len;
+		r->num_pieces++;
+	}
+	return ret;
+}
+
+static struct gpu_reg *reg_find(struct kvrt_gpu *g, const void *addr,
+				const struct kvrt_space *space)
+{
+	struct gpu_reg *r;
+
+	for (r = g->regs; r; r = r->next)
+		if ((space && r->space == space) || (!space && r->addr == addr && !r->space))
+			return r;
+	return NULL;
+}
+
+static int reg_add(struct kvrt_gpu *g, struct kvrt_space *space, void *addr, uint64_t bytes,
+		   uint64_t unit)
+{
+	struct gpu_reg *r;
+	bool fresh = false;
+	int ret;
+
+	pthread_mutex_lock(&g->lock);
+	r = reg_find(g, addr, space);
+	if (!r) {
+		r = calloc(1, sizeof(*r));
+		if (!r) {
+			pthread_mutex_unlock(&g->lock);
+			return -ENOMEM;
+		}
+		r->space = space;
+		r->addr = addr;
+		fresh = true;
+	}
+	ret = gpu_enter(g);
+	if (!ret) {
+		if (bytes > r->bytes)
+			ret = reg_extend(g, r, bytes, unit);
+		gpu_leave(g);
+	}
+	/* A fresh entry keeps what was registered before a failure, so that
+	 * unregister (or close) undoes it. */
+	if (fresh) {
+		if (r->num_pieces) {
+			r->next = g->regs;
+			g->regs = r;
+		} else {
+			free(r->piece_bytes);
+			free(r);
+		}
+	}
+	pthread_mutex_unlock(&g->lock);
+	return ret;
+}
+
+static int reg_del(struct kvrt_gpu *g, const void *addr, const struct kvrt_space *space)
+{
+	struct gpu_reg **pp, *r;
+	int ret;
+
+	pthread_mutex_lock(&g->lock);
+	for (pp = &g->regs; (r = *pp); pp = &r->next)
+		if ((space && r->space == space) || (!space && r->addr == addr && !r->space))
+			break;
+	if (!r) {
+		pthread_mutex_unlock(&g->lock);
+		return -ENOENT;
+	}
+	*pp = r->next;
+	ret = gpu_enter(g);
+	if (!ret) {
+		reg_free(g, r);
+		gpu_leave(g);
+	} else {
+		r->next = g->regs;
+		g->regs = r;
+	}
+	pthread_mutex_unlock(&g->lock);
+	return ret;
+}
+
+int kvrt_gpu_register_space(struct kvrt_gpu *g, struct kvrt_space *space)
+{
+	struct kvrt_space_info si;
+	int ret;
+
+	if (!g || !space)
+		return -EINVAL;
+	ret = kvrt_space_info(space, &si);
+	if (ret)
+		return ret;
+	/* Only backed blocks have pages; the rest would fault. */
+	return reg_add(g, space, kvrt_space_base(space), si.backed_blocks * si.block_bytes,
+		       si.block_bytes);
+}
+
+int kvrt_gpu_unregister_space(struct kvrt_gpu *g, struct kvrt_space *space)
+{
+	if (!g || !space)
+		return -EINVAL;
+	return reg_del(g, NULL, space);
+}
+
+int kvrt_gpu_register_host(struct kvrt_gpu *g, void *addr, size_t bytes)
+{
+	uint64_t page;
+
+	if (!g || !addr || !bytes)
+		return -EINVAL;
+	page = g->k->page_size ? g->k->page_size : 4096;
+	if ((uintptr_t)addr % page || bytes % page)
+		return -EINVAL;
+	return reg_add(g, NULL, addr, bytes, page);
+}
+
+int kvrt_gpu_unregister_host(struct kvrt_gpu *g, void *addr)
+{
+	if (!g || !addr)
+		return -EINVAL;
+	return reg_del(g, addr, NULL);
+}
+
+static void collect_run(void *arg, char *dst, const char *src, size_t bytes)
+{
+	struct run_list *l = arg;
+	struct kvrt_gk_copy_run *last = l->n ? &l->runs[l->n - 1] : NULL;
+
+	if (l->err)
+		return;
+	if (last && last->src + last->bytes == (uintptr_t)src &&
+	    last->dst + last->bytes == (uintptr_t)dst) {
+		last->bytes += bytes;
+		return;
+	}
+	if (l->n == l->cap) {
+		uint32_t cap = l->cap ? l->cap * 2 : 256;
+		struct kvrt_gk_copy_run *runs = realloc(l->runs, cap * sizeof(*runs));
+
+		if (!runs) {
+			l->err = -ENOMEM;
+			return;
+		}
+		l->runs = runs;
+		l->cap = cap;
+	}
+	l->runs[l->n++] = (struct kvrt_gk_copy_run){ (uintptr_t)src, (uintptr_t)dst, bytes };
+}
+
+static int copy_memcpy(struct kvrt_gpu *g, const struct kvrt_gk_copy_run *runs, uint32_t n,
+		       CUstream stream)
+{
+	uint32_t i;
+	int ret = 0;
+
+	for (i = 0; i < n && !ret; i++)
+		ret = gpu_check(g, g->cu.MemcpyAsync(runs[i].dst, runs[i].src, runs[i].bytes, stream),
+				"cuMemcpyAsync");
+	return ret;
+}
+
+static int copy_kernel(struct kvrt_gpu *g, const struct kvrt_gk_copy_run *runs, uint32_t n,
+		       CUstream stream)
+{
+	struct kvrt_gk_copy_args a = { .num_runs = n };
+	size_t bytes = (size_t)n * sizeof(*runs);
+	CUdeviceptr table;
+	uint32_t grid;
+	int ret;
+
+	if (!n)
+		return 0;
+	if (!g->host_ptr_ok)
+		return -ENOTSUP;
+	ret = gpu_check(g, g->cu.MemAllocAsync(&table, bytes, stream), "cuMemAllocAsync");
+	if (ret)
+		return ret;
+	/* From pageable memory: staged before the call returns. */
+	ret = gpu_check(g, g->cu.MemcpyHtoDAsync(table, runs, bytes, stream), "copy table upload");
+	if (!ret) {
+		a.runs = table;
+		grid = n < 65535 ? n : 65535;
+		ret = gpu_launch(g, g->copy, grid, KVRT_GK_COPY_THREADS, &a, stream,
+				 "copy kernel launch");
+	}
+	g->cu.MemFreeAsync(table, stream);
+	return ret;
+}
+
+static int copy_batch(struct kvrt_gpu *g, const struct kvrt_gk_copy_run *runs, uint32_t n,
+		      CUstream stream)
+{
+	struct kvrt_cu_memcpy_attrs attr = { .src_access_order = KVRT_CU_SRC_ACCESS_ORDER_STREAM };
+	CUdeviceptr *dsts, *srcs;
+	size_t *sizes, idx0 = 0, fail = 0;
+	CUstream s = stream ? stream : g->own_stream;
+	uint32_t i;
+	int ret;
+
+	if (!n)
+		return 0;
+	if (!g->cu.MemcpyBatchAsyncV1 && !g->cu.MemcpyBatchAsyncV2)
+		return -ENOTSUP;
+	dsts = malloc(n * sizeof(*dsts));
+	srcs = malloc(n * sizeof(*srcs));
+	sizes = malloc(n * sizeof(*sizes));
+	if (!dsts || !srcs || !sizes) {
+		ret = -ENOMEM;
+		goto out_free;
+	}
+	for (i = 0; i < n; i++) {
+		dsts[i] = runs[i].dst;
+		srcs[i] = runs[i].src;
+		sizes[i] = runs[i].bytes;
+	}
+	/* The legacy stream is not allowed: run on ours, ordered both ways. */
+	if (!stream) {
+		ret = gpu_check(g, g->cu.EventRecord(g->fence_in, NULL), "cuEventRecord");
+		if (!ret)
+			ret = gpu_check(g, g->cu.StreamWaitEvent(s, g->fence_in, 0),
+					"cuStreamWaitEvent");
+		if (ret)
+			goto out_free;
+	}
+	if (g->cu.MemcpyBatchAsyncV2)
+		ret = gpu_check(g, g->cu.MemcpyBatchAsyncV2(dsts, srcs, sizes, n, &attr, &idx0, 1, s),
+				"cuMemcpyBatchAsync");
+	else
+		ret = gpu_check(g, g->cu.MemcpyBatchAsyncV1(dsts, srcs, sizes, n, &attr, &idx0, 1,
+							    &fail, s), "cuMemcpyBatchAsync");
+	if (!stream && !ret) {
+		ret = gpu_check(g, g->cu.EventRecord(g->fence_out, s), "cuEventRecord");
+		if (!ret)
+			ret = gpu_check(g, g->cu.StreamWaitEvent(NULL, g->fence_out, 0),
+					"cuStreamWaitEvent");
+	}
+out_free:
+	free(sizes);
+	free(srcs);
+	free(dsts);
+	return ret;
+}
+
+static int copy_large(struct kvrt_gpu *g, const struct kvrt_gk_copy_run *runs, uint32_t n,
+		      CUstream stream)
+{
+	if (g->info.batch_memcpy)
+		return copy_batch(g, runs, n, stream);
+	return copy_memcpy(g, runs, n, stream);
+}
+
+/* Seconds for fn to copy CALIB_BYTES in runs of run bytes, or -1. */
+static double calib_time(struct kvrt_gpu *g, int (*fn)(struct kvrt_gpu *,
+						       const struct kvrt_gk_copy_run *, uint32_t,
+						       CUstream),
+			 struct kvrt_gk_copy_run *runs, uint32_t n)
+{
+	CUevent a = NULL, b = NULL;
+	float ms = -1;
+	int rep;
+
+	if (g->cu.EventCreate(&a, KVRT_CU_EVENT_DEFAULT) ||
+	    g->cu.EventCreate(&b, KVRT_CU_EVENT_DEFAULT))
+		goto out;
+	if (fn(g, runs, n, g->own_stream))	/* warm-up */
+		goto out;
+	g->cu.EventRecord(a, g->own_stream);
+	for (rep = 0; rep < 3; rep++)
+		if (fn(g, runs, n, g->own_stream))
+			goto out;
+	g->cu.EventRecord(b, g->own_stream);
+	if (g->cu.EventSynchronize(b) || g->cu.EventElapsedTime(&ms, a, b))
+		ms = -1;
+out:
+	if (a)
+		g->cu.EventDestroy(a);
+	if (b)
+		g->cu.EventDestroy(b);
+	return ms < 0 ? -1 : ms;
+}
+
+/* With the context pushed and g->lock held. */
+static void calibrate(struct kvrt_gpu *g)
+{
+	const char *env = getenv("KVRT_GPU_KERNEL_COPY_MAX");
+	struct kvrt_gk_copy_run *runs = NULL;
+	CUdeviceptr dev = 0;
+	void *host = NULL;
+	uint64_t run, best = 0;
+
+	g->calibrated = true;
+	if (env && *env) {
+		g->info.kernel_copy_max = strtoull(env, NULL, 0);
+		return;
+	}
+	if (!g->host_ptr_ok)
+		return;
+	if (posix_memalign(&host, 4096, CALIB_BYTES))
+		return;
+	runs = malloc((CALIB_BYTES / 4096) * sizeof(*runs));
+	if (!runs || g->cu.MemAlloc(&dev, CALIB_BYTES))
+		goto out;
+	if (g->cu.MemHostRegister(host, CALIB_BYTES, KVRT_CU_MEMHOSTREGISTER_PORTABLE |
+				  KVRT_CU_MEMHOSTREGISTER_DEVICEMAP))
+		goto out;
+	for (run = 4096; run <= (1 << 20); run *= 4) {
+		uint32_t n = (uint32_t)(CALIB_BYTES / run), i;
+		double tk, tl;
+
+		for (i = 0; i < n; i++)
+			runs[i] = (struct kvrt_gk_copy_run){ (uintptr_t)host + i * run,
+							     dev + i * run, run };
+		tk = calib_time(g, copy_kernel, runs, n);
+		tl = calib_time(g, copy_large, runs, n);
+		if (tk > 0 && tl > 0 && tk < tl)
+			best = run;
+	}
+	g->cu.MemHostUnregister(host);
+	g->info.kernel_copy_max = best;
+	kvrt_log(g->k, KVRT_LOG_INFO, "gpu %d: copy kernel for runs up to %llu bytes", g->ordinal,
+		 (unsigned long long)best);
+out:
+	if (dev)
+		g->cu.MemFree(dev);
+	free(runs);
+	free(host);
+}
+
+/* AUTO: small runs to the kernel, the others batched, each one call. */
+static int copy_auto(struct kvrt_gpu *g, struct kvrt_gk_copy_run *runs, uint32_t n,
+		     CUstream stream)
+{
+	uint32_t small = 0, i;
+	uint64_t max;
+	int ret;
+
+	pthread_mutex_lock(&g->lock);
+	if (!g->calibrated)
+		calibrate(g);
+	max = g->info.kernel_copy_max;
+	pthread_mutex_unlock(&g->lock);
+	/* Partition in place: runs up to max first. */
+	for (i = 0; i < n; i++) {
+		if (runs[i].bytes <= max) {
+			struct kvrt_gk_copy_run t = runs[small];
+
+			runs[small++] = runs[i];
+			runs[i] = t;
+		}
+	}
+	ret = copy_kernel(g, runs, small, stream);
+	if (!ret)
+		ret = copy_large(g, runs + small, n - small, stream);
+	return ret;
+}
+
+int kvrt_gpu_copy_blocks(struct kvrt_gpu *g, const struct kvrt_block_array *dst,
+			 const struct kvrt_block_array *src, const struct kvrt_block_pair *pairs,
+			 uint32_t count, enum kvrt_gpu_copy_method method, void *stream)
+{
+	struct run_list l = { 0 };
+	CUstream s = (CUstream)stream;
+	int ret;
+
+	if (!g || method > KVRT_GPU_COPY_MEMCPY)
+		return -EINVAL;
+	ret = kvrt_copy_check(dst, src, pairs, count);
+	if (ret || !count)
+		return ret;
+	if (method == KVRT_GPU_COPY_BATCH && !g->info.batch_memcpy)
+		return -ENOTSUP;
+	if (method == KVRT_GPU_COPY_KERNEL && !g->host_ptr_ok)
+		return -ENOTSUP;
+	kvrt_copy_each_run(dst->layout, dst->base, dst->scales, src->layout, src->base,
+			   src->scales, pairs, count, collect_run, &l);
+	if (l.err) {
+		free(l.runs);
+		return l.err;
+	}
+	ret = gpu_enter(g);
+	if (ret)
+		goto out_free;
+	switch (method) {
+	case KVRT_GPU_COPY_BATCH:
+		ret = copy_batch(g, l.runs, l.n, s);
+		break;
+	case KVRT_GPU_COPY_KERNEL:
+		ret = copy_kernel(g, l.runs, l.n, s);
+		break;
+	case KVRT_GPU_COPY_MEMCPY:
+		ret = copy_memcpy(g, l.runs, l.n, s);
+		break;
+	default:
+		ret = copy_auto(g, l.runs, l.n, s);
+		break;
+	}
+	gpu_leave(g);
+out_free:
+	free(l.runs);
+	return ret;
+}

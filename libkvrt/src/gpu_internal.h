@@ -1,0 +1,85 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * gpu_internal.h: what libkvrt's GPU files (gpu.c, gpu_attn.c,
+ * gpu_copy.c) share.
+ *
+ * Locking: kvrt_gpu.lock guards the registration list and the copy
+ * calibration; it is taken alone and never held across a kernel launch.
+ * Every driver call runs with the device's primary context pushed on the
+ * calling thread (gpu_enter/gpu_leave), so callers keep whatever context
+ * they had.
+ */
+#ifndef KVRT_GPU_INTERNAL_H
+#define KVRT_GPU_INTERNAL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+
+#include "cuda_drv.h"
+#include "internal.h"
+#include "kvrt_gpu_abi.h"
+
+#define GPU_HD_COUNT 3		/* head dims 64, 128, 256 */
+#define GPU_KV_COUNT 3		/* f16, bf16, fp8 */
+#define GPU_REG_PIECE_MAX (64ULL << 30)	/* one cuMemHostRegister at most */
+
+/* One registered host range, in pieces of at most GPU_REG_PIECE_MAX. */
+struct gpu_reg {
+	struct gpu_reg *next;
+	struct kvrt_space *space;	/* NULL: kvrt_gpu_register_host() */
+	char *addr;
+	uint64_t bytes;			/* registered so far */
+	uint32_t num_pieces;
+	uint32_t cap_pieces;
+	uint64_t *piece_bytes;		/* piece i starts at addr + sum of earlier */
+};
+
+struct kvrt_gpu {
+	struct kvrt *k;
+	struct cu_api cu;
+	CUdevice dev;
+	CUcontext ctx;
+	CUmodule mod;
+	int ordinal;
+	struct kvrt_gpu_info info;
+	bool host_ptr_ok;		/* registered host memory at the same address */
+
+	CUfunction decode[GPU_HD_COUNT][GPU_KV_COUNT];
+	CUfunction prefill[GPU_HD_COUNT][GPU_KV_COUNT];
+	CUfunction merge;
+	CUfunction append[GPU_KV_COUNT];
+	CUfunction copy;
+
+	/* Batched copies may not run on the legacy stream: they run here,
+	 * fenced by events on both sides (gpu_copy.c). */
+	CUstream own_stream;
+	CUevent fence_in, fence_out;
+
+	pthread_mutex_t lock;
+	struct gpu_reg *regs;
+	bool calibrated;
+};
+
+/* The embedded fatbin (gpu_fatbin.S); empty when built without nvcc. */
+extern const unsigned char kvrt_fatbin_start[];
+extern const unsigned char kvrt_fatbin_end[];
+
+int gpu_enter(struct kvrt_gpu *g);
+void gpu_leave(struct kvrt_gpu *g);
+
+/* Map a CUDA result to an errno, logging a failure with what failed. */
+int gpu_check(struct kvrt_gpu *g, CUresult r, const char *what);
+
+/* Launch fn with one by-value argument struct. */
+int gpu_launch(struct kvrt_gpu *g, CUfunction fn, uint32_t grid, uint32_t threads, void *args,
+	       CUstream stream, const char *what);
+
+/* Index of a head dim / KV dtype in the kernel tables, or -1. */
+int gpu_hd_index(uint32_t head_dim);
+int gpu_kv_index(enum kvrt_dtype dtype);
+
+/* gpu_copy.c: the copy stream and fences (open), registrations (close). */
+int gpu_copy_init(struct kvrt_gpu *g);
+void gpu_copy_fini(struct kvrt_gpu *g);
+
+#endif /* KVRT_GPU_INTERNAL_H */
