@@ -283,12 +283,33 @@ static bool same_layout(const struct kvrt_layout *a, const struct kvrt_layout *b
 	return !memcmp(a, b, sizeof(*a));
 }
 
+/* A layer's K and V planes (and fp8 scales) as the kernels address them. */
+struct layer_planes {
+	uint64_t k, v, k_scales, v_scales;
+};
+
+static struct layer_planes layer_planes(const struct kvrt_kv_cache *kv)
+{
+	const struct kvrt_layout *l = kv->layout;
+	uint64_t base = (uintptr_t)kv->base + (uint64_t)(kv->layer * l->layer_stride);
+	struct layer_planes lp = { base, base + (uint64_t)l->kv_stride, 0, 0 };
+
+	if (l->kv_dtype == KVRT_DTYPE_FP8_E4M3) {
+		const float *ks = kv->scales + kv->layer * l->scale_layer_stride;
+
+		lp.k_scales = (uintptr_t)ks;
+		lp.v_scales = (uintptr_t)(ks + l->scale_kv_stride);
+	}
+	return lp;
+}
+
 /* Fill the kernel arguments from a run's pointers; -EINVAL if they do not fit the plan. */
 static int attn_args(const struct kvrt_gpu_plan *p, enum plan_kind kind, const void *q,
 		     const struct kvrt_kv_cache *kv, const struct kvrt_block_table *t, void *out,
 		     struct kvrt_gk_attn_args *a)
 {
 	const struct kvrt_layout *l;
+	struct layer_planes lp;
 	bool fp8;
 
 	if (!p || p->kind != kind || !q || !out || !kv || !kv->layout || !kv->base || !t)
@@ -300,11 +321,14 @@ static int attn_args(const struct kvrt_gpu_plan *p, enum plan_kind kind, const v
 	if (t->num_seqs != p->num_seqs ||
 	    (t->num_seqs && (!t->indptr || !t->indices || !t->seq_lens)))
 		return -EINVAL;
+	lp = layer_planes(kv);
 	*a = (struct kvrt_gk_attn_args){
 		.q = (uintptr_t)q,
 		.out = (uintptr_t)out,
-		.k = (uintptr_t)kv->base + (uint64_t)(kv->layer * l->layer_stride),
-		.v = (uintptr_t)kv->base + (uint64_t)(kv->layer * l->layer_stride + l->kv_stride),
+		.k = lp.k,
+		.v = lp.v,
+		.k_scales = lp.k_scales,
+		.v_scales = lp.v_scales,
 		.block_stride = l->block_stride,
 		.token_stride = l->token_stride,
 		.head_stride = l->head_stride,
@@ -324,12 +348,6 @@ static int attn_args(const struct kvrt_gpu_plan *p, enum plan_kind kind, const v
 		.q_dtype = p->params.q_dtype,
 		.o_dtype = p->params.o_dtype,
 	};
-	if (fp8) {
-		const float *ks = kv->scales + kv->layer * l->scale_layer_stride;
-
-		a->k_scales = (uintptr_t)ks;
-		a->v_scales = (uintptr_t)(ks + l->scale_kv_stride);
-	}
 	return 0;
 }
 
@@ -402,6 +420,7 @@ int kvrt_gpu_append_kv(struct kvrt_gpu *g, const struct kvrt_kv_cache *kv, const
 {
 	struct kvrt_gk_append_args a;
 	const struct kvrt_layout *l;
+	struct layer_planes lp;
 	uint64_t rows;
 	uint32_t grid;
 	bool fp8;
@@ -417,12 +436,15 @@ int kvrt_gpu_append_kv(struct kvrt_gpu *g, const struct kvrt_kv_cache *kv, const
 		return -EINVAL;
 	if (!num_tokens)
 		return 0;
+	lp = layer_planes(kv);
 	a = (struct kvrt_gk_append_args){
 		.k_src = (uintptr_t)k,
 		.v_src = (uintptr_t)v,
 		.slots = (uintptr_t)slots,
-		.k = (uintptr_t)kv->base + (uint64_t)(kv->layer * l->layer_stride),
-		.v = (uintptr_t)kv->base + (uint64_t)(kv->layer * l->layer_stride + l->kv_stride),
+		.k = lp.k,
+		.v = lp.v,
+		.k_scales = lp.k_scales,
+		.v_scales = lp.v_scales,
 		.block_stride = l->block_stride,
 		.token_stride = l->token_stride,
 		.head_stride = l->head_stride,
@@ -434,12 +456,6 @@ int kvrt_gpu_append_kv(struct kvrt_gpu *g, const struct kvrt_kv_cache *kv, const
 		.block_tokens = l->block_tokens,
 		.src_dtype = src_dtype,
 	};
-	if (fp8) {
-		const float *ks = kv->scales + kv->layer * l->scale_layer_stride;
-
-		a.k_scales = (uintptr_t)ks;
-		a.v_scales = (uintptr_t)(ks + l->scale_kv_stride);
-	}
 	/* A warp per (token, KV head, K or V) row, bounded; the kernel strides. */
 	rows = (uint64_t)num_tokens * l->num_kv_heads * 2;
 	grid = (uint32_t)((rows + KVRT_GK_APPEND_THREADS / 32 - 1) / (KVRT_GK_APPEND_THREADS / 32));
