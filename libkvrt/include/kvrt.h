@@ -833,7 +833,7 @@ int kvrt_gpu_probe(char *why, size_t len);
 
 /*
  * Open device ordinal device (0 is the first) for handle k, retaining its
- * primary context and loading the kernels.  -EINVAL NULL k or out, a
+ * primary context and loading the kernels.  *out is NULL on failure.  -EINVAL NULL k or out, a
  * negative device; -ENODEV as kvrt_gpu_probe() or no such ordinal (the
  * reason goes to k's log); -ENOTSUP a device older than compute 8.0 (the
  * fatbin's oldest target); -ENOMEM.
@@ -901,8 +901,10 @@ int kvrt_gpu_unregister_host(struct kvrt_gpu *gpu, void *addr);
  *           larger ones batched (or MEMCPY without batching); the
  *           threshold is measured on the device at the first AUTO copy.
  * Never one call per layer per block unless the layouts leave nothing
- * larger.  -EINVAL (as kvrt_copy_blocks), -ENOTSUP BATCH without driver
- * support, -ENOMEM, -EIO.
+ * larger.  Host memory must be registered (KERNEL needs it; the others
+ * would fall back to slow staged copies).  -EINVAL (as kvrt_copy_blocks),
+ * -ENOTSUP BATCH without driver support or KERNEL without unified
+ * addressing, -ENOMEM, -EIO.
  */
 enum kvrt_gpu_copy_method {
 	KVRT_GPU_COPY_AUTO = 0,
@@ -929,9 +931,14 @@ int kvrt_gpu_append_kv(struct kvrt_gpu *gpu, const struct kvrt_kv_cache *kv, con
 /*
  * Attention on the GPU: plan on the host, then run (as FlashInfer does).
  *
- * kvrt_gpu_plan_create() sets aside device workspace for batches of up to
- * max_seqs sequences and max_q_tokens query tokens (prefill; decode needs
- * max_seqs).  kvrt_gpu_plan_decode()/_prefill() look at the host copies of
+ * kvrt_gpu_plan_create() makes a plan for batches of up to max_seqs
+ * sequences and max_q_tokens query tokens (prefill; decode needs
+ * max_seqs).  Its device workspace is allocated at the first plan, for
+ * that plan's head counts: a later plan needing more tasks per sequence
+ * (more KV heads, or more than 8 query heads per KV head) gets -E2BIG, so
+ * keep one plan object per model shape.  Re-planning overwrites the task
+ * list in place: the plan's previous run must have finished (synchronise
+ * its stream first), as with any buffer a kernel still reads.  kvrt_gpu_plan_decode()/_prefill() look at the host copies of
  * the batch's lengths, split the work into CTA tasks (one task reads a KV
  * head's blocks once for all the query heads of its group; long
  * sequences in small batches are split along the keys, flash-decoding,

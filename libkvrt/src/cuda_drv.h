@@ -126,7 +126,8 @@ void cu_api_unload(struct cu_api *api);
 /* "CUDA_ERROR_OUT_OF_MEMORY (2)" into buf, for logs. */
 const char *cu_err_str(const struct cu_api *api, CUresult r, char *buf, size_t len);
 
-/* A CUDA error as an errno: -ENOMEM, -EINVAL, -ENOTSUP, -ENODEV, else -EIO. */
+/* A CUDA error as an errno: -ENOMEM, -EINVAL, -ENOTSUP, -ENODEV, -EBUSY
+ * (host memory already registered), else -EIO. */
 int cu_errno(CUresult r);
 
 #endif /* KVRT_CUDA_DRV_H */

@@ -152,9 +152,16 @@ static CUresult CtxPop(void **ctx)
 	return OK;
 }
 
+
+struct fake_func {
+	struct fake_func *next;
+	char name[64];
+};
+
 struct fake_module {
 	const unsigned char *image;
 	size_t len;
+	struct fake_func *funcs;	/* die with the module */
 };
 
 /* A fatbin header: magic, version (2 bytes), header size (2), payload size (8). */
@@ -172,7 +179,7 @@ static CUresult ModuleLoadData(void **mod, const void *image)
 		return ERR_INVALID_IMAGE;
 	memcpy(&hdr, p + 6, 2);
 	memcpy(&size, p + 8, 8);
-	m = malloc(sizeof(*m));
+	m = calloc(1, sizeof(*m));
 	m->image = p;
 	m->len = hdr + size;
 	*mod = m;
@@ -180,22 +187,16 @@ static CUresult ModuleLoadData(void **mod, const void *image)
 	return OK;
 }
 
-struct fake_func {
-	struct fake_func *next;
-	char name[64];
-};
-static struct fake_func *funcs;
-
-/* Functions die with their module (libkvrt loads one). */
 static CUresult ModuleUnload(void *mod)
 {
+	struct fake_module *m = mod;
 	struct fake_func *f;
 
-	while ((f = funcs)) {
-		funcs = f->next;
+	while ((f = m->funcs)) {
+		m->funcs = f->next;
 		free(f);
 	}
-	free(mod);
+	free(m);
 	return OK;
 }
 
@@ -206,14 +207,14 @@ static CUresult ModuleGetFunction(void **fn, void *mod, const char *name)
 
 	if (!memmem(m->image, m->len, name, strlen(name) + 1))
 		return ERR_NOT_FOUND;
-	for (f = funcs; f; f = f->next)
+	for (f = m->funcs; f; f = f->next)
 		if (!strcmp(f->name, name))
 			break;
 	if (!f) {
 		f = calloc(1, sizeof(*f));
 		snprintf(f->name, sizeof(f->name), "%s", name);
-		f->next = funcs;
-		funcs = f;
+		f->next = m->funcs;
+		m->funcs = f;
 	}
 	*fn = f;
 	return OK;
