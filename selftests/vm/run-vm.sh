@@ -322,7 +322,7 @@ elif [ "$MODE" = faults ]; then
 fi
 
 DEMO=${KVPOOL_VM_DEMO:-$ROOT/tools/kvpool-demo/kvpool-demo}
-BENCH=${KVPOOL_VM_KVBENCH:-$ROOT/tools/kvbench/kvbench}
+BENCH=${KVPOOL_VM_KVBENCH:-$ROOT/tools/kvbench/kvbench-static}
 case $MODE in
 demo) need_static "$DEMO" "make tools" ;;
 bench) need_static "$BENCH" "make tools" ;;
@@ -370,9 +370,9 @@ esac
 for f in "${TESTS[@]}"; do install -m 755 "$f" "$R/tests/"; done
 # The tools go in whenever they are built and static; demo and bench need theirs.
 # Every tools/NAME/NAME binary also goes to /bin, so tests can run them by name.
-for f in "$DEMO" "$BENCH"; do
-	if [ -f "$f" ] && is_static "$f"; then install -m 755 "$f" "$R/"; fi
-done
+if [ -f "$DEMO" ] && is_static "$DEMO"; then install -m 755 "$DEMO" "$R/"; fi
+# kvbench itself is dynamic (it loads libcuda); the VM gets its static twin.
+if [ -f "$BENCH" ] && is_static "$BENCH"; then install -m 755 "$BENCH" "$R/kvbench"; fi
 for d in "$ROOT"/tools/*/; do
 	f=$d$(basename "$d")
 	if [ -f "$f" ] && [ -x "$f" ] && is_static "$f"; then install -m 755 "$f" "$R/bin/"; fi

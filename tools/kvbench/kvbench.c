@@ -16,6 +16,11 @@
  *   attn   bench_attn.c    CPU paged-attention decode bandwidth (libkvrt)
  *   copy   bench_copy.c    block copy bandwidth, kvrt_copy_blocks (libkvrt)
  *   demo   bench_demo.c    runs the kvrt-demo engine's benchmark
+ *   gpu-attn  bench_gpu_attn.c  GPU paged-attention decode (libkvrt), SDPA peer
+ *   gpu-copy  bench_gpu_copy.c  GPU <-> host pool block copies, registration
+ *
+ * The GPU subcommands need a dynamically linked kvbench (libcuda is
+ * loaded at run time); kvbench-static, the VM's build, says so and exits 1.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,6 +31,8 @@ int cmd_hash(int argc, char **argv);	/* bench_hash.c */
 int cmd_attn(int argc, char **argv);	/* bench_attn.c */
 int cmd_copy(int argc, char **argv);	/* bench_copy.c */
 int cmd_demo(int argc, char **argv);	/* bench_demo.c */
+int cmd_gpu_attn(int argc, char **argv);	/* bench_gpu_attn.c */
+int cmd_gpu_copy(int argc, char **argv);	/* bench_gpu_copy.c */
 
 static const struct {
 	const char *name;
@@ -44,6 +51,12 @@ static const struct {
 			    "                memcpy (--plot)" },
 	{ "demo", cmd_demo, "the kvrt-demo engine's end-to-end benchmark, when kvrt-demo\n"
 			    "                is built or installed" },
+	{ "gpu-attn", cmd_gpu_attn, "GPU paged-attention decode with libkvrt: GB/s of K/V\n"
+				    "                read against the device copy bandwidth, and\n"
+				    "                PyTorch SDPA on the same shapes as a peer" },
+	{ "gpu-copy", cmd_gpu_copy, "block copies between the GPU and a registered host pool\n"
+				    "                per method, against one pinned memcpy; and\n"
+				    "                the cost of registering the pool" },
 };
 #define NR_CMDS (sizeof(cmds) / sizeof(cmds[0]))
 

@@ -1,0 +1,184 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: GPL-2.0
+"""sdpa_peer.py: PyTorch's scaled_dot_product_attention as the peer of
+`kvbench gpu-attn`.
+
+For each case BATCHxCTX it builds dense q [B, Hq, 1, D] and k, v
+[B, Hkv, CTX, D] on the GPU (bf16 by default), then times
+torch.nn.functional.scaled_dot_product_attention for decode (one query
+token per sequence, no mask: every key is visible, as for the last token of
+a sequence).  Grouped-query attention goes through enable_gqa=True where
+this torch has it (2.5+); otherwise k and v are expanded to Hq heads with
+repeat_interleave once, before timing (the kernel then reads Hq/Hkv times
+the K/V bytes; "kv_bytes" stays the logical figure, "kv_bytes_read" says
+what was read).
+
+Timing: --warmup calls, then --iters repetitions of --inner back-to-back
+calls between two torch.cuda.Event records (inner chosen so one repetition
+lasts about 2 ms unless given); the time per call of each repetition; the
+median and minimum are printed.  Launch cost is included, as kvbench
+includes it for libkvrt's calls.
+
+Output: one JSON object per case per line on stdout:
+  {"case": "8x4096", "batch": 8, "ctx": 4096, "q_heads": 32, "kv_heads": 8,
+   "head_dim": 128, "dtype": "bf16", "median_ms": ..., "min_ms": ...,
+   "iters": ..., "inner": ..., "kv_bytes": ..., "kv_bytes_read": ...,
+   "gqa": "enable_gqa" | "repeat_interleave", "torch": "...", "device": "..."}
+or {"case": "...", "error": "..."} for a case that failed (out of memory).
+Without torch or without CUDA: {"error": "..."} and exit status 3.
+Exit status 1 when every case failed, 2 on a usage error, else 0.
+"""
+import argparse
+import json
+import math
+import statistics
+import sys
+
+
+def case_arg(s):
+    try:
+        b, c = s.lower().split("x")
+        b, c = int(b), int(c)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{s}' is not BATCHxCTX, e.g. 8x4096")
+    if b < 1 or c < 1:
+        raise argparse.ArgumentTypeError(f"'{s}': batch and context must be >= 1")
+    return b, c
+
+
+def parse():
+    p = argparse.ArgumentParser(
+        description="Time torch SDPA decode on dense K/V: the peer of kvbench gpu-attn. "
+        "Prints one JSON object per case per line.")
+    p.add_argument("--case", type=case_arg, action="append", metavar="BxCTX",
+                   help="batch x tokens per sequence, e.g. 8x4096 (repeatable)")
+    p.add_argument("--batch", type=int, help="one case: batch (with --ctx)")
+    p.add_argument("--ctx", type=int, help="one case: tokens per sequence (with --batch)")
+    p.add_argument("--q-heads", type=int, default=32)
+    p.add_argument("--kv-heads", type=int, default=8)
+    p.add_argument("--head-dim", type=int, default=128)
+    p.add_argument("--dtype", choices=["bf16", "f16"], default="bf16")
+    p.add_argument("--iters", type=int, default=20, help="timed repetitions (default 20)")
+    p.add_argument("--warmup", type=int, default=10, help="untimed calls first (default 10)")
+    p.add_argument("--inner", type=int, default=0,
+                   help="calls per repetition (default: about 2 ms worth)")
+    p.add_argument("--device", type=int, default=0, help="CUDA device ordinal")
+    a = p.parse_args()
+    cases = list(a.case or [])
+    if a.batch is not None or a.ctx is not None:
+        if a.batch is None or a.ctx is None:
+            p.error("--batch and --ctx go together")
+        cases.append((a.batch, a.ctx))
+    if not cases:
+        p.error("no case: give --case BxCTX (or --batch and --ctx)")
+    if a.q_heads % a.kv_heads:
+        p.error("--q-heads must be a multiple of --kv-heads")
+    if a.iters < 1 or a.warmup < 0 or a.inner < 0:
+        p.error("--iters >= 1, --warmup >= 0, --inner >= 0")
+    return a, cases
+
+
+def emit(obj):
+    print(json.dumps(obj), flush=True)
+
+
+def main():
+    a, cases = parse()
+    try:
+        import torch
+        import torch.nn.functional as F
+    except Exception as e:  # ImportError, or a broken install
+        emit({"error": f"torch is not available: {type(e).__name__}: {e}"})
+        return 3
+    if not torch.cuda.is_available():
+        emit({"error": f"torch {torch.__version__}: CUDA is not available"})
+        return 3
+    if a.device >= torch.cuda.device_count():
+        emit({"error": f"no CUDA device {a.device} ({torch.cuda.device_count()} visible)"})
+        return 3
+    dev = torch.device("cuda", a.device)
+    torch.cuda.set_device(dev)
+    dtype = torch.bfloat16 if a.dtype == "bf16" else torch.float16
+    esize = 2
+    group = a.q_heads // a.kv_heads
+    name = torch.cuda.get_device_name(dev)
+
+    # enable_gqa (torch 2.5+): try it once on a tiny problem
+    gqa = "repeat_interleave"
+    if group > 1:
+        try:
+            q = torch.zeros(1, a.q_heads, 1, a.head_dim, device=dev, dtype=dtype)
+            k = torch.zeros(1, a.kv_heads, 4, a.head_dim, device=dev, dtype=dtype)
+            F.scaled_dot_product_attention(q, k, k, enable_gqa=True)
+            gqa = "enable_gqa"
+        except (TypeError, RuntimeError):
+            pass
+    else:
+        gqa = "none needed"
+
+    ok = 0
+    for b, c in cases:
+        label = f"{b}x{c}"
+        q = k = v = None
+        try:
+            g = torch.Generator(device=dev)
+            g.manual_seed(1234 + b * 7 + c)
+            q = torch.randn(b, a.q_heads, 1, a.head_dim, device=dev, dtype=dtype, generator=g)
+            k = torch.randn(b, a.kv_heads, c, a.head_dim, device=dev, dtype=dtype, generator=g)
+            v = torch.randn(b, a.kv_heads, c, a.head_dim, device=dev, dtype=dtype, generator=g)
+            kv_bytes = 2 * b * a.kv_heads * c * a.head_dim * esize
+            if gqa == "enable_gqa":
+                def call():
+                    return F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+                read = kv_bytes
+            else:
+                if group > 1:
+                    k = k.repeat_interleave(group, dim=1)
+                    v = v.repeat_interleave(group, dim=1)
+
+                def call():
+                    return F.scaled_dot_product_attention(q, k, v)
+                read = kv_bytes * group
+            for _ in range(max(a.warmup, 1)):
+                call()
+            torch.cuda.synchronize(dev)
+            inner = a.inner
+            if not inner:
+                s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                s.record()
+                for _ in range(5):
+                    call()
+                e.record()
+                e.synchronize()
+                per = max(s.elapsed_time(e) / 5, 1e-4)
+                inner = max(1, min(1000, math.ceil(2.0 / per)))
+            times = []
+            for _ in range(a.iters):
+                s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                s.record()
+                for _ in range(inner):
+                    call()
+                e.record()
+                e.synchronize()
+                times.append(s.elapsed_time(e) / inner)
+            emit({"case": label, "batch": b, "ctx": c, "q_heads": a.q_heads,
+                  "kv_heads": a.kv_heads, "head_dim": a.head_dim, "dtype": a.dtype,
+                  "median_ms": statistics.median(times), "min_ms": min(times),
+                  "iters": a.iters, "inner": inner, "kv_bytes": kv_bytes,
+                  "kv_bytes_read": read, "gqa": gqa, "torch": torch.__version__,
+                  "device": name})
+            ok += 1
+        except RuntimeError as e:  # torch.cuda.OutOfMemoryError is one (1.13+)
+            msg = (str(e).splitlines() or [""])[0]
+            if "out of memory" in str(e).lower():
+                emit({"case": label, "error": f"out of memory: {msg}"})
+            else:
+                emit({"case": label, "error": f"{type(e).__name__}: {msg}"})
+        finally:
+            del q, k, v
+            torch.cuda.empty_cache()
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,905 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * bench_gpu_attn.c: kvbench gpu-attn, paged-attention decode on the GPU.
+ *
+ *   kvbench gpu-attn [--json] [--device N] [--kv-dtype bf16|f16|fp8]
+ *                    [--batches LIST] [--contexts LIST] [--peer-script PATH]
+ *                    [--no-peer] [common options]
+ *
+ * Shapes: head dim 128, 32 query heads over 8 KV heads (GQA 4), 16-token
+ * blocks of a layer-major (vLLM-style) cache of one layer, the blocks of
+ * every sequence scattered at random over the whole cache; q and out
+ * bf16; K/V bf16 by default (--kv-dtype f16: q and out f16 too; fp8: e4m3
+ * with per-block scales, q and out bf16).  Batches 1, 8, 64 x contexts
+ * 1024, 4096, 16384, 32768 tokens per sequence (--batches, --contexts);
+ * a combination whose cache cannot be allocated on the device is skipped
+ * with a note saying how much it needed.
+ *
+ * Per combination, after a warm-up (at least 3 calls and 20 ms), each
+ * repetition runs N back-to-back kvrt_gpu_attn_decode() calls on the
+ * default stream and then kvrt_gpu_sync(), N chosen so that it lasts at
+ * least --rep-time seconds; the time per call is the repetition's
+ * CLOCK_MONOTONIC time over N (launch cost included, as an engine without
+ * CUDA graphs pays it); the median of --reps is reported.
+ *
+ *   decode_bB_ctxC      value: GB/s of K/V the call must read (B x C x 8
+ *                       heads x 128 x element size x K and V, plus the fp8
+ *                       scales of the blocks read); limit: the device copy
+ *                       bandwidth measured between the repetitions,
+ *                       kvrt_gpu_memcpy() of one --copy-mib buffer (default
+ *                       1024 MiB) onto another, counting bytes read plus
+ *                       bytes written (2 x size per copy) as the device's
+ *                       total memory traffic; ratio = value / limit.
+ *   decode_bB_ctxC_us   the same call as a cost: value: microseconds per
+ *                       call; limit: the microseconds the K/V bytes take
+ *                       at that copy rate; ratio = limit / value (the
+ *                       same ratio as a time).
+ *   plan_bB_ctxC        value: microseconds per kvrt_gpu_plan_decode() (host
+ *                       planning and its synchronous upload); limit:
+ *                       microseconds per decode call; ratio = value / limit,
+ *                       the share of a decode step spent planning.
+ *   sdpa_peer_bB_ctxC   value: this decode's GB/s; limit: PyTorch's
+ *                       torch.nn.functional.scaled_dot_product_attention
+ *                       on the same shapes laid out densely ([B, heads,
+ *                       C, 128] bf16 on the same GPU, q length 1, GQA
+ *                       through enable_gqa or repeat_interleave), timed by
+ *                       bench/sdpa_peer.py with CUDA events (median of its
+ *                       repetitions), K/V bytes counted as for decode;
+ *                       ratio = value / limit = the speedup over SDPA.
+ *                       The peer runs after the decode cases, once their
+ *                       device memory is freed, as `python3 SCRIPT` (the
+ *                       script: --peer-script, else bench/sdpa_peer.py in
+ *                       the source tree this kvbench was built in, else
+ *                       ./bench/sdpa_peer.py).  Where python3, torch or
+ *                       CUDA is missing, or a shape does not fit, the peer
+ *                       is reported absent with the reason, on stderr; no
+ *                       line is made up.
+ *
+ * Split-KV: libkvrt splits long sequences of small batches along the keys
+ * (flash-decoding); the API has no switch to turn that off, so there is
+ * no on/off comparison: the plan of every b1 case is given in a note
+ * (tasks, sequences split, keys per split) instead.
+ *
+ * Without a usable GPU (kvrt_gpu_probe) it prints the reason on stderr
+ * and exits with status 1, as kvbench does when a needed program is
+ * missing.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <math.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "kvrt.h"
+#include "report.h"
+
+#define HEAD_DIM 128
+#define Q_HEADS 32
+#define KV_HEADS 8
+#define BLOCK 16
+#define MAX_LIST 16
+#define PEER_TIMEOUT_S 900
+
+struct gattn_opts {
+	struct kvb_opts c;
+	int device;
+	enum kvrt_dtype kv_dtype;
+	uint32_t batches[MAX_LIST], contexts[MAX_LIST];
+	unsigned int nb, nc;
+	unsigned long copy_mib;
+	const char *peer_script;
+	bool no_peer;
+};
+
+static const struct kvb_opts gattn_defaults = {
+	.bench = "gpu-attn", .reps = 5, .rep_time = 0.1,
+};
+
+static void gattn_usage(FILE *f)
+{
+	fprintf(f,
+		"usage: kvbench gpu-attn [--json] [options]\n"
+		"\n"
+		"GPU paged-attention decode (kvrt_gpu_attn_decode): GB/s of K/V read against\n"
+		"the device copy bandwidth (bytes read + written) measured in the same run,\n"
+		"microseconds per call, planning cost, and PyTorch SDPA on the same shapes as\n"
+		"a peer.  bf16, head dim 128, 32 q / 8 KV heads, 16-token blocks.\n"
+		"\n"
+		"options:\n"
+		"  --device N        GPU ordinal (default 0)\n"
+		"  --kv-dtype T      bf16 (default), f16 or fp8 (e4m3 with block scales)\n"
+		"  --batches LIST    comma-separated batch sizes (default 1,8,64)\n"
+		"  --contexts LIST   tokens per sequence (default 1024,4096,16384,32768)\n"
+		"  --copy-mib M      device copy buffers for the limit (default 1024)\n"
+		"  --peer-script P   the SDPA peer script (default: bench/sdpa_peer.py of the\n"
+		"                    source tree, else ./bench/sdpa_peer.py)\n"
+		"  --no-peer         do not run the peer\n");
+	kvb_common_usage(f, &gattn_defaults);
+	fprintf(f, "\nWithout a usable GPU: the reason on stderr, exit status 1.\n");
+}
+
+static uint64_t xorshift(uint64_t *s)
+{
+	*s ^= *s << 13;
+	*s ^= *s >> 7;
+	*s ^= *s << 17;
+	return *s;
+}
+
+static const char *dtype_name(enum kvrt_dtype t)
+{
+	return t == KVRT_DTYPE_F16 ? "f16" : t == KVRT_DTYPE_BF16 ? "bf16" :
+	       t == KVRT_DTYPE_FP8_E4M3 ? "fp8" : "f32";
+}
+
+/* "1,8,64" into v[]; 0 or -1. */
+static int parse_list(const char *s, uint32_t *v, unsigned int *n, unsigned long max)
+{
+	char buf[256], *tok, *save = NULL;
+	unsigned long x;
+
+	*n = 0;
+	if (strlen(s) >= sizeof(buf))
+		return -1;
+	strcpy(buf, s);
+	for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		if (*n >= MAX_LIST || kvb_parse_ulong(tok, 1, max, &x))
+			return -1;
+		v[(*n)++] = (uint32_t)x;
+	}
+	return *n ? 0 : -1;
+}
+
+/* ---- device helpers ----------------------------------------------------------- */
+
+struct gctx {
+	const struct gattn_opts *o;
+	struct kvrt *k;
+	struct kvrt_gpu *g;
+	struct kvrt_gpu_info info;
+	void *copy_a, *copy_b;
+	size_t copy_bytes;
+};
+
+static int gerr(const struct gctx *x, const char *what, int ret)
+{
+	fprintf(stderr, "kvbench %s: %s: %s\n", x->o->c.bench, what, strerror(-ret));
+	return ret;
+}
+
+/* Fill dev[0, bytes) from a host pattern of chunk bytes, doubling on the device. */
+static int dev_fill(struct gctx *x, uint8_t *dev, size_t bytes, const void *pattern, size_t chunk)
+{
+	size_t done;
+	int ret;
+
+	if (chunk > bytes)
+		chunk = bytes;
+	ret = kvrt_gpu_memcpy(x->g, dev, pattern, chunk);
+	for (done = chunk; !ret && done < bytes; done *= 2) {
+		size_t n = done < bytes - done ? done : bytes - done;
+
+		ret = kvrt_gpu_memcpy(x->g, dev + done, dev, n);
+	}
+	return ret;
+}
+
+/* Seconds per device-to-device copy of copy_bytes, whole copies for rep_time. */
+static int time_copy(struct gctx *x, double rep_time, double *sec)
+{
+	double t0 = kvb_now_s(), t;
+	unsigned long n = 0;
+	int ret;
+
+	do {
+		ret = kvrt_gpu_memcpy(x->g, x->copy_b, x->copy_a, x->copy_bytes);
+		if (ret)
+			return ret;
+		n++;
+		t = kvb_now_s() - t0;
+	} while (t < rep_time);
+	*sec = t / (double)n;
+	return 0;
+}
+
+/* ---- one decode combination ---------------------------------------------------------- */
+
+struct dcase {
+	uint32_t batch, ctx;
+	struct kvrt_layout *layout;
+	struct kvrt_gpu_plan *plan;
+	struct kvrt_attn_params params;
+	void *cache, *scales;
+	void *d_indptr, *d_indices, *d_lens, *d_q, *d_out;
+	int32_t *lens;
+	uint64_t kv_bytes;	/* read per call */
+};
+
+static void dcase_free(struct gctx *x, struct dcase *c)
+{
+	kvrt_gpu_free(x->g, c->d_indptr);
+	kvrt_gpu_free(x->g, c->d_indices);
+	kvrt_gpu_free(x->g, c->d_lens);
+	kvrt_gpu_free(x->g, c->d_q);
+	kvrt_gpu_free(x->g, c->d_out);
+	free(c->lens);
+	c->d_indptr = c->d_indices = c->d_lens = c->d_q = c->d_out = NULL;
+	c->lens = NULL;
+}
+
+static void *dev_upload(struct gctx *x, const void *h, size_t n, int *ret)
+{
+	void *d = NULL;
+
+	if (*ret)
+		return NULL;
+	*ret = kvrt_gpu_alloc(x->g, n, &d);
+	if (!*ret)
+		*ret = kvrt_gpu_memcpy(x->g, d, h, n);
+	return d;
+}
+
+static int dcase_init(struct gctx *x, struct dcase *c, uint64_t seed)
+{
+	uint32_t per_seq = (c->ctx + BLOCK - 1) / BLOCK, nblk = c->layout->num_blocks, i;
+	size_t qn = (size_t)c->batch * Q_HEADS * HEAD_DIM;
+	size_t esz = c->params.q_dtype == KVRT_DTYPE_F32 ? 4 : 2;
+	int32_t *indptr = malloc(sizeof(int32_t) * (c->batch + 1));
+	int32_t *indices = malloc(sizeof(int32_t) * nblk);
+	uint16_t *q = malloc(qn * 2);
+	int ret = 0;
+
+	c->lens = malloc(sizeof(int32_t) * c->batch);
+	if (!indptr || !indices || !q || !c->lens) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	/* a random permutation of every block; sequences take the first ones */
+	for (i = 0; i < nblk; i++)
+		indices[i] = (int32_t)i;
+	for (i = nblk - 1; i > 0; i--) {
+		uint32_t j = (uint32_t)(xorshift(&seed) % (i + 1));
+		int32_t t = indices[i];
+
+		indices[i] = indices[j];
+		indices[j] = t;
+	}
+	for (i = 0; i <= c->batch; i++)
+		indptr[i] = (int32_t)(i * per_seq);
+	for (i = 0; i < c->batch; i++)
+		c->lens[i] = (int32_t)c->ctx;
+	for (i = 0; i < qn; i++)	/* +-[0.5, 2) in bf16 and in f16 */
+		q[i] = c->params.q_dtype == KVRT_DTYPE_BF16 ?
+		       (uint16_t)((xorshift(&seed) & 0x807f) | 0x3f00) :
+		       (uint16_t)((xorshift(&seed) & 0x83ff) | 0x3800);
+	c->d_indptr = dev_upload(x, indptr, sizeof(int32_t) * (c->batch + 1), &ret);
+	c->d_indices = dev_upload(x, indices, sizeof(int32_t) * (size_t)c->batch * per_seq, &ret);
+	c->d_lens = dev_upload(x, c->lens, sizeof(int32_t) * c->batch, &ret);
+	c->d_q = dev_upload(x, q, qn * esz, &ret);
+	if (!ret)
+		ret = kvrt_gpu_alloc(x->g, qn * esz, &c->d_out);
+out:
+	free(indptr);
+	free(indices);
+	free(q);
+	return ret;
+}
+
+static int dcase_plan(struct dcase *c)
+{
+	return kvrt_gpu_plan_decode(c->plan, &c->params, c->layout, c->batch, c->lens);
+}
+
+static int dcase_call(struct gctx *x, struct dcase *c)
+{
+	struct kvrt_kv_cache kv = { c->layout, c->cache, c->scales, 0 };
+	struct kvrt_block_table bt = { c->batch, c->d_indptr, c->d_indices, c->d_lens };
+
+	(void)x;
+	return kvrt_gpu_attn_decode(c->plan, c->d_q, &kv, &bt, c->d_out, NULL);
+}
+
+/* n calls then a sync: seconds per call. */
+static int time_calls(struct gctx *x, struct dcase *c, unsigned long n, double *sec)
+{
+	double t0 = kvb_now_s();
+	unsigned long i;
+	int ret = 0;
+
+	for (i = 0; i < n && !ret; i++)
+		ret = dcase_call(x, c);
+	if (!ret)
+		ret = kvrt_gpu_sync(x->g, NULL);
+	*sec = (kvb_now_s() - t0) / (double)n;
+	return ret;
+}
+
+/* ---- the SDPA peer ----------------------------------------------------------------------- */
+
+struct peer_result {
+	uint32_t batch, ctx;
+	double median_ms;
+	char error[200];
+	bool have;
+};
+
+/* The number after "key": in a JSON line, or NAN. */
+static double json_num(const char *line, const char *key)
+{
+	char pat[64];
+	const char *p;
+
+	snprintf(pat, sizeof(pat), "\"%s\"", key);
+	p = strstr(line, pat);
+	if (!p)
+		return NAN;
+	p += strlen(pat);
+	while (*p == ' ' || *p == ':')
+		p++;
+	return strtod(p, NULL);
+}
+
+/* The string after "key": into buf (escapes kept as they are); false if absent. */
+static bool json_str(const char *line, const char *key, char *buf, size_t len)
+{
+	char pat[64];
+	const char *p, *e;
+	size_t n;
+
+	snprintf(pat, sizeof(pat), "\"%s\"", key);
+	p = strstr(line, pat);
+	if (!p)
+		return false;
+	p += strlen(pat);
+	while (*p == ' ' || *p == ':')
+		p++;
+	if (*p != '"')
+		return false;
+	p++;
+	for (e = p; *e && !(*e == '"' && e[-1] != '\\'); e++)
+		;
+	n = (size_t)(e - p) < len - 1 ? (size_t)(e - p) : len - 1;
+	memcpy(buf, p, n);
+	buf[n] = 0;
+	return true;
+}
+
+/* The peer script: explicit, else the source tree's, else ./bench/. */
+static bool find_peer(const struct gattn_opts *o, char *path, size_t len, char *tried, size_t tlen)
+{
+	char self[PATH_MAX], *slash;
+	ssize_t n;
+
+	if (o->peer_script) {
+		snprintf(path, len, "%s", o->peer_script);
+		snprintf(tried, tlen, "%s", o->peer_script);
+		return !access(path, R_OK);
+	}
+	tried[0] = 0;
+	n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	if (n > 0) {
+		self[n] = 0;
+		slash = strrchr(self, '/');
+		if (slash) {
+			*slash = 0;
+			if (snprintf(path, len, "%s/../../bench/sdpa_peer.py", self) < (int)len &&
+			    snprintf(tried, tlen, "%s, ", path) > 0 && !access(path, R_OK))
+				return true;
+		}
+	}
+	snprintf(path, len, "bench/sdpa_peer.py");
+	snprintf(tried + strlen(tried), tlen - strlen(tried), "./bench/sdpa_peer.py");
+	return !access(path, R_OK);
+}
+
+/*
+ * Run the peer for every combination; results into res[n] (each with a
+ * time or an error).  Returns 0, or -1 with the reason in why when the
+ * peer as a whole is absent.
+ */
+static int run_peer(const struct gattn_opts *o, struct peer_result *res, unsigned int n, char *why,
+		    size_t wlen)
+{
+	char script[PATH_MAX], tried[2 * PATH_MAX + 64], *args[2 * 64 + 32], cases[64][32];
+	char dev[16], reps[16], out[1 << 16];
+	unsigned int i, na = 0;
+	size_t got = 0;
+	int fds[2], status;
+	double t0;
+	pid_t pid;
+
+	if (!find_peer(o, script, sizeof(script), tried, sizeof(tried))) {
+		snprintf(why, wlen, "no sdpa_peer.py (looked at %s; --peer-script names one)", tried);
+		return -1;
+	}
+	snprintf(dev, sizeof(dev), "%d", o->device);
+	snprintf(reps, sizeof(reps), "%u", o->c.reps < 5 ? 20 : 4 * o->c.reps);
+	args[na++] = "python3";
+	args[na++] = script;
+	args[na++] = "--device";
+	args[na++] = dev;
+	args[na++] = "--iters";
+	args[na++] = reps;
+	args[na++] = "--q-heads";
+	args[na++] = "32";
+	args[na++] = "--kv-heads";
+	args[na++] = "8";
+	args[na++] = "--head-dim";
+	args[na++] = "128";
+	args[na++] = "--dtype";
+	args[na++] = o->kv_dtype == KVRT_DTYPE_F16 ? "f16" : "bf16";
+	for (i = 0; i < n && i < 64; i++) {
+		snprintf(cases[i], sizeof(cases[i]), "%ux%u", res[i].batch, res[i].ctx);
+		args[na++] = "--case";
+		args[na++] = cases[i];
+	}
+	args[na] = NULL;
+	if (pipe(fds)) {
+		snprintf(why, wlen, "pipe: %s", strerror(errno));
+		return -1;
+	}
+	fflush(NULL);
+	pid = fork();
+	if (pid < 0) {
+		snprintf(why, wlen, "fork: %s", strerror(errno));
+		close(fds[0]);
+		close(fds[1]);
+		return -1;
+	}
+	if (!pid) {
+		dup2(fds[1], STDOUT_FILENO);
+		close(fds[0]);
+		close(fds[1]);
+		execvp("python3", args);
+		printf("{\"error\": \"cannot run python3: %s\"}\n", strerror(errno));
+		fflush(stdout);
+		_exit(127);
+	}
+	close(fds[1]);
+	t0 = kvb_now_s();
+	for (;;) {
+		struct pollfd pfd = { .fd = fds[0], .events = POLLIN };
+		int pr = poll(&pfd, 1, 1000);
+		ssize_t r;
+
+		if (kvb_now_s() - t0 > PEER_TIMEOUT_S) {
+			kill(pid, SIGKILL);
+			break;
+		}
+		if (pr <= 0)
+			continue;
+		r = read(fds[0], out + got, sizeof(out) - 1 - got);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			break;
+		got += (size_t)r;
+		if (got + 1 >= sizeof(out))
+			break;
+	}
+	out[got] = 0;
+	close(fds[0]);
+	waitpid(pid, &status, 0);
+	if (kvb_now_s() - t0 > PEER_TIMEOUT_S) {
+		snprintf(why, wlen, "the peer ran past %d s and was killed", PEER_TIMEOUT_S);
+		return -1;
+	}
+	/* one JSON object per line: a whole-run error, or one per case */
+	{
+		char *line, *save = NULL, c[32];
+
+		for (line = strtok_r(out, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+			if (!json_str(line, "case", c, sizeof(c))) {
+				if (json_str(line, "error", why, wlen))
+					return -1;
+				continue;
+			}
+			for (i = 0; i < n; i++) {
+				if (strcmp(c, cases[i]))
+					continue;
+				res[i].have = true;
+				res[i].median_ms = json_num(line, "median_ms");
+				if (!json_str(line, "error", res[i].error, sizeof(res[i].error)) &&
+				    !(res[i].median_ms > 0))
+					snprintf(res[i].error, sizeof(res[i].error), "no median_ms");
+			}
+		}
+	}
+	if (!WIFEXITED(status) || WEXITSTATUS(status)) {
+		for (i = 0; i < n && res[i].have; i++)
+			;
+		if (i < n || !n) {
+			if (snprintf(why, wlen, "python3 %s exited with %s %d", script,
+				     WIFEXITED(status) ? "status" : "signal",
+				     WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status)) < 0)
+				why[0] = 0;
+			return -1;
+		}
+	}
+	return 0;
+}
+
+/* ---- the run ----------------------------------------------------------------------------- */
+
+static int bench(const struct gattn_opts *o)
+{
+	const struct kvb_opts *c = &o->c;
+	struct kvb_report rate = { .o = c, .ratio = KVB_RATE, .name_w = 30, .num_w = 10,
+				   .unit_w = 44, .ratio_w = 7 };
+	struct kvb_report cost = rate;
+	struct kvrt_open_opts oo = { .backend = KVRT_BACKEND_EMBEDDED };
+	struct gctx x = { .o = o };
+	struct kvrt_layout layout;
+	struct peer_result peer[MAX_LIST * MAX_LIST];
+	double vs[KVB_MAX_REPS], ls[KVB_MAX_REPS], ps[KVB_MAX_REPS];
+	double dec_us[MAX_LIST * MAX_LIST];
+	uint64_t max_tokens = 0, cap_tokens, tok_bytes, seed = 0x9e3779b97f4a7c15ULL;
+	size_t esz = kvrt_dtype_size(o->kv_dtype);
+	unsigned int i, j, r, npeer = 0, step = 0, steps = o->nb * o->nc;
+	const char *sfx = o->kv_dtype == KVRT_DTYPE_BF16 ? "" :
+			  o->kv_dtype == KVRT_DTYPE_F16 ? "_f16" : "_fp8";
+	void *cache = NULL, *scales = NULL;
+	struct kvrt_gpu_plan *plan = NULL;
+	char why[512];
+	int ret;
+
+	cost.ratio = KVB_COST;
+	ret = kvrt_gpu_probe(why, sizeof(why));
+	if (ret) {
+		fprintf(stderr, "kvbench gpu-attn: no usable GPU: %s\n", why);
+		return 1;
+	}
+	ret = kvrt_open(&x.k, &oo);
+	if (ret)
+		return gerr(&x, "kvrt_open", ret), 1;
+	ret = kvrt_gpu_open(x.k, o->device, &x.g);
+	if (ret) {
+		fprintf(stderr, "kvbench gpu-attn: kvrt_gpu_open(%d): %s\n", o->device, strerror(-ret));
+		kvrt_close(x.k);
+		return 1;
+	}
+	kvrt_gpu_info(x.g, &x.info);
+	kvb_note(c, "%s (compute %d.%d, %u SMs, %.1f GiB, driver %d); K/V %s", x.info.name,
+		 x.info.cc_major, x.info.cc_minor, x.info.sm_count, x.info.total_mem / 1073741824.0,
+		 x.info.driver_version, dtype_name(o->kv_dtype));
+
+	/* the limit's buffers first: they are needed whatever else fits */
+	x.copy_bytes = o->copy_mib << 20;
+	ret = kvrt_gpu_alloc(x.g, x.copy_bytes, &x.copy_a);
+	if (!ret)
+		ret = kvrt_gpu_alloc(x.g, x.copy_bytes, &x.copy_b);
+	if (ret) {
+		gerr(&x, "device copy buffers", ret);
+		goto out;
+	}
+	{
+		static uint8_t pat[1 << 20];
+
+		for (i = 0; i < sizeof(pat); i++)
+			pat[i] = (uint8_t)xorshift(&seed);
+		ret = dev_fill(&x, x.copy_a, x.copy_bytes, pat, sizeof(pat));
+		if (ret) {
+			gerr(&x, "filling the copy buffer", ret);
+			goto out;
+		}
+	}
+
+	/* one cache for all: as many tokens as the largest combination, or what fits */
+	tok_bytes = 2ULL * KV_HEADS * HEAD_DIM * esz;
+	for (i = 0; i < o->nb; i++)
+		for (j = 0; j < o->nc; j++) {
+			uint64_t t = (uint64_t)o->batches[i] * ((o->contexts[j] + BLOCK - 1) / BLOCK * BLOCK);
+
+			if (t > max_tokens)
+				max_tokens = t;
+		}
+	for (cap_tokens = max_tokens; cap_tokens >= BLOCK; cap_tokens /= 2) {
+		uint32_t nblk = (uint32_t)(cap_tokens / BLOCK);
+
+		ret = kvrt_gpu_alloc(x.g, cap_tokens * tok_bytes, &cache);
+		if (!ret && o->kv_dtype == KVRT_DTYPE_FP8_E4M3)
+			ret = kvrt_gpu_alloc(x.g, sizeof(float) * 2 * KV_HEADS * (size_t)nblk, &scales);
+		if (!ret)
+			break;
+		kvrt_gpu_free(x.g, cache);
+		cache = NULL;
+		if (ret != -ENOMEM) {
+			gerr(&x, "the K/V cache", ret);
+			goto out;
+		}
+	}
+	if (!cache) {
+		fprintf(stderr, "kvbench gpu-attn: no K/V cache fits on the device\n");
+		ret = -ENOMEM;
+		goto out;
+	}
+	if (cap_tokens < max_tokens)
+		kvb_note(c, "%.1f GiB of K/V did not fit: cache of %.1f GiB; larger combinations "
+			 "are skipped", max_tokens * tok_bytes / 1073741824.0,
+			 cap_tokens * tok_bytes / 1073741824.0);
+	ret = kvrt_layout_init(&layout, KVRT_LAYOUT_LAYER_MAJOR, 1, KV_HEADS, HEAD_DIM, BLOCK,
+			       (uint32_t)(cap_tokens / BLOCK), o->kv_dtype);
+	if (ret) {
+		gerr(&x, "kvrt_layout_init", ret);
+		goto out;
+	}
+	kvb_progress(c, 0, 0, "filling the cache");
+	{
+		size_t n = 64 << 20, k;
+		uint8_t *pat = malloc(n);
+
+		if (!pat) {
+			ret = -ENOMEM;
+			goto out;
+		}
+		if (o->kv_dtype == KVRT_DTYPE_FP8_E4M3) {
+			for (k = 0; k < n; k++) {	/* finite e4m3 codes */
+				uint8_t b = (uint8_t)xorshift(&seed);
+
+				pat[k] = (b & 0x7f) == 0x7f ? b ^ 1 : b;
+			}
+		} else {
+			uint16_t *h = (uint16_t *)pat;
+
+			for (k = 0; k < n / 2; k++)
+				h[k] = o->kv_dtype == KVRT_DTYPE_BF16 ?
+				       (uint16_t)((xorshift(&seed) & 0x807f) | 0x3f00) :
+				       (uint16_t)((xorshift(&seed) & 0x83ff) | 0x3800);
+		}
+		ret = dev_fill(&x, cache, cap_tokens * tok_bytes, pat, n);
+		if (!ret && scales) {
+			float *s = (float *)pat;
+
+			for (k = 0; k < n / 4; k++)
+				s[k] = 1.0f / 64 + (float)(xorshift(&seed) % 64) / 4096;
+			ret = dev_fill(&x, scales, sizeof(float) * 2 * KV_HEADS * (cap_tokens / BLOCK),
+				       pat, n);
+		}
+		free(pat);
+		if (ret) {
+			gerr(&x, "filling the cache", ret);
+			goto out;
+		}
+	}
+	{
+		uint32_t maxb = 0;
+
+		for (i = 0; i < o->nb; i++)
+			if (o->batches[i] > maxb)
+				maxb = o->batches[i];
+		ret = kvrt_gpu_plan_create(x.g, maxb, maxb, &plan);
+		if (ret) {
+			gerr(&x, "kvrt_gpu_plan_create", ret);
+			goto out;
+		}
+	}
+
+	kvb_report_header(&rate, "value");
+	for (i = 0; i < o->nb && !ret; i++)
+		for (j = 0; j < o->nc && !ret; j++) {
+			struct dcase dc = {
+				.batch = o->batches[i], .ctx = o->contexts[j] / BLOCK * BLOCK,
+				.layout = &layout, .plan = plan, .cache = cache, .scales = scales,
+			};
+			char name[64], unit[96];
+			double v, l, t, tcall, tplan;
+			unsigned long n;
+			struct kvrt_gpu_plan_info pi;
+
+			if (dc.ctx < BLOCK)
+				dc.ctx = BLOCK;
+			snprintf(name, sizeof(name), "decode_b%u_ctx%u%s", dc.batch, dc.ctx, sfx);
+			kvb_progress(c, ++step, steps, name);
+			if ((uint64_t)dc.batch * dc.ctx > cap_tokens) {
+				kvb_note(c, "%s skipped: needs %.1f GiB of K/V, the device cache holds "
+					 "%.1f GiB", name, (double)dc.batch * dc.ctx * tok_bytes /
+					 1073741824.0, cap_tokens * tok_bytes / 1073741824.0);
+				continue;
+			}
+			dc.params = (struct kvrt_attn_params){
+				.num_q_heads = Q_HEADS, .sm_scale = 0.08838834764831845f,
+				.window_left = -1,
+				.q_dtype = o->kv_dtype == KVRT_DTYPE_F16 ? KVRT_DTYPE_F16 : KVRT_DTYPE_BF16,
+				.o_dtype = o->kv_dtype == KVRT_DTYPE_F16 ? KVRT_DTYPE_F16 : KVRT_DTYPE_BF16,
+			};
+			dc.kv_bytes = (uint64_t)dc.batch * dc.ctx * tok_bytes;
+			if (scales)	/* the scales of every block read, K and V */
+				dc.kv_bytes += (uint64_t)dc.batch * (dc.ctx / BLOCK) * 2 * KV_HEADS * 4;
+			ret = dcase_init(&x, &dc, 1000 + 31 * i + j);
+			if (!ret)
+				ret = dcase_plan(&dc);
+			if (ret) {
+				gerr(&x, name, ret);
+				dcase_free(&x, &dc);
+				break;
+			}
+			if (dc.batch == 1 && !kvrt_gpu_plan_info(plan, &pi))
+				kvb_note(c, "%s: plan of %u tasks, %u sequence/head groups split along "
+					 "the keys, %u keys per split, grid %u", name, pi.num_work,
+					 pi.num_split, pi.split_tokens, pi.grid);
+			/* warm-up: at least 3 calls and 20 ms; then N per repetition */
+			n = 0;
+			{
+				double t0 = kvb_now_s();
+
+				do {
+					ret = time_calls(&x, &dc, 1, &t);
+					n++;
+				} while (!ret && (n < 3 || kvb_now_s() - t0 < 0.02));
+			}
+			if (!ret)
+				ret = time_calls(&x, &dc, 10, &t);
+			n = t > 0 ? (unsigned long)ceil(c->rep_time / t) : 1000;
+			if (n < 10)
+				n = 10;
+			for (r = 0; r < c->reps && !ret; r++) {
+				ret = time_copy(&x, c->rep_time, &ls[r]);
+				if (!ret)
+					ret = time_calls(&x, &dc, n, &vs[r]);
+			}
+			/* planning: as many calls as fit in a quarter of a repetition */
+			for (r = 0; r < c->reps && !ret; r++) {
+				double t0 = kvb_now_s();
+				unsigned long k = 0;
+
+				do {
+					ret = dcase_plan(&dc);
+					k++;
+				} while (!ret && kvb_now_s() - t0 < c->rep_time / 4);
+				ps[r] = (kvb_now_s() - t0) / (double)k;
+			}
+			if (ret) {
+				gerr(&x, name, ret);
+				dcase_free(&x, &dc);
+				break;
+			}
+			tcall = kvb_median(vs, c->reps);
+			tplan = kvb_median(ps, c->reps);
+			/* limit: bytes read + written per second */
+			l = 2.0 * (double)x.copy_bytes / kvb_median(ls, c->reps) / 1e9;
+			v = (double)dc.kv_bytes / tcall / 1e9;
+			kvb_report(&rate, name, v, "GB/s K/V read (ratio = value/limit)", l,
+				   "GB/s device copy, read+write bytes");
+			snprintf(name, sizeof(name), "decode_b%u_ctx%u%s_us", dc.batch, dc.ctx, sfx);
+			kvb_report(&cost, name, tcall * 1e6, "us per decode call (ratio = limit/value)",
+				   (double)dc.kv_bytes / (l * 1e9) * 1e6,
+				   "us for the K/V bytes at the copy rate");
+			snprintf(name, sizeof(name), "plan_b%u_ctx%u%s", dc.batch, dc.ctx, sfx);
+			snprintf(unit, sizeof(unit), "us per kvrt_gpu_plan_decode (ratio = value/limit)");
+			kvb_report(&rate, name, tplan * 1e6, unit, tcall * 1e6, "us per decode call");
+			dec_us[npeer] = tcall * 1e6;
+			peer[npeer++] = (struct peer_result){ .batch = dc.batch, .ctx = dc.ctx };
+			dcase_free(&x, &dc);
+		}
+	kvb_progress_end();
+	/* free the device before the peer needs it */
+	kvrt_gpu_plan_destroy(plan);
+	plan = NULL;
+	kvrt_gpu_free(x.g, cache);
+	kvrt_gpu_free(x.g, scales);
+	kvrt_gpu_free(x.g, x.copy_a);
+	kvrt_gpu_free(x.g, x.copy_b);
+	cache = scales = x.copy_a = x.copy_b = NULL;
+
+	if (!ret && npeer && o->kv_dtype == KVRT_DTYPE_FP8_E4M3)
+		kvb_note(c, "SDPA peer: not run for fp8 K/V (SDPA has no fp8 K/V path to compare)");
+	else if (!ret && npeer && o->no_peer)
+		kvb_note(c, "SDPA peer: not run (--no-peer)");
+	else if (!ret && npeer) {
+		kvb_progress(c, 0, 0, "running the SDPA peer (python3)");
+		if (run_peer(o, peer, npeer, why, sizeof(why))) {
+			kvb_progress_end();
+			kvb_note(c, "SDPA peer absent: %s", why);
+		} else {
+			kvb_progress_end();
+			for (i = 0; i < npeer; i++) {
+				char name[64];
+				uint64_t kvb = (uint64_t)peer[i].batch * peer[i].ctx * tok_bytes;
+
+				if (!peer[i].have || peer[i].error[0] || !(peer[i].median_ms > 0)) {
+					kvb_note(c, "SDPA peer b%u ctx%u absent: %s", peer[i].batch,
+						 peer[i].ctx, peer[i].have ? peer[i].error :
+						 "the peer printed no result for it");
+					continue;
+				}
+				snprintf(name, sizeof(name), "sdpa_peer_b%u_ctx%u%s", peer[i].batch,
+					 peer[i].ctx, sfx);
+				kvb_report(&rate, name, (double)kvb / (dec_us[i] * 1e-6) / 1e9,
+					   "GB/s K/V read, kvrt paged decode (ratio = value/limit = speedup)",
+					   (double)kvb / (peer[i].median_ms * 1e-3) / 1e9,
+					   "GB/s K/V read, torch SDPA dense");
+			}
+		}
+	}
+out:
+	kvrt_gpu_plan_destroy(plan);
+	kvrt_gpu_free(x.g, cache);
+	kvrt_gpu_free(x.g, scales);
+	kvrt_gpu_free(x.g, x.copy_a);
+	kvrt_gpu_free(x.g, x.copy_b);
+	kvrt_gpu_close(x.g);
+	kvrt_close(x.k);
+	return ret ? 1 : 0;
+}
+
+/* argv[0] is "gpu-attn". */
+int cmd_gpu_attn(int argc, char **argv)
+{
+	struct gattn_opts o = {
+		.c = gattn_defaults, .kv_dtype = KVRT_DTYPE_BF16, .copy_mib = 1024,
+		.batches = { 1, 8, 64 }, .nb = 3, .contexts = { 1024, 4096, 16384, 32768 }, .nc = 4,
+	};
+	unsigned long n;
+	int i, ret;
+
+	for (i = 1; i < argc; i++) {
+		const char *a = argv[i], *v;
+
+		ret = kvb_common_opt(&o.c, argc, argv, &i);
+		if (ret == 1)
+			continue;
+		if (ret)
+			return ret;
+		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+			gattn_usage(stdout);
+			return 0;
+		}
+		if (!strcmp(a, "--no-peer")) {
+			o.no_peer = true;
+			continue;
+		}
+		if (strcmp(a, "--device") && strcmp(a, "--kv-dtype") && strcmp(a, "--batches") &&
+		    strcmp(a, "--contexts") && strcmp(a, "--copy-mib") && strcmp(a, "--peer-script"))
+			return kvb_usage_error(&o.c, gattn_usage, "unknown option '%s'", a);
+		if (i + 1 >= argc)
+			return kvb_usage_error(&o.c, gattn_usage, "option '%s' needs a value", a);
+		v = argv[++i];
+		if (!strcmp(a, "--device")) {
+			if (kvb_parse_ulong(v, 0, 1023, &n))
+				return kvb_usage_error(&o.c, gattn_usage,
+						       "--device: '%s' is not an ordinal", v);
+			o.device = (int)n;
+		} else if (!strcmp(a, "--kv-dtype")) {
+			if (!strcmp(v, "bf16"))
+				o.kv_dtype = KVRT_DTYPE_BF16;
+			else if (!strcmp(v, "f16"))
+				o.kv_dtype = KVRT_DTYPE_F16;
+			else if (!strcmp(v, "fp8"))
+				o.kv_dtype = KVRT_DTYPE_FP8_E4M3;
+			else
+				return kvb_usage_error(&o.c, gattn_usage,
+						       "--kv-dtype: '%s' is not bf16, f16 or fp8", v);
+		} else if (!strcmp(a, "--batches")) {
+			if (parse_list(v, o.batches, &o.nb, 4096))
+				return kvb_usage_error(&o.c, gattn_usage,
+						       "--batches: '%s' is not a list of 1 to %d "
+						       "numbers from 1 to 4096", v, MAX_LIST);
+		} else if (!strcmp(a, "--contexts")) {
+			if (parse_list(v, o.contexts, &o.nc, 1U << 22))
+				return kvb_usage_error(&o.c, gattn_usage,
+						       "--contexts: '%s' is not a list of 1 to %d "
+						       "numbers from 1 to 4194304", v, MAX_LIST);
+		} else if (!strcmp(a, "--copy-mib")) {
+			if (kvb_parse_ulong(v, 16, 65536, &o.copy_mib))
+				return kvb_usage_error(&o.c, gattn_usage,
+						       "--copy-mib: '%s' is not a number from 16 to 65536",
+						       v);
+		} else {
+			o.peer_script = v;
+		}
+	}
+	if (o.nb * o.nc > 64)
+		return kvb_usage_error(&o.c, gattn_usage, "at most 64 batch x context combinations");
+	return bench(&o);
+}

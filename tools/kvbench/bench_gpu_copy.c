@@ -1,0 +1,602 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * bench_gpu_copy.c: kvbench gpu-copy, block copies between the GPU and a
+ * host pool, and what registering the pool costs.
+ *
+ *   kvbench gpu-copy [--json] [--device N] [--mib M] [--batch-mib B]
+ *                    [--reg-gib G] [common options]
+ *
+ * The host side is a space of the embedded backend (kvrt_open with
+ * KVRT_BACKEND_EMBEDDED, kvrt_space_open), --mib MiB (default 1024) of
+ * blocks, every block allocated and filled, registered with
+ * kvrt_gpu_register_space(); the device side an array of as many blocks
+ * in device memory.  Blocks are block-major (bf16, head dim 128, 4 KV
+ * heads, 16 tokens: 32 KiB per layer) with 1, 8 and 64 layers: 32 KiB,
+ * 256 KiB and 2 MiB per block, one contiguous run each.  One call copies
+ * --batch-mib MiB (default 256: 8192, 1024 and 128 blocks) between random
+ * scattered block pairs, with each method of kvrt_gpu_copy_blocks():
+ *
+ *   offload_blockNk_METHOD   device -> pool (GPU to host)
+ *   fetch_blockNk_METHOD     pool -> device (host to GPU)
+ *   offload_lm_block2048k_METHOD, fetch_lm_block2048k_METHOD
+ *                            the same with a layer-major device array (as
+ *                            vLLM keeps per-layer caches): every 2 MiB
+ *                            block is 128 runs of 16 KiB on the device side
+ *
+ * METHOD is auto, batch (skipped, with a note, where the driver has no
+ * cuMemcpyBatchAsync: -ENOTSUP), kernel or memcpy.  value = GB/s of block
+ * bytes moved per call (1 GB = 1e9 bytes; calls queued back to back on the
+ * default stream, then kvrt_gpu_sync); limit = one kvrt_gpu_memcpy() of
+ * --batch-mib MiB in the same direction between a host buffer registered
+ * with kvrt_gpu_register_host() and device memory, measured between the
+ * repetitions (the pinned cuMemcpy the copies cannot beat);
+ * ratio = value / limit.  After the repetitions three copied blocks are
+ * compared with their sources.
+ *
+ * Registration: register_space_KIND: value = milliseconds per GiB for
+ * kvrt_gpu_register_space() of an embedded space of --reg-gib GiB
+ * (default 4), every 2 MiB block allocated and touched; KIND says what
+ * backs it per kvrt_space_mem_info(): hugetlb (MAP_HUGETLB pages), thp
+ * (transparent huge pages) or 4k (neither), more than half of it, and a
+ * note gives the whole summary.  limit = milliseconds per GiB for
+ * kvrt_gpu_register_host() of as much malloc'd memory held on 4 KiB pages
+ * (madvise MADV_NOHUGEPAGE), touched first; ratio = limit / value (a cost:
+ * above 1 when the space registers faster).  Each repetition registers
+ * and unregisters once; only the registration is timed.
+ *
+ * Timing: CLOCK_MONOTONIC; value and limit repetitions alternate, each at
+ * least --rep-time seconds (default 0.1), medians of --reps (default 5).
+ * Without a usable GPU (kvrt_gpu_probe) it prints the reason on stderr
+ * and exits with status 1.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <errno.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "kvrt.h"
+#include "report.h"
+
+#define HEAD_DIM 128
+#define KV_HEADS 4
+#define BLOCK_TOKENS 16
+#define LAYER_BYTES (2ULL * BLOCK_TOKENS * KV_HEADS * HEAD_DIM * 2)	/* 32 KiB */
+
+struct gcopy_opts {
+	struct kvb_opts c;
+	int device;
+	unsigned long mib, batch_mib, reg_gib;
+};
+
+static const struct kvb_opts gcopy_defaults = {
+	.bench = "gpu-copy", .reps = 5, .rep_time = 0.1,
+};
+
+static const uint32_t layers_per_block[] = { 1, 8, 64 };
+static const enum kvrt_gpu_copy_method methods[] = {
+	KVRT_GPU_COPY_AUTO, KVRT_GPU_COPY_BATCH, KVRT_GPU_COPY_KERNEL, KVRT_GPU_COPY_MEMCPY,
+};
+static const char *const method_name[] = { "auto", "batch", "kernel", "memcpy" };
+
+static void gcopy_usage(FILE *f)
+{
+	fprintf(f,
+		"usage: kvbench gpu-copy [--json] [options]\n"
+		"\n"
+		"Block copies with kvrt_gpu_copy_blocks() between device memory and a\n"
+		"registered embedded-backend space (offload: device -> pool, fetch: pool ->\n"
+		"device), 32 KiB, 256 KiB and 2 MiB blocks, per method (auto, batch, kernel,\n"
+		"memcpy), against one pinned kvrt_gpu_memcpy() of the same bytes; and the cost\n"
+		"of kvrt_gpu_register_space() per GiB against registering malloc'd 4 KiB-page\n"
+		"memory.\n"
+		"\n"
+		"options:\n"
+		"  --device N        GPU ordinal (default 0)\n"
+		"  --mib M           pool and device array per block size, MiB (default 1024)\n"
+		"  --batch-mib B     bytes per copy call, MiB (default 256; at most --mib)\n"
+		"  --reg-gib G       memory registered in the registration case, GiB (default 4;\n"
+		"                    0: skip it)\n");
+	kvb_common_usage(f, &gcopy_defaults);
+	fprintf(f, "\nWithout a usable GPU: the reason on stderr, exit status 1.\n");
+}
+
+static uint64_t xorshift(uint64_t *s)
+{
+	*s ^= *s << 13;
+	*s ^= *s >> 7;
+	*s ^= *s << 17;
+	return *s;
+}
+
+static void shuffle(uint32_t *v, uint32_t n, uint64_t seed)
+{
+	uint32_t i;
+
+	for (i = 0; i < n; i++)
+		v[i] = i;
+	for (i = n ? n - 1 : 0; i > 0; i--) {
+		uint32_t j = (uint32_t)(xorshift(&seed) % (i + 1)), t = v[i];
+
+		v[i] = v[j];
+		v[j] = t;
+	}
+}
+
+static void fill(void *p, size_t bytes, uint64_t seed)
+{
+	uint64_t *w = p;
+	size_t i;
+
+	seed |= 1;
+	for (i = 0; i < bytes / 8; i++)
+		w[i] = xorshift(&seed);
+}
+
+static void *map_anon(size_t bytes, int advice)
+{
+	void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+	if (p == MAP_FAILED)
+		return NULL;
+	madvise(p, bytes, advice);
+	return p;
+}
+
+struct gc {
+	const struct gcopy_opts *o;
+	struct kvrt *k;
+	struct kvrt_gpu *g;
+	struct kvrt_gpu_info info;
+	/* the limit: a registered host buffer and a device buffer of batch bytes */
+	void *lim_host, *lim_dev;
+	size_t batch_bytes;
+	bool batch_ok;
+};
+
+static int fail_ret(const struct gc *x, const char *what, int ret)
+{
+	(void)x;
+	fprintf(stderr, "kvbench gpu-copy: %s: %s\n", what, strerror(-ret));
+	return ret;
+}
+
+/* Seconds per synchronous memcpy of the limit, whole copies for rep_time. */
+static int time_limit(struct gc *x, bool to_host, double rep_time, double *sec)
+{
+	double t0 = kvb_now_s(), t;
+	unsigned long n = 0;
+	int ret;
+
+	do {
+		ret = to_host ? kvrt_gpu_memcpy(x->g, x->lim_host, x->lim_dev, x->batch_bytes) :
+				kvrt_gpu_memcpy(x->g, x->lim_dev, x->lim_host, x->batch_bytes);
+		if (ret)
+			return ret;
+		n++;
+		t = kvb_now_s() - t0;
+	} while (t < rep_time);
+	*sec = t / (double)n;
+	return 0;
+}
+
+struct copy_set {
+	const struct kvrt_block_array *dst, *src;
+	struct kvrt_block_pair *pairs;
+	uint32_t count;
+	enum kvrt_gpu_copy_method m;
+};
+
+/* Calls for at least rep_time (then a sync): seconds per call. */
+static int time_copies(struct gc *x, const struct copy_set *s, double rep_time, double *sec)
+{
+	double t0 = kvb_now_s(), t;
+	unsigned long n = 0;
+	int ret;
+
+	do {
+		ret = kvrt_gpu_copy_blocks(x->g, s->dst, s->src, s->pairs, s->count, s->m, NULL);
+		if (!ret)
+			ret = kvrt_gpu_sync(x->g, NULL);
+		if (ret)
+			return ret;
+		n++;
+		t = kvb_now_s() - t0;
+	} while (t < rep_time);
+	*sec = t / (double)n;
+	return 0;
+}
+
+/* Three pairs: the destination block's bytes (device or host) equal the source's. */
+static int verify(struct gc *x, const struct copy_set *s, size_t block_bytes)
+{
+	uint32_t at[3] = { 0, s->count / 2, s->count - 1 }, i;
+	uint8_t *a = malloc(block_bytes), *b = malloc(block_bytes);
+	int ret = a && b ? 0 : -ENOMEM;
+
+	for (i = 0; i < 3 && !ret; i++) {
+		const struct kvrt_block_pair *p = &s->pairs[at[i]];
+		const struct kvrt_layout *dl = s->dst->layout, *sl = s->src->layout;
+
+		/* block-major on both sides in the checked cases: one run per block */
+		ret = kvrt_gpu_memcpy(x->g, a, (uint8_t *)s->dst->base + (size_t)p->dst * dl->block_stride,
+				      block_bytes);
+		if (!ret)
+			ret = kvrt_gpu_memcpy(x->g, b, (uint8_t *)s->src->base +
+					      (size_t)p->src * sl->block_stride, block_bytes);
+		if (!ret && memcmp(a, b, block_bytes))
+			ret = -EIO;
+	}
+	free(a);
+	free(b);
+	return ret;
+}
+
+/* One block size: every method, both directions. */
+static int bench_size(struct gc *x, const struct kvb_report *rep, uint32_t layers, unsigned int *step,
+		      unsigned int steps)
+{
+	const struct kvb_opts *c = &x->o->c;
+	uint64_t block_bytes = layers * LAYER_BYTES, seed = 0x1234567ULL + layers;
+	uint32_t nblocks = (uint32_t)(((uint64_t)x->o->mib << 20) / block_bytes);
+	uint32_t count = (uint32_t)(x->batch_bytes / block_bytes), i, *ids = NULL, *perm = NULL;
+	struct kvrt_space_opts so = { .flags = KVRT_SPACE_CREATE | KVRT_SPACE_EXCL, .mode = 0600,
+				      .block_bytes = block_bytes,
+				      .quota_bytes = block_bytes * nblocks };
+	struct kvrt_layout pool_lo, dev_bm, dev_lm;
+	struct kvrt_block_array pool, dbm, dlm;
+	struct kvrt_block_pair *off_pairs = NULL, *fetch_pairs = NULL;
+	struct kvrt_space *sp = NULL;
+	void *dev = NULL;
+	char sname[64];
+	double vs[KVB_MAX_REPS], ls[KVB_MAX_REPS];
+	bool lm_too = layers == 64;
+	int ret, pass;
+
+	snprintf(sname, sizeof(sname), "kvbench-gpu-copy-%u-%d", layers, (int)getpid());
+	so.name = sname;
+	ret = kvrt_space_open(x->k, &so, &sp);
+	if (ret)
+		return fail_ret(x, "kvrt_space_open", ret);
+	ids = malloc(sizeof(*ids) * nblocks);
+	perm = malloc(sizeof(*perm) * nblocks);
+	off_pairs = malloc(sizeof(*off_pairs) * count);
+	fetch_pairs = malloc(sizeof(*fetch_pairs) * count);
+	if (!ids || !perm || !off_pairs || !fetch_pairs) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	for (i = 0; i < nblocks && !ret; i += KVRT_MAX_BATCH) {
+		uint32_t n = nblocks - i < KVRT_MAX_BATCH ? nblocks - i : KVRT_MAX_BATCH;
+
+		ret = kvrt_alloc_blocks(sp, n, ids + i);
+	}
+	if (ret) {
+		fail_ret(x, "kvrt_alloc_blocks", ret);
+		goto out;
+	}
+	kvb_progress(c, *step, steps, "filling the pool");
+	for (i = 0; i < nblocks; i++)
+		fill(kvrt_block_addr(sp, ids[i]), block_bytes, seed + i);
+	ret = kvrt_layout_init(&pool_lo, KVRT_LAYOUT_BLOCK_MAJOR, layers, KV_HEADS, HEAD_DIM,
+			       BLOCK_TOKENS, nblocks, KVRT_DTYPE_BF16);
+	if (!ret)
+		ret = kvrt_layout_for_space(&pool_lo, sp);
+	if (!ret)
+		ret = kvrt_layout_init(&dev_bm, KVRT_LAYOUT_BLOCK_MAJOR, layers, KV_HEADS, HEAD_DIM,
+				       BLOCK_TOKENS, nblocks, KVRT_DTYPE_BF16);
+	if (!ret)
+		ret = kvrt_layout_init(&dev_lm, KVRT_LAYOUT_LAYER_MAJOR, layers, KV_HEADS, HEAD_DIM,
+				       BLOCK_TOKENS, nblocks, KVRT_DTYPE_BF16);
+	if (ret) {
+		fail_ret(x, "layouts", ret);
+		goto out;
+	}
+	ret = kvrt_gpu_register_space(x->g, sp);
+	if (ret) {
+		fail_ret(x, "kvrt_gpu_register_space", ret);
+		goto out;
+	}
+	ret = kvrt_gpu_alloc(x->g, (size_t)block_bytes * nblocks, &dev);
+	if (ret) {
+		fail_ret(x, "device array", ret);
+		goto out;
+	}
+	pool = (struct kvrt_block_array){ &pool_lo, kvrt_space_base(sp), NULL };
+	dbm = (struct kvrt_block_array){ &dev_bm, dev, NULL };
+	dlm = (struct kvrt_block_array){ &dev_lm, dev, NULL };
+	/* the device array starts as a copy of the pool, in place */
+	for (i = 0; i < nblocks && !ret; i++)
+		ret = kvrt_gpu_memcpy(x->g, (uint8_t *)dev + (size_t)i * block_bytes,
+				      kvrt_block_addr(sp, i), block_bytes);
+	/* random scattered pairs: distinct destinations, distinct sources */
+	shuffle(perm, nblocks, seed * 3);
+	for (i = 0; i < count; i++)
+		off_pairs[i] = (struct kvrt_block_pair){ .src = perm[i], .dst = ids[perm[nblocks - 1 - i]] };
+	shuffle(perm, nblocks, seed * 5);
+	for (i = 0; i < count; i++)
+		fetch_pairs[i] = (struct kvrt_block_pair){ .src = ids[perm[i]], .dst = perm[nblocks - 1 - i] };
+
+	for (pass = 0; pass < (lm_too ? 2 : 1) && !ret; pass++) {
+		const struct kvrt_block_array *darr = pass ? &dlm : &dbm;
+		unsigned int mi;
+		int dir;
+
+		for (mi = 0; mi < 4 && !ret; mi++)
+			for (dir = 0; dir < 2 && !ret; dir++) {
+				struct copy_set s = {
+					.dst = dir ? darr : &pool, .src = dir ? &pool : darr,
+					.pairs = dir ? fetch_pairs : off_pairs, .count = count,
+					.m = methods[mi],
+				};
+				char name[64], unit[96];
+				double v, l;
+				unsigned int r;
+
+				snprintf(name, sizeof(name), "%s%s_block%uk_%s", dir ? "fetch" : "offload",
+					 pass ? "_lm" : "", (unsigned int)(block_bytes >> 10),
+					 method_name[mi]);
+				kvb_progress(c, ++*step, steps, name);
+				if (s.m == KVRT_GPU_COPY_BATCH && !x->batch_ok)
+					continue;
+				/* warm: first use (AUTO calibrates), page tables */
+				ret = kvrt_gpu_copy_blocks(x->g, s.dst, s.src, s.pairs, s.count, s.m, NULL);
+				if (ret == -ENOTSUP && s.m == KVRT_GPU_COPY_BATCH) {
+					kvb_note(c, "batch cases skipped: kvrt_gpu_copy_blocks says -ENOTSUP "
+						 "(driver %d, cuMemcpyBatchAsync needs 12.8)",
+						 x->info.driver_version);
+					x->batch_ok = false;
+					ret = 0;
+					continue;
+				}
+				if (!ret)
+					ret = kvrt_gpu_sync(x->g, NULL);
+				for (r = 0; r < c->reps && !ret; r++) {
+					ret = time_limit(x, !dir, c->rep_time, &ls[r]);
+					if (!ret)
+						ret = time_copies(x, &s, c->rep_time, &vs[r]);
+				}
+				if (!ret && !pass) {
+					ret = verify(x, &s, block_bytes);
+					if (ret == -EIO)
+						fprintf(stderr, "kvbench gpu-copy: %s: a copied block differs "
+							"from its source\n", name);
+				}
+				if (ret) {
+					if (ret != -EIO)
+						fail_ret(x, name, ret);
+					break;
+				}
+				v = (double)count * block_bytes / kvb_median(vs, c->reps) / 1e9;
+				l = (double)x->batch_bytes / kvb_median(ls, c->reps) / 1e9;
+				snprintf(unit, sizeof(unit), "GB/s one pinned %s memcpy of %lu MiB",
+					 dir ? "H2D" : "D2H", x->o->batch_mib);
+				kvb_report(rep, name, v, "GB/s block bytes copied (ratio = value/limit)", l,
+					   unit);
+			}
+	}
+out:
+	kvrt_gpu_free(x->g, dev);
+	if (sp) {
+		kvrt_gpu_unregister_space(x->g, sp);
+		kvrt_space_close(sp);
+	}
+	free(ids);
+	free(perm);
+	free(off_pairs);
+	free(fetch_pairs);
+	return ret;
+}
+
+/* Registration cost: an embedded space against malloc'd 4 KiB pages. */
+static int bench_register(struct gc *x, const struct kvb_report *rep)
+{
+	const struct kvb_opts *c = &x->o->c;
+	uint64_t bytes = (uint64_t)x->o->reg_gib << 30, block = 2ULL << 20;
+	uint32_t nblocks = (uint32_t)(bytes / block), i, *ids = malloc(sizeof(uint32_t) * (bytes / block));
+	struct kvrt_space_opts so = { .flags = KVRT_SPACE_CREATE | KVRT_SPACE_EXCL, .mode = 0600,
+				      .block_bytes = block, .quota_bytes = bytes };
+	struct kvrt_space *sp = NULL;
+	struct kvrt_mem_info mi;
+	double vs[KVB_MAX_REPS], ls[KVB_MAX_REPS], t0;
+	const char *kind;
+	char sname[64], name[64], unit[128];
+	uint8_t *plain = NULL;
+	unsigned int r;
+	int ret;
+
+	if (!ids)
+		return -ENOMEM;
+	snprintf(sname, sizeof(sname), "kvbench-gpu-register-%d", (int)getpid());
+	so.name = sname;
+	ret = kvrt_space_open(x->k, &so, &sp);
+	if (ret) {
+		free(ids);
+		return fail_ret(x, "kvrt_space_open (registration)", ret);
+	}
+	for (i = 0; i < nblocks && !ret; i += KVRT_MAX_BATCH)
+		ret = kvrt_alloc_blocks(sp, nblocks - i < KVRT_MAX_BATCH ? nblocks - i : KVRT_MAX_BATCH,
+					ids + i);
+	if (ret) {
+		fail_ret(x, "kvrt_alloc_blocks (registration)", ret);
+		goto out;
+	}
+	for (i = 0; i < nblocks; i++)
+		memset(kvrt_block_addr(sp, ids[i]), 1, block);
+	ret = kvrt_space_mem_info(sp, &mi);
+	if (ret) {
+		fail_ret(x, "kvrt_space_mem_info", ret);
+		goto out;
+	}
+	kind = mi.hugetlb_bytes * 2 > mi.backed_bytes ? "hugetlb" :
+	       mi.thp_bytes * 2 > mi.backed_bytes ? "thp" : "4k";
+	kvb_note(c, "registration: space of %lu GiB: %s", x->o->reg_gib, mi.summary);
+	plain = map_anon(bytes, MADV_NOHUGEPAGE);
+	if (!plain) {
+		ret = -ENOMEM;
+		fail_ret(x, "mapping the 4 KiB-page buffer", ret);
+		goto out;
+	}
+	memset(plain, 1, bytes);
+	for (r = 0; r < c->reps && !ret; r++) {
+		t0 = kvb_now_s();
+		ret = kvrt_gpu_register_host(x->g, plain, bytes);
+		ls[r] = kvb_now_s() - t0;
+		if (!ret)
+			ret = kvrt_gpu_unregister_host(x->g, plain);
+		if (ret) {
+			fail_ret(x, "kvrt_gpu_register_host", ret);
+			break;
+		}
+		t0 = kvb_now_s();
+		ret = kvrt_gpu_register_space(x->g, sp);
+		vs[r] = kvb_now_s() - t0;
+		if (!ret)
+			ret = kvrt_gpu_unregister_space(x->g, sp);
+		if (ret)
+			fail_ret(x, "kvrt_gpu_register_space", ret);
+	}
+	if (!ret) {
+		double gib = (double)bytes / (1ULL << 30);
+
+		snprintf(name, sizeof(name), "register_space_%s", kind);
+		snprintf(unit, sizeof(unit),
+			 "ms per GiB kvrt_gpu_register_space, %s-backed space (ratio = limit/value)", kind);
+		kvb_report(rep, name, kvb_median(vs, c->reps) * 1e3 / gib, unit,
+			   kvb_median(ls, c->reps) * 1e3 / gib,
+			   "ms per GiB kvrt_gpu_register_host, malloc'd 4 KiB pages");
+	}
+out:
+	if (plain)
+		munmap(plain, bytes);
+	kvrt_space_close(sp);
+	free(ids);
+	return ret;
+}
+
+static int bench(const struct gcopy_opts *o)
+{
+	const struct kvb_opts *c = &o->c;
+	struct kvb_report rate = { .o = c, .ratio = KVB_RATE, .name_w = 30, .num_w = 10,
+				   .unit_w = 40, .ratio_w = 7 };
+	struct kvb_report cost = rate;
+	struct kvrt_open_opts oo = { .backend = KVRT_BACKEND_EMBEDDED };
+	struct gc x = { .o = o };
+	unsigned int i, step = 0, steps = 3 * 8 + 8;
+	char why[512];
+	int ret;
+
+	cost.ratio = KVB_COST;
+	ret = kvrt_gpu_probe(why, sizeof(why));
+	if (ret) {
+		fprintf(stderr, "kvbench gpu-copy: no usable GPU: %s\n", why);
+		return 1;
+	}
+	ret = kvrt_open(&x.k, &oo);
+	if (ret) {
+		fail_ret(&x, "kvrt_open", ret);
+		return 1;
+	}
+	ret = kvrt_gpu_open(x.k, o->device, &x.g);
+	if (ret) {
+		fprintf(stderr, "kvbench gpu-copy: kvrt_gpu_open(%d): %s\n", o->device, strerror(-ret));
+		kvrt_close(x.k);
+		return 1;
+	}
+	kvrt_gpu_info(x.g, &x.info);
+	x.batch_ok = true;
+	kvb_note(c, "%s (driver %d, cuMemcpyBatchAsync %s); %s", x.info.name, x.info.driver_version,
+		 x.info.batch_memcpy ? "yes" : "no", kvrt_backend_info(x.k));
+	x.batch_bytes = (size_t)o->batch_mib << 20;
+	x.lim_host = map_anon(x.batch_bytes, MADV_HUGEPAGE);
+	if (!x.lim_host) {
+		ret = fail_ret(&x, "mapping the limit's host buffer", -ENOMEM);
+		goto out;
+	}
+	fill(x.lim_host, x.batch_bytes, 99);
+	ret = kvrt_gpu_register_host(x.g, x.lim_host, x.batch_bytes);
+	if (ret) {
+		fail_ret(&x, "kvrt_gpu_register_host (limit buffer)", ret);
+		goto out;
+	}
+	ret = kvrt_gpu_alloc(x.g, x.batch_bytes, &x.lim_dev);
+	if (ret) {
+		fail_ret(&x, "device buffer for the limit", ret);
+		goto out;
+	}
+	kvb_report_header(&rate, "GB/s");
+	for (i = 0; i < sizeof(layers_per_block) / sizeof(layers_per_block[0]) && !ret; i++)
+		ret = bench_size(&x, &rate, layers_per_block[i], &step, steps);
+	if (!ret && o->reg_gib) {
+		kvb_progress(c, steps, steps, "registration");
+		ret = bench_register(&x, &cost);
+	}
+	kvb_progress_end();
+out:
+	if (x.lim_dev)
+		kvrt_gpu_free(x.g, x.lim_dev);
+	if (x.lim_host) {
+		kvrt_gpu_unregister_host(x.g, x.lim_host);
+		munmap(x.lim_host, x.batch_bytes);
+	}
+	kvrt_gpu_close(x.g);
+	kvrt_close(x.k);
+	return ret ? 1 : 0;
+}
+
+/* argv[0] is "gpu-copy". */
+int cmd_gpu_copy(int argc, char **argv)
+{
+	struct gcopy_opts o = { .c = gcopy_defaults, .mib = 1024, .batch_mib = 256, .reg_gib = 4 };
+	unsigned long n;
+	int i, ret;
+
+	for (i = 1; i < argc; i++) {
+		const char *a = argv[i], *v;
+
+		ret = kvb_common_opt(&o.c, argc, argv, &i);
+		if (ret == 1)
+			continue;
+		if (ret)
+			return ret;
+		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+			gcopy_usage(stdout);
+			return 0;
+		}
+		if (strcmp(a, "--device") && strcmp(a, "--mib") && strcmp(a, "--batch-mib") &&
+		    strcmp(a, "--reg-gib"))
+			return kvb_usage_error(&o.c, gcopy_usage, "unknown option '%s'", a);
+		if (i + 1 >= argc)
+			return kvb_usage_error(&o.c, gcopy_usage, "option '%s' needs a value", a);
+		v = argv[++i];
+		if (!strcmp(a, "--device")) {
+			if (kvb_parse_ulong(v, 0, 1023, &n))
+				return kvb_usage_error(&o.c, gcopy_usage,
+						       "--device: '%s' is not an ordinal", v);
+			o.device = (int)n;
+		} else if (!strcmp(a, "--mib")) {
+			if (kvb_parse_ulong(v, 4, 1 << 20, &o.mib))
+				return kvb_usage_error(&o.c, gcopy_usage,
+						       "--mib: '%s' is not a number from 4 to 1048576", v);
+		} else if (!strcmp(a, "--batch-mib")) {
+			if (kvb_parse_ulong(v, 2, 1 << 16, &o.batch_mib))
+				return kvb_usage_error(&o.c, gcopy_usage,
+						       "--batch-mib: '%s' is not a number from 2 to 65536",
+						       v);
+		} else {
+			if (kvb_parse_ulong(v, 0, 1024, &o.reg_gib))
+				return kvb_usage_error(&o.c, gcopy_usage,
+						       "--reg-gib: '%s' is not a number from 0 to 1024", v);
+		}
+	}
+	if (o.batch_mib > o.mib)
+		return kvb_usage_error(&o.c, gcopy_usage, "--batch-mib %lu is more than --mib %lu",
+				       o.batch_mib, o.mib);
+	return bench(&o);
+}
