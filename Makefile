@@ -67,10 +67,12 @@ check-lib: deps
 	$(MAKE) -C libkvrt check
 
 # The GPU kernels without a GPU: the fatbin's images, names and spills
-# (needs nvcc), then every kernel run on the CPU emulator against libkvrt.
+# (needs nvcc), every kernel run on the CPU emulator against libkvrt, then
+# libkvrt's GPU test through a libcuda stand-in running that emulator.
 check-cuda: deps
 	$(MAKE) -C cuda check
 	$(MAKE) -C cuda emu-test
+	$(MAKE) -C cuda emu-driver-test
 
 check-kmod: deps module tools selftests
 	bash selftests/vm/run-vm.sh check
