@@ -20,8 +20,8 @@
  * size, and many mid-size copies can run faster than one huge one, so a
  * ratio a little above 1 is possible.  Each array is --mib MiB (default 256), far above the
  * last-level cache, so every repetition streams from DRAM.  "cpu" is the
- * CPU implementation between host arrays; GPU rows will get their own
- * cases.
+ * CPU implementation between host arrays; the GPU's copies are
+ * kvbench gpu-copy (bench_gpu_copy.c).
  *
  * --sweep adds 64, 128, 512 and 1024 KiB blocks; --plot FILE draws GB/s
  * against block size, the copies and the memcpy limit (and implies
