@@ -84,22 +84,7 @@ KVRT_DEV int q_index(int h, int d)
 }
 
 /* What every item of a launch shares, taken out of the argument struct. */
-struct Ctx {
-	const char *q;
-	char *out;
-	const char *k, *v;
-	const float *ks, *vs;
-	int64_t bs, ts, hs, sbs;
-	const int32_t *indices, *indptr, *seq_lens;
-	float *po, *pml;
-	int num_q_heads;
-	int bt;
-	FastDiv bdiv;
-	float sm_scale, softcap;
-	int window_left;
-	uint32_t q_dtype, o_dtype;
-	int al;
-};
+using Ctx = AttnCtx;
 
 template <int HD, int KV, int G>
 KVRT_DEV void decode_item(const Ctx &c, const kvrt_gk_work &w, DecodeSmem<HD> &sm)
@@ -381,32 +366,7 @@ template <int HD, int KV>
 KVRT_DEV void decode_kernel(const kvrt_gk_attn_args &a)
 {
 	KVRT_SHARED(DecodeSmem<HD>, sm);
-	Ctx c;
-
-	c.q = reinterpret_cast<const char *>(a.q);
-	c.out = reinterpret_cast<char *>(a.out);
-	c.k = reinterpret_cast<const char *>(a.k);
-	c.v = reinterpret_cast<const char *>(a.v);
-	c.ks = reinterpret_cast<const float *>(a.k_scales);
-	c.vs = reinterpret_cast<const float *>(a.v_scales);
-	c.bs = a.block_stride;
-	c.ts = a.token_stride;
-	c.hs = a.head_stride;
-	c.sbs = a.scale_block_stride;
-	c.indices = reinterpret_cast<const int32_t *>(a.indices);
-	c.indptr = reinterpret_cast<const int32_t *>(a.indptr);
-	c.seq_lens = reinterpret_cast<const int32_t *>(a.seq_lens);
-	c.po = reinterpret_cast<float *>(a.partial_o);
-	c.pml = reinterpret_cast<float *>(a.partial_ml);
-	c.num_q_heads = (int)a.num_q_heads;
-	c.bt = (int)a.block_tokens;
-	c.bdiv = make_fastdiv(a.block_tokens);
-	c.sm_scale = a.sm_scale;
-	c.softcap = a.logit_softcap;
-	c.window_left = a.window_left;
-	c.q_dtype = a.q_dtype;
-	c.o_dtype = a.o_dtype;
-	c.al = common_align(a.k, a.v, a.block_stride, a.token_stride, a.head_stride);
+	const Ctx c = make_attn_ctx(a);
 
 	const kvrt_gk_plan_hdr *hdr = reinterpret_cast<const kvrt_gk_plan_hdr *>(a.hdr);
 	const kvrt_gk_work *work = reinterpret_cast<const kvrt_gk_work *>(a.work);

@@ -492,6 +492,57 @@ struct ReduceScatter<N, 0> {
 	}
 };
 
+/* ---- the attention kernels' arguments, as typed pointers ------------------ */
+
+struct AttnCtx {
+	const char *q;
+	char *out;
+	const char *k, *v;
+	const float *ks, *vs;
+	int64_t bs, ts, hs, sbs;
+	const int32_t *indices, *indptr, *seq_lens, *q_indptr;
+	float *po, *pml;
+	int num_q_heads;
+	int bt;
+	FastDiv bdiv;
+	float sm_scale, softcap;
+	int window_left;
+	uint32_t q_dtype, o_dtype;
+	int al;
+};
+
+KVRT_DEV AttnCtx make_attn_ctx(const kvrt_gk_attn_args &a)
+{
+	AttnCtx c;
+
+	c.q = reinterpret_cast<const char *>(a.q);
+	c.out = reinterpret_cast<char *>(a.out);
+	c.k = reinterpret_cast<const char *>(a.k);
+	c.v = reinterpret_cast<const char *>(a.v);
+	c.ks = reinterpret_cast<const float *>(a.k_scales);
+	c.vs = reinterpret_cast<const float *>(a.v_scales);
+	c.bs = a.block_stride;
+	c.ts = a.token_stride;
+	c.hs = a.head_stride;
+	c.sbs = a.scale_block_stride;
+	c.indices = reinterpret_cast<const int32_t *>(a.indices);
+	c.indptr = reinterpret_cast<const int32_t *>(a.indptr);
+	c.seq_lens = reinterpret_cast<const int32_t *>(a.seq_lens);
+	c.q_indptr = reinterpret_cast<const int32_t *>(a.q_indptr);
+	c.po = reinterpret_cast<float *>(a.partial_o);
+	c.pml = reinterpret_cast<float *>(a.partial_ml);
+	c.num_q_heads = (int)a.num_q_heads;
+	c.bt = (int)a.block_tokens;
+	c.bdiv = make_fastdiv(a.block_tokens);
+	c.sm_scale = a.sm_scale;
+	c.softcap = a.logit_softcap;
+	c.window_left = a.window_left;
+	c.q_dtype = a.q_dtype;
+	c.o_dtype = a.o_dtype;
+	c.al = common_align(a.k, a.v, a.block_stride, a.token_stride, a.head_stride);
+	return c;
+}
+
 } /* namespace kvgpu */
 
 #endif /* KVRT_COMMON_CUH */
