@@ -215,6 +215,8 @@ static size_t ws_layout(struct attn_ws *ws, const struct attn_job *job, uint32_t
 	 */
 	uint32_t tile = (4096 / dpad / (job->q_indptr ? 1 : 2)) & ~15u;
 	uint32_t rows = hpi * ((qt * job->group + 3) & ~3u);
+	/* decode keeps VL rows per vector: acc, m, l and s in whole vectors */
+	uint32_t vrows = (rows + 15) & ~15u;
 	size_t off = 0;
 
 	if (tile < 16)
@@ -232,12 +234,12 @@ static size_t ws_layout(struct attn_ws *ws, const struct attn_job *job, uint32_t
 	} while (0)
 	CARVE(q, sizeof(float) * rows * dpad);
 	CARVE(qh, sizeof(uint16_t) * rows * dpad);
-	CARVE(acc, sizeof(float) * rows * dpad);
-	CARVE(m, sizeof(float) * rows);
-	CARVE(l, sizeof(float) * rows);
+	CARVE(acc, sizeof(float) * vrows * dpad);
+	CARVE(m, sizeof(float) * vrows);
+	CARVE(l, sizeof(float) * vrows);
 	CARVE(k, sizeof(float) * tile * dpad);
 	CARVE(v, sizeof(float) * tile * dpad);
-	CARVE(s, sizeof(float) * rows * tile);
+	CARVE(s, sizeof(float) * vrows * tile);
 	CARVE(lo, sizeof(int64_t) * rows);
 	CARVE(hi, sizeof(int64_t) * rows);
 	CARVE(kp, sizeof(void *) * (ATTN_PF_TILES + 1) * tile);

@@ -140,12 +140,13 @@ struct attn_ws {
 	uint32_t max_rows;	/* heads per item x rows per head (a multiple of 4) */
 	float *q;		/* [max_rows][dpad], pre-scaled by sm_scale */
 	uint16_t *qh;		/* [max_rows][dpad] bf16 q, unscaled (vdpbf16ps kernel) */
-	float *acc;		/* [max_rows][dpad] */
-	float *m;		/* [max_rows] running max */
-	float *l;		/* [max_rows] running sum */
+	float *acc;		/* [max_rows rounded up to 16][dpad] */
+	float *m;		/* [same] running max */
+	float *l;		/* [same] running sum */
 	float *k;		/* [tile][dpad] staged K (staged mode) */
 	float *v;		/* [tile][dpad] staged V */
-	float *s;		/* [max_rows][tile] logits, then probabilities */
+	float *s;		/* [max_rows][tile] logits, then probabilities;
+				 * decode: [tile][rows rounded up to 16] */
 	int64_t *lo, *hi;	/* [max_rows] key range per row */
 	/* [ATTN_PF_TILES + 1][tile]: this tile's and the prefetched ones' */
 	const uint8_t **kp;	/* K row of each key, at the item's first head */

@@ -26,11 +26,14 @@
  *      item, however many rows the group has.
  *   2. online softmax: m' = max(m, max s), acc *= exp(m - m'),
  *      l = l * exp(m - m') + sum exp(s - m'), p = exp(s - m').
- *   3. acc += p . V, RT rows x CT vectors at a time.
+ *   3. acc += p . V, RT rows x CT vectors at a time; bf16 V is widened
+ *      as even and odd elements (one operation per vector), which leaves
+ *      acc permuted until the end.
  *
- * while the K/V of the tile ATTN_PF_TILES ahead, every head of the item,
- * are prefetched a few lines per step.  At the end out = acc / l, rounded
- * to the output dtype.  An item covering all KV heads reads whole token
+ * Decode (one query row per head) keeps the logits key-major and runs
+ * step 2 on VL rows at once (dec_softmax).  Meanwhile the K/V of the tile
+ * ATTN_PF_TILES ahead, every head of the item, are prefetched at a steady
+ * rate.  At the end out = acc / l, rounded to the output dtype.  An item covering all KV heads reads whole token
  * rows (all heads) per tile: long sequential runs the memory system
  * streams much faster than one head's slice of each row.
  */
@@ -366,20 +369,21 @@ static inline void store_row(void *dst, const float *src, uint32_t n, enum kvrt_
 }
 
 /*
- * A prefetch stream: the lines of the runs rows[0..n) (run bytes each: a
- * token's row of every head of the item, contiguous), in address order,
- * per lines at each step.  The micro-kernels step it between their
- * arithmetic, so prefetches trickle out (a burst would fill the miss
- * buffers and stall the loads behind it) while the runs are still fetched
- * sequentially, which this memory serves far faster than the same lines
- * in head order.  run is rounded up to whole steps: a few lines past a
- * row's end may be prefetched, which is harmless.
+ * A prefetch stream: the lines of the runs rows[0..n) and then rows2[0..n)
+ * (run bytes each: a token's row of every head of the item, contiguous),
+ * in address order, at a steady rate of lines per step.  The kernel steps
+ * it between its arithmetic, so prefetches trickle out at about the rate
+ * memory delivers them (a burst fills the miss buffers and stalls the
+ * loads behind it, and measured 30% slower from DRAM), while the runs are
+ * still fetched sequentially, which this memory serves far faster than
+ * the same lines in head order.
  */
 struct pfs {
 	const uint8_t *p, *end;	/* the current run */
-	const uint8_t *const *rows;
+	const uint8_t *const *rows, *const *rows2;
 	uint32_t t, n;		/* the next run */
-	uint32_t run, per;
+	uint32_t run;
+	uint32_t rate, credit;	/* lines per step, in 1/256 */
 };
 
 static inline __attribute__((always_inline)) void pf_line(const uint8_t *p)
@@ -387,37 +391,78 @@ static inline __attribute__((always_inline)) void pf_line(const uint8_t *p)
 	__builtin_prefetch(p, 0, 3);
 }
 
-static inline void pfs_init(struct pfs *ps, const uint8_t *const *rows, uint32_t n,
-			    uint32_t bytes, uint32_t steps)
+/* rows2 may be NULL; steps: how often the kernel will step it (0: at once). */
+static inline void pfs_init(struct pfs *ps, const uint8_t *const *rows,
+			    const uint8_t *const *rows2, uint32_t n, uint32_t bytes, uint32_t steps)
 {
-	uint32_t lines = n * ((bytes + 63) / 64), per = 1;
+	uint64_t lines = (uint64_t)n * (rows2 ? 2 : 1) * ((bytes + 63) / 64);
+	uint64_t rate = steps ? (lines * 256 + steps - 1) / steps : lines * 256;
 
-	while (per < 8 && per * steps < lines)
-		per *= 2;
-	*ps = (struct pfs){ .rows = rows, .n = n, .per = per,
-			    .run = (bytes + 64 * per - 1) / (64 * per) * (64 * per) };
+	*ps = (struct pfs){ .rows = rows, .rows2 = rows2, .n = n, .run = (bytes + 63) & ~63u,
+			    .rate = rate > UINT32_MAX / 2 ? UINT32_MAX / 2 : (uint32_t)rate };
 }
 
 static inline __attribute__((always_inline)) void pfs_step(struct pfs *ps)
 {
-	const uint8_t *p = ps->p;
-	uint32_t k;
-
-	if (p == ps->end) {
-		if (ps->t >= ps->n)
-			return;
-		p = ps->rows[ps->t++];
-		ps->end = p + ps->run;
+	ps->credit += ps->rate;
+	while (ps->credit >= 256) {
+		if (ps->p == ps->end) {
+			if (ps->t >= ps->n) {
+				if (!ps->rows2) {
+					ps->credit = 0;
+					return;
+				}
+				ps->rows = ps->rows2;
+				ps->rows2 = NULL;
+				ps->t = 0;
+			}
+			ps->p = ps->rows[ps->t++];
+			ps->end = ps->p + ps->run;
+		}
+		pf_line(ps->p);
+		ps->p += 64;
+		ps->credit -= 256;
 	}
-	for (k = 0; k < ps->per; k++)
-		pf_line(p + 64 * k);
-	ps->p = p + 64 * ps->per;
 }
 
 static inline void pfs_rest(struct pfs *ps)
 {
-	while (ps->p != ps->end || ps->t < ps->n)
+	ps->rate = UINT32_MAX / 2;
+	while (ps->p != ps->end || ps->t < ps->n || ps->rows2)
 		pfs_step(ps);
+}
+
+/*
+ * The RT x 4 logits in acc (rows x keys) to s: row-major (tr 0: s[i *
+ * tile + j]) or key-major (s[j * tr + i], the decode layout).
+ */
+static inline __attribute__((always_inline)) void
+logits_out(vf acc[RT][4], float *s, uint32_t tile, uint32_t tr)
+{
+	int i, j;
+
+	if (!tr) {
+#pragma GCC unroll 16
+		for (i = 0; i < RT; i++)
+			hsum4(acc[i][0], acc[i][1], acc[i][2], acc[i][3], s + (size_t)i * tile);
+		return;
+	}
+#if RT == 4
+	/* the four rows of key j are adjacent: one reduction writes them */
+#pragma GCC unroll 4
+	for (j = 0; j < 4; j++)
+		hsum4(acc[0][j], acc[1][j], acc[2][j], acc[3][j], s + (size_t)j * tr);
+#else
+#pragma GCC unroll 16
+	for (i = 0; i < RT; i++) {
+		float x[4];
+
+		hsum4(acc[i][0], acc[i][1], acc[i][2], acc[i][3], x);
+#pragma GCC unroll 4
+		for (j = 0; j < 4; j++)
+			s[(size_t)j * tr + i] = x[j];
+	}
+#endif
 }
 
 /*
@@ -430,7 +475,7 @@ static inline void pfs_rest(struct pfs *ps)
 /* s[i][0..4) = q[i] . k[0..4) for RT rows i, over n dims. */
 static inline __attribute__((always_inline)) void
 logits_rt4(enum kvrt_dtype dt, const float *q, const uint8_t *const *kp, int64_t hoff,
-	   uint32_t hd, uint32_t dp, float *s, uint32_t tile, struct pfs *ps)
+	   uint32_t hd, uint32_t dp, float *s, uint32_t tile, uint32_t tr, struct pfs *ps)
 {
 	const size_t es = kvrt_dtype_size(dt);
 	vf acc[RT][4];
@@ -459,9 +504,7 @@ logits_rt4(enum kvrt_dtype dt, const float *q, const uint8_t *const *kp, int64_t
 			for (j = 0; j < 4; j++)
 				acc[i][j] += qv[i] * kv[j];
 	}
-#pragma GCC unroll 16
-	for (i = 0; i < RT; i++)
-		hsum4(acc[i][0], acc[i][1], acc[i][2], acc[i][3], s + (size_t)i * tile);
+	logits_out(acc, s, tile, tr);
 }
 
 #ifdef KERN_DPBF16
@@ -473,7 +516,7 @@ logits_rt4(enum kvrt_dtype dt, const float *q, const uint8_t *const *kp, int64_t
  */
 static inline __attribute__((always_inline)) void
 logits_dp(const uint16_t *q, const uint8_t *const *kp, int64_t hoff, uint32_t hd, uint32_t dp,
-	  float *s, uint32_t tile, struct pfs *ps)
+	  float *s, uint32_t tile, uint32_t tr, struct pfs *ps)
 {
 	vf acc[RT][4];
 	uint32_t c;
@@ -501,17 +544,59 @@ logits_dp(const uint16_t *q, const uint8_t *const *kp, int64_t hoff, uint32_t hd
 			for (j = 0; j < 4; j++)
 				acc[i][j] = (vf)_mm512_dpbf16_ps((__m512)acc[i][j], qv[i], kv[j]);
 	}
-#pragma GCC unroll 16
-	for (i = 0; i < RT; i++)
-		hsum4(acc[i][0], acc[i][1], acc[i][2], acc[i][3], s + (size_t)i * tile);
+	logits_out(acc, s, tile, tr);
 }
 #endif
 
-/* acc[i] += sum_t p[i][t] * v[t] over t in [t0, t1], RT rows, n dims. */
+/*
+ * bf16 pairs: the 2 VL bf16 at src as two exact f32 vectors, the even
+ * elements (low halves of each 32-bit lane, shifted up) and the odd ones
+ * (high halves, masked): one operation per vector, against two for a
+ * widening conversion.  Accumulators filled this way hold each block of
+ * 2 VL dims permuted, even dims first; unpair_row() puts them back.
+ */
+static inline __attribute__((always_inline)) void cvt_bf16_pairs(const uint8_t *src, vf *even,
+								 vf *odd)
+{
+	vu w;
+
+	memcpy(&w, src, sizeof(w));
+	*even = (vf)(w << 16);
+	*odd = (vf)(w & 0xffff0000u);
+}
+
+/* Undo the bf16-pair permutation of an accumulator row of n dims. */
+static inline void unpair_row(float *acc, uint32_t n)
+{
+	float tmp[2 * VL];
+	uint32_t b, k;
+
+	for (b = 0; b < n; b += 2 * VL) {
+		memcpy(tmp, acc + b, sizeof(tmp));
+		for (k = 0; k < VL; k++) {
+			acc[b + 2 * k] = tmp[k];
+			acc[b + 2 * k + 1] = tmp[VL + k];
+		}
+	}
+}
+
+/* How often pv_rt steps its prefetch stream per key. */
+static inline uint32_t pv_steps(uint32_t dims, int pairs)
+{
+	uint32_t rest = dims % (CT * VL);
+
+	return dims / (CT * VL) + (pairs ? rest / (2 * VL) : rest / VL);
+}
+
+/*
+ * acc[i] += sum_t p(i, t) * v[t] over t in [t0, t1], RT rows, n dims;
+ * p(i, t) = p[i * pis + t * pts].  pairs (bf16, n a multiple of 2 VL):
+ * acc is in the bf16-pair order.
+ */
 static inline __attribute__((always_inline)) void
-pv_rt(enum kvrt_dtype dt, float *acc, const float *p, const uint8_t *const *vp, int64_t hoff,
-      uint32_t hd, uint32_t dp, uint32_t tile, uint32_t t0, uint32_t t1,
-      struct pfs *ps)
+pv_rt(enum kvrt_dtype dt, int pairs, float *acc, const float *p, size_t pis, size_t pts,
+      const uint8_t *const *vp, int64_t hoff, uint32_t hd, uint32_t dp, uint32_t t0,
+      uint32_t t1, struct pfs *ps)
 {
 	const size_t es = kvrt_dtype_size(dt);
 	uint32_t c = 0, t;
@@ -531,12 +616,18 @@ pv_rt(enum kvrt_dtype dt, float *acc, const float *p, const uint8_t *const *vp, 
 
 			if (ps)
 				pfs_step(ps);
+			if (pairs) {
 #pragma GCC unroll 16
-			for (j = 0; j < CT; j++)
-				vv[j] = cvt_dt(dt, vr + es * j * VL);
+				for (j = 0; j < CT; j += 2)
+					cvt_bf16_pairs(vr + es * j * VL, &vv[j], &vv[j + 1]);
+			} else {
+#pragma GCC unroll 16
+				for (j = 0; j < CT; j++)
+					vv[j] = cvt_dt(dt, vr + es * j * VL);
+			}
 #pragma GCC unroll 16
 			for (i = 0; i < RT; i++) {
-				vf pi = vset1(p[(size_t)i * tile + t]);
+				vf pi = vset1(p[i * pis + t * pts]);
 
 #pragma GCC unroll 16
 				for (j = 0; j < CT; j++)
@@ -548,6 +639,34 @@ pv_rt(enum kvrt_dtype dt, float *acc, const float *p, const uint8_t *const *vp, 
 #pragma GCC unroll 16
 			for (j = 0; j < CT; j++)
 				vst(acc + (size_t)i * dp + c + j * VL, a[i][j]);
+	}
+	for (; pairs && c < hd; c += 2 * VL) {
+		vf a[RT][2];
+
+#pragma GCC unroll 16
+		for (i = 0; i < RT; i++) {
+			a[i][0] = vld(acc + (size_t)i * dp + c);
+			a[i][1] = vld(acc + (size_t)i * dp + c + VL);
+		}
+		for (t = t0; t <= t1; t++) {
+			vf ev, od;
+
+			cvt_bf16_pairs(vp[t] + hoff + es * c, &ev, &od);
+			if (ps)
+				pfs_step(ps);
+#pragma GCC unroll 16
+			for (i = 0; i < RT; i++) {
+				vf pi = vset1(p[i * pis + t * pts]);
+
+				a[i][0] += pi * ev;
+				a[i][1] += pi * od;
+			}
+		}
+#pragma GCC unroll 16
+		for (i = 0; i < RT; i++) {
+			vst(acc + (size_t)i * dp + c, a[i][0]);
+			vst(acc + (size_t)i * dp + c + VL, a[i][1]);
+		}
 	}
 	for (; c < hd; c += VL) {
 		vf a[RT];
@@ -562,7 +681,7 @@ pv_rt(enum kvrt_dtype dt, float *acc, const float *p, const uint8_t *const *vp, 
 				pfs_step(ps);
 #pragma GCC unroll 16
 			for (i = 0; i < RT; i++)
-				a[i] += vset1(p[(size_t)i * tile + t]) * vv;
+				a[i] += vset1(p[i * pis + t * pts]) * vv;
 		}
 #pragma GCC unroll 16
 		for (i = 0; i < RT; i++)
@@ -725,7 +844,7 @@ tile_logits_tm(enum kvrt_dtype dt, struct attn_ws *ws, const uint8_t *const *kp,
 			for (r = hh * rows4; r < (hh + 1) * rows4; r += RT)
 				logits_rt4(dt, ws->q + (size_t)r * ws->dpad, kp + t, hh * hstride,
 					   dims, ws->dpad, ws->s + (size_t)r * ws->tile + t,
-					   ws->tile, r == hh * rows4 ? ps : NULL);
+					   ws->tile, 0, r == hh * rows4 ? ps : NULL);
 }
 
 /*
@@ -735,7 +854,7 @@ tile_logits_tm(enum kvrt_dtype dt, struct attn_ws *ws, const uint8_t *const *kp,
  * the logits pass has already brought the tile's V lines near.)
  */
 static inline __attribute__((always_inline)) void
-tile_softmax_pv(enum kvrt_dtype dt, const struct attn_job *job, struct attn_ws *ws,
+tile_softmax_pv(enum kvrt_dtype dt, int pairs, const struct attn_job *job, struct attn_ws *ws,
 		const uint8_t *const *vp, uint32_t nh, uint32_t rows4, int64_t t0, int64_t t1,
 		uint32_t dims, const float *ks, const float *vs, float lscale, struct pfs *ps)
 {
@@ -747,10 +866,114 @@ tile_softmax_pv(enum kvrt_dtype dt, const struct attn_job *job, struct attn_ws *
 			if (group_softmax(job, ws, r, t0, t1, ks ? ks + (size_t)hh * T : NULL,
 					  vs ? vs + (size_t)hh * T : NULL, lscale, &a, &b))
 				continue;
-			pv_rt(dt, ws->acc + (size_t)r * ws->dpad, ws->s + (size_t)r * T, vp,
-			      hh * job->head_stride, dims, ws->dpad, T, a, b,
+			pv_rt(dt, pairs, ws->acc + (size_t)r * ws->dpad, ws->s + (size_t)r * T, T, 1,
+			      vp, hh * job->head_stride, dims, ws->dpad, a, b,
 			      r == hh * rows4 ? ps : NULL);
 		}
+}
+
+/*
+ * Decode (one query token per sequence): every row of the item sees the
+ * same keys, and a tile holds only keys in range, so the tile's logits are
+ * kept key-major, s[t * R + row] (R: the rows rounded up to whole vectors),
+ * and the online softmax runs on VL rows at once with no masks and no
+ * horizontal reductions.  Rows past the item's (padding) compute harmless
+ * finite values that are never stored.
+ */
+static inline __attribute__((always_inline)) void
+dec_logits(enum kvrt_dtype dt, int dot16, struct attn_ws *ws, const uint8_t *const *kp,
+	   uint32_t nh, int64_t hstride, uint32_t rows4, uint32_t R, uint32_t n, uint32_t dims,
+	   struct pfs *ps)
+{
+	uint32_t r, t, hh;
+
+#ifndef KERN_DPBF16
+	(void)dot16;
+#endif
+	for (t = 0; t < n; t += 4)
+		for (hh = 0; hh < nh; hh++)
+			for (r = hh * rows4; r < (hh + 1) * rows4; r += RT) {
+#ifdef KERN_DPBF16
+				if (dot16) {
+					logits_dp(ws->qh + (size_t)r * ws->dpad, kp + t, hh * hstride,
+						  dims, ws->dpad, ws->s + (size_t)t * R + r, 0, R,
+						  r == hh * rows4 ? ps : NULL);
+					continue;
+				}
+#endif
+				logits_rt4(dt, ws->q + (size_t)r * ws->dpad, kp + t, hh * hstride, dims,
+					   ws->dpad, ws->s + (size_t)t * R + r, 0, R,
+					   r == hh * rows4 ? ps : NULL);
+			}
+}
+
+
+/* fp8: s[t][rows of head hh] *= sc[hh][t] over the tile's n keys. */
+static inline void dec_scale(struct attn_ws *ws, const float *sc, uint32_t nh, uint32_t rows4,
+			     uint32_t R, uint32_t n)
+{
+	uint32_t hh, t, r;
+
+	for (t = 0; t < n; t++)
+		for (hh = 0; hh < nh; hh++)
+			for (r = hh * rows4; r < (hh + 1) * rows4; r++)
+				ws->s[(size_t)t * R + r] *= sc[(size_t)hh * ws->tile + t];
+}
+
+/* Soft-cap and the online-softmax update over n keys, VL rows at a time. */
+static inline void dec_softmax(const struct attn_job *job, struct attn_ws *ws, uint32_t R,
+			       uint32_t n, float lscale, struct pfs *ps)
+{
+	const float cap = job->softcap;
+	uint32_t rv, t, k, d;
+
+	for (rv = 0; rv < R; rv += VL) {
+		float *s = ws->s + rv;
+		vf m_old = vld(ws->m + rv), mx = m_old, sum = (vf){}, alpha;
+
+		for (t = 0; t < n; t++) {
+			vf x = vld(s + (size_t)t * R);
+
+			pfs_step(ps);
+			if (lscale != 1.0f)
+				x *= lscale;
+			if (cap > 0.0f)
+				x = cap * vtanh(x * (1.0f / cap));
+			vst(s + (size_t)t * R, x);
+			mx = vmax(mx, x);
+		}
+		/* exactly 1 where the max stayed, 0 on the first tile (m = -inf) */
+		alpha = vexp_neg(m_old - mx);
+		for (t = 0; t < n; t++) {
+			vf e = vexp_neg(vld(s + (size_t)t * R) - mx);
+
+			pfs_step(ps);
+			sum += e;
+			vst(s + (size_t)t * R, e);
+		}
+		vst(ws->l + rv, vld(ws->l + rv) * alpha + sum);
+		vst(ws->m + rv, mx);
+		for (k = 0; k < VL; k++) {
+			float *acc = ws->acc + (size_t)(rv + k) * ws->dpad;
+
+			if (alpha[k] == 1.0f)
+				continue;
+			for (d = 0; d < ws->dpad; d += VL)
+				vst(acc + d, vld(acc + d) * alpha[k]);
+		}
+	}
+}
+
+static inline __attribute__((always_inline)) void
+dec_pv(enum kvrt_dtype dt, int pairs, struct attn_ws *ws, const uint8_t *const *vp, uint32_t nh,
+       int64_t hstride, uint32_t rows4, uint32_t R, uint32_t n, uint32_t dims, struct pfs *ps)
+{
+	uint32_t hh, r;
+
+	for (hh = 0; hh < nh; hh++)
+		for (r = hh * rows4; r < (hh + 1) * rows4; r += RT)
+			pv_rt(dt, pairs, ws->acc + (size_t)r * ws->dpad, ws->s + r, 1, R, vp,
+			      hh * hstride, dims, ws->dpad, 0, n - 1, r == hh * rows4 ? ps : NULL);
 }
 
 /* Positions [*a, *b) of tile i of [klo, khi]: cut at multiples of T. */
@@ -772,7 +995,7 @@ head_logits(enum kvrt_dtype dt, struct attn_ws *ws, uint32_t r0, uint32_t rows4,
 	for (r = r0; r < r0 + rows4; r += RT)
 		for (t = 0; t < n; t += 4)
 			logits_rt4(dt, ws->q + (size_t)r * ws->dpad, kp + t, hoff, dims, ws->dpad,
-				   ws->s + (size_t)r * ws->tile + t, ws->tile,
+				   ws->s + (size_t)r * ws->tile + t, ws->tile, 0,
 				   r == r0 ? ps : NULL);
 }
 
@@ -780,8 +1003,8 @@ static inline __attribute__((always_inline)) void
 head_pv(enum kvrt_dtype dt, struct attn_ws *ws, uint32_t r, const uint8_t *const *vp,
 	int64_t hoff, uint32_t dims, uint32_t a, uint32_t b, struct pfs *ps)
 {
-	pv_rt(dt, ws->acc + (size_t)r * ws->dpad, ws->s + (size_t)r * ws->tile, vp, hoff, dims,
-	      ws->dpad, ws->tile, a, b, ps);
+	pv_rt(dt, 0, ws->acc + (size_t)r * ws->dpad, ws->s + (size_t)r * ws->tile, ws->tile, 1, vp,
+	      hoff, dims, ws->dpad, a, b, ps);
 }
 
 void KERN_NAME(const struct attn_job *job, struct attn_ws *ws, const struct attn_item *it);
@@ -818,6 +1041,12 @@ void KERN_NAME(const struct attn_job *job, struct attn_ws *ws, const struct attn
 	const int dot16 = 0;
 #endif
 	const float lscale = dot16 ? job->sm_scale : 1.0f;
+	/* decode in direct mode: key-major logits, softmax VL rows at a time */
+	const int dec = direct && !job->q_indptr;
+	const uint32_t R = dec ? (nh * rows4 + VL - 1) / VL * VL : 0;
+	/* bf16 V through bf16 pairs (acc permuted, put back before the store) */
+	const int pairs = direct && job->kv_dtype == KVRT_DTYPE_BF16 &&
+			  job->head_dim % (2 * VL) == 0;
 	const uint8_t **skp = ws->skp, **svp = ws->svp;
 	int64_t klo = INT64_MAX, khi = -1, t0, t1, n0, n1, i, ntiles;
 	uint32_t r, jj, g, t, hh, cur, nxt;
@@ -857,6 +1086,12 @@ void KERN_NAME(const struct attn_job *job, struct attn_ws *ws, const struct attn
 			memset(ws->acc + (size_t)r * dp, 0, sizeof(float) * dp);
 		}
 	}
+	for (r = nh * rows4; r < R; r++) {	/* decode: the lanes past the rows */
+		ws->m[r] = -INFINITY;
+		ws->l[r] = 0.0f;
+		for (t = 0; t < T; t++)
+			ws->s[(size_t)t * R + r] = 0.0f;
+	}
 	if (!direct)
 		for (t = 0; t < T; t++) {
 			skp[t] = (const uint8_t *)(ws->k + (size_t)t * dp);
@@ -874,14 +1109,14 @@ void KERN_NAME(const struct attn_job *job, struct attn_ws *ws, const struct attn
 		tile_span(klo, khi, T, i, &n0, &n1);
 		tile_rows(job, s, h0, n0, n1, ws->kp + i * T, ws->vp + i * T, ws->blk + i * T);
 		if (i) {
-			pfs_init(&kps, ws->kp + i * T, (uint32_t)(n1 - n0), run_bytes, 0);
+			pfs_init(&kps, ws->kp + i * T, ws->vp + i * T, (uint32_t)(n1 - n0), run_bytes,
+				 0);
 			pfs_rest(&kps);
-			pfs_init(&vps, ws->vp + i * T, (uint32_t)(n1 - n0), run_bytes, 0);
-			pfs_rest(&vps);
 		}
 	}
 	for (i = 0; i < ntiles; i++) {
-		uint32_t n, nn = 0, cgroups = (dims + CT * VL - 1) / (CT * VL);
+		const uint32_t lsteps = dims / (dot16 ? 32 : VL), psteps = pv_steps(dims, pairs);
+		uint32_t n, nn = 0;
 
 		cur = (uint32_t)(i % B) * T;
 		nxt = (uint32_t)((i + ATTN_PF_TILES) % B) * T;
@@ -892,11 +1127,17 @@ void KERN_NAME(const struct attn_job *job, struct attn_ws *ws, const struct attn
 			nn = (uint32_t)(n1 - n0);
 			tile_rows(job, s, h0, n0, n1, ws->kp + nxt, ws->vp + nxt, ws->blk + nxt);
 		}
-		/* the next tile's K over this one's logits steps (first row group of
-		 * each head), its V over the first P.V pass of each head */
-		pfs_init(&kps, ws->kp + nxt, nn, run_bytes,
-			 nh * ((n + 3) / 4) * (dims / (dot16 ? 32 : VL)));
-		pfs_init(&vps, ws->vp + nxt, nn, run_bytes, nh * n * cgroups);
+		if (dec) {
+			/* the next tile's K and V, evenly over this one's logits,
+			 * softmax and P.V steps */
+			pfs_init(&kps, ws->kp + nxt, ws->vp + nxt, nn, run_bytes,
+				 nh * ((n + 3) / 4) * lsteps + 2 * n * (R / VL) + nh * n * psteps);
+		} else {
+			/* the next tile's K over this one's logits steps (first row
+			 * group of each head), its V over the first P.V pass of each */
+			pfs_init(&kps, ws->kp + nxt, NULL, nn, run_bytes, nh * ((n + 3) / 4) * lsteps);
+			pfs_init(&vps, ws->vp + nxt, NULL, nn, run_bytes, nh * n * psteps);
+		}
 
 		/* fp8: every head's block scales of the tile's keys */
 		if (job->k_scales) {
@@ -914,7 +1155,57 @@ void KERN_NAME(const struct attn_job *job, struct attn_ws *ws, const struct attn
 			}
 		}
 
-		if (direct) {
+		if (dec) {
+			const uint8_t *const *tkp = ws->kp + cur, *const *tvp = ws->vp + cur;
+
+			switch ((int)dt) {
+			case KVRT_DTYPE_F32:
+				dec_logits(KVRT_DTYPE_F32, 0, ws, tkp, nh, hstride, rows4, R, n, dims,
+					   &kps);
+				break;
+			case KVRT_DTYPE_F16:
+				dec_logits(KVRT_DTYPE_F16, 0, ws, tkp, nh, hstride, rows4, R, n, dims,
+					   &kps);
+				break;
+			case KVRT_DTYPE_BF16:
+				if (dot16)
+					dec_logits(KVRT_DTYPE_BF16, 1, ws, tkp, nh, hstride, rows4, R, n,
+						   dims, &kps);
+				else
+					dec_logits(KVRT_DTYPE_BF16, 0, ws, tkp, nh, hstride, rows4, R, n,
+						   dims, &kps);
+				break;
+			case KVRT_DTYPE_FP8_E4M3:
+				dec_logits(KVRT_DTYPE_FP8_E4M3, 0, ws, tkp, nh, hstride, rows4, R, n,
+					   dims, &kps);
+				break;
+			}
+			if (job->k_scales)
+				dec_scale(ws, ws->ks, nh, rows4, R, n);
+			dec_softmax(job, ws, R, n, lscale, &kps);
+			if (job->v_scales)
+				dec_scale(ws, ws->vs, nh, rows4, R, n);
+			switch ((int)dt) {
+			case KVRT_DTYPE_F32:
+				dec_pv(KVRT_DTYPE_F32, 0, ws, tvp, nh, hstride, rows4, R, n, dims, &kps);
+				break;
+			case KVRT_DTYPE_F16:
+				dec_pv(KVRT_DTYPE_F16, 0, ws, tvp, nh, hstride, rows4, R, n, dims, &kps);
+				break;
+			case KVRT_DTYPE_BF16:
+				if (pairs)
+					dec_pv(KVRT_DTYPE_BF16, 1, ws, tvp, nh, hstride, rows4, R, n, dims,
+					       &kps);
+				else
+					dec_pv(KVRT_DTYPE_BF16, 0, ws, tvp, nh, hstride, rows4, R, n, dims,
+					       &kps);
+				break;
+			case KVRT_DTYPE_FP8_E4M3:
+				dec_pv(KVRT_DTYPE_FP8_E4M3, 0, ws, tvp, nh, hstride, rows4, R, n, dims,
+				       &kps);
+				break;
+			}
+		} else if (direct) {
 			const uint8_t *const *tkp = ws->kp + cur, *const *tvp = ws->vp + cur;
 			const float *ks, *vs;
 
@@ -927,7 +1218,7 @@ void KERN_NAME(const struct attn_job *job, struct attn_ws *ws, const struct attn
 						for (r = hh2 * rows4; r < (hh2 + 1) * rows4; r += RT)
 							logits_dp(ws->qh + (size_t)r * dp, tkp + t,
 								  hh2 * hstride, dims, dp,
-								  ws->s + (size_t)r * T + t, T,
+								  ws->s + (size_t)r * T + t, T, 0,
 								  r == hh2 * rows4 ? &kps : NULL);
 			} else
 #endif
@@ -950,19 +1241,23 @@ void KERN_NAME(const struct attn_job *job, struct attn_ws *ws, const struct attn
 			vs = job->k_scales ? ws->vs : NULL;
 			switch ((int)dt) {
 			case KVRT_DTYPE_F32:
-				tile_softmax_pv(KVRT_DTYPE_F32, job, ws, tvp, nh, rows4, t0, t1, dims, ks,
+				tile_softmax_pv(KVRT_DTYPE_F32, 0, job, ws, tvp, nh, rows4, t0, t1, dims, ks,
 						vs, lscale, &vps);
 				break;
 			case KVRT_DTYPE_F16:
-				tile_softmax_pv(KVRT_DTYPE_F16, job, ws, tvp, nh, rows4, t0, t1, dims, ks,
+				tile_softmax_pv(KVRT_DTYPE_F16, 0, job, ws, tvp, nh, rows4, t0, t1, dims, ks,
 						vs, lscale, &vps);
 				break;
 			case KVRT_DTYPE_BF16:
-				tile_softmax_pv(KVRT_DTYPE_BF16, job, ws, tvp, nh, rows4, t0, t1, dims, ks,
-						vs, lscale, &vps);
+				if (pairs)
+					tile_softmax_pv(KVRT_DTYPE_BF16, 1, job, ws, tvp, nh, rows4, t0, t1,
+							dims, ks, vs, lscale, &vps);
+				else
+					tile_softmax_pv(KVRT_DTYPE_BF16, 0, job, ws, tvp, nh, rows4, t0, t1,
+							dims, ks, vs, lscale, &vps);
 				break;
 			case KVRT_DTYPE_FP8_E4M3:
-				tile_softmax_pv(KVRT_DTYPE_FP8_E4M3, job, ws, tvp, nh, rows4, t0, t1, dims,
+				tile_softmax_pv(KVRT_DTYPE_FP8_E4M3, 0, job, ws, tvp, nh, rows4, t0, t1, dims,
 						ks, vs, lscale, &vps);
 				break;
 			}
@@ -994,7 +1289,8 @@ void KERN_NAME(const struct attn_job *job, struct attn_ws *ws, const struct attn
 			}
 		}
 		pfs_rest(&kps);
-		pfs_rest(&vps);
+		if (!dec)
+			pfs_rest(&vps);
 	}
 
 	for (hh = 0; hh < nh; hh++) {
@@ -1005,6 +1301,8 @@ void KERN_NAME(const struct attn_job *job, struct attn_ws *ws, const struct attn
 					      job->head_dim;
 
 				r = hh * rows4 + jj * G + g;
+				if (pairs)
+					unpair_row(ws->acc + (size_t)r * dp, job->head_dim);
 				store_row((uint8_t *)job->out + orow * job->o_esize,
 					  ws->acc + (size_t)r * dp, job->head_dim, job->o_dtype,
 					  1.0f / ws->l[r]);
