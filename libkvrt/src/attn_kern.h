@@ -980,16 +980,30 @@ static inline void dec_softmax(const struct attn_job *job, struct attn_ws *ws, u
 	}
 }
 
+/*
+ * Keys per P.V pass in decode: every head's rows over DEC_PV_KEYS keys,
+ * then the next keys, so V is read in near address order (all heads of a
+ * few token rows), the order the prefetch stream fetches it in.  Whole
+ * tiles head by head measured 6-10% slower from DRAM (the first heads
+ * wait on lines the stream brings last); 4 keys costs too many
+ * accumulator loads and stores.
+ */
+#define DEC_PV_KEYS 8
+
 static inline __attribute__((always_inline)) void
 dec_pv(enum kvrt_dtype dt, int pairs, struct attn_ws *ws, const uint8_t *const *vp, uint32_t nh,
        int64_t hstride, uint32_t rows4, uint32_t R, uint32_t n, uint32_t dims, struct pfs *ps)
 {
-	uint32_t hh, r;
+	uint32_t hh, r, t0, t1;
 
-	for (hh = 0; hh < nh; hh++)
-		for (r = hh * rows4; r < (hh + 1) * rows4; r += RT)
-			pv_rt(dt, pairs, ws->acc + (size_t)r * ws->dpad, ws->s + r, 1, R, vp,
-			      hh * hstride, dims, ws->dpad, 0, n - 1, r == hh * rows4 ? ps : NULL);
+	for (t0 = 0; t0 < n; t0 += DEC_PV_KEYS) {
+		t1 = t0 + DEC_PV_KEYS < n ? t0 + DEC_PV_KEYS - 1 : n - 1;
+		for (hh = 0; hh < nh; hh++)
+			for (r = hh * rows4; r < (hh + 1) * rows4; r += RT)
+				pv_rt(dt, pairs, ws->acc + (size_t)r * ws->dpad, ws->s + r, 1, R, vp,
+				      hh * hstride, dims, ws->dpad, t0, t1,
+				      r == hh * rows4 ? ps : NULL);
+	}
 }
 
 /* Positions [*a, *b) of tile i of [klo, khi]: cut at multiples of T. */
