@@ -25,6 +25,13 @@
  * streaming-read limit, and adds the sweep's intermediate points (C 16384,
  * 4096, 1024 at 1 GiB) to the run.
  *
+ * Access-pattern case: gather_read_b32_ctx8192: value = GB/s reading
+ * exactly the K and V blocks decode_b32_ctx8192 reads, in its order
+ * (sequence by sequence, block by block, K then V), with the same threads
+ * and nothing else: AVX2 loads summed, the next block prefetched one line
+ * per line read.  limit = the streaming read.  Its ratio is what a perfect
+ * decode could reach on these scattered 32 KiB blocks.
+ *
  * Speedup case: decode_vs_reference_b4_ctx1024: value = fast path GB/s,
  * limit = the reference implementation's GB/s on the same call (16 MiB of
  * K/V, in cache), ratio = the fast path's speedup.
@@ -282,6 +289,121 @@ static double time_stream(const uint8_t *buf, size_t bytes, unsigned int threads
 	return t / (double)n;
 }
 
+/* ---- the access pattern alone: the decode's blocks, read --------------------- */
+
+struct gather_arg {
+	const struct decode_case *c;
+	uint32_t s0, s1;	/* sequences [s0, s1) */
+	uint64_t sum;
+};
+
+/* K (kv 0) or V of the j-th block of the table, at the case's layer. */
+static const uint8_t *gather_block(const struct decode_case *c, uint32_t j, int kv)
+{
+	const struct kvrt_layout *lo = &c->layout;
+
+	return (const uint8_t *)c->kv.base + c->kv.layer * lo->layer_stride + kv * lo->kv_stride +
+	       (int64_t)c->indices[j] * lo->block_stride;
+}
+
+/* bytes: one block's K (its token rows are contiguous in both presets) */
+__attribute__((target("avx2")))
+static uint64_t gather_avx2(const struct decode_case *c, uint32_t s0, uint32_t s1, size_t bytes)
+{
+	__m256i a0 = _mm256_setzero_si256(), a1 = a0;
+	uint32_t j, j0 = (uint32_t)c->indptr[s0], j1 = (uint32_t)c->indptr[s1];
+	uint64_t out[4];
+	size_t off;
+	int kv;
+
+	for (j = j0; j < j1; j++)
+		for (kv = 0; kv < 2; kv++) {
+			const uint8_t *p = gather_block(c, j, kv);
+			/* one line of the next block (K, then V) per line read */
+			const uint8_t *next = kv ? (j + 1 < j1 ? gather_block(c, j + 1, 0) : NULL)
+						 : gather_block(c, j, 1);
+
+			for (off = 0; off < bytes; off += 64) {
+				if (next)
+					_mm_prefetch((const char *)next + off, _MM_HINT_T0);
+				a0 = _mm256_add_epi64(a0, _mm256_loadu_si256((const __m256i *)(p + off)));
+				a1 = _mm256_add_epi64(a1,
+						      _mm256_loadu_si256((const __m256i *)(p + off + 32)));
+			}
+		}
+	_mm256_storeu_si256((__m256i *)out, _mm256_add_epi64(a0, a1));
+	return out[0] + out[1] + out[2] + out[3];
+}
+
+static uint64_t gather_plain(const struct decode_case *c, uint32_t s0, uint32_t s1, size_t bytes)
+{
+	uint32_t j, j0 = (uint32_t)c->indptr[s0], j1 = (uint32_t)c->indptr[s1];
+	uint64_t s = 0;
+	size_t i;
+	int kv;
+
+	for (j = j0; j < j1; j++)
+		for (kv = 0; kv < 2; kv++) {
+			const uint64_t *w = (const uint64_t *)gather_block(c, j, kv);
+
+			for (i = 0; i < bytes / 8; i++)
+				s += w[i];
+		}
+	return s;
+}
+
+static void *gather_main(void *a)
+{
+	struct gather_arg *ga = a;
+	const struct kvrt_layout *lo = &ga->c->layout;
+	size_t bytes = lo->block_tokens * (size_t)lo->token_stride;
+
+	ga->sum = __builtin_cpu_supports("avx2") ? gather_avx2(ga->c, ga->s0, ga->s1, bytes) :
+						   gather_plain(ga->c, ga->s0, ga->s1, bytes);
+	return NULL;
+}
+
+/* One pass over the case's blocks, sequences split evenly over the threads. */
+static uint64_t gather_pass(const struct decode_case *c, unsigned int nthreads)
+{
+	struct gather_arg args[256];
+	pthread_t tid[256];
+	uint32_t batch = c->table.num_seqs;
+	uint64_t sum = 0;
+	unsigned int i, started;
+
+	for (i = 0; i < nthreads; i++)
+		args[i] = (struct gather_arg){ c, (uint32_t)((uint64_t)batch * i / nthreads),
+					       (uint32_t)((uint64_t)batch * (i + 1) / nthreads), 0 };
+	for (started = 1; started < nthreads; started++)
+		if (pthread_create(&tid[started], NULL, gather_main, &args[started]))
+			break;
+	gather_main(&args[0]);
+	for (i = 1; i < started; i++) {
+		pthread_join(tid[i], NULL);
+		sum += args[i].sum;
+	}
+	for (i = started; i < nthreads; i++) {
+		gather_main(&args[i]);
+		sum += args[i].sum;
+	}
+	return sum + args[0].sum;
+}
+
+static double time_gather(const struct decode_case *c, unsigned int threads, double rep_time,
+			  volatile uint64_t *sink)
+{
+	double t0 = kvb_now_s(), t;
+	unsigned long n = 0;
+
+	do {
+		*sink += gather_pass(c, threads);
+		n++;
+		t = kvb_now_s() - t0;
+	} while (t < rep_time);
+	return t / (double)n;
+}
+
 /* ---- the cases ---------------------------------------------------------------- */
 
 /* Layer-major decode points, longest context first; sweep: only with --plot. */
@@ -321,7 +443,7 @@ static int bench_decode(const struct attn_opts *ao, unsigned int threads)
 	volatile uint64_t sink = 0;
 	struct kvrt_layout lm, bm;
 	uint8_t *stream, *cache;
-	unsigned int p, r, step = 0, steps = 3;	/* block-major, reference, spawn */
+	unsigned int p, r, step = 0, steps = 4;	/* block-major, gather, reference, spawn */
 	char name[64];
 	int ret;
 
@@ -383,6 +505,34 @@ static int bench_decode(const struct attn_opts *ao, unsigned int threads)
 						     "decode, layer-major cache", ctx, v);
 			if (!block_major)
 				kvb_plot_point("limit: streaming read, same threads", ctx, l);
+		}
+		decode_case_free(&c);
+	}
+
+	if (!ret) {	/* the access pattern alone, as decode_b32_ctx8192 reads it */
+		const unsigned int pt = BLOCK_MAJOR_POINT;
+		uint32_t batch = points[pt].batch;
+		uint32_t ctx = (uint32_t)(points[pt].ctx * ao->gib) / BLOCK * BLOCK;
+		struct decode_case c;
+		double v, l;
+
+		if (ctx < BLOCK)
+			ctx = BLOCK;
+		snprintf(name, sizeof(name), "gather_read_b%u_ctx%u", batch, ctx);
+		kvb_progress(o, ++step, steps, name);
+		/* the seed of that decode point: the same blocks in the same order */
+		ret = decode_case_init(&c, &lm, cache, 0, batch, ctx, threads, 1000 + pt);
+		if (!ret)
+			sink += gather_pass(&c, threads);	/* warm: page tables */
+		for (r = 0; r < o->reps && !ret; r++) {
+			ls[r] = time_stream(stream, kv_bytes, threads, o->rep_time, &sink);
+			vs[r] = time_gather(&c, threads, o->rep_time, &sink);
+		}
+		if (!ret) {
+			v = (double)c.kv_bytes_read / kvb_median(vs, o->reps) / 1e9;
+			l = (double)kv_bytes / kvb_median(ls, o->reps) / 1e9;
+			kvb_report(&rep, name, v, "GB/s the same blocks, read only (ratio = value/limit)",
+				   l, limit_unit);
 		}
 		decode_case_free(&c);
 	}
@@ -457,8 +607,9 @@ static void attn_usage(FILE *f)
 		"usage: kvbench attn [--json] [options]\n"
 		"\n"
 		"CPU paged-attention decode: GB/s of K/V read against this machine's\n"
-		"streaming read bandwidth over context lengths, and the fast path's speedup\n"
-		"over the reference.  ratio = value / limit.\n"
+		"streaming read bandwidth over context lengths, the same blocks read with\n"
+		"nothing else (the ceiling of this access pattern), and the fast path's\n"
+		"speedup over the reference.  ratio = value / limit.\n"
 		"\n"
 		"options:\n"
 		"  --gib G           K/V working set in GiB (default 1; 0.05 .. 64)\n"
