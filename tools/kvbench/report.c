@@ -175,6 +175,29 @@ double kvb_median(const double *v, unsigned int n)
 	return n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
 }
 
+void kvb_middle_pair(const double *v, const double *l, unsigned int n, double *v_out,
+		     double *l_out)
+{
+	unsigned int idx[KVB_MAX_REPS], i, j, t;
+
+	if (n > KVB_MAX_REPS)
+		n = KVB_MAX_REPS;
+	if (!n) {
+		*v_out = *l_out = 0;
+		return;
+	}
+	for (i = 0; i < n; i++)
+		idx[i] = i;
+	for (i = 1; i < n; i++)	/* insertion sort by v / l: n <= 99 */
+		for (j = i; j > 0 && v[idx[j]] * l[idx[j - 1]] < v[idx[j - 1]] * l[idx[j]]; j--) {
+			t = idx[j];
+			idx[j] = idx[j - 1];
+			idx[j - 1] = t;
+		}
+	*v_out = v[idx[n / 2]];
+	*l_out = l[idx[n / 2]];
+}
+
 /* ---- progress ------------------------------------------------------------- */
 
 static bool progress_live;	/* a terminal line is showing */

@@ -60,6 +60,16 @@ double kvb_now_s(void);
 
 /* The median of n samples; v is left as it was. */
 double kvb_median(const double *v, unsigned int n);
+/*
+ * Of n repetitions of a value and its limit taken side by side (times per
+ * unit of work), the pair whose quotient v[i] / l[i] is the middle one
+ * (the upper middle for even n), in *v_out and *l_out.  A value and the
+ * limit measured next to it saw the same machine: where the memory
+ * bandwidth of a shared host changes between repetitions, the medians of
+ * each alone can come from different conditions.
+ */
+void kvb_middle_pair(const double *v, const double *l, unsigned int n, double *v_out,
+		     double *l_out);
 
 enum kvb_ratio {
 	KVB_COST,	/* value is a cost: ratio = limit / value */
