@@ -112,9 +112,9 @@ static void fill_bf16(void *p, size_t bytes, uint64_t seed)
 /* ---- the limit: a streaming read with every thread ------------------------- */
 
 struct stream_arg {
+	uint64_t sum;		/* first: on_threads() adds these up */
 	const uint8_t *p;
 	size_t bytes;
-	uint64_t sum;
 };
 
 __attribute__((target("avx2")))
@@ -157,32 +157,43 @@ static void *stream_main(void *a)
 	return NULL;
 }
 
-/* One pass over buf with nthreads threads (the caller is thread 0). */
+/*
+ * fn on each of args[0 .. n) (elements of size bytes, each starting with
+ * its uint64_t sum), one thread each, the caller being thread 0; the sum
+ * of the sums.
+ */
+static uint64_t on_threads(void *(*fn)(void *), void *args, size_t size, unsigned int n)
+{
+	uint8_t *a = args;
+	pthread_t tid[256];
+	uint64_t sum = 0;
+	unsigned int i, started;
+
+	for (started = 1; started < n; started++)
+		if (pthread_create(&tid[started], NULL, fn, a + size * started))
+			break;
+	fn(a);
+	for (i = 1; i < started; i++)
+		pthread_join(tid[i], NULL);
+	for (i = started; i < n; i++)	/* creation failed: do it here */
+		fn(a + size * i);
+	for (i = 0; i < n; i++)
+		sum += *(const uint64_t *)(a + size * i);
+	return sum;
+}
+
+/* One pass over buf with nthreads threads. */
 static uint64_t stream_pass(const uint8_t *buf, size_t bytes, unsigned int nthreads)
 {
 	struct stream_arg args[256];
-	pthread_t tid[256];
 	size_t share = bytes / nthreads / 128 * 128;
-	uint64_t sum = 0;
-	unsigned int i, started;
+	unsigned int i;
 
 	for (i = 0; i < nthreads; i++) {
 		args[i].p = buf + share * i;
 		args[i].bytes = i + 1 < nthreads ? share : bytes - share * i;
 	}
-	for (started = 1; started < nthreads; started++)
-		if (pthread_create(&tid[started], NULL, stream_main, &args[started]))
-			break;
-	stream_main(&args[0]);
-	for (i = 1; i < started; i++) {
-		pthread_join(tid[i], NULL);
-		sum += args[i].sum;
-	}
-	for (i = started; i < nthreads; i++) {	/* creation failed: do it here */
-		stream_main(&args[i]);
-		sum += args[i].sum;
-	}
-	return sum + args[0].sum;
+	return on_threads(stream_main, args, sizeof(args[0]), nthreads);
 }
 
 /* ---- a decode setup --------------------------------------------------------- */
@@ -276,26 +287,40 @@ static int time_decode(struct decode_case *c, double rep_time, double *sec)
 	return 0;
 }
 
-static double time_stream(const uint8_t *buf, size_t bytes, unsigned int threads,
-			  double rep_time, volatile uint64_t *sink)
+/* A read pass (the limits): its data, threads; returns a sum of what it read. */
+struct read_pass {
+	uint64_t (*run)(const struct read_pass *rp, unsigned int threads);
+	const uint8_t *buf;		/* stream: the buffer */
+	size_t bytes;
+	const struct decode_case *c;	/* gather: the decode case's blocks */
+};
+
+/* Seconds per pass: whole passes for at least rep_time. */
+static double time_read(const struct read_pass *rp, unsigned int threads, double rep_time,
+			volatile uint64_t *sink)
 {
 	double t0 = kvb_now_s(), t;
 	unsigned long n = 0;
 
 	do {
-		*sink += stream_pass(buf, bytes, threads);
+		*sink += rp->run(rp, threads);
 		n++;
 		t = kvb_now_s() - t0;
 	} while (t < rep_time);
 	return t / (double)n;
 }
 
+static uint64_t run_stream(const struct read_pass *rp, unsigned int threads)
+{
+	return stream_pass(rp->buf, rp->bytes, threads);
+}
+
 /* ---- the access pattern alone: the decode's blocks, read --------------------- */
 
 struct gather_arg {
+	uint64_t sum;		/* first: on_threads() adds these up */
 	const struct decode_case *c;
 	uint32_t s0, s1;	/* sequences [s0, s1) */
-	uint64_t sum;
 };
 
 /* K (kv 0) or V of the j-th block of the table, at the case's layer. */
@@ -368,41 +393,18 @@ static void *gather_main(void *a)
 static uint64_t gather_pass(const struct decode_case *c, unsigned int nthreads)
 {
 	struct gather_arg args[256];
-	pthread_t tid[256];
 	uint32_t batch = c->table.num_seqs;
-	uint64_t sum = 0;
-	unsigned int i, started;
+	unsigned int i;
 
 	for (i = 0; i < nthreads; i++)
-		args[i] = (struct gather_arg){ c, (uint32_t)((uint64_t)batch * i / nthreads),
-					       (uint32_t)((uint64_t)batch * (i + 1) / nthreads), 0 };
-	for (started = 1; started < nthreads; started++)
-		if (pthread_create(&tid[started], NULL, gather_main, &args[started]))
-			break;
-	gather_main(&args[0]);
-	for (i = 1; i < started; i++) {
-		pthread_join(tid[i], NULL);
-		sum += args[i].sum;
-	}
-	for (i = started; i < nthreads; i++) {
-		gather_main(&args[i]);
-		sum += args[i].sum;
-	}
-	return sum + args[0].sum;
+		args[i] = (struct gather_arg){ 0, c, (uint32_t)((uint64_t)batch * i / nthreads),
+					       (uint32_t)((uint64_t)batch * (i + 1) / nthreads) };
+	return on_threads(gather_main, args, sizeof(args[0]), nthreads);
 }
 
-static double time_gather(const struct decode_case *c, unsigned int threads, double rep_time,
-			  volatile uint64_t *sink)
+static uint64_t run_gather(const struct read_pass *rp, unsigned int threads)
 {
-	double t0 = kvb_now_s(), t;
-	unsigned long n = 0;
-
-	do {
-		*sink += gather_pass(c, threads);
-		n++;
-		t = kvb_now_s() - t0;
-	} while (t < rep_time);
-	return t / (double)n;
+	return gather_pass(rp->c, threads);
 }
 
 /* ---- the cases ---------------------------------------------------------------- */
@@ -444,6 +446,7 @@ static int bench_decode(const struct attn_opts *ao, unsigned int threads)
 	volatile uint64_t sink = 0;
 	struct kvrt_layout lm, bm;
 	uint8_t *stream, *cache;
+	struct read_pass streaming;
 	unsigned int p, r, step = 0, steps = 4;	/* block-major, gather, reference, spawn */
 	char name[64];
 	int ret;
@@ -470,6 +473,7 @@ static int bench_decode(const struct attn_opts *ao, unsigned int threads)
 	kvb_progress(o, 0, 0, "filling the caches");
 	fill_bf16(cache, 2 * kv_bytes, 42);
 	fill_bf16(stream, kv_bytes, 43);
+	streaming = (struct read_pass){ .run = run_stream, .buf = stream, .bytes = kv_bytes };
 
 	/* the layer-major points, then the block-major one */
 	for (p = 0; p <= NR_POINTS && !ret; p++) {
@@ -495,7 +499,7 @@ static int bench_decode(const struct attn_opts *ao, unsigned int threads)
 			break;
 		ret = decode_call(&c);	/* warm: page tables, code */
 		for (r = 0; r < o->reps && !ret; r++) {
-			ls[r] = time_stream(stream, kv_bytes, threads, o->rep_time, &sink);
+			ls[r] = time_read(&streaming, threads, o->rep_time, &sink);
 			ret = time_decode(&c, o->rep_time, &vs[r]);
 		}
 		if (!ret) {
@@ -527,8 +531,9 @@ static int bench_decode(const struct attn_opts *ao, unsigned int threads)
 		if (!ret)
 			sink += gather_pass(&c, threads);	/* warm: page tables */
 		for (r = 0; r < o->reps && !ret; r++) {
-			ls[r] = time_stream(stream, kv_bytes, threads, o->rep_time, &sink);
-			vs[r] = time_gather(&c, threads, o->rep_time, &sink);
+			ls[r] = time_read(&streaming, threads, o->rep_time, &sink);
+			vs[r] = time_read(&(struct read_pass){ .run = run_gather, .c = &c }, threads,
+					  o->rep_time, &sink);
 		}
 		if (!ret) {
 			kvb_middle_pair(vs, ls, o->reps, &v, &l);
