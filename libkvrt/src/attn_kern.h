@@ -1006,6 +1006,21 @@ dec_pv(enum kvrt_dtype dt, int pairs, struct attn_ws *ws, const uint8_t *const *
 	}
 }
 
+/* A decode tile: logits, fp8 K scales, softmax, fp8 V scales, P.V. */
+static inline __attribute__((always_inline)) void
+dec_tile(enum kvrt_dtype dt, int dot16, int pairs, const struct attn_job *job,
+	 struct attn_ws *ws, const uint8_t *const *kp, const uint8_t *const *vp, uint32_t nh,
+	 uint32_t rows4, uint32_t R, uint32_t n, uint32_t dims, float lscale, struct pfs *ps)
+{
+	dec_logits(dt, dot16, ws, kp, nh, job->head_stride, rows4, R, n, dims, ps);
+	if (job->k_scales)
+		dec_scale(ws, ws->ks, nh, rows4, R, n);
+	dec_softmax(job, ws, R, n, lscale, ps);
+	if (job->v_scales)
+		dec_scale(ws, ws->vs, nh, rows4, R, n);
+	dec_pv(dt, pairs, ws, vp, nh, job->head_stride, rows4, R, n, dims, ps);
+}
+
 /* Positions [*a, *b) of tile i of [klo, khi]: cut at multiples of T. */
 static inline void tile_span(int64_t klo, int64_t khi, uint32_t T, int64_t i, int64_t *a,
 			     int64_t *b)
@@ -1194,49 +1209,27 @@ void KERN_NAME(const struct attn_job *job, struct attn_ws *ws, const struct attn
 
 			switch ((int)dt) {
 			case KVRT_DTYPE_F32:
-				dec_logits(KVRT_DTYPE_F32, 0, ws, tkp, nh, hstride, rows4, R, n, dims,
-					   &kps);
+				dec_tile(KVRT_DTYPE_F32, 0, 0, job, ws, tkp, tvp, nh, rows4, R, n, dims,
+					 lscale, &kps);
 				break;
 			case KVRT_DTYPE_F16:
-				dec_logits(KVRT_DTYPE_F16, 0, ws, tkp, nh, hstride, rows4, R, n, dims,
-					   &kps);
+				dec_tile(KVRT_DTYPE_F16, 0, 0, job, ws, tkp, tvp, nh, rows4, R, n, dims,
+					 lscale, &kps);
 				break;
-			case KVRT_DTYPE_BF16:
+			case KVRT_DTYPE_BF16:	/* dot16 implies pairs (head_dim % 32 == 0) */
 				if (dot16)
-					dec_logits(KVRT_DTYPE_BF16, 1, ws, tkp, nh, hstride, rows4, R, n,
-						   dims, &kps);
+					dec_tile(KVRT_DTYPE_BF16, 1, 1, job, ws, tkp, tvp, nh, rows4, R, n,
+						 dims, lscale, &kps);
+				else if (pairs)
+					dec_tile(KVRT_DTYPE_BF16, 0, 1, job, ws, tkp, tvp, nh, rows4, R, n,
+						 dims, lscale, &kps);
 				else
-					dec_logits(KVRT_DTYPE_BF16, 0, ws, tkp, nh, hstride, rows4, R, n,
-						   dims, &kps);
+					dec_tile(KVRT_DTYPE_BF16, 0, 0, job, ws, tkp, tvp, nh, rows4, R, n,
+						 dims, lscale, &kps);
 				break;
 			case KVRT_DTYPE_FP8_E4M3:
-				dec_logits(KVRT_DTYPE_FP8_E4M3, 0, ws, tkp, nh, hstride, rows4, R, n,
-					   dims, &kps);
-				break;
-			}
-			if (job->k_scales)
-				dec_scale(ws, ws->ks, nh, rows4, R, n);
-			dec_softmax(job, ws, R, n, lscale, &kps);
-			if (job->v_scales)
-				dec_scale(ws, ws->vs, nh, rows4, R, n);
-			switch ((int)dt) {
-			case KVRT_DTYPE_F32:
-				dec_pv(KVRT_DTYPE_F32, 0, ws, tvp, nh, hstride, rows4, R, n, dims, &kps);
-				break;
-			case KVRT_DTYPE_F16:
-				dec_pv(KVRT_DTYPE_F16, 0, ws, tvp, nh, hstride, rows4, R, n, dims, &kps);
-				break;
-			case KVRT_DTYPE_BF16:
-				if (pairs)
-					dec_pv(KVRT_DTYPE_BF16, 1, ws, tvp, nh, hstride, rows4, R, n, dims,
-					       &kps);
-				else
-					dec_pv(KVRT_DTYPE_BF16, 0, ws, tvp, nh, hstride, rows4, R, n, dims,
-					       &kps);
-				break;
-			case KVRT_DTYPE_FP8_E4M3:
-				dec_pv(KVRT_DTYPE_FP8_E4M3, 0, ws, tvp, nh, hstride, rows4, R, n, dims,
-				       &kps);
+				dec_tile(KVRT_DTYPE_FP8_E4M3, 0, 0, job, ws, tkp, tvp, nh, rows4, R, n,
+					 dims, lscale, &kps);
 				break;
 			}
 		} else if (direct) {
