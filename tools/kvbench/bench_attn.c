@@ -62,6 +62,7 @@
 
 #include "kvrt.h"
 #include "plot.h"
+#include "data.h"
 #include "report.h"
 
 #define HEAD_DIM 128
@@ -80,25 +81,6 @@ static const struct kvb_opts attn_defaults = {
 	.bench = "attn", .reps = 5, .rep_time = 0.3, .can_plot = true,
 };
 
-/* Anonymous memory on transparent huge pages where the kernel allows. */
-static void *big_alloc(size_t bytes)
-{
-	void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-
-	if (p == MAP_FAILED)
-		return NULL;
-	madvise(p, bytes, MADV_HUGEPAGE);
-	return p;
-}
-
-static uint64_t xorshift(uint64_t *s)
-{
-	*s ^= *s << 13;
-	*s ^= *s >> 7;
-	*s ^= *s << 17;
-	return *s;
-}
-
 /* bf16 values in +-[0.5, 2): finite, no denormals. */
 static void fill_bf16(void *p, size_t bytes, uint64_t seed)
 {
@@ -106,7 +88,7 @@ static void fill_bf16(void *p, size_t bytes, uint64_t seed)
 	size_t i;
 
 	for (i = 0; i < bytes / 8; i++)
-		w[i] = (xorshift(&s) & 0x807f807f807f807fULL) | 0x3f003f003f003f00ULL;
+		w[i] = (kvb_xorshift(&s) & 0x807f807f807f807fULL) | 0x3f003f003f003f00ULL;
 }
 
 /* ---- the limit: a streaming read with every thread ------------------------- */
@@ -239,15 +221,7 @@ static int decode_case_init(struct decode_case *c, const struct kvrt_layout *lay
 		return -ENOMEM;
 	}
 	/* a random permutation of all blocks; sequences take the first ones */
-	for (i = 0; i < layout->num_blocks; i++)
-		c->indices[i] = (int32_t)i;
-	for (i = layout->num_blocks - 1; i > 0; i--) {
-		uint32_t j = (uint32_t)(xorshift(&seed) % (i + 1));
-		int32_t t = c->indices[i];
-
-		c->indices[i] = c->indices[j];
-		c->indices[j] = t;
-	}
+	kvb_shuffle((uint32_t *)c->indices, layout->num_blocks, &seed);
 	for (i = 0; i <= batch; i++)
 		c->indptr[i] = (int32_t)(i * per_seq);
 	for (i = 0; i < batch; i++)
@@ -464,8 +438,8 @@ static int bench_decode(const struct attn_opts *ao, unsigned int threads)
 		return ret;
 	}
 	/* the block-major cache has 2 layers: twice the memory, the same bytes read */
-	cache = big_alloc(2 * kv_bytes);
-	stream = big_alloc(kv_bytes);
+	cache = kvb_big_alloc(2 * kv_bytes);
+	stream = kvb_big_alloc(kv_bytes);
 	if (!cache || !stream) {
 		fprintf(stderr, "kvbench attn: cannot map %zu MiB\n", 3 * kv_bytes >> 20);
 		return -ENOMEM;

@@ -43,6 +43,7 @@
 
 #include "kvrt.h"
 #include "plot.h"
+#include "data.h"
 #include "report.h"
 
 #define HEAD_DIM 128
@@ -84,40 +85,6 @@ static void copy_usage(FILE *f)
 		"  --mib M           bytes per array in MiB (default 256; 16 .. 65536)\n"
 		"  --sweep           also 64, 128, 512 and 1024 KiB blocks (--plot implies it)\n");
 	kvb_common_usage(f, &copy_defaults);
-}
-
-/* Anonymous memory on transparent huge pages where the kernel allows. */
-static void *big_alloc(size_t bytes)
-{
-	void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-
-	if (p == MAP_FAILED)
-		return NULL;
-	madvise(p, bytes, MADV_HUGEPAGE);
-	return p;
-}
-
-static uint64_t xorshift(uint64_t *s)
-{
-	*s ^= *s << 13;
-	*s ^= *s >> 7;
-	*s ^= *s << 17;
-	return *s;
-}
-
-/* A random permutation of 0 .. n-1. */
-static void shuffle(uint32_t *v, uint32_t n, uint64_t seed)
-{
-	uint32_t i;
-
-	for (i = 0; i < n; i++)
-		v[i] = i;
-	for (i = n - 1; i > 0; i--) {
-		uint32_t j = (uint32_t)(xorshift(&seed) % (i + 1)), t = v[i];
-
-		v[i] = v[j];
-		v[j] = t;
-	}
 }
 
 struct copy_case {
@@ -182,6 +149,7 @@ static int verify(const struct copy_case *c)
 static int case_init(struct copy_case *c, uint32_t layers, uint64_t seed)
 {
 	uint32_t *s, *d, i;
+	uint64_t seed_d;
 	int ret;
 
 	c->count = (uint32_t)(c->bytes / (layers * LAYER_BYTES));
@@ -202,8 +170,9 @@ static int case_init(struct copy_case *c, uint32_t layers, uint64_t seed)
 		ret = -ENOMEM;
 		goto out_free;
 	}
-	shuffle(s, c->count, seed);
-	shuffle(d, c->count, seed * 31 + 7);
+	seed_d = seed * 31 + 7;
+	kvb_shuffle(s, c->count, &seed);
+	kvb_shuffle(d, c->count, &seed_d);
 	for (i = 0; i < c->count; i++)
 		c->pairs[i] = (struct kvrt_block_pair){ .src = s[i], .dst = d[i] };
 out_free:
@@ -234,8 +203,8 @@ static int bench_copy(const struct copy_opts *co)
 		fprintf(stderr, "kvbench copy: kvrt_open: %s\n", strerror(-ret));
 		return ret;
 	}
-	c.sbuf = big_alloc(c.bytes);
-	c.dbuf = big_alloc(c.bytes);
+	c.sbuf = kvb_big_alloc(c.bytes);
+	c.dbuf = kvb_big_alloc(c.bytes);
 	if (!c.sbuf || !c.dbuf) {
 		fprintf(stderr, "kvbench copy: cannot map 2 x %zu MiB\n", c.bytes >> 20);
 		ret = -ENOMEM;
@@ -245,7 +214,7 @@ static int bench_copy(const struct copy_opts *co)
 	kvb_progress(o, 0, 0, "filling the arrays");
 	w = (uint64_t *)c.sbuf;
 	for (j = 0; j < c.bytes / 8; j++)
-		w[j] = xorshift(&seed);
+		w[j] = kvb_xorshift(&seed);
 	memset(c.dbuf, 0, c.bytes);
 
 	for (i = 0; i < NR_SIZES && !ret; i++) {

@@ -82,6 +82,7 @@
 #include <unistd.h>
 
 #include "kvrt.h"
+#include "data.h"
 #include "report.h"
 
 #define HEAD_DIM 128
@@ -127,14 +128,6 @@ static void gattn_usage(FILE *f)
 		"  --no-peer         do not run the peer\n");
 	kvb_common_usage(f, &gattn_defaults);
 	fprintf(f, "\nWithout a usable GPU: the reason on stderr, exit status 1.\n");
-}
-
-static uint64_t xorshift(uint64_t *s)
-{
-	*s ^= *s << 13;
-	*s ^= *s >> 7;
-	*s ^= *s << 17;
-	return *s;
 }
 
 static const char *dtype_name(enum kvrt_dtype t)
@@ -266,23 +259,15 @@ static int dcase_init(struct gctx *x, struct dcase *c, uint64_t seed)
 		goto out;
 	}
 	/* a random permutation of every block; sequences take the first ones */
-	for (i = 0; i < nblk; i++)
-		indices[i] = (int32_t)i;
-	for (i = nblk - 1; i > 0; i--) {
-		uint32_t j = (uint32_t)(xorshift(&seed) % (i + 1));
-		int32_t t = indices[i];
-
-		indices[i] = indices[j];
-		indices[j] = t;
-	}
+	kvb_shuffle((uint32_t *)indices, nblk, &seed);
 	for (i = 0; i <= c->batch; i++)
 		indptr[i] = (int32_t)(i * per_seq);
 	for (i = 0; i < c->batch; i++)
 		c->lens[i] = (int32_t)c->ctx;
 	for (i = 0; i < qn; i++)	/* +-[0.5, 2) in bf16 and in f16 */
 		q[i] = c->params.q_dtype == KVRT_DTYPE_BF16 ?
-		       (uint16_t)((xorshift(&seed) & 0x807f) | 0x3f00) :
-		       (uint16_t)((xorshift(&seed) & 0x83ff) | 0x3800);
+		       (uint16_t)((kvb_xorshift(&seed) & 0x807f) | 0x3f00) :
+		       (uint16_t)((kvb_xorshift(&seed) & 0x83ff) | 0x3800);
 	c->d_indptr = dev_upload(x, indptr, sizeof(int32_t) * (c->batch + 1), &ret);
 	c->d_indices = dev_upload(x, indices, sizeof(int32_t) * (size_t)c->batch * per_seq, &ret);
 	c->d_lens = dev_upload(x, c->lens, sizeof(int32_t) * c->batch, &ret);
@@ -587,7 +572,7 @@ static int bench(const struct gattn_opts *o)
 		static uint8_t pat[1 << 20];
 
 		for (i = 0; i < sizeof(pat); i++)
-			pat[i] = (uint8_t)xorshift(&seed);
+			pat[i] = (uint8_t)kvb_xorshift(&seed);
 		ret = dev_fill(&x, x.copy_a, x.copy_bytes, pat, sizeof(pat));
 		if (ret) {
 			gerr(&x, "filling the copy buffer", ret);
@@ -645,7 +630,7 @@ static int bench(const struct gattn_opts *o)
 		}
 		if (o->kv_dtype == KVRT_DTYPE_FP8_E4M3) {
 			for (k = 0; k < n; k++) {	/* finite e4m3 codes */
-				uint8_t b = (uint8_t)xorshift(&seed);
+				uint8_t b = (uint8_t)kvb_xorshift(&seed);
 
 				pat[k] = (b & 0x7f) == 0x7f ? b ^ 1 : b;
 			}
@@ -654,15 +639,15 @@ static int bench(const struct gattn_opts *o)
 
 			for (k = 0; k < n / 2; k++)
 				h[k] = o->kv_dtype == KVRT_DTYPE_BF16 ?
-				       (uint16_t)((xorshift(&seed) & 0x807f) | 0x3f00) :
-				       (uint16_t)((xorshift(&seed) & 0x83ff) | 0x3800);
+				       (uint16_t)((kvb_xorshift(&seed) & 0x807f) | 0x3f00) :
+				       (uint16_t)((kvb_xorshift(&seed) & 0x83ff) | 0x3800);
 		}
 		ret = dev_fill(&x, cache, cap_tokens * tok_bytes, pat, n);
 		if (!ret && scales) {
 			float *s = (float *)pat;
 
 			for (k = 0; k < n / 4; k++)
-				s[k] = 1.0f / 64 + (float)(xorshift(&seed) % 64) / 4096;
+				s[k] = 1.0f / 64 + (float)(kvb_xorshift(&seed) % 64) / 4096;
 			ret = dev_fill(&x, scales, sizeof(float) * 2 * KV_HEADS * (cap_tokens / BLOCK),
 				       pat, n);
 		}

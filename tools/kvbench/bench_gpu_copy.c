@@ -62,6 +62,7 @@
 #include <unistd.h>
 
 #include "kvrt.h"
+#include "data.h"
 #include "report.h"
 
 #define HEAD_DIM 128
@@ -107,28 +108,6 @@ static void gcopy_usage(FILE *f)
 	fprintf(f, "\nWithout a usable GPU: the reason on stderr, exit status 1.\n");
 }
 
-static uint64_t xorshift(uint64_t *s)
-{
-	*s ^= *s << 13;
-	*s ^= *s >> 7;
-	*s ^= *s << 17;
-	return *s;
-}
-
-static void shuffle(uint32_t *v, uint32_t n, uint64_t seed)
-{
-	uint32_t i;
-
-	for (i = 0; i < n; i++)
-		v[i] = i;
-	for (i = n ? n - 1 : 0; i > 0; i--) {
-		uint32_t j = (uint32_t)(xorshift(&seed) % (i + 1)), t = v[i];
-
-		v[i] = v[j];
-		v[j] = t;
-	}
-}
-
 static void fill(void *p, size_t bytes, uint64_t seed)
 {
 	uint64_t *w = p;
@@ -136,7 +115,7 @@ static void fill(void *p, size_t bytes, uint64_t seed)
 
 	seed |= 1;
 	for (i = 0; i < bytes / 8; i++)
-		w[i] = xorshift(&seed);
+		w[i] = kvb_xorshift(&seed);
 }
 
 static void *map_anon(size_t bytes, int advice)
@@ -243,7 +222,7 @@ static int bench_size(struct gc *x, const struct kvb_report *rep, uint32_t layer
 		      unsigned int steps)
 {
 	const struct kvb_opts *c = &x->o->c;
-	uint64_t block_bytes = layers * LAYER_BYTES, seed = 0x1234567ULL + layers;
+	uint64_t block_bytes = layers * LAYER_BYTES, seed = 0x1234567ULL + layers, perm_seed;
 	uint32_t nblocks = (uint32_t)(((uint64_t)x->o->mib << 20) / block_bytes);
 	uint32_t count = (uint32_t)(x->batch_bytes / block_bytes), i, *ids = NULL, *perm = NULL;
 	struct kvrt_space_opts so = { .flags = KVRT_SPACE_CREATE | KVRT_SPACE_EXCL, .mode = 0600,
@@ -316,10 +295,12 @@ static int bench_size(struct gc *x, const struct kvb_report *rep, uint32_t layer
 		ret = kvrt_gpu_memcpy(x->g, (uint8_t *)dev + (size_t)i * block_bytes,
 				      kvrt_block_addr(sp, i), block_bytes);
 	/* random scattered pairs: distinct destinations, distinct sources */
-	shuffle(perm, nblocks, seed * 3);
+	perm_seed = seed * 3;
+	kvb_shuffle(perm, nblocks, &perm_seed);
 	for (i = 0; i < count; i++)
 		off_pairs[i] = (struct kvrt_block_pair){ .src = perm[i], .dst = ids[perm[nblocks - 1 - i]] };
-	shuffle(perm, nblocks, seed * 5);
+	perm_seed = seed * 5;
+	kvb_shuffle(perm, nblocks, &perm_seed);
 	for (i = 0; i < count; i++)
 		fetch_pairs[i] = (struct kvrt_block_pair){ .src = ids[perm[i]], .dst = perm[nblocks - 1 - i] };
 
