@@ -2,11 +2,12 @@
 /*
  * bench_attn.c: kvbench attn, CPU paged-attention decode throughput.
  *
- *   kvbench attn [--json] [--gib G] [--threads N] [--plot FILE.svg]
- *                [common options]
+ *   kvbench attn [--json] [--gib G] [--threads N] [--block-tokens N]
+ *                [--plot FILE.svg] [common options]
  *
  * Decode cases (libkvrt's fast path, bf16 K/V and q, head dim 128, 32 query
- * heads over 8 KV heads, 16-token blocks, blocks scattered at random over
+ * heads over 8 KV heads, 16-token blocks (--block-tokens N: N-token blocks,
+ * every decode and gather case named _btN), blocks scattered at random over
  * the cache as in a churned pool): value = bytes of K and V the call must
  * read (sum of sequence lengths x 8 heads x 128 dims x 2 bytes x K and V)
  * per second.  limit = this machine's memory read bandwidth measured in the
@@ -30,7 +31,7 @@
  * (sequence by sequence, block by block, K then V), with the same threads
  * and nothing else: AVX2 loads summed, the next block prefetched one line
  * per line read.  limit = the streaming read.  Its ratio is what a perfect
- * decode could reach on these scattered 32 KiB blocks.
+ * decode could reach on these scattered blocks (32 KiB each at 16 tokens).
  *
  * Speedup case: decode_vs_reference_b4_ctx1024: value = fast path GB/s,
  * limit = the reference implementation's GB/s on the same call (16 MiB of
@@ -68,13 +69,14 @@
 #define HEAD_DIM 128
 #define Q_HEADS 32
 #define KV_HEADS 8
-#define BLOCK 16
+#define DEFAULT_BLOCK_TOKENS 16
 #define TOKEN_KV_BYTES (2ULL * KV_HEADS * HEAD_DIM * 2)	/* K and V, bf16: 4 KiB */
 
 struct attn_opts {
 	struct kvb_opts c;
 	double gib;
 	unsigned int threads;
+	uint32_t block_tokens;
 };
 
 static const struct kvb_opts attn_defaults = {
@@ -204,7 +206,7 @@ static int decode_case_init(struct decode_case *c, const struct kvrt_layout *lay
 			    const void *base, uint32_t layer, uint32_t batch, uint32_t ctx,
 			    unsigned int threads, uint64_t seed)
 {
-	uint32_t per_seq = (ctx + BLOCK - 1) / BLOCK, nblk = batch * per_seq, i;
+	uint32_t bt = layout->block_tokens, per_seq = (ctx + bt - 1) / bt, nblk = batch * per_seq, i;
 	size_t qn = (size_t)batch * Q_HEADS * HEAD_DIM;
 
 	memset(c, 0, sizeof(*c));
@@ -413,25 +415,28 @@ static int bench_decode(const struct attn_opts *ao, unsigned int threads)
 				  .unit_w = 30, .ratio_w = 7 };
 	const char *unit = "GB/s K/V read (ratio = value/limit)";
 	const char *limit_unit = "GB/s streaming read";
-	size_t kv_bytes = (size_t)(ao->gib * (1ULL << 30)) / (BLOCK * TOKEN_KV_BYTES) *
-			  (BLOCK * TOKEN_KV_BYTES);
-	uint32_t num_blocks = (uint32_t)(kv_bytes / (BLOCK * TOKEN_KV_BYTES));
+	const uint32_t bt = ao->block_tokens;
+	size_t kv_bytes = (size_t)(ao->gib * (1ULL << 30)) / (bt * TOKEN_KV_BYTES) *
+			  (bt * TOKEN_KV_BYTES);
+	uint32_t num_blocks = (uint32_t)(kv_bytes / (bt * TOKEN_KV_BYTES));
 	double vs[KVB_MAX_REPS], ls[KVB_MAX_REPS];
 	volatile uint64_t sink = 0;
 	struct kvrt_layout lm, bm;
 	uint8_t *stream, *cache;
 	struct read_pass streaming;
 	unsigned int p, r, step = 0, steps = 4;	/* block-major, gather, reference, spawn */
-	char name[64];
+	char name[64], sfx[16] = "";
 	int ret;
 
+	if (bt != DEFAULT_BLOCK_TOKENS)
+		snprintf(sfx, sizeof(sfx), "_bt%u", bt);
 	for (p = 0; p < NR_POINTS; p++)
 		steps += !points[p].sweep || o->plot;
 	kvb_report_header(&rep, "value");
-	ret = kvrt_layout_init(&lm, KVRT_LAYOUT_LAYER_MAJOR, 1, KV_HEADS, HEAD_DIM, BLOCK,
+	ret = kvrt_layout_init(&lm, KVRT_LAYOUT_LAYER_MAJOR, 1, KV_HEADS, HEAD_DIM, bt,
 			       num_blocks, KVRT_DTYPE_BF16);
 	if (!ret)
-		ret = kvrt_layout_init(&bm, KVRT_LAYOUT_BLOCK_MAJOR, 2, KV_HEADS, HEAD_DIM, BLOCK,
+		ret = kvrt_layout_init(&bm, KVRT_LAYOUT_BLOCK_MAJOR, 2, KV_HEADS, HEAD_DIM, bt,
 				       num_blocks, KVRT_DTYPE_BF16);
 	if (ret) {
 		fprintf(stderr, "kvbench attn: kvrt_layout_init: %s\n", strerror(-ret));
@@ -461,11 +466,11 @@ static int bench_decode(const struct attn_opts *ao, unsigned int threads)
 
 		if (!block_major && points[pt].sweep && !o->plot)
 			continue;
-		ctx = ctx / BLOCK * BLOCK;
-		if (ctx < BLOCK)
-			ctx = BLOCK;
-		snprintf(name, sizeof(name), "decode_b%u_ctx%u%s", batch, ctx,
-			 block_major ? "_blockmajor" : "");
+		ctx = ctx / bt * bt;
+		if (ctx < bt)
+			ctx = bt;
+		snprintf(name, sizeof(name), "decode_b%u_ctx%u%s%s", batch, ctx,
+			 block_major ? "_blockmajor" : "", sfx);
 		kvb_progress(o, ++step, steps, name);
 		ret = decode_case_init(&c, lo, cache, block_major ? 1 : 0, batch, ctx, threads,
 				       1000 + pt + (block_major ? NR_POINTS : 0));
@@ -492,13 +497,13 @@ static int bench_decode(const struct attn_opts *ao, unsigned int threads)
 	if (!ret) {	/* the access pattern alone, as decode_b32_ctx8192 reads it */
 		const unsigned int pt = BLOCK_MAJOR_POINT;
 		uint32_t batch = points[pt].batch;
-		uint32_t ctx = (uint32_t)(points[pt].ctx * ao->gib) / BLOCK * BLOCK;
+		uint32_t ctx = (uint32_t)(points[pt].ctx * ao->gib) / bt * bt;
 		struct decode_case c;
 		double v, l;
 
-		if (ctx < BLOCK)
-			ctx = BLOCK;
-		snprintf(name, sizeof(name), "gather_read_b%u_ctx%u", batch, ctx);
+		if (ctx < bt)
+			ctx = bt;
+		snprintf(name, sizeof(name), "gather_read_b%u_ctx%u%s", batch, ctx, sfx);
 		kvb_progress(o, ++step, steps, name);
 		/* the seed of that decode point: the same blocks in the same order */
 		ret = decode_case_init(&c, &lm, cache, 0, batch, ctx, threads, 1000 + pt);
@@ -597,14 +602,18 @@ static void attn_usage(FILE *f)
 		"options:\n"
 		"  --gib G           K/V working set in GiB (default 1; 0.05 .. 64)\n"
 		"  --threads N       threads for attention and the streaming read (default:\n"
-		"                    online CPUs)\n");
+		"                    online CPUs)\n"
+		"  --block-tokens N  tokens per cache block, a power of two from 1 to 256\n"
+		"                    (default 16); case names get _btN when not 16; needs\n"
+		"                    --gib of at least N / 512\n");
 	kvb_common_usage(f, &attn_defaults);
 }
 
 /* argv[0] is "attn". */
 int cmd_attn(int argc, char **argv)
 {
-	struct attn_opts o = { .c = attn_defaults, .gib = 1.0 };
+	struct attn_opts o = { .c = attn_defaults, .gib = 1.0,
+			       .block_tokens = DEFAULT_BLOCK_TOKENS };
 	unsigned long n;
 	unsigned int threads;
 	char title[160];
@@ -622,7 +631,7 @@ int cmd_attn(int argc, char **argv)
 			attn_usage(stdout);
 			return 0;
 		}
-		if (strcmp(a, "--gib") && strcmp(a, "--threads"))
+		if (strcmp(a, "--gib") && strcmp(a, "--threads") && strcmp(a, "--block-tokens"))
 			return kvb_usage_error(&o.c, attn_usage, "unknown option '%s'", a);
 		if (i + 1 >= argc)
 			return kvb_usage_error(&o.c, attn_usage, "option '%s' needs a value", a);
@@ -631,6 +640,12 @@ int cmd_attn(int argc, char **argv)
 			if (kvb_parse_double(v, 0.05, 64, &o.gib))
 				return kvb_usage_error(&o.c, attn_usage,
 						       "--gib: '%s' is not a size in [0.05, 64]", v);
+		} else if (!strcmp(a, "--block-tokens")) {
+			if (kvb_parse_ulong(v, 1, 256, &n) || (n & (n - 1)))
+				return kvb_usage_error(&o.c, attn_usage,
+						       "--block-tokens: '%s' is not a power of two "
+						       "from 1 to 256", v);
+			o.block_tokens = (uint32_t)n;
 		} else {
 			if (kvb_parse_ulong(v, 0, 256, &n))
 				return kvb_usage_error(&o.c, attn_usage,
@@ -639,6 +654,12 @@ int cmd_attn(int argc, char **argv)
 			o.threads = (unsigned int)n;
 		}
 	}
+	/* the shortest point, 512 tokens at 1 GiB, must hold a block */
+	if ((uint32_t)(512 * o.gib) < o.block_tokens)
+		return kvb_usage_error(&o.c, attn_usage,
+				       "--block-tokens %u needs --gib %.3g or more (the shortest "
+				       "case has 512 x G tokens per sequence)",
+				       o.block_tokens, o.block_tokens / 512.0);
 	if (kvb_plot_check(&o.c))
 		return 1;
 	threads = o.threads ? o.threads : online();
@@ -648,7 +669,8 @@ int cmd_attn(int argc, char **argv)
 		return 1;
 	snprintf(title, sizeof(title),
 		 "kvbench attn: CPU paged-attention decode, bf16, 32 q / 8 KV heads, head dim "
-		 "128, %u threads, %.3g GiB of K/V", threads, o.gib);
+		 "128, %u-token blocks, %u threads, %.3g GiB of K/V", o.block_tokens, threads,
+		 o.gib);
 	return kvb_plot_write(&o.c, &(struct kvb_plot_axes){
 			.title = title,
 			.xlabel = "context length (tokens per sequence; batch x context constant)",

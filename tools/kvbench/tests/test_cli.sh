@@ -1,0 +1,96 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
+#
+# test_cli.sh: kvbench attn's options (make -C tools/kvbench check).  Each
+# bad value must exit 2 and name the option and what it accepts; a small
+# valid run with --block-tokens must print one parsable JSON line per
+# case, every decode and gather case named _btN, none failing.
+#
+# Output is TAP-like; the last line is "N passed, N failed".
+
+set -u
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+KVBENCH=${KVBENCH:-$HERE/../kvbench}
+[ -x "$KVBENCH" ] || { echo "test_cli.sh: $KVBENCH missing: run make -C tools/kvbench" >&2; exit 1; }
+
+T=$(mktemp -d "${TMPDIR:-/tmp}/kvbench-test.XXXXXX")
+trap 'rm -rf "$T"' EXIT
+
+n=0 passed=0 failed=0
+
+# check NAME WANT_RC ERR_REGEX ARGS...: stderr must match ERR_REGEX (if any).
+check() {
+	local name=$1 want=$2 re=$3 rc
+	shift 3
+	"$KVBENCH" "$@" >"$T/out" 2>"$T/err"
+	rc=$?
+	n=$((n + 1))
+	if [ "$rc" = "$want" ] && { [ -z "$re" ] || grep -qE -- "$re" "$T/err"; }; then
+		passed=$((passed + 1))
+		echo "ok $n - $name"
+	else
+		failed=$((failed + 1))
+		echo "not ok $n - $name: exit $rc (wanted $want), stderr: $(head -c 300 "$T/err")"
+	fi
+}
+
+check "--block-tokens 3 (not a power of two)" 2 \
+	"--block-tokens: '3' is not a power of two from 1 to 256" attn --block-tokens 3
+check "--block-tokens 0" 2 "--block-tokens: '0' is not a power of two" attn --block-tokens 0
+check "--block-tokens 512 (too large)" 2 "--block-tokens: '512' is not a power of two" \
+	attn --block-tokens 512
+check "--block-tokens x (not a number)" 2 "--block-tokens: 'x'" attn --block-tokens x
+check "--block-tokens without a value" 2 "option '--block-tokens' needs a value" \
+	attn --block-tokens
+check "--block-tokens 256 with --gib 0.1 (no block fits the shortest case)" 2 \
+	"--block-tokens 256 needs --gib 0.5 or more" attn --block-tokens 256 --gib 0.1
+check "--gib 0.01 (below the range)" 2 "--gib: '0.01' is not a size in \[0.05, 64\]" \
+	attn --gib 0.01
+check "--threads 300 (above the range)" 2 "--threads: '300' is not a number from 0 to 256" \
+	attn --threads 300
+check "unknown option" 2 "unknown option '--block'" attn --block 64
+check "usage names --block-tokens" 0 "" attn --help
+n_help=$n
+grep -q -- "--block-tokens N" "$T/out" || {
+	passed=$((passed - 1)) failed=$((failed + 1))
+	echo "not ok $n_help - usage names --block-tokens: not in --help"
+}
+
+# A real run, small and short: 64-token blocks over 128 MiB.
+n=$((n + 1))
+"$KVBENCH" attn --json --quiet --gib 0.125 --block-tokens 64 --reps 1 --rep-time 0.01 \
+	>"$T/out" 2>"$T/err"
+rc=$?
+why=
+[ "$rc" = 0 ] || why="exit $rc: $(head -c 300 "$T/err")"
+if [ -z "$why" ]; then
+	# every line: {"bench":"attn","case":"NAME","value":V,...,"limit":L,...}
+	why=$(awk '
+		{
+			if (!match($0, /^\{"bench":"attn","case":"[a-z0-9_]+"/)) {
+				print "not a result line: " $0; next
+			}
+			name = substr($0, 25, RLENGTH - 25)
+			v = $0; sub(/.*"value":/, "", v); v += 0
+			l = $0; sub(/.*"limit":/, "", l); l += 0
+			if (!(v > 0) || !(l > 0))
+				print "case " name ": value " v ", limit " l
+			if (name ~ /^(decode_b|gather_read_b)/) {
+				pat++
+				if (name !~ /_bt64$/)
+					print "case " name " lacks _bt64"
+			}
+		}
+		END { if (pat != 6) print pat + 0 " decode/gather cases, wanted 6" }' "$T/out")
+fi
+if [ -z "$why" ]; then
+	passed=$((passed + 1))
+	echo "ok $n - attn --block-tokens 64: 6 decode/gather cases named _bt64, all measured"
+else
+	failed=$((failed + 1))
+	echo "not ok $n - attn --block-tokens 64: $why"
+fi
+
+echo "$passed passed, $failed failed"
+[ "$failed" = 0 ]
