@@ -52,13 +52,14 @@
 /* Decode items per thread below which items are split across KV heads. */
 #define ITEMS_PER_THREAD 4
 /*
- * Work units (key positions x head dims x (rows + 2), per head) below which
- * one more thread is not worth creating.  A decode over bf16 K/V runs ~45
- * units/ns on one core from cache (2-core EPYC VM), so 16 Mi units is
- * ~0.4 ms of work, against 40-50 us measured to create and join a thread
- * there (kvbench attn, thread_spawn).
+ * Work units (key positions x head dims x (rows + 2), per head) each extra
+ * thread must have.  A bf16 decode runs ~31 units/ns on one core from L3
+ * or DRAM (2-core EPYC VM), so 4 Mi units is ~0.13 ms of work, about 2.6
+ * times the 40-60 us measured to create and join a thread there (kvbench
+ * attn, thread_spawn).  16 Mi made every call under ~21 MB of K/V single-
+ * threaded: a batch-1 decode over 4096 tokens (16 MiB) ran 1.7x slower.
  */
-#define WORK_PER_THREAD (16ULL << 20)
+#define WORK_PER_THREAD (4ULL << 20)
 
 struct attn_pool {
 	const struct attn_job *job;
