@@ -33,10 +33,11 @@ extern "C" {
  * 0.1: everything up to block copies.  0.2: the prefix cache (publish,
  * lookup, release, persistent spaces, statistics, residency, events).
  * 0.3: the GPU (driver loading, registration, copies, append, attention).
+ * 0.4: worker threads kept between attention calls.
  */
 
 #define KVRT_VERSION_MAJOR 0
-#define KVRT_VERSION_MINOR 3
+#define KVRT_VERSION_MINOR 4
 #define KVRT_VERSION_PATCH 0
 /* MAJOR * 10000 + MINOR * 100 + PATCH, comparable with kvrt_version_number() */
 #define KVRT_VERSION_NUMBER \
@@ -201,6 +202,38 @@ int kvrt_attn_decode(const struct kvrt_attn_params *params, const void *q,
 int kvrt_attn_prefill(const struct kvrt_attn_params *params, const void *q,
 		      const int32_t *q_indptr, const struct kvrt_kv_cache *kv,
 		      const struct kvrt_block_table *table, void *out);
+
+/*
+ * Worker threads kept between calls (since 0.4).  kvrt_attn_decode() and
+ * kvrt_attn_prefill() create their threads and join them before returning,
+ * which costs tens of microseconds per thread per call.  An engine that
+ * calls them per layer can keep the threads instead: kvrt_workers_create()
+ * starts num_threads - 1 threads (the calling thread is the first; 0: one
+ * per CPU in the caller's affinity mask) that sleep between calls, and the
+ * _on variants run on them.  params->num_threads caps how many take part
+ * (0: all); fewer do when the call has little work, as without workers.
+ * Results are bitwise those of the calls without workers.  A workers object
+ * runs one call at a time: calls from several threads wait their turn.
+ *
+ * kvrt_workers_create: -EINVAL for a NULL workers or num_threads above
+ * KVRT_WORKERS_MAX, -ENOMEM, -EAGAIN when a thread cannot be created (none
+ * is left running).  kvrt_workers_destroy: NULL is a no-op; no call may be
+ * running on the object.  The _on variants: -EINVAL for a NULL workers,
+ * else as kvrt_attn_decode() and kvrt_attn_prefill().
+ */
+#define KVRT_WORKERS_MAX 1024
+
+struct kvrt_workers;
+
+int kvrt_workers_create(uint32_t num_threads, struct kvrt_workers **workers);
+void kvrt_workers_destroy(struct kvrt_workers *workers);
+int kvrt_attn_decode_on(struct kvrt_workers *workers, const struct kvrt_attn_params *params,
+			const void *q, const struct kvrt_kv_cache *kv,
+			const struct kvrt_block_table *table, void *out);
+int kvrt_attn_prefill_on(struct kvrt_workers *workers, const struct kvrt_attn_params *params,
+			 const void *q, const int32_t *q_indptr,
+			 const struct kvrt_kv_cache *kv, const struct kvrt_block_table *table,
+			 void *out);
 
 /* ---- append (reshape and cache) ------------------------------------------
  *

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 /*
- * attn_api.c: kvrt_attn_decode() and kvrt_attn_prefill().
+ * attn_api.c: kvrt_attn_decode() and kvrt_attn_prefill(), and their _on
+ * variants (on kept worker threads).
  *
  * Everything the call is given is checked before any work is done, so a
  * call either fails with -EINVAL having written nothing, or computes every
@@ -145,18 +146,19 @@ static int build_job(struct attn_job *job, const struct kvrt_attn_params *p, con
 	return 0;
 }
 
-static int run(const struct kvrt_attn_params *params, const struct attn_job *job)
+static int run(const struct kvrt_attn_params *params, const struct attn_job *job,
+	       struct kvrt_workers *workers)
 {
 	if (!job->num_seqs)
 		return 0;
 	if (params->impl == KVRT_ATTN_REFERENCE)
 		return kvrt_attn_ref_run(job);
-	return kvrt_attn_fast_run(job);
+	return kvrt_attn_fast_run(job, workers);
 }
 
-int kvrt_attn_decode(const struct kvrt_attn_params *params, const void *q,
-		     const struct kvrt_kv_cache *kv, const struct kvrt_block_table *table,
-		     void *out)
+static int decode(struct kvrt_workers *workers, const struct kvrt_attn_params *params,
+		  const void *q, const struct kvrt_kv_cache *kv,
+		  const struct kvrt_block_table *table, void *out)
 {
 	struct attn_job job;
 	int ret;
@@ -164,12 +166,12 @@ int kvrt_attn_decode(const struct kvrt_attn_params *params, const void *q,
 	ret = build_job(&job, params, q, NULL, kv, table, out);
 	if (ret)
 		return ret;
-	return run(params, &job);
+	return run(params, &job, workers);
 }
 
-int kvrt_attn_prefill(const struct kvrt_attn_params *params, const void *q,
-		      const int32_t *q_indptr, const struct kvrt_kv_cache *kv,
-		      const struct kvrt_block_table *table, void *out)
+static int prefill(struct kvrt_workers *workers, const struct kvrt_attn_params *params,
+		   const void *q, const int32_t *q_indptr, const struct kvrt_kv_cache *kv,
+		   const struct kvrt_block_table *table, void *out)
 {
 	struct attn_job job;
 	int ret;
@@ -179,5 +181,38 @@ int kvrt_attn_prefill(const struct kvrt_attn_params *params, const void *q,
 	ret = build_job(&job, params, q, q_indptr, kv, table, out);
 	if (ret)
 		return ret;
-	return run(params, &job);
+	return run(params, &job, workers);
+}
+
+int kvrt_attn_decode(const struct kvrt_attn_params *params, const void *q,
+		     const struct kvrt_kv_cache *kv, const struct kvrt_block_table *table,
+		     void *out)
+{
+	return decode(NULL, params, q, kv, table, out);
+}
+
+int kvrt_attn_prefill(const struct kvrt_attn_params *params, const void *q,
+		      const int32_t *q_indptr, const struct kvrt_kv_cache *kv,
+		      const struct kvrt_block_table *table, void *out)
+{
+	return prefill(NULL, params, q, q_indptr, kv, table, out);
+}
+
+int kvrt_attn_decode_on(struct kvrt_workers *workers, const struct kvrt_attn_params *params,
+			const void *q, const struct kvrt_kv_cache *kv,
+			const struct kvrt_block_table *table, void *out)
+{
+	if (!workers)
+		return -EINVAL;
+	return decode(workers, params, q, kv, table, out);
+}
+
+int kvrt_attn_prefill_on(struct kvrt_workers *workers, const struct kvrt_attn_params *params,
+			 const void *q, const int32_t *q_indptr,
+			 const struct kvrt_kv_cache *kv, const struct kvrt_block_table *table,
+			 void *out)
+{
+	if (!workers)
+		return -EINVAL;
+	return prefill(workers, params, q, q_indptr, kv, table, out);
 }

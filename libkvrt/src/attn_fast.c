@@ -23,29 +23,27 @@
  * count or the item split), so results do not depend on the thread count.
  *
  * Threads are created per call and joined before it returns (no pool, no
- * global state).  The calling thread works too, so num_threads = 1 creates
- * none; num_threads = 0 means the CPUs of the caller's affinity mask.  A
- * call is given fewer threads than asked when it has fewer items or too
- * little work to pay for a thread (WORK_PER_THREAD).  kvbench attn measures
- * the spawn cost: ~40-50 us to create and join a thread on the 2-core VM,
- * against ~30 ms for a decode over 1 GiB of K/V.  All scratch memory is
- * allocated before any thread starts, so -ENOMEM leaves the output
- * untouched; a failed pthread_create only means fewer threads.
+ * global state), or, for the _on calls, taken from the caller's kept
+ * kvrt_workers (workers.c).  The calling thread works too, so num_threads =
+ * 1 creates none; num_threads = 0 means the CPUs of the caller's affinity
+ * mask (or all the kept threads).  A call is given fewer threads than asked
+ * when it has fewer items or too little work to pay for a thread
+ * (WORK_PER_THREAD).  kvbench attn measures the spawn cost: ~40-60 us to
+ * create and join a thread on the 2-core VM, against ~30 ms for a decode
+ * over 1 GiB of K/V.  All scratch memory is allocated before any thread
+ * starts, so -ENOMEM leaves the output untouched; a failed pthread_create
+ * only means fewer threads.
  */
-#ifndef _GNU_SOURCE
-#define _GNU_SOURCE	/* sched_getaffinity, CPU_COUNT */
-#endif
 #include <errno.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "kvrt.h"
 #include "attn_internal.h"
+#include "workers.h"
 
 /* Rows (query tokens x group) that a prefill item aims at. */
 #define PREFILL_ROWS 32
@@ -270,19 +268,13 @@ static void *worker_main(void *arg)
 	return NULL;
 }
 
-/* CPUs this thread may run on (its affinity mask), else online CPUs. */
-static uint32_t online_cpus(void)
+/* workers_run's callback: worker i of the call */
+static void run_worker(void *arg, uint32_t i)
 {
-	cpu_set_t set;
-	long n;
-
-	if (!sched_getaffinity(0, sizeof(set), &set) && CPU_COUNT(&set) > 0)
-		return (uint32_t)CPU_COUNT(&set);
-	n = sysconf(_SC_NPROCESSORS_ONLN);
-	return n > 0 ? (uint32_t)n : 1;
+	run_items((struct attn_worker *)arg + i);
 }
 
-int kvrt_attn_fast_run(const struct attn_job *job)
+int kvrt_attn_fast_run(const struct attn_job *job, struct kvrt_workers *kept)
 {
 	struct attn_pool pool = { .job = job, .kern = pick_kernel() };
 	struct attn_worker *workers;
@@ -294,7 +286,10 @@ int kvrt_attn_fast_run(const struct attn_job *job)
 	struct attn_ws tmp;
 	int ret = -ENOMEM;
 
-	nthreads = job->num_threads ? job->num_threads : online_cpus();
+	nthreads = job->num_threads ? job->num_threads : kept ? workers_count(kept) :
+							     cpus_available();
+	if (kept && nthreads > workers_count(kept))
+		nthreads = workers_count(kept);
 	hpi = heads_per_item(job, nthreads);
 	items = make_items(job, hpi, &pool.num_items, &total);
 	if (!items)
@@ -326,12 +321,17 @@ int kvrt_attn_fast_run(const struct attn_job *job)
 		ws_layout(&workers[i].ws, job, rows_per_item(job), hpi, mem + ws_bytes * i);
 	}
 
-	for (started = 1; started < nthreads; started++)
-		if (pthread_create(&workers[started].tid, NULL, worker_main, &workers[started]))
-			break;
-	run_items(&workers[0]);
-	for (i = 1; i < started; i++)
-		pthread_join(workers[i].tid, NULL);
+	if (kept) {
+		workers_run(kept, nthreads, run_worker, workers);
+	} else {
+		for (started = 1; started < nthreads; started++)
+			if (pthread_create(&workers[started].tid, NULL, worker_main,
+					   &workers[started]))
+				break;
+		run_items(&workers[0]);
+		for (i = 1; i < started; i++)
+			pthread_join(workers[i].tid, NULL);
+	}
 	ret = 0;
 
 out_free:

@@ -109,7 +109,9 @@ static inline float attn_kv_scale(const struct attn_job *job, int kv, uint32_t s
 }
 
 int kvrt_attn_ref_run(const struct attn_job *job);
-int kvrt_attn_fast_run(const struct attn_job *job);
+struct kvrt_workers;
+/* workers: the kept threads to run on, NULL to create them for this call */
+int kvrt_attn_fast_run(const struct attn_job *job, struct kvrt_workers *workers);
 
 /* ---- the fast kernel, one build per ISA ------------------------------------ */
 

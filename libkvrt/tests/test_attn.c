@@ -28,7 +28,12 @@
  * not in the error.  A perturbation test checks that the comparison fails
  * when the output is off by a few tolerances.
  *
- * Also: the fast path is bitwise identical for 1, 2, 3 and 16 threads; every
+ * Every case also runs through kvrt_attn_decode_on() / _prefill_on() on
+ * three kept worker threads ("fast/kept").
+ *
+ * Also: the fast path is bitwise identical for 1, 2, 3 and 16 threads,
+ * created per call or kept (kvrt_workers), and when several threads share
+ * one workers object each call still gets its own output; every
  * -EINVAL of the validation, each leaving the output untouched.
  *
  * Prints TAP (one line per group of checks, one per error case) and
@@ -38,6 +43,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -55,7 +61,7 @@
  */
 static int tap_n, tap_pass, tap_fail;
 static int grp_pass, grp_fail;
-static double worst[5][3];	/* [impl][out dtype]: largest error seen */
+static double worst[6][3];	/* [impl][out dtype]: largest error seen */
 
 #define CHECK(cond, ...)                                                    \
 	do {                                                                \
@@ -393,16 +399,21 @@ struct impl {
 	enum kvrt_attn_impl impl;
 	const char *isa;	/* KVRT_CPU_ISA, NULL to unset */
 	uint32_t threads;
+	bool kept;		/* through the _on calls, on the kept workers */
 };
 
 static const struct impl impls[] = {
-	{ "reference", KVRT_ATTN_REFERENCE, NULL, 1 },
-	{ "fast/best", KVRT_ATTN_FAST, NULL, 0 },	/* avx512bf16 where the CPU has it */
-	{ "fast/avx512", KVRT_ATTN_FAST, "avx512", 1 },
-	{ "fast/avx2", KVRT_ATTN_FAST, "avx2", 2 },
-	{ "fast/generic", KVRT_ATTN_FAST, "generic", 3 },
+	{ "reference", KVRT_ATTN_REFERENCE, NULL, 1, false },
+	{ "fast/best", KVRT_ATTN_FAST, NULL, 0, false },	/* avx512bf16 where the CPU has it */
+	{ "fast/avx512", KVRT_ATTN_FAST, "avx512", 1, false },
+	{ "fast/avx2", KVRT_ATTN_FAST, "avx2", 2, false },
+	{ "fast/generic", KVRT_ATTN_FAST, "generic", 3, false },
+	{ "fast/kept", KVRT_ATTN_FAST, NULL, 0, true },
 };
 #define NR_IMPLS (sizeof(impls) / sizeof(impls[0]))
+
+/* 3 threads kept for the "fast/kept" runs, created in main() */
+static struct kvrt_workers *kept;
 
 static void set_isa(const char *isa)
 {
@@ -483,7 +494,8 @@ static void run_decode(const struct tcase *tc)
 
 		set_isa(impls[i].isa);
 		memset(out, 0xff, nrows * tc->hd * esize(tc->o_dt));
-		ret = kvrt_attn_decode(&p, q, &kv, &bt, out);
+		ret = impls[i].kept ? kvrt_attn_decode_on(kept, &p, q, &kv, &bt, out) :
+				      kvrt_attn_decode(&p, q, &kv, &bt, out);
 		set_isa(NULL);
 		err = ret ? NAN : max_err(tc, out, &ex, nrows, &where);
 		if (err > worst[i][tc->o_dt])
@@ -587,7 +599,9 @@ static void run_prefill(const struct tcase *tc, uint32_t rounds)
 
 			set_isa(impls[i].isa);
 			memset(out, 0xff, nrows * tc->hd * esize(tc->o_dt));
-			ret = kvrt_attn_prefill(&p, q, q_indptr, &kv, &bt, out);
+			ret = impls[i].kept ?
+				      kvrt_attn_prefill_on(kept, &p, q, q_indptr, &kv, &bt, out) :
+				      kvrt_attn_prefill(&p, q, q_indptr, &kv, &bt, out);
 			set_isa(NULL);
 			err = ret ? NAN : max_err(tc, out, &ex, nrows, &where);
 			if (err > worst[i][tc->o_dt])
@@ -649,45 +663,171 @@ static void random_case(struct tcase *tc, uint32_t max_len, uint32_t max_seqs)
 
 /* ---- determinism across thread counts ---------------------------------------- */
 
+struct threads_case {
+	struct tcase tc;
+	struct world w;
+	int32_t lens[8];
+	uint32_t nq;
+	size_t n;		/* output floats */
+	uint16_t *q;
+};
+
+static void threads_case_make(struct threads_case *c)
+{
+	uint32_t s;
+
+	c->tc = (struct tcase){ .bt = 16, .nkv = 4, .group = 4, .hd = 128, .nseq = 8,
+				.kv_dt = KVRT_DTYPE_BF16, .q_dt = KVRT_DTYPE_BF16,
+				.o_dt = KVRT_DTYPE_F32, .layout = LAYOUT_LAYER_MAJOR, .window = -1,
+				.qamp = 1.0 };
+	c->nq = c->tc.nkv * c->tc.group;
+	for (s = 0; s < c->tc.nseq; s++)	/* enough work for 3 threads */
+		c->lens[s] = (int32_t)(c->tc.lens[s] = 2500 + 97 * s);
+	world_make(&c->w, &c->tc);
+	c->n = (size_t)c->tc.nseq * c->nq * c->tc.hd;
+	c->q = malloc(c->n * 2);
+	for (s = 0; s < c->n; s++)
+		enc(KVRT_DTYPE_BF16, c->q, s, rnd_unit());
+}
+
+/* Fast decode of the case into out: on workers (when not NULL) or not. */
+static int threads_case_decode(struct threads_case *c, struct kvrt_workers *workers,
+			       uint32_t nthreads, const uint16_t *q, float *out)
+{
+	struct kvrt_kv_cache kv = { &c->w.lo, c->w.cache, NULL, c->w.layer };
+	struct kvrt_block_table bt = { c->tc.nseq, c->w.indptr, c->w.indices, c->lens };
+	struct kvrt_attn_params p = { .num_q_heads = c->nq, .sm_scale = 0.088f,
+				      .window_left = -1, .q_dtype = KVRT_DTYPE_BF16,
+				      .o_dtype = KVRT_DTYPE_F32, .impl = KVRT_ATTN_FAST,
+				      .num_threads = nthreads };
+
+	return workers ? kvrt_attn_decode_on(workers, &p, q, &kv, &bt, out) :
+			 kvrt_attn_decode(&p, q, &kv, &bt, out);
+}
+
+static void threads_case_free(struct threads_case *c)
+{
+	free(c->q);
+	world_free(&c->w);
+}
+
+/*
+ * The same output, bit for bit, with 1, 2, 3 and 16 threads created per
+ * call, and on kept workers of 1, 2, 3 and 16 threads (twice each: a kept
+ * thread serves several calls), and with num_threads capping kept ones.
+ */
 static void test_threads_identical(void)
 {
-	struct tcase tc = { .bt = 16, .nkv = 4, .group = 4, .hd = 128, .nseq = 8,
-			    .kv_dt = KVRT_DTYPE_BF16, .q_dt = KVRT_DTYPE_BF16,
-			    .o_dt = KVRT_DTYPE_F32, .layout = LAYOUT_LAYER_MAJOR, .window = -1,
-			    .qamp = 1.0 };
-	uint32_t nq = tc.nkv * tc.group, s, t;
-	size_t n;
 	static const uint32_t nthr[] = { 1, 2, 3, 16 };	/* 16: items of one head */
-	float *o[4];
-	int32_t lens[8];
-	struct world w;
-	uint16_t *q;
+	struct threads_case c;
+	float *ref, *o;
+	uint32_t t, k;
 
-	for (s = 0; s < tc.nseq; s++)
-		lens[s] = (int32_t)(tc.lens[s] = 2500 + 97 * s);	/* enough work for 3 threads */
-	world_make(&w, &tc);
-	n = (size_t)tc.nseq * nq * tc.hd;
-	q = malloc(n * 2);
-	for (s = 0; s < n; s++)
-		enc(KVRT_DTYPE_BF16, q, s, rnd_unit());
-	for (t = 0; t < 4; t++) {
-		struct kvrt_kv_cache kv = { &w.lo, w.cache, NULL, w.layer };
-		struct kvrt_block_table bt = { tc.nseq, w.indptr, w.indices, lens };
-		struct kvrt_attn_params p = { .num_q_heads = nq, .sm_scale = 0.088f,
-					      .window_left = -1, .q_dtype = KVRT_DTYPE_BF16,
-					      .o_dtype = KVRT_DTYPE_F32, .impl = KVRT_ATTN_FAST,
-					      .num_threads = nthr[t] };
-
-		o[t] = malloc(n * 4);
-		CHECK(kvrt_attn_decode(&p, q, &kv, &bt, o[t]) == 0, "decode, %u threads", nthr[t]);
+	threads_case_make(&c);
+	ref = malloc(c.n * 4);
+	o = malloc(c.n * 4);
+	CHECK(threads_case_decode(&c, NULL, 1, c.q, ref) == 0, "decode, 1 thread");
+	for (t = 1; t < 4; t++) {
+		memset(o, 0xff, c.n * 4);
+		CHECK(threads_case_decode(&c, NULL, nthr[t], c.q, o) == 0 &&
+		      !memcmp(ref, o, c.n * 4),
+		      "fast decode differs between 1 and %u threads", nthr[t]);
 	}
-	for (t = 1; t < 4; t++)
-		CHECK(!memcmp(o[0], o[t], n * 4), "fast decode differs between 1 and %u threads",
+	for (t = 0; t < 4; t++) {
+		struct kvrt_workers *w = NULL;
+
+		CHECK(kvrt_workers_create(nthr[t], &w) == 0 && w, "workers of %u threads",
 		      nthr[t]);
-	for (t = 0; t < 4; t++)
-		free(o[t]);
-	free(q);
-	world_free(&w);
+		if (!w)
+			continue;
+		for (k = 0; k < 2; k++) {
+			memset(o, 0xff, c.n * 4);
+			CHECK(threads_case_decode(&c, w, 0, c.q, o) == 0 &&
+			      !memcmp(ref, o, c.n * 4),
+			      "decode on %u kept threads (call %u) differs from 1 thread", nthr[t],
+			      k + 1);
+		}
+		memset(o, 0xff, c.n * 4);
+		CHECK(threads_case_decode(&c, w, 2, c.q, o) == 0 && !memcmp(ref, o, c.n * 4),
+		      "decode on %u kept threads capped at 2 differs from 1 thread", nthr[t]);
+		kvrt_workers_destroy(w);
+	}
+	free(ref);
+	free(o);
+	threads_case_free(&c);
+}
+
+/* ---- one workers object, calls from several threads ------------------------ */
+
+#define CALLERS 3
+#define CALLS_EACH 8
+
+struct caller {
+	struct threads_case *c;
+	struct kvrt_workers *w;
+	const uint16_t *q;
+	const float *want;
+	int bad;		/* calls that failed or differed */
+	pthread_t tid;
+};
+
+static void *caller_main(void *arg)
+{
+	struct caller *cl = arg;
+	float *o = malloc(cl->c->n * 4);
+	int i;
+
+	for (i = 0; i < CALLS_EACH; i++) {
+		memset(o, 0xff, cl->c->n * 4);
+		if (threads_case_decode(cl->c, cl->w, 0, cl->q, o) ||
+		    memcmp(o, cl->want, cl->c->n * 4))
+			cl->bad++;
+	}
+	free(o);
+	return NULL;
+}
+
+/*
+ * CALLERS threads share one workers object, each with its own queries:
+ * the calls take turns, and each output is the one its own queries give
+ * without workers.
+ */
+static void test_workers_shared(void)
+{
+	struct caller cl[CALLERS];
+	struct kvrt_workers *w = NULL;
+	struct threads_case c;
+	uint16_t *q[CALLERS];
+	float *want[CALLERS];
+	size_t j;
+	int i;
+
+	threads_case_make(&c);
+	CHECK(kvrt_workers_create(2, &w) == 0, "workers of 2 threads");
+	for (i = 0; i < CALLERS; i++) {
+		q[i] = malloc(c.n * 2);
+		want[i] = malloc(c.n * 4);
+		for (j = 0; j < c.n; j++)
+			enc(KVRT_DTYPE_BF16, q[i], j, rnd_unit());
+		CHECK(threads_case_decode(&c, NULL, 2, q[i], want[i]) == 0, "decode, caller %d",
+		      i);
+	}
+	for (i = 0; i < CALLERS && w; i++) {
+		cl[i] = (struct caller){ .c = &c, .w = w, .q = q[i], .want = want[i] };
+		CHECK(pthread_create(&cl[i].tid, NULL, caller_main, &cl[i]) == 0,
+		      "caller thread %d", i);
+	}
+	for (i = 0; i < CALLERS && w; i++) {
+		pthread_join(cl[i].tid, NULL);
+		CHECK(!cl[i].bad, "caller %d: %d of %d calls on the shared workers failed or "
+		      "differed", i, cl[i].bad, CALLS_EACH);
+	}
+	kvrt_workers_destroy(w);
+	for (i = 0; i < CALLERS; i++) {
+		free(q[i]);
+		free(want[i]);
+	}
+	threads_case_free(&c);
 }
 
 /* ---- the comparison can fail ----------------------------------------------------- */
@@ -919,6 +1059,41 @@ static void test_errors(void)
 	CHECK(kvrt_attn_decode(&p, q, &kv, &b2, out) == 0 && !memcmp(out, sentinel, sizeof(out)),
 	      "no sequences: not 0, or output written");
 	group_end("errors: decode, no sequences: 0, nothing written");
+
+	/* kept workers: the same checks, and the workers' own */
+	{
+		struct kvrt_workers *w = (struct kvrt_workers *)&lo;	/* a marker */
+		struct kvrt_attn_params p7 = p;
+
+		CHECK(kvrt_workers_create(KVRT_WORKERS_MAX + 1, &w) == -EINVAL &&
+		      w == (struct kvrt_workers *)&lo,
+		      "workers_create(KVRT_WORKERS_MAX + 1): not -EINVAL, or *workers written");
+		CHECK(kvrt_workers_create(2, NULL) == -EINVAL, "workers_create(2, NULL): not -EINVAL");
+		kvrt_workers_destroy(NULL);
+		group_end("errors: workers_create, too many threads or NULL: -EINVAL");
+		p7.num_q_heads = 7;
+		for (i = 0; i < 2; i++) {
+			int r1, r2, r3, r4, r5;
+
+			p.impl = p7.impl = i ? KVRT_ATTN_REFERENCE : KVRT_ATTN_FAST;
+			memcpy(out, sentinel, sizeof(out));
+			r1 = kvrt_attn_decode_on(NULL, &p, q, &kv, &bt, out);
+			r2 = kvrt_attn_prefill_on(NULL, &p, qp, q_indptr, &kv, &bt, out);
+			r3 = kvrt_attn_decode_on(kept, &p7, q, &kv, &bt, out);
+			r4 = kvrt_attn_prefill_on(kept, &p, qp, NULL, &kv, &bt, out);
+			r5 = kvrt_attn_prefill_on(kept, &p7, qp, q_indptr, &kv, &bt, out);
+			CHECK(r1 == -EINVAL && r2 == -EINVAL && r3 == -EINVAL && r4 == -EINVAL &&
+			      r5 == -EINVAL && !memcmp(out, sentinel, sizeof(out)),
+			      "%s on workers: NULL workers %d/%d, bad params %d/%d/%d (want -EINVAL "
+			      "and nothing written)", i ? "reference" : "fast", r1, r2, r3, r4, r5);
+			CHECK(kvrt_attn_decode_on(kept, &p, q, &kv, &bt, out) == 0 &&
+			      kvrt_attn_prefill_on(kept, &p, qp, q_indptr, &kv, &bt, out) == 0,
+			      "%s on workers: a valid call failed", i ? "reference" : "fast");
+			group_end("errors: %s on workers: NULL workers or bad params: -EINVAL",
+				  i ? "reference" : "fast");
+		}
+		p.impl = KVRT_ATTN_FAST;
+	}
 #undef EXPECT_DECODE
 #undef EXPECT_PREFILL
 	free(cache);
@@ -936,13 +1111,21 @@ int main(void)
 	rng_state = seed;
 	printf("# test_attn: seed %llu (KVRT_TEST_SEED), %u random cases (KVRT_TEST_CASES)\n",
 	       (unsigned long long)seed, ncases);
-	printf("# each case runs: reference; fast with the best kernel, and with KVRT_CPU_ISA=avx512, avx2, generic\n");
+	printf("# each case runs: reference; fast with the best kernel, and with KVRT_CPU_ISA=avx512, avx2, generic; fast on 3 kept worker threads\n");
 
+	if (kvrt_workers_create(3, &kept)) {
+		printf("Bail out! kvrt_workers_create(3) failed\n");
+		return 1;
+	}
 	test_perturbation_detected();
 	group_end("the comparison detects a perturbed output and NaN");
 	test_errors();
 	test_threads_identical();
-	group_end("fast decode is bitwise identical with 1, 2, 3 and 16 threads");
+	group_end("fast decode is bitwise identical with 1, 2, 3 and 16 threads, created per "
+		  "call or kept");
+	test_workers_shared();
+	group_end("%d threads share kept workers, %d calls each: every output its own",
+		  CALLERS, CALLS_EACH);
 
 	/* fixed: every dtype combination once, on the common shape */
 	for (i = 0; i < 4 * 3 * 3; i++) {
@@ -987,6 +1170,7 @@ int main(void)
 		       worst[i][0], worst[i][1], worst[i][2]);
 	printf("# tolerances: out f32 %.1e, f16 %.2e, bf16 %.2e (of the largest |v| attended)\n",
 	       tolerance(KVRT_DTYPE_F32), tolerance(KVRT_DTYPE_F16), tolerance(KVRT_DTYPE_BF16));
+	kvrt_workers_destroy(kept);
 	printf("1..%d\n", tap_n);
 	printf("# test_attn: %d passed, %d failed\n", tap_pass, tap_fail);
 	return tap_fail ? 1 : 0;
