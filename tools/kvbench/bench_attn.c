@@ -40,7 +40,9 @@
  * Threads: thread_spawn: value = microseconds to create and join one
  * pthread (what the fast path pays per extra thread per call), limit =
  * microseconds of the smallest decode call (b1 ctx4096, 16 MiB) with all
- * threads, ratio = value / limit.
+ * threads, ratio = value / limit.  decode_kept_b1_ctx4096: value = that
+ * call's microseconds on threads kept between calls (kvrt_workers), limit =
+ * the same call creating its threads.
  *
  * Timing: CLOCK_MONOTONIC; each repetition runs whole calls for at least
  * --rep-time seconds (default 0.3); value and limit repetitions alternate,
@@ -190,6 +192,7 @@ struct decode_case {
 	int32_t *indptr, *indices, *lens;
 	uint16_t *q, *out;
 	uint64_t kv_bytes_read;	/* per call */
+	struct kvrt_workers *kept;	/* non-NULL: calls run on these threads */
 };
 
 static void decode_case_free(struct decode_case *c)
@@ -242,6 +245,8 @@ static int decode_case_init(struct decode_case *c, const struct kvrt_layout *lay
 
 static int decode_call(struct decode_case *c)
 {
+	if (c->kept)
+		return kvrt_attn_decode_on(c->kept, &c->params, c->q, &c->kv, &c->table, c->out);
 	return kvrt_attn_decode(&c->params, c->q, &c->kv, &c->table, c->out);
 }
 
@@ -424,7 +429,7 @@ static int bench_decode(const struct attn_opts *ao, unsigned int threads)
 	struct kvrt_layout lm, bm;
 	uint8_t *stream, *cache;
 	struct read_pass streaming;
-	unsigned int p, r, step = 0, steps = 4;	/* block-major, gather, reference, spawn */
+	unsigned int p, r, step = 0, steps = 5;	/* block-major, gather, reference, spawn, kept */
 	char name[64], sfx[16] = "";
 	int ret;
 
@@ -577,6 +582,35 @@ static int bench_decode(const struct attn_opts *ao, unsigned int threads)
 				   "us per pthread_create+join (ratio = value/limit)",
 				   kvb_median(ls, o->reps), "us per decode call b1 ctx4096");
 		}
+		decode_case_free(&c);
+	}
+
+	if (!ret) {	/* the same call on kept threads */
+		struct decode_case c;
+		double v, l;
+
+		kvb_progress(o, ++step, steps, "decode_kept_b1_ctx4096");
+		ret = decode_case_init(&c, &lm, cache, 0, 1, 4096, threads, 9);
+		if (!ret)
+			ret = kvrt_workers_create(threads, &c.kept);
+		for (r = 0; r < o->reps && !ret; r++) {
+			struct kvrt_workers *kept = c.kept;
+
+			c.kept = NULL;
+			ret = time_decode(&c, o->rep_time, &ls[r]);
+			c.kept = kept;
+			if (!ret)
+				ret = time_decode(&c, o->rep_time, &vs[r]);
+			ls[r] *= 1e6;
+			vs[r] *= 1e6;
+		}
+		if (!ret) {
+			kvb_middle_pair(vs, ls, o->reps, &v, &l);
+			kvb_report(&rep, "decode_kept_b1_ctx4096", v,
+				   "us per decode call on kept threads (ratio = value/limit)", l,
+				   "us per the call creating its threads");
+		}
+		kvrt_workers_destroy(c.kept);
 		decode_case_free(&c);
 	}
 	kvb_progress_end();
