@@ -359,6 +359,7 @@ int model_init(struct model *m, const struct checkpoint *ck, uint32_t max_tokens
 {
 	const struct model_config *c = &ck->cfg;
 	size_t D = (size_t)c->dim, H = (size_t)c->hidden_dim, T = max_tokens;
+	int ret;
 
 	memset(m, 0, sizeof(*m));
 	m->ck = ck;
@@ -386,12 +387,18 @@ int model_init(struct model *m, const struct checkpoint *ck, uint32_t max_tokens
 		model_fini(m);
 		return -ENOMEM;
 	}
+	ret = kvrt_workers_create(threads, &m->attn_workers);
+	if (ret) {
+		model_fini(m);
+		return ret;
+	}
 	rope_tables(m->rope_cos, m->rope_sin, (uint32_t)c->seq_len, m->head_dim);
 	return 0;
 }
 
 void model_fini(struct model *m)
 {
+	kvrt_workers_destroy(m->attn_workers);
 	tpool_destroy(m->pool);
 	free(m->rope_cos);
 	free(m->rope_sin);
@@ -409,8 +416,10 @@ void model_fini(struct model *m)
 }
 
 /*
- * Attention of one layer.  Default: one kvrt_attn_prefill over the whole
- * mixed batch (a decoding sequence is a chunk of one token), as engines
+ * Attention of one layer, on the model's kept libkvrt worker threads (the
+ * _on calls: no thread creation per layer).  Default: one
+ * kvrt_attn_prefill over the whole mixed batch (a decoding sequence is a
+ * chunk of one token), as engines
  * with chunked prefill run a varlen kernel.  With DECODE_WITH_DECODE the
  * first n_decode sequences go through kvrt_attn_decode and the rest
  * through kvrt_attn_prefill, each with its own rebased block table.
@@ -435,11 +444,12 @@ static int attention(struct model *m, const struct kvrt_kv_cache *kv, const stru
 	if (!nd) {
 		t = (struct kvrt_block_table){ b->n_seqs, b->blk_indptr, b->blk_indices,
 					       b->seq_lens };
-		return kvrt_attn_prefill(&ap, m->q, b->q_indptr, kv, &t, m->att);
+		return kvrt_attn_prefill_on(m->attn_workers, &ap, m->q, b->q_indptr, kv, &t,
+					    m->att);
 	}
 	/* decoding sequences: rows 0 .. nd, one each */
 	t = (struct kvrt_block_table){ nd, b->blk_indptr, b->blk_indices, b->seq_lens };
-	ret = kvrt_attn_decode(&ap, m->q, kv, &t, m->att);
+	ret = kvrt_attn_decode_on(m->attn_workers, &ap, m->q, kv, &t, m->att);
 	if (ret || nd == b->n_seqs)
 		return ret;
 	/* the rest: CSR arrays must start at 0, so rebase them */
@@ -453,8 +463,8 @@ static int attention(struct model *m, const struct kvrt_kv_cache *kv, const stru
 		bi[i] = b->blk_indptr[nd + i] - base_b;
 	}
 	t = (struct kvrt_block_table){ np, bi, b->blk_indices + base_b, b->seq_lens + nd };
-	return kvrt_attn_prefill(&ap, m->q + (size_t)base_q * row, qi, kv, &t,
-				 m->att + (size_t)base_q * row);
+	return kvrt_attn_prefill_on(m->attn_workers, &ap, m->q + (size_t)base_q * row, qi, kv,
+				    &t, m->att + (size_t)base_q * row);
 }
 
 int model_forward(struct model *m, const struct kvrt_layout *cache_layout, void *cache_base,

@@ -36,6 +36,7 @@ struct model {
 	enum decode_kernel decode_kernel;
 	float *rope_cos, *rope_sin;	/* [seq_len][head_dim / 2] */
 	struct tpool *pool;
+	struct kvrt_workers *attn_workers;	/* libkvrt's kept threads for attention */
 	/* scratch for max_tokens rows */
 	float *x, *xb, *q, *k, *v, *att, *hb, *hb2, *xo;
 	int32_t *tmp_i32;		/* rebased CSR arrays for split attention */
