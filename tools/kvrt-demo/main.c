@@ -647,8 +647,8 @@ int main(int argc, char **argv)
 		       wl.n_requests, wl.n_convs, n_multi, o.wl.rate, wl.n_system,
 		       o.wl.user_tokens, o.wl.gen_tokens);
 		printf("engine    continuous batching, %u tokens per step, up to %u sequences, %u "
-		       "threads; attention: %s\n", o.batch_tokens, o.max_seqs, o.threads,
-		       o.decode_kernel == DECODE_WITH_DECODE ?
+		       "threads; attention on kept libkvrt workers: %s\n", o.batch_tokens,
+		       o.max_seqs, o.threads, o.decode_kernel == DECODE_WITH_DECODE ?
 		       "kvrt_attn_decode for decoding rows, kvrt_attn_prefill for prompt chunks" :
 		       "kvrt_attn_prefill for every row (decoding rows are 1-token chunks)");
 		if (o.role != ROLE_NONE && kvrt_backend(k) != KVRT_BACKEND_KMOD)
