@@ -35,7 +35,6 @@
  * only means fewer threads.
  */
 #include <errno.h>
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -70,7 +69,6 @@ struct attn_pool {
 struct attn_worker {
 	struct attn_pool *pool;
 	struct attn_ws ws;
-	pthread_t tid;
 };
 
 static attn_kern_fn pick_kernel(void)
@@ -262,13 +260,7 @@ static void run_items(struct attn_worker *w)
 		pool->kern(pool->job, &w->ws, &pool->items[i]);
 }
 
-static void *worker_main(void *arg)
-{
-	run_items(arg);
-	return NULL;
-}
-
-/* workers_run's callback: worker i of the call */
+/* worker i of the call (workers_run, threads_run) */
 static void run_worker(void *arg, uint32_t i)
 {
 	run_items((struct attn_worker *)arg + i);
@@ -279,7 +271,7 @@ int kvrt_attn_fast_run(const struct attn_job *job, struct kvrt_workers *kept)
 	struct attn_pool pool = { .job = job, .kern = pick_kernel() };
 	struct attn_worker *workers;
 	struct attn_item *items;
-	uint32_t nthreads, started, i, hpi;
+	uint32_t nthreads, i, hpi;
 	uint64_t total = 0, by_work;
 	size_t ws_bytes;
 	uint8_t *mem;
@@ -321,17 +313,10 @@ int kvrt_attn_fast_run(const struct attn_job *job, struct kvrt_workers *kept)
 		ws_layout(&workers[i].ws, job, rows_per_item(job), hpi, mem + ws_bytes * i);
 	}
 
-	if (kept) {
+	if (kept)
 		workers_run(kept, nthreads, run_worker, workers);
-	} else {
-		for (started = 1; started < nthreads; started++)
-			if (pthread_create(&workers[started].tid, NULL, worker_main,
-					   &workers[started]))
-				break;
-		run_items(&workers[0]);
-		for (i = 1; i < started; i++)
-			pthread_join(workers[i].tid, NULL);
-	}
+	else
+		threads_run(nthreads, run_worker, workers);
 	ret = 0;
 
 out_free:

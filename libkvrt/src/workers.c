@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 /*
- * workers.c: kvrt_workers, threads kept between attention calls.
+ * workers.c: the attention's threads: kvrt_workers, kept between calls,
+ * and threads_run(), created for one call.
  *
  * Creating and joining a thread costs 40-60 us on the 2-core VM (kvbench
  * attn, thread_spawn), paid per extra thread by every call that creates
@@ -140,6 +141,38 @@ void kvrt_workers_destroy(struct kvrt_workers *workers)
 uint32_t workers_count(const struct kvrt_workers *w)
 {
 	return w->nthreads;
+}
+
+/* One thread of threads_run(). */
+struct spawned {
+	void (*fn)(void *arg, uint32_t index);
+	void *arg;
+	uint32_t index;
+	pthread_t tid;
+};
+
+static void *spawned_main(void *arg)
+{
+	struct spawned *sp = arg;
+
+	sp->fn(sp->arg, sp->index);
+	return NULL;
+}
+
+void threads_run(uint32_t n, void (*fn)(void *arg, uint32_t index), void *arg)
+{
+	struct spawned *sp = n > 1 ? calloc(n - 1, sizeof(*sp)) : NULL;
+	uint32_t started = 0, i;
+
+	for (; sp && started < n - 1; started++) {
+		sp[started] = (struct spawned){ .fn = fn, .arg = arg, .index = started + 1 };
+		if (pthread_create(&sp[started].tid, NULL, spawned_main, &sp[started]))
+			break;
+	}
+	fn(arg, 0);
+	for (i = 0; i < started; i++)
+		pthread_join(sp[i].tid, NULL);
+	free(sp);
 }
 
 void workers_run(struct kvrt_workers *w, uint32_t n, void (*fn)(void *arg, uint32_t index),

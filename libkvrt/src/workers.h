@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * workers.h: libkvrt's internal view of struct kvrt_workers (workers.c).
+ * workers.h: the attention's threads, kept (struct kvrt_workers) or made
+ * per call (workers.c).
  */
 #ifndef KVRT_WORKERS_H
 #define KVRT_WORKERS_H
@@ -21,5 +22,13 @@ uint32_t workers_count(const struct kvrt_workers *w);
  */
 void workers_run(struct kvrt_workers *w, uint32_t n, void (*fn)(void *arg, uint32_t index),
 		 void *arg);
+
+/*
+ * The same on threads created for this call and joined before it returns.
+ * An index whose thread cannot be created (memory, pthread_create) does
+ * not run: fn must share its work through the indices that do, as the
+ * attention's item counter does.
+ */
+void threads_run(uint32_t n, void (*fn)(void *arg, uint32_t index), void *arg);
 
 #endif /* KVRT_WORKERS_H */

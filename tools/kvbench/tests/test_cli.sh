@@ -19,19 +19,30 @@ trap 'rm -rf "$T"' EXIT
 
 n=0 passed=0 failed=0
 
-# check NAME WANT_RC ERR_REGEX ARGS...: stderr must match ERR_REGEX (if any).
+# result NAME WHY: one TAP line; an empty WHY passes.
+result() {
+	n=$((n + 1))
+	if [ -z "$2" ]; then
+		passed=$((passed + 1))
+		echo "ok $n - $1"
+	else
+		failed=$((failed + 1))
+		echo "not ok $n - $1: $2"
+	fi
+}
+
+# check NAME WANT_RC REGEX ARGS...: the exit status, and REGEX in stderr
+# (for status 0: in stdout).
 check() {
-	local name=$1 want=$2 re=$3 rc
+	local name=$1 want=$2 re=$3 rc file=err
 	shift 3
 	"$KVBENCH" "$@" >"$T/out" 2>"$T/err"
 	rc=$?
-	n=$((n + 1))
-	if [ "$rc" = "$want" ] && { [ -z "$re" ] || grep -qE -- "$re" "$T/err"; }; then
-		passed=$((passed + 1))
-		echo "ok $n - $name"
+	[ "$want" = 0 ] && file=out
+	if [ "$rc" = "$want" ] && grep -qE -- "$re" "$T/$file"; then
+		result "$name" ""
 	else
-		failed=$((failed + 1))
-		echo "not ok $n - $name: exit $rc (wanted $want), stderr: $(head -c 300 "$T/err")"
+		result "$name" "exit $rc (wanted $want), $file: $(head -c 300 "$T/$file")"
 	fi
 }
 
@@ -50,15 +61,9 @@ check "--gib 0.01 (below the range)" 2 "--gib: '0.01' is not a size in \[0.05, 6
 check "--threads 300 (above the range)" 2 "--threads: '300' is not a number from 0 to 256" \
 	attn --threads 300
 check "unknown option" 2 "unknown option '--block'" attn --block 64
-check "usage names --block-tokens" 0 "" attn --help
-n_help=$n
-grep -q -- "--block-tokens N" "$T/out" || {
-	passed=$((passed - 1)) failed=$((failed + 1))
-	echo "not ok $n_help - usage names --block-tokens: not in --help"
-}
+check "usage names --block-tokens" 0 "--block-tokens N" attn --help
 
 # A real run, small and short: 64-token blocks over 128 MiB.
-n=$((n + 1))
 "$KVBENCH" attn --json --quiet --gib 0.125 --block-tokens 64 --reps 1 --rep-time 0.01 \
 	>"$T/out" 2>"$T/err"
 rc=$?
@@ -84,13 +89,7 @@ if [ -z "$why" ]; then
 		}
 		END { if (pat != 6) print pat + 0 " decode/gather cases, wanted 6" }' "$T/out")
 fi
-if [ -z "$why" ]; then
-	passed=$((passed + 1))
-	echo "ok $n - attn --block-tokens 64: 6 decode/gather cases named _bt64, all measured"
-else
-	failed=$((failed + 1))
-	echo "not ok $n - attn --block-tokens 64: $why"
-fi
+result "attn --block-tokens 64: 6 decode/gather cases named _bt64, all measured" "$why"
 
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]
