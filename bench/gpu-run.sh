@@ -1,170 +1,344 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
 #
-# gpu-run.sh [OUTDIR]: the GPU checks and benchmarks, run on a machine with
-# an NVIDIA GPU, from the repository root.  OUTDIR is $1, else $OUT.
+# gpu-run.sh: the GPU checks and benchmarks, built here and run on a GPU
+# machine that is lent rarely and briefly, so that one call returns results.
 #
-#  1. builds libkvrt (with nvcc: the kernels must be in it) and kvbench;
-#  2. runs libkvrt's test_gpu (the plain build, against the shared
-#     library) and keeps its TAP output;
-#  3. runs kvbench gpu-attn --json, kvbench gpu-copy --json and kvbench
-#     copy --json, each output kept raw in its own file;
-#  4. writes OUTDIR/README.md: device, driver, date and command per file.
+#   bench/gpu-run.sh bundle [DIR]        on the build machine (needs nvcc):
+#       builds libkvrt with its fatbin, test_gpu, kvbench and kvrt-demo, and
+#       copies what the run needs into DIR (default build/gpu-bundle): the
+#       programs, libkvrt.so.0, libcrypto.so.3 as a fallback, the SDPA peer
+#       script, and MANIFEST (commit, sha256, the glibc and sonames needed).
+#   bench/gpu-run.sh run BUNDLE OUTDIR   on the GPU machine (builds nothing):
+#       preflight (what the bundle needs and the machine lacks, said before
+#       anything runs), then the steps, most important first, each writing
+#       its files into OUTDIR as it ends:
+#         test      test_gpu: attention, append and copies against float64
+#                   and the CPU library                  (test_gpu.tap)
+#         memcheck  compute-sanitizer --tool memcheck on a short test_gpu
+#                                                        (memcheck.log)
+#         attn      kvbench gpu-attn, with the SDPA peer (gpu-attn.jsonl, .log)
+#         copy      kvbench gpu-copy                     (gpu-copy.jsonl, .log)
+#         demo      kvrt-demo --device gpu                (demo.json, .log)
+#       and OUTDIR/README.md, the record: device, driver, date, command and
+#       status of every step.
+#   bench/gpu-run.sh dry-run [WORKDIR]   without a GPU: bundle, then run with
+#       the tiny profile against the emulated driver (cuda/test/emu_libcuda.cpp);
+#       fails where the script or a step would fail on the GPU machine.
 #
-# Files are named DEVICE-DATE-COMMAND.EXT, DEVICE from nvidia-smi (e.g.
-# NVIDIA-H100-80GB-HBM3), DATE as YYYYMMDD-HHMMSS (UTC):
-#   ...-test_gpu.tap         test_gpu's TAP output (stdout and stderr)
-#   ...-kvbench-gpu-attn.jsonl, .stderr   (likewise gpu-copy, copy)
-#   ...-nvidia-smi.txt       nvidia-smi's report
-#   ...-build.log            the build
+# Environment for run:
+#   GPU_RUN_PROFILE  full (default) or tiny (the dry run's sizes)
+#   GPU_RUN_DEADLINE seconds the whole run may take (default 420): a step
+#                    gets at most what is left, and one that cannot get its
+#                    minimum is skipped and says so
+#   GPU_RUN_STEPS    comma-separated steps (default test,memcheck,attn,copy,demo)
+#   GPU_RUN_PACK     a .tar file rewritten after every step with all of OUTDIR
+#                    (for a caller that brings back few files)
+#   KVRT_LIBCUDA     passes on (the dry run points it at the emulated driver)
 #
-# Exit status: non-zero, with a FAIL line, when the build fails, when
-# test_gpu fails or skips its GPU part (a GPU machine must run it), or when
-# a kvbench command fails; every step runs regardless, so the results that
-# could be had are kept.
-#
-# Environment: KVRT_TEST_SEED, KVRT_TEST_CASES, KVRT_GPU_DEVICE pass on to
-# test_gpu; GPU_RUN_ASAN=1 also runs the sanitized test_gpu; GPU_RUN_BENCH=0
-# skips the benchmarks; KVBENCH_ARGS are added to every kvbench command
-# (e.g. "--reps 3"); GPU_RUN_TIMEOUT seconds per step (default 1200).
+# Exit status: 0 when every step that ran passed; 1 when one failed or the
+# preflight found something missing; 2 on a usage error.
 
 set -u
-OUTDIR=${1:-${OUT:-}}
-if [ -z "$OUTDIR" ]; then
-	echo "usage: bench/gpu-run.sh OUTDIR (or set \$OUT)" >&2
-	exit 2
-fi
-if [ ! -f libkvrt/Makefile ] || [ ! -f tools/kvbench/Makefile ]; then
-	echo "gpu-run.sh: run it from the repository root" >&2
-	exit 2
-fi
-mkdir -p "$OUTDIR" || exit 2
-TIMEOUT=${GPU_RUN_TIMEOUT:-1200}
-JOBS=$(nproc 2>/dev/null || echo 4)
-status=0
+here=$(cd "$(dirname "$0")/.." && pwd)
 
+usage() {
+	sed -n '4,/^$/p' "$0" | sed 's/^# \{0,1\}//' >&2
+	exit 2
+}
 say() { echo "gpu-run: $*"; }
-failed() { echo "gpu-run: FAIL: $*"; status=1; }
 
-# ---- the machine ---------------------------------------------------------------
-dev=0
-[ -n "${KVRT_GPU_DEVICE:-}" ] && dev=$KVRT_GPU_DEVICE
-if command -v nvidia-smi >/dev/null; then
-	gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader -i "$dev" 2>/dev/null | head -1)
-	driver=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader -i "$dev" 2>/dev/null | head -1)
-	cuda=$(nvidia-smi 2>/dev/null | sed -n 's/.*CUDA Version: *\([0-9.]*\).*/\1/p' | head -1)
-else
-	gpu_name="no-nvidia-smi"
-	driver="unknown"
-	cuda="unknown"
-	failed "nvidia-smi not found: is this a GPU machine?"
-fi
-[ -n "$gpu_name" ] || gpu_name="unknown-gpu"
-tag=$(echo "$gpu_name" | tr -c 'A-Za-z0-9._\n-' '-' | sed 's/--*/-/g; s/-$//')
-when=$(date -u +%Y%m%d-%H%M%S)
-day=$(date -u +%Y-%m-%d)
-base="$OUTDIR/$tag-$when"
-say "device $dev: $gpu_name, driver $driver, CUDA $cuda; files: $base-*"
-nvidia-smi > "$base-nvidia-smi.txt" 2>&1 || true
-rows=()
-row() {	# file, command
-	rows+=("| \`$(basename "$1")\` | $gpu_name | $driver (CUDA $cuda) | $day | \`$2\` |")
+# ---- bundle ------------------------------------------------------------------
+
+soname_path() {	# the file the loader would take for soname $1, or nothing
+	ldconfig -p 2>/dev/null | awk -v s="$1" '$1 == s && /x86-64/ { print $NF; exit }'
 }
 
-# ---- build ---------------------------------------------------------------------
-say "building libkvrt, test_gpu and kvbench"
-# no stale programs: what runs below was built now, or nothing runs
-rm -f libkvrt/build/plain/test_gpu libkvrt/build/asan/test_gpu tools/kvbench/kvbench
-{
-	echo "# $(uname -a)"
-	echo "# $(gcc --version | head -1)"
-	echo "# nvcc: $(command -v nvcc || ls /usr/local/cuda/bin/nvcc 2>/dev/null || echo none)"
-	make -C libkvrt -j"$JOBS" &&
-		make -C libkvrt -j"$JOBS" build/plain/test_gpu &&
-		{ [ "${GPU_RUN_ASAN:-0}" != 1 ] || make -C libkvrt -j"$JOBS" build/asan/test_gpu; } &&
-		make -C tools/kvbench
-} > "$base-build.log" 2>&1
-build=$?
-if [ $build -ne 0 ]; then
-	tail -30 "$base-build.log"
-	failed "the build failed (exit $build); $base-build.log"
-fi
-if grep -q "GPU backend is compiled out" "$base-build.log"; then
-	failed "libkvrt was built without nvcc: no kernels to test ($base-build.log)"
-fi
+bundle() {
+	local dir=${1:-build/gpu-bundle} jobs f nvcc crypto
+	cd "$here" || exit 2
+	nvcc=$(make -s -C cuda print-nvcc)
+	if [ -z "$nvcc" ]; then
+		echo "gpu-run bundle: no nvcc (PATH or /usr/local/cuda/bin): libkvrt would have no kernels" >&2
+		exit 1
+	fi
+	jobs=$(nproc 2>/dev/null || echo 2)
+	say "building libkvrt (with the fatbin), test_gpu, kvbench and kvrt-demo"
+	{ make -C libkvrt -j"$jobs" && make -C libkvrt -j"$jobs" build/plain/test_gpu &&
+		make -C tools/kvbench -j"$jobs" && make -C tools/kvrt-demo -j"$jobs"; } \
+		> /tmp/gpu-run-bundle.$$.log 2>&1 || {
+		tail -30 /tmp/gpu-run-bundle.$$.log >&2
+		echo "gpu-run bundle: the build failed (log: /tmp/gpu-run-bundle.$$.log)" >&2
+		exit 1
+	}
+	rm -f /tmp/gpu-run-bundle.$$.log
+	rm -rf "$dir"
+	mkdir -p "$dir/bin" "$dir/lib" "$dir/fallback" || exit 1
+	cp libkvrt/build/plain/test_gpu tools/kvbench/kvbench tools/kvrt-demo/kvrt-demo "$dir/bin/"
+	cp -L libkvrt/build/libkvrt.so.0 "$dir/lib/libkvrt.so.0"
+	cp bench/sdpa_peer.py "$dir/"
+	crypto=$(soname_path libcrypto.so.3)
+	[ -n "$crypto" ] && cp -L "$crypto" "$dir/fallback/libcrypto.so.3"
+	# debug info stays here; the copies travel (the call carries 64 MiB at most)
+	strip --strip-debug "$dir"/bin/* "$dir"/lib/* "$dir"/fallback/* 2>/dev/null
+	{
+		echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD 2>/dev/null || echo '+local-changes')"
+		echo "built $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -n), $(. /etc/os-release; echo "$PRETTY_NAME"), $(getconf GNU_LIBC_VERSION)"
+		echo "nvcc $("$nvcc" --version | sed -n 's/.*release \([0-9.]*\).*/\1/p')"
+		# the newest glibc symbol version any program asks for
+		echo "glibc-needed $(for f in "$dir"/bin/* "$dir"/lib/*; do objdump -T "$f"; done 2>/dev/null |
+			grep -o 'GLIBC_[0-9.]*' | sed 's/GLIBC_//' | sort -uV | tail -1)"
+		for f in "$dir"/bin/* "$dir"/lib/*; do
+			echo "needs $(basename "$f"): $(objdump -p "$f" | awk '/NEEDED/ { printf "%s ", $2 }')"
+		done
+		echo "fatbin $(tr -d '\0' < cuda/build/kvrt_kernels.fatbin | grep -ao 'sm_[0-9a]*\|compute_[0-9a]*' | sort -u | tr '\n' ' ')"
+		(cd "$dir" && sha256sum bin/* lib/* fallback/* sdpa_peer.py)
+	} > "$dir/MANIFEST"
+	say "bundle in $dir ($(du -sh "$dir" | cut -f1)):"
+	sed 's/^/    /' "$dir/MANIFEST"
+}
 
-# ---- test_gpu --------------------------------------------------------------------
-run_test() {	# kind (plain, asan)
-	local kind=$1 bin=libkvrt/build/$1/test_gpu out="$base-test_gpu${2:-}.tap" rc
-	if [ ! -x "$bin" ]; then
-		failed "$bin was not built"
+# ---- run ---------------------------------------------------------------------
+
+run() {
+	local b=$1 out=$2
+	[ -f "$b/MANIFEST" ] || { echo "gpu-run run: $b has no MANIFEST: make it with 'bench/gpu-run.sh bundle $b'" >&2; exit 2; }
+	b=$(cd "$b" && pwd)
+	mkdir -p "$out" || exit 2
+	out=$(cd "$out" && pwd)
+	profile=${GPU_RUN_PROFILE:-full}
+	case $profile in full|tiny) ;; *) echo "gpu-run: GPU_RUN_PROFILE is full or tiny, not '$profile'" >&2; exit 2;; esac
+	steps=${GPU_RUN_STEPS:-test,memcheck,attn,copy,demo}
+	t0=$(date +%s)
+	deadline=$((t0 + ${GPU_RUN_DEADLINE:-420}))
+	status=0
+	rows=()
+	export LD_LIBRARY_PATH="$b/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+	export KVRT_TEST_SEED=${KVRT_TEST_SEED:-$t0}
+
+	preflight
+	record
+	if [ "$pre_ok" != 1 ]; then
+		say "FAILED in the preflight: nothing ran (see $out/preflight.txt)"
+		exit 1
+	fi
+	for s in ${steps//,/ }; do
+		case $s in
+		test) step test 30 240 test_gpu.tap step_test ;;
+		memcheck) step memcheck 30 150 memcheck.log step_memcheck ;;
+		attn) step attn 30 150 gpu-attn.jsonl step_attn ;;
+		copy) step copy 20 90 gpu-copy.jsonl step_copy ;;
+		demo) step demo 20 90 demo.json step_demo ;;
+		*) echo "gpu-run: unknown step '$s' (test, memcheck, attn, copy, demo)" >&2; exit 2 ;;
+		esac
+		record
+	done
+	say "$([ $status -eq 0 ] && echo 'all steps that ran passed' || echo 'FAILED (see the FAIL lines)') in $(( $(date +%s) - t0 )) s; record: $out/README.md"
+	exit $status
+}
+
+pre_line() { echo "$*" >> "$out/preflight.txt"; }
+missing() { pre_line "MISSING: $*"; say "FAIL: missing: $*"; pre_ok=0; status=1; }
+
+preflight() {
+	local f need have lc crypto nf
+	pre_ok=1
+	: > "$out/preflight.txt"
+	pre_line "# preflight $(date -u +%Y-%m-%dT%H:%M:%SZ), profile $profile"
+	pre_line "machine: $(uname -srm); $(nproc) CPUs; $(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo)"
+	pre_line "os: $(. /etc/os-release 2>/dev/null; echo "${PRETTY_NAME:-unknown}")"
+	pre_line "bundle: $(head -2 "$b/MANIFEST" | tr '\n' ';')"
+	have=$(getconf GNU_LIBC_VERSION 2>/dev/null | awk '{ print $2 }')
+	need=$(awk '$1 == "glibc-needed" { print $2 }' "$b/MANIFEST")
+	pre_line "glibc: here ${have:-unknown}, the bundle needs $need"
+	if [ -z "$have" ] || [ "$(printf '%s\n%s\n' "$need" "$have" | sort -V | head -1)" != "$need" ]; then
+		missing "glibc $need or newer (here: ${have:-none}); build the bundle on an older distribution"
+	fi
+	crypto=$(soname_path libcrypto.so.3)
+	if [ -n "$crypto" ]; then
+		pre_line "libcrypto.so.3: $crypto"
+	elif [ -f "$b/fallback/libcrypto.so.3" ]; then
+		pre_line "libcrypto.so.3: not installed here; the bundle's copy is used"
+		export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$b/fallback"
+	else
+		missing "libcrypto.so.3 (OpenSSL 3), neither installed nor in the bundle"
+	fi
+	for f in "$b"/bin/* "$b"/lib/*; do
+		nf=$(ldd "$f" 2>&1 | grep 'not found')
+		[ -z "$nf" ] || missing "$(basename "$f") cannot load: $(echo $nf)"
+	done
+	if [ -n "${KVRT_LIBCUDA:-}" ]; then
+		pre_line "libcuda: KVRT_LIBCUDA=$KVRT_LIBCUDA"
+		[ -f "$KVRT_LIBCUDA" ] || missing "KVRT_LIBCUDA=$KVRT_LIBCUDA does not exist"
+	else
+		lc=$(soname_path libcuda.so.1)
+		pre_line "libcuda.so.1: ${lc:-none in the ldconfig cache}"
+		[ -n "$lc" ] || missing "libcuda.so.1 (the NVIDIA driver's library)"
+	fi
+	if command -v nvidia-smi > /dev/null; then
+		gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader -i "${KVRT_GPU_DEVICE:-0}" 2>/dev/null | head -1)
+		driver=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader -i "${KVRT_GPU_DEVICE:-0}" 2>/dev/null | head -1)
+		{ echo "--- nvidia-smi"; nvidia-smi 2>&1; } >> "$out/preflight.txt"
+	else
+		gpu_name="none"
+		driver="none"
+		[ "$profile" = full ] && missing "nvidia-smi: is this a GPU machine?"
+	fi
+	sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
+	pre_line "compute-sanitizer: ${sanitizer:-none}"
+	pre_line "python3: $(python3 -c 'import sys, torch; print(sys.version.split()[0], "torch", torch.__version__, "cuda", torch.cuda.is_available())' 2>&1 | tail -1)"
+	say "$gpu_name, driver $driver; preflight $([ $pre_ok = 1 ] && echo passed || echo FAILED)"
+	rows+=("| preflight | $([ $pre_ok = 1 ] && echo passed || echo FAILED) | 0 | \`preflight.txt\` | machine, glibc, sonames, driver, tools |")
+}
+
+# step NAME MIN_S MAX_S FILE FUNCTION: runs FUNCTION with $limit seconds
+step() {
+	local name=$1 min=$2 max=$3 file=$4 fn=$5 left start rc
+	left=$((deadline - $(date +%s)))
+	limit=$((left < max ? left : max))
+	if [ "$limit" -lt "$min" ]; then
+		say "$name: skipped, $left s left of the deadline (needs $min)"
+		rows+=("| $name | skipped (deadline) | 0 | | $left s left, needs $min |")
 		return
 	fi
-	say "running $kind test_gpu"
-	(cd libkvrt && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:halt_on_error=1 \
-		UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-		timeout "$TIMEOUT" "build/$kind/test_gpu") > "$out" 2>&1
+	say "$name: up to $limit s"
+	start=$(date +%s)
+	step_note=""
+	step_cmd=""
+	"$fn" "$out/$file"
 	rc=$?
-	row "$out" "libkvrt/build/$kind/test_gpu (make -C libkvrt build/$kind/test_gpu)"
-	grep -E '^(not ok|# test_gpu:|# device|# GPU part|# largest|# calls)' "$out" | sed 's/^/    /'
-	if [ $rc -ne 0 ]; then
-		failed "$kind test_gpu exited with status $rc; $out"
-	elif grep -qE '^not ok' "$out"; then
-		failed "$kind test_gpu has failing tests; $out"
-	elif grep -qE '^ok [0-9]+ - gpu_tests # SKIP' "$out"; then
-		failed "$kind test_gpu skipped its GPU part: $(grep -m1 'SKIP' "$out" | sed 's/.*# SKIP //')"
-	elif ! grep -qE '^ok [0-9]+ - decode_long_split_kv' "$out"; then
-		failed "$kind test_gpu did not get to the attention tests; $out"
+	local took=$(( $(date +%s) - start )) verdict=passed
+	if [ $rc = 124 ] || [ $rc = 137 ]; then
+		verdict="FAILED: ran past $limit s"
+	elif [ $rc = 77 ]; then
+		verdict="not run: $step_note"
+	elif [ $rc != 0 ]; then
+		verdict="FAILED: $step_note (exit $rc)"
+	fi
+	case $verdict in FAILED*) status=1 ;; esac
+	say "$name: $verdict in $took s"
+	rows+=("| $name | $verdict | $took | \`$file\` | \`$step_cmd\` |")
+}
+
+# the step's command, run under its time limit, with its output in $1
+limited() {	# file, command...
+	local f=$1
+	shift
+	step_cmd="$*"
+	timeout -k 5 "$limit" "$@" > "$f" 2> "${f%.*}.log"
+}
+
+step_test() {
+	local rc cases=
+	[ "$profile" = tiny ] && cases=1
+	step_cmd="KVRT_TEST_SEED=$KVRT_TEST_SEED ${cases:+KVRT_TEST_CASES=$cases }$b/bin/test_gpu"
+	KVRT_TEST_CASES=${cases:-${KVRT_TEST_CASES:-40}} timeout -k 5 "$limit" "$b/bin/test_gpu" > "$1" 2>&1
+	rc=$?
+	grep -E '^(not ok|# test_gpu:|# device|# GPU part|# largest|# calls)' "$1" | sed 's/^/    /'
+	[ $rc = 0 ] || { step_note="test_gpu failed"; return $rc; }
+	if grep -qE '^not ok' "$1"; then
+		step_note="failing tests"; return 1
+	elif grep -qE '^ok [0-9]+ - gpu_tests # SKIP' "$1"; then
+		step_note="test_gpu skipped its GPU part: $(grep -m1 SKIP "$1" | sed 's/.*# SKIP //')"; return 1
+	elif ! grep -qE '^ok [0-9]+ - copy_errors_match_cpu' "$1"; then
+		step_note="test_gpu stopped before its last test"; return 1
 	fi
 }
-run_test plain
-[ "${GPU_RUN_ASAN:-0}" = 1 ] && run_test asan -asan
 
-# ---- kvbench -------------------------------------------------------------------------
-bench() {	# subcommand
-	local sub=$1 out="$base-kvbench-$1.jsonl" err="$base-kvbench-$1.stderr" rc
-	# shellcheck disable=SC2086
-	local cmd="tools/kvbench/kvbench $sub --json --progress ${KVBENCH_ARGS:-}"
-	if [ ! -x tools/kvbench/kvbench ]; then
-		failed "tools/kvbench/kvbench was not built"
-		return
+step_memcheck() {
+	local rc
+	if [ -z "$sanitizer" ]; then
+		step_note="no compute-sanitizer on this machine"
+		echo "$step_note" > "$1"
+		[ "$profile" = tiny ] && return 77
+		return 1
 	fi
-	say "running $cmd"
-	# shellcheck disable=SC2086
-	timeout "$TIMEOUT" $cmd > "$out" 2> "$err"
+	step_cmd="KVRT_TEST_CASES=1 $sanitizer --tool memcheck --error-exitcode 86 $b/bin/test_gpu"
+	KVRT_TEST_CASES=1 timeout -k 5 "$limit" "$sanitizer" --tool memcheck --error-exitcode 86 \
+		--print-limit 20 "$b/bin/test_gpu" > "$1" 2>&1
 	rc=$?
-	row "$out" "$cmd > $(basename "$out") 2> $(basename "$err")"
-	sed 's/^/    /' "$out"
-	grep -v '\[[0-9]*/[0-9]*\]' "$err" | sed 's/^/    stderr: /'
-	if [ $rc -ne 0 ]; then
-		failed "$cmd exited with status $rc; $err"
-	elif [ ! -s "$out" ]; then
-		failed "$cmd printed no result lines"
+	grep -E '^(=========.*ERROR SUMMARY|not ok|# test_gpu:)' "$1" | sed 's/^/    /'
+	[ $rc = 86 ] && step_note="memcheck found errors"
+	[ $rc != 0 ] && [ $rc != 86 ] && step_note="test_gpu under memcheck failed"
+	return $rc
+}
+
+kvbench_step() {	# file, subcommand, args...
+	local f=$1 rc
+	shift
+	limited "$f" "$b/bin/kvbench" "$@" --json --progress
+	rc=$?
+	sed 's/^/    /' "$f"
+	grep -v '\[[0-9]*/[0-9]*\]' "${f%.*}.log" | sed 's/^/    note: /'
+	[ $rc = 0 ] || { step_note="kvbench $1 failed"; return $rc; }
+	[ -s "$f" ] || { step_note="kvbench $1 printed no results"; return 1; }
+}
+
+step_attn() {
+	if [ "$profile" = tiny ]; then
+		kvbench_step "$1" gpu-attn --batches 1,2 --contexts 64 --copy-mib 16 --reps 1 --rep-time 0.001 --no-peer
+	else
+		kvbench_step "$1" gpu-attn --peer-script "$b/sdpa_peer.py" --reps 5 --rep-time 0.1
 	fi
 }
-if [ "${GPU_RUN_BENCH:-1}" != 0 ]; then
-	bench gpu-attn
-	bench gpu-copy
-	bench copy
-fi
 
-# ---- the record ------------------------------------------------------------------------
-{
-	echo "# GPU run $when"
-	echo
-	echo "Machine: $gpu_name (device $dev), driver $driver, CUDA $cuda;"
-	echo "$(nproc) CPUs, $(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo) memory,"
-	echo "kernel $(uname -r); commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (with local changes)')."
-	echo "Command: \`bench/gpu-run.sh\` from the repository root (status: $([ $status -eq 0 ] && echo passed || echo FAILED))."
-	echo
-	echo "| file | device | driver | date | command |"
-	echo "|---|---|---|---|---|"
-	for r in ${rows[@]+"${rows[@]}"}; do echo "$r"; done
-} > "$OUTDIR/README.md"
-say "wrote $OUTDIR/README.md"
-if [ $status -ne 0 ]; then
-	say "FAILED (see the FAIL lines above)"
-else
-	say "all passed"
-fi
-exit $status
+step_copy() {
+	if [ "$profile" = tiny ]; then
+		kvbench_step "$1" gpu-copy --mib 4 --batch-mib 2 --reg-gib 0 --reps 1 --rep-time 0.001
+	else
+		kvbench_step "$1" gpu-copy --mib 1024 --batch-mib 256 --reg-gib 4 --reps 5 --rep-time 0.1
+	fi
+}
+
+step_demo() {
+	local rc args=
+	[ "$profile" = tiny ] && args="--preset tiny"
+	# shellcheck disable=SC2086
+	limited "$1" "$b/bin/kvrt-demo" --device gpu --json $args
+	rc=$?
+	tail -5 "${1%.*}.log" | sed 's/^/    /'
+	if [ $rc = 2 ] && grep -q -- '--device gpu' "${1%.*}.log"; then
+		step_note="this kvrt-demo has no GPU KV path yet"
+		return 77
+	fi
+	[ $rc = 0 ] || step_note="kvrt-demo failed"
+	return $rc
+}
+
+record() {
+	{
+		echo "# GPU run, $(date -u +%Y-%m-%d) ($profile profile)"
+		echo
+		echo "Device: $gpu_name (ordinal ${KVRT_GPU_DEVICE:-0}), driver $driver;"
+		echo "$(nproc) CPUs, kernel $(uname -r). Bundle: $(head -1 "$b/MANIFEST")."
+		echo "Command: \`bench/gpu-run.sh run BUNDLE OUTDIR\` (GPU_RUN_DEADLINE=${GPU_RUN_DEADLINE:-420});"
+		echo "test seed $KVRT_TEST_SEED; $(( $(date +%s) - t0 )) s so far."
+		echo
+		echo "| step | status | seconds | file | command |"
+		echo "|---|---|---|---|---|"
+		for r in "${rows[@]}"; do echo "$r"; done
+	} > "$out/README.md"
+	if [ -n "${GPU_RUN_PACK:-}" ]; then
+		tar -C "$out" -cf "$GPU_RUN_PACK.tmp" . && mv "$GPU_RUN_PACK.tmp" "$GPU_RUN_PACK"
+	fi
+}
+
+# ---- dry run -----------------------------------------------------------------
+
+dry_run() {
+	local work=${1:-build/gpu-dry-run} emu
+	cd "$here" || exit 2
+	make -s -C cuda build/emu/libcuda-emu.so > /dev/null || exit 1
+	emu=$here/cuda/build/emu/libcuda-emu.so
+	bundle "$work/bundle" || exit 1
+	rm -rf "$work/out"
+	GPU_RUN_PROFILE=tiny GPU_RUN_DEADLINE=${GPU_RUN_DEADLINE:-900} KVRT_LIBCUDA=$emu \
+		GPU_RUN_PACK="$work/out.tar" bash "$0" run "$work/bundle" "$work/out"
+}
+
+case ${1:-} in
+bundle) shift; bundle "$@" ;;
+run) [ $# = 3 ] || usage; run "$2" "$3" ;;
+dry-run) shift; dry_run "$@" ;;
+*) usage ;;
+esac
