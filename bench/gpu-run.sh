@@ -20,6 +20,9 @@
 #         attn      kvbench gpu-attn, with the SDPA peer (gpu-attn.jsonl, .log)
 #         copy      kvbench gpu-copy                     (gpu-copy.jsonl, .log)
 #         demo      kvrt-demo --device gpu                (demo.json, .log)
+#         profile   ncu on one decode call (batch 64 x 4096): speed of light,
+#                   occupancy, stalls, and per-instruction samples
+#                                     (decode-ncu.txt, decode-sass.csv)
 #       and OUTDIR/README.md, the record: device, driver, date, command and
 #       status of every step.
 #   bench/gpu-run.sh dry-run [WORKDIR]   without a GPU: bundle, then run with
@@ -31,7 +34,7 @@
 #   GPU_RUN_DEADLINE seconds the whole run may take (default 420): a step
 #                    gets at most what is left, and one that cannot get its
 #                    minimum is skipped and says so
-#   GPU_RUN_STEPS    comma-separated steps (default test,memcheck,attn,copy,demo)
+#   GPU_RUN_STEPS    comma-separated steps (default test,memcheck,attn,copy,demo,profile)
 #   GPU_RUN_PACK     a .tar file rewritten after every step with all of OUTDIR
 #                    (for a caller that brings back few files)
 #   KVRT_LIBCUDA     passes on (the dry run points it at the emulated driver)
@@ -108,7 +111,7 @@ run() {
 	out=$(cd "$out" && pwd)
 	profile=${GPU_RUN_PROFILE:-full}
 	case $profile in full|tiny) ;; *) echo "gpu-run: GPU_RUN_PROFILE is full or tiny, not '$profile'" >&2; exit 2;; esac
-	steps=${GPU_RUN_STEPS:-test,memcheck,attn,copy,demo}
+	steps=${GPU_RUN_STEPS:-test,memcheck,attn,copy,demo,profile}
 	t0=$(date +%s)
 	deadline=$((t0 + ${GPU_RUN_DEADLINE:-420}))
 	status=0
@@ -129,7 +132,8 @@ run() {
 		attn) step attn 30 150 gpu-attn.jsonl step_attn ;;
 		copy) step copy 20 90 gpu-copy.jsonl step_copy ;;
 		demo) step demo 20 90 demo.json step_demo ;;
-		*) echo "gpu-run: unknown step '$s' (test, memcheck, attn, copy, demo)" >&2; exit 2 ;;
+		profile) step profile 40 120 decode-ncu.txt step_profile ;;
+		*) echo "gpu-run: unknown step '$s' (test, memcheck, attn, copy, demo, profile)" >&2; exit 2 ;;
 		esac
 		record
 	done
@@ -186,6 +190,8 @@ preflight() {
 	fi
 	sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
 	pre_line "compute-sanitizer: ${sanitizer:-none}"
+	ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+	pre_line "ncu: ${ncu:-none}"
 	pre_line "python3: $(python3 -c 'import sys, torch; print(sys.version.split()[0], "torch", torch.__version__, "cuda", torch.cuda.is_available())' 2>&1 | tail -1)"
 	say "$gpu_name, driver $driver; preflight $([ $pre_ok = 1 ] && echo passed || echo FAILED)"
 	rows+=("| preflight | $([ $pre_ok = 1 ] && echo passed || echo FAILED) | 0 | \`preflight.txt\` | machine, glibc, sonames, driver, tools |")
@@ -253,9 +259,11 @@ step_memcheck() {
 		[ "$profile" = tiny ] && return 77
 		return 1
 	fi
-	step_cmd="KVRT_TEST_CASES=1 $sanitizer --tool memcheck --error-exitcode 86 $b/bin/test_gpu"
-	KVRT_TEST_CASES=1 timeout -k 5 "$limit" "$sanitizer" --tool memcheck --error-exitcode 86 \
-		--print-limit 20 "$b/bin/test_gpu" > "$1" 2>&1
+	# API errors are not counted: test_gpu provokes them (an allocation too
+	# large, a second registration) and checks the errnos itself
+	step_cmd="KVRT_TEST_CASES=1 $sanitizer --tool memcheck --report-api-errors no --error-exitcode 86 $b/bin/test_gpu"
+	KVRT_TEST_CASES=1 timeout -k 5 "$limit" "$sanitizer" --tool memcheck --report-api-errors no \
+		--error-exitcode 86 --print-limit 20 "$b/bin/test_gpu" > "$1" 2>&1
 	rc=$?
 	grep -E '^(=========.*ERROR SUMMARY|not ok|# test_gpu:)' "$1" | sed 's/^/    /'
 	[ $rc = 86 ] && step_note="memcheck found errors"
@@ -302,6 +310,27 @@ step_demo() {
 		return 77
 	fi
 	[ $rc = 0 ] || step_note="kvrt-demo failed"
+	return $rc
+}
+
+step_profile() {
+	local rep=/tmp/gpu-run-decode.$$ rc
+	if [ -z "$ncu" ]; then
+		step_note="no ncu on this machine"
+		echo "$step_note" > "$1"
+		return 77
+	fi
+	# the 4th decode launch (past the warm-up); clocks left as they are
+	step_cmd="$ncu --clock-control none --set full -k regex:kvrt_decode -s 3 -c 1 -o $rep $b/bin/kvbench gpu-attn --batches 64 --contexts 4096 --reps 1 --rep-time 0.01 --no-peer"
+	timeout -k 5 "$limit" $step_cmd > "${1%.*}.log" 2>&1
+	rc=$?
+	[ $rc = 0 ] || { step_note="ncu failed"; tail -5 "${1%.*}.log"; return $rc; }
+	"$ncu" -i "$rep.ncu-rep" --page details > "$1" 2>&1 &&
+		"$ncu" -i "$rep.ncu-rep" --page source --csv --print-source sass > "$out/decode-sass.csv" 2>&1
+	rc=$?
+	rm -f "$rep.ncu-rep"
+	grep -E 'Duration|Memory Throughput|DRAM Throughput|Achieved Occupancy|Registers Per|Warp Cycles Per Issued|One or More Eligible' "$1" | sed 's/^/    /'
+	[ $rc = 0 ] || step_note="ncu could not print its report"
 	return $rc
 }
 
