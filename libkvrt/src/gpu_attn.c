@@ -120,8 +120,9 @@ static int plan_size(struct kvrt_gpu_plan *p, const struct gpu_plan_shape *s)
 		dec = 3 * target;
 	pre = ((uint64_t)p->max_q_tokens / KVRT_GK_PREFILL_QTILE + p->max_seqs) * ipq;
 	work = dec > pre ? dec : pre;
-	merge = p->max_seqs * ipq < target ? p->max_seqs * ipq : target;
+	/* a wave split (gpu_plan_wave_split) cuts up to partial / 2 ranges */
 	partial = 3 * target;
+	merge = p->max_seqs * ipq < partial / 2 ? p->max_seqs * ipq : partial / 2;
 	if (work > INT32_MAX || partial > INT32_MAX)
 		return -E2BIG;
 	p->off_work = align_up(sizeof(struct kvrt_gk_plan_hdr));

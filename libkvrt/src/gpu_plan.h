@@ -135,21 +135,91 @@ static inline int gpu_plan_push(struct gpu_plan_out *o, int32_t seq, int32_t kv_
 }
 
 /*
- * Keys per task when splitting: the batch's visible keys spread over the
- * CTAs the GPU keeps resident, a multiple of block_tokens, at least
- * KVRT_PLAN_MIN_SPLIT_TOKENS.  0: do not split (tasks fill half the
- * resident CTAs already).
+ * A task's fixed cost in keys' worth of time (loading q, combining the
+ * warps), and how much faster a wave split must look to pay for its merge
+ * pass and partial writes, which the wave count leaves out.
+ */
+#define KVRT_PLAN_TASK_OVERHEAD_KEYS 32
+#define KVRT_PLAN_WAVE_SPLIT_GAIN 0.85
+#define KVRT_PLAN_WAVE_SPLIT_MAX 8
+
+/* Tasks and partials when every range longer than chunk is cut into chunk-sized pieces. */
+static inline void gpu_plan_count(const struct gpu_plan_shape *s, uint32_t num_seqs,
+				  const int32_t *seq_lens, uint64_t chunk, uint64_t *tasks,
+				  uint64_t *partials)
+{
+	uint64_t per_seq = (uint64_t)s->num_kv_heads * gpu_plan_slices(s), n;
+	uint32_t i;
+
+	*tasks = *partials = 0;
+	for (i = 0; i < num_seqs; i++) {
+		n = (uint64_t)(seq_lens[i] - gpu_plan_key_lo(s, seq_lens[i] - 1));
+		n = n > chunk ? (n + chunk - 1) / chunk : 1;
+		*tasks += n * per_seq;
+		if (n > 1)
+			*partials += n * per_seq;
+	}
+}
+
+/*
+ * Batches that fill the resident CTAs still lose the last wave's idle
+ * SMs: 512 equal tasks on 396 slots take two task times, not 1.3.  Cut
+ * every range into k pieces when the waves times the piece (the time of
+ * equal tasks scheduled as slots free up) drops enough, within
+ * partial_cap partials.  0: no split.
+ */
+static inline uint32_t gpu_plan_wave_split(const struct gpu_plan_shape *s, uint32_t num_seqs,
+					   const int32_t *seq_lens, uint64_t target,
+					   uint64_t partial_cap)
+{
+	uint64_t items = (uint64_t)num_seqs * s->num_kv_heads * gpu_plan_slices(s);
+	uint64_t maxkeys = 0, keys, chunk, tasks, partials, cost, best = 0, best_chunk = 0;
+	uint32_t i, k;
+
+	for (i = 0; i < num_seqs; i++) {
+		keys = (uint64_t)(seq_lens[i] - gpu_plan_key_lo(s, seq_lens[i] - 1));
+		if (keys > maxkeys)
+			maxkeys = keys;
+	}
+	best = (items + target - 1) / target * (maxkeys + KVRT_PLAN_TASK_OVERHEAD_KEYS);
+	cost = best;
+	for (k = 2; k <= KVRT_PLAN_WAVE_SPLIT_MAX; k++) {
+		chunk = (maxkeys + k - 1) / k;
+		chunk = (chunk + s->block_tokens - 1) / s->block_tokens * s->block_tokens;
+		if (chunk < KVRT_PLAN_MIN_SPLIT_TOKENS || chunk >= maxkeys)
+			break;
+		gpu_plan_count(s, num_seqs, seq_lens, chunk, &tasks, &partials);
+		if (partials > partial_cap)
+			break;
+		keys = (tasks + target - 1) / target * (chunk + KVRT_PLAN_TASK_OVERHEAD_KEYS);
+		if (keys < best) {
+			best = keys;
+			best_chunk = chunk;
+		}
+	}
+	if (!best_chunk || (double)best > KVRT_PLAN_WAVE_SPLIT_GAIN * (double)cost)
+		return 0;
+	return best_chunk > INT32_MAX ? 0 : (uint32_t)best_chunk;
+}
+
+/*
+ * Keys per task when splitting: a batch with tasks for fewer than half the
+ * resident CTAs spreads its visible keys over them, a multiple of
+ * block_tokens, at least KVRT_PLAN_MIN_SPLIT_TOKENS; a larger one is cut
+ * only to shorten its last wave (gpu_plan_wave_split).  0: do not split.
  */
 static inline uint32_t gpu_plan_split_tokens(const struct gpu_plan_shape *s, uint32_t num_seqs,
-					     const int32_t *seq_lens)
+					     const int32_t *seq_lens, uint32_t partial_cap)
 {
 	uint64_t items = (uint64_t)num_seqs * s->num_kv_heads * gpu_plan_slices(s);
 	uint64_t target = (uint64_t)s->sm_count * KVRT_PLAN_CTAS_PER_SM;
 	uint64_t keys = 0, chunk;
 	uint32_t i;
 
-	if (s->no_split || 2 * items > target)
+	if (s->no_split)
 		return 0;
+	if (2 * items > target)
+		return gpu_plan_wave_split(s, num_seqs, seq_lens, target, partial_cap);
 	for (i = 0; i < num_seqs; i++)
 		keys += (uint64_t)(seq_lens[i] - gpu_plan_key_lo(s, seq_lens[i] - 1));
 	chunk = (keys * s->num_kv_heads * gpu_plan_slices(s) + target - 1) / target;
@@ -180,7 +250,7 @@ static inline int gpu_plan_decode(const struct gpu_plan_shape *s, uint32_t num_s
 		if (seq_lens[seq] < 1)
 			return -EINVAL;
 	slices = gpu_plan_slices(s);
-	chunk = gpu_plan_split_tokens(s, num_seqs, seq_lens);
+	chunk = gpu_plan_split_tokens(s, num_seqs, seq_lens, o->partial_cap);
 	o->split_tokens = chunk;
 	for (seq = 0; seq < num_seqs; seq++) {
 		int32_t hi = seq_lens[seq], lo = gpu_plan_key_lo(s, hi - 1);

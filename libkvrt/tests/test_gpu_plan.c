@@ -353,8 +353,9 @@ static uint32_t decode_splits(uint32_t num_seqs, int32_t len, uint32_t nq, uint3
 
 	for (i = 0; i < num_seqs; i++)
 		lens[i] = len;
-	o.work_cap = o.partial_cap = 1 << 20;
+	o.work_cap = 1 << 20;
 	o.merge_cap = 1 << 16;
+	o.partial_cap = 3 * sms * KVRT_PLAN_CTAS_PER_SM;	/* as gpu_attn.c sizes it */
 	o.work = calloc(o.work_cap, sizeof(*o.work));
 	o.merge = calloc(o.merge_cap, sizeof(*o.merge));
 	if (!gpu_plan_decode(&s, num_seqs, lens, &o))
@@ -377,12 +378,27 @@ TEST(split_policy)
 	CHECK_EQ(chunk % 16, 0);
 	CHECK(work >= 132 * KVRT_PLAN_CTAS_PER_SM * 9 / 10);
 	CHECK(work <= 3 * 132 * KVRT_PLAN_CTAS_PER_SM);
-	/* Batch 16 x 4k: 128 tasks for 396 resident CTAs, split; batch 32
-	 * (256 tasks) and 64: not worth a merge pass. */
+	/* Batch 16 x 4k: 128 tasks for 396 resident CTAs, split. */
 	CHECK(decode_splits(16, 4096, 32, 8, 132, &chunk, &work) > 0);
-	CHECK_EQ(decode_splits(32, 4096, 32, 8, 132, &chunk, &work), 0);
-	CHECK_EQ(decode_splits(64, 4096, 32, 8, 132, &chunk, &work), 0);
-	CHECK_EQ(work, 64 * 8);
+	/* Batch 32: 256 tasks leave 140 slots idle for 4096 keys; thirds
+	 * (1376 keys, 768 tasks) take two waves of a third of the time each. */
+	CHECK_EQ(decode_splits(32, 4096, 32, 8, 132, &chunk, &work), 32 * 8);
+	CHECK_EQ(chunk, 1376);
+	CHECK_EQ(work, 32 * 8 * 3);
+	/* Batch 48: 384 tasks, one nearly full wave: no split pays. */
+	CHECK_EQ(decode_splits(48, 4096, 32, 8, 132, &chunk, &work), 0);
+	CHECK_EQ(work, 48 * 8);
+	/* Batch 64 x 4k: 512 tasks are two waves of 4096 keys on 396 slots;
+	 * halves are three waves of 2048 (thirds would need 1536 partials,
+	 * past the 1188 the workspace holds). */
+	CHECK_EQ(decode_splits(64, 4096, 32, 8, 132, &chunk, &work), 64 * 8);
+	CHECK_EQ(chunk, 2048);
+	CHECK_EQ(work, 64 * 8 * 2);
+	/* Batch 100 x 4k: 800 tasks, and halves would need 1600 partials. */
+	CHECK_EQ(decode_splits(100, 4096, 32, 8, 132, &chunk, &work), 0);
+	CHECK_EQ(work, 100 * 8);
+	/* Batch 64 at 300 keys: pieces under the minimum split never pay. */
+	CHECK_EQ(decode_splits(64, 300, 32, 8, 132, &chunk, &work), 0);
 	/* Short sequences are never cut below the minimum split. */
 	CHECK_EQ(decode_splits(1, KVRT_PLAN_MIN_SPLIT_TOKENS, 32, 8, 132, &chunk, &work), 0);
 	CHECK_EQ(work, 8);
