@@ -68,11 +68,13 @@ check-lib: deps
 
 # The GPU kernels without a GPU: the fatbin's images, names and spills
 # (needs nvcc), every kernel run on the CPU emulator against libkvrt, then
-# libkvrt's GPU test through a libcuda stand-in running that emulator.
+# the GPU machine's run (bench/gpu-run.sh) end to end in its dry-run form:
+# the bundle built, then test_gpu, the benchmarks and the demo through a
+# libcuda stand-in running that emulator.
 check-cuda: deps
 	$(MAKE) -C cuda check
 	$(MAKE) -C cuda emu-test
-	$(MAKE) -C cuda emu-driver-test
+	bash bench/gpu-run.sh dry-run
 
 check-kmod: deps module tools selftests
 	bash selftests/vm/run-vm.sh check

@@ -37,6 +37,7 @@
 #   GPU_RUN_STEPS    comma-separated steps (default test,memcheck,attn,copy,demo,profile)
 #   GPU_RUN_PACK     a .tar file rewritten after every step with all of OUTDIR
 #                    (for a caller that brings back few files)
+#   GPU_RUN_ATTN_ARGS  more kvbench gpu-attn options (e.g. --batches 1,8,32,64)
 #   KVRT_LIBCUDA     passes on (the dry run points it at the emulated driver)
 #
 # Exit status: 0 when every step that ran passed; 1 when one failed or the
@@ -286,7 +287,9 @@ step_attn() {
 	if [ "$profile" = tiny ]; then
 		kvbench_step "$1" gpu-attn --batches 1,2 --contexts 64 --copy-mib 16 --reps 1 --rep-time 0.001 --no-peer
 	else
-		kvbench_step "$1" gpu-attn --peer-script "$b/sdpa_peer.py" --reps 5 --rep-time 0.1
+		# shellcheck disable=SC2086
+		kvbench_step "$1" gpu-attn --peer-script "$b/sdpa_peer.py" --reps 5 --rep-time 0.1 \
+			${GPU_RUN_ATTN_ARGS:-}
 	fi
 }
 

@@ -137,6 +137,7 @@ struct gc {
 	void *lim_host, *lim_dev;
 	size_t batch_bytes;
 	bool batch_ok;
+	bool auto_noted;	/* the calibrated AUTO threshold was reported */
 };
 
 static int fail_ret(const struct gc *x, const char *what, int ret)
@@ -338,6 +339,15 @@ static int bench_size(struct gc *x, const struct kvb_report *rep, uint32_t layer
 				}
 				if (!ret)
 					ret = kvrt_gpu_sync(x->g, NULL);
+				if (!ret && s.m == KVRT_GPU_COPY_AUTO && !x->auto_noted) {
+					struct kvrt_gpu_info gi;
+
+					x->auto_noted = true;
+					if (!kvrt_gpu_info(x->g, &gi))
+						kvb_note(c, "auto: the copy kernel for runs up to %llu "
+							 "bytes (calibrated at first use)",
+							 (unsigned long long)gi.kernel_copy_max);
+				}
 				for (r = 0; r < c->reps && !ret; r++) {
 					ret = time_limit(x, !dir, c->rep_time, &ls[r]);
 					if (!ret)
