@@ -26,7 +26,10 @@
  * Loads are software-pipelined: a step's K/V loads are issued while the
  * previous step computes, its block ids one step earlier still, so a warp
  * always has U*TPW rows of K and of V in flight (4 KB per warp for hd 128
- * f16/bf16 with G <= 4).
+ * f16/bf16 with G <= 4).  That alone left the H200 at 40% of its DRAM
+ * bandwidth, every step waiting a DRAM latency: the rows kPfSteps steps
+ * ahead are also asked of L2 (one 128-byte line per lane, no register
+ * held), so the loads that wait mostly hit L2.
  *
  * G, the query heads rounded up to a power of two (1, 2, 4, 8), is a
  * template parameter chosen per item; padding heads get q = 0 and are not
@@ -45,6 +48,13 @@ namespace dec {
 
 constexpr int kWarps = KVRT_GK_DECODE_THREADS / 32;
 constexpr int kMaxG = KVRT_GK_MAX_GROUP;
+constexpr int kPfSteps = 3;	/* warp steps between the L2 prefetch and the load */
+/* sm_80's code spills with the prefetch's registers (and no A100 has measured it) */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+constexpr bool kPrefetch = false;
+#else
+constexpr bool kPrefetch = true;
+#endif
 
 template <int HD>
 struct alignas(16) DecodeSmem {
@@ -207,13 +217,48 @@ KVRT_DEV void decode_item(const Ctx &c, const kvrt_gk_work &w, DecodeSmem<HD> &s
 	};
 
 	/*
+	 * The L2 prefetch of a step: lane l < PL takes line l % RL of the K
+	 * (or V) row of token l / (2 RL).  Its block id is loaded one step
+	 * before, so the prefetch waits for nothing.
+	 */
+	constexpr int RL = (LPT * T::kChunk + 127) / 128;	/* 128-byte lines per row */
+	constexpr int PL = CHUNK * 2 * RL;			/* lines per warp step */
+	static_assert(PL <= 32, "decode: a step's lines exceed the warp's lanes");
+	/* recomputed at each use: registers are at the kernel's cap */
+	int pf_blk = 0;
+	auto pf_id = [&](int ts) {
+		const int t = ts + lane / (2 * RL);
+
+		pf_blk = lane < PL && t < hi ? ldg(c.indices + idx0 + fdiv(c.bdiv, (uint32_t)t)) : -1;
+	};
+	auto pf_issue = [&](int ts) {
+		const int t = ts + lane / (2 * RL);
+
+		if (pf_blk >= 0 && t < hi) {
+			const int slot = t - (int)fdiv(c.bdiv, (uint32_t)t) * c.bt;
+			const char *row = ((lane / RL) & 1 ? c.v : c.k) + (int64_t)w.kv_head * c.hs;
+
+			prefetch_l2(row + (int64_t)pf_blk * c.bs + (int64_t)slot * c.ts +
+				    (lane % RL) * 128);
+		}
+	};
+
+	/*
 	 * Software pipeline: a step's K/V loads are issued one step ahead (so
-	 * a warp always has a step's worth in flight) and its block ids two.
+	 * a warp always has a step's worth in flight) and its block ids two;
+	 * its L2 prefetch kPfSteps ahead and the prefetch's block ids one more.
 	 */
 	int t0 = lo + warp * CHUNK;
 	uint32_t kr[U][W], vr[U][W];
 	float ksc, vsc;
 
+	if constexpr (kPrefetch) {
+		for (int s = 2; s <= kPfSteps; s++) {
+			pf_id(t0 + s * STEP);
+			pf_issue(t0 + s * STEP);
+		}
+		pf_id(t0 + (kPfSteps + 1) * STEP);
+	}
 	fetch_ids(t0);
 	issue(t0, kr, vr, ksc, vsc);
 	fetch_ids(t0 + STEP);
@@ -223,6 +268,10 @@ KVRT_DEV void decode_item(const Ctx &c, const kvrt_gk_work &w, DecodeSmem<HD> &s
 
 		issue(t0 + STEP, nkr, nvr, nksc, nvsc);
 		fetch_ids(t0 + 2 * STEP);
+		if constexpr (kPrefetch) {
+			pf_issue(t0 + (kPfSteps + 1) * STEP);
+			pf_id(t0 + (kPfSteps + 2) * STEP);
+		}
 
 		/* partial dots of this lane's 8 dims: acc[u * G + h] */
 		float acc[N];

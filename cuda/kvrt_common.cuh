@@ -307,6 +307,16 @@ KVRT_DEV void ld_nc_v4(uint32_t (&r)[4], const void *p)
 #endif
 }
 
+/* Ask L2 for the 128-byte line holding p; nothing waits for it (no-op on the emulator). */
+KVRT_DEV void prefetch_l2(const void *p)
+{
+#ifdef __CUDA_ARCH__
+	asm volatile("prefetch.global.L2 [%0];" : : "l"(p));
+#else
+	(void)p;
+#endif
+}
+
 KVRT_DEV void ld_nc_v2(uint32_t *r, const void *p)
 {
 #ifdef __CUDA_ARCH__
