@@ -271,22 +271,59 @@ static int copy_memcpy(struct kvrt_gpu *g, const struct kvrt_gk_copy_run *runs, 
 	return ret;
 }
 
+/*
+ * The kernel copies a run with one CTA, and a CTA keeps few bytes in
+ * flight over PCIe: on an H200, 256 runs of 64 KiB lost to the batched
+ * memcpy while 8192 runs of 32 KiB moved 1.9 times faster.  Runs are cut
+ * into pieces of this size (a multiple of 16: alignments stay) so the
+ * CTAs in flight follow the bytes, not the run count.
+ */
+#define COPY_PIECE_BYTES (16U << 10)
+
 static int copy_kernel(struct kvrt_gpu *g, const struct kvrt_gk_copy_run *runs, uint32_t n,
 		       CUstream stream)
 {
-	struct kvrt_gk_copy_args a = { .num_runs = n };
-	size_t bytes = (size_t)n * sizeof(*runs);
+	struct kvrt_gk_copy_args a;
+	struct kvrt_gk_copy_run *pieces = NULL;
+	uint64_t np = 0, off;
+	size_t bytes;
 	CUdeviceptr table;
-	uint32_t grid;
+	uint32_t grid, i;
 	int ret;
 
 	if (!n)
 		return 0;
 	if (!g->host_ptr_ok)
 		return -ENOTSUP;
+	for (i = 0; i < n; i++)
+		np += runs[i].bytes ? (runs[i].bytes + COPY_PIECE_BYTES - 1) / COPY_PIECE_BYTES : 1;
+	if (np > UINT32_MAX)
+		return -E2BIG;
+	if (np > n) {
+		pieces = malloc(np * sizeof(*pieces));
+		if (!pieces)
+			return -ENOMEM;
+		np = 0;
+		for (i = 0; i < n; i++) {
+			off = 0;
+			do {
+				uint64_t len = runs[i].bytes - off;
+
+				if (len > COPY_PIECE_BYTES)
+					len = COPY_PIECE_BYTES;
+				pieces[np++] = (struct kvrt_gk_copy_run){ runs[i].src + off,
+									 runs[i].dst + off, len };
+				off += len;
+			} while (off < runs[i].bytes);
+		}
+		runs = pieces;
+		n = (uint32_t)np;
+	}
+	a = (struct kvrt_gk_copy_args){ .num_runs = n };
+	bytes = (size_t)n * sizeof(*runs);
 	ret = gpu_check(g, g->cu.MemAllocAsync(&table, bytes, stream), "cuMemAllocAsync");
 	if (ret)
-		return ret;
+		goto out;
 	/* From pageable memory: staged before the call returns. */
 	ret = gpu_check(g, g->cu.MemcpyHtoDAsync(table, runs, bytes, stream), "copy table upload");
 	if (!ret) {
@@ -296,6 +333,8 @@ static int copy_kernel(struct kvrt_gpu *g, const struct kvrt_gk_copy_run *runs, 
 				 "copy kernel launch");
 	}
 	g->cu.MemFreeAsync(table, stream);
+out:
+	free(pieces);
 	return ret;
 }
 
