@@ -460,10 +460,11 @@ static void calibrate(struct kvrt_gpu *g)
 		double tk, tl;
 
 		/*
-		 * Scattered as a block table is: with adjacent runs the batched
-		 * copy kept up with the kernel up to 64 KiB on an H200, and
-		 * moved scattered 32 KiB blocks at half the kernel's rate.  n is
-		 * a power of two, so an odd multiplier permutes.
+		 * Scattered as a block table is (n is a power of two, so an
+		 * odd multiplier permutes).  On an H200 this still picks 16 KiB
+		 * where kvbench's THP-backed pool moves 32 KiB blocks 1.6 times
+		 * faster through the kernel: this buffer has 4 KiB pages, which
+		 * may be what the kernel pays for (not yet measured).
 		 */
 		for (i = 0; i < n; i++)
 			runs[i] = (struct kvrt_gk_copy_run){ (uintptr_t)host + i * run,
