@@ -29,7 +29,7 @@ help:
 	@echo "make check      every test suite (installs what it lacks)"
 	@echo "make check-core kvcore unit tests under ASan+UBSan, then the fuzzer (FUZZ_SECONDS=60)"
 	@echo "make check-lib  libkvrt tests, plain and under ASan+UBSan (embedded backend)"
-	@echo "make check-cuda the GPU kernels without a GPU: fatbin check (nvcc), CPU emulator run"
+	@echo "make check-cuda the GPU kernels without a GPU: fatbin check (nvcc), CPU emulator run, the GPU run's dry run"
 	@echo "make check-tools host tests of the tools (kvctl on a fake sysfs tree)"
 	@echo "make check-kmod the VM selftests against the real module (libkvrt's kmod backend too)"
 	@echo "make check-debug the VM suite on a KASAN/lockdep/kmemleak debug kernel (built once, cached)"
