@@ -208,6 +208,26 @@ int kvrt_layout_inline_scales(struct kvrt_layout *l, uint64_t *scales_offset)
 	return 0;
 }
 
+/*
+ * What kvrt_layout_for_space takes: the block-major preset of l's own
+ * shape, or for fp8 that preset after kvrt_layout_inline_scales().  Any
+ * other stride (a kv_stride of one pool block, say) would put bytes of a
+ * block past the pool block that holds it, and past the space's mapping.
+ */
+static int is_space_layout(const struct kvrt_layout *l)
+{
+	struct kvrt_layout preset;
+	uint64_t off;
+
+	if (kvrt_layout_init(&preset, KVRT_LAYOUT_BLOCK_MAJOR, l->num_layers, l->num_kv_heads,
+			     l->head_dim, l->block_tokens, l->num_blocks, l->kv_dtype))
+		return 0;
+	if (!memcmp(&preset, l, sizeof(preset)))
+		return 1;
+	return l->kv_dtype == KVRT_DTYPE_FP8_E4M3 && !kvrt_layout_inline_scales(&preset, &off) &&
+	       !memcmp(&preset, l, sizeof(preset));
+}
+
 int kvrt_layout_for_space(struct kvrt_layout *l, struct kvrt_space *space)
 {
 	uint64_t need;
@@ -218,6 +238,8 @@ int kvrt_layout_for_space(struct kvrt_layout *l, struct kvrt_space *space)
 	ret = kvrt_layout_block_bytes(l, &need);
 	if (ret)
 		return ret;
+	if (!is_space_layout(l))
+		return -EINVAL;
 	/* Only self-contained blocks can each live in one pool block. */
 	if (l->block_stride != (int64_t)need)
 		return -EINVAL;

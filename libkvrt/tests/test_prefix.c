@@ -377,6 +377,43 @@ TEST(join_close_destroy_race)
 }
 
 /*
+ * A hostile layout: the preset with one stride moved, e.g. the fuzzer's
+ * one-layer layout whose kv_stride is one pool block, which made the V
+ * half of the last block lie past the space's mapping.  Each must be
+ * refused with -EINVAL and left as it was, and a copy with the one that
+ * was accepted before must not be possible.
+ */
+static void layout_for_space_refuses_strides(struct kvrt_space *s, uint64_t pool_block)
+{
+	struct kvrt_layout l, before;
+	int64_t *fields[6];
+	unsigned int i;
+
+	CHECK_EQ(kvrt_layout_init(&l, KVRT_LAYOUT_BLOCK_MAJOR, 1, 2, 64, 16, 1,
+				  KVRT_DTYPE_BF16), 0);
+	l.kv_stride = (int64_t)pool_block;
+	before = l;
+	CHECK_EQ(kvrt_layout_for_space(&l, s), -EINVAL);
+	CHECK_EQ(memcmp(&l, &before, sizeof(l)), 0);
+	CHECK_EQ(kvrt_layout_init(&l, KVRT_LAYOUT_BLOCK_MAJOR, 2, 2, 64, 16, 1,
+				  KVRT_DTYPE_BF16), 0);
+	fields[0] = &l.layer_stride;
+	fields[1] = &l.kv_stride;
+	fields[2] = &l.token_stride;
+	fields[3] = &l.head_stride;
+	fields[4] = &l.scale_layer_stride;
+	fields[5] = &l.scale_block_stride;
+	for (i = 0; i < 6; i++) {
+		struct kvrt_layout m = l;
+
+		*(int64_t *)((char *)&m + ((char *)fields[i] - (char *)&l)) += 2;
+		before = m;
+		CHECK_EQ(kvrt_layout_for_space(&m, s), -EINVAL);
+		CHECK_EQ(memcmp(&m, &before, sizeof(m)), 0);
+	}
+}
+
+/*
  * kvrt_layout_for_space: block i of the layout is block i of the space,
  * at kvrt_block_addr(), with the preset's offsets inside the block.
  */
@@ -422,6 +459,7 @@ TEST(layout_for_space)
 	CHECK_EQ(kvrt_layout_init(&lm, KVRT_LAYOUT_LAYER_MAJOR, 2, 2, 64, 16, 8,
 				  KVRT_DTYPE_BF16), 0);
 	CHECK_EQ(kvrt_layout_for_space(&lm, s), -EINVAL);
+	layout_for_space_refuses_strides(s, block);
 	/* fp8: only with the scales inside the block, and they follow the stride */
 	CHECK_EQ(kvrt_layout_init(&l, KVRT_LAYOUT_BLOCK_MAJOR, 2, 2, 64, 16, 1,
 				  KVRT_DTYPE_FP8_E4M3), 0);
