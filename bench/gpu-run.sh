@@ -61,6 +61,11 @@ soname_path() {	# the file the loader would take for soname $1, or nothing
 bundle() {
 	local dir=${1:-build/gpu-bundle} jobs f nvcc crypto
 	cd "$here" || exit 2
+	# only a bundle or an empty folder is replaced
+	if [ -n "$(ls -A "$dir" 2>/dev/null)" ] && [ ! -f "$dir/MANIFEST" ]; then
+		echo "gpu-run bundle: $dir holds other files; name a new or empty folder" >&2
+		exit 2
+	fi
 	nvcc=$(make -s -C cuda print-nvcc)
 	if [ -z "$nvcc" ]; then
 		echo "gpu-run bundle: no nvcc (PATH or /usr/local/cuda/bin): libkvrt would have no kernels" >&2
@@ -362,8 +367,8 @@ dry_run() {
 	cd "$here" || exit 2
 	make -s -C cuda build/emu/libcuda-emu.so > /dev/null || exit 1
 	emu=$here/cuda/build/emu/libcuda-emu.so
+	rm -rf "$work/bundle" "$work/out"	# the dry run's own folders
 	bundle "$work/bundle" || exit 1
-	rm -rf "$work/out"
 	GPU_RUN_PROFILE=tiny GPU_RUN_DEADLINE=${GPU_RUN_DEADLINE:-900} KVRT_LIBCUDA=$emu \
 		GPU_RUN_PACK="$work/out.tar" bash "$0" run "$work/bundle" "$work/out"
 }
