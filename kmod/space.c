@@ -423,6 +423,7 @@ static void kvp_space_fill_open(const struct kvp_space *space, struct kvpool_spa
 void kvp_client_init(struct kvp_client *client, struct file *file)
 {
 	client->file = file;
+	client->refs.limit = READ_ONCE(kvp_tun.refs_per_fd_max);
 	INIT_LIST_HEAD(&client->link);
 	xa_init(&client->interest);
 	kvp_events_init(&client->events);

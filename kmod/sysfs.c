@@ -128,6 +128,7 @@ KVP_COUNTER_ATTR(reclaimed_bytes);
 struct kvp_tunables kvp_tun = {
 	.shrinker_enabled = true,
 	.event_queue_max = 65536,
+	.refs_per_fd_max = KVC_REFS_MAX,
 };
 
 static ssize_t shrinker_enabled_show(struct device *dev, struct device_attribute *attr, char *buf)
@@ -163,6 +164,24 @@ static ssize_t event_queue_max_store(struct device *dev, struct device_attribute
 	return count;
 }
 static DEVICE_ATTR_RW(event_queue_max);
+
+static ssize_t refs_per_fd_max_show(struct device *dev, struct device_attribute *attr, char *buf)
+{
+	return sysfs_emit(buf, "%u\n", READ_ONCE(kvp_tun.refs_per_fd_max));
+}
+
+static ssize_t refs_per_fd_max_store(struct device *dev, struct device_attribute *attr,
+				     const char *buf, size_t count)
+{
+	u32 v;
+
+	/* Up to the per-block bound: no single fd may fill a block's count. */
+	if (kstrtou32(buf, 10, &v) || !v || v >= KVC_READERS_MAX)
+		return -EINVAL;
+	WRITE_ONCE(kvp_tun.refs_per_fd_max, v);
+	return count;
+}
+static DEVICE_ATTR_RW(refs_per_fd_max);
 
 /* A byte-size tunable: any size kvp_parse_bytes() takes. */
 #define KVP_BYTES_TUNABLE(name, field)						\
@@ -322,6 +341,7 @@ static struct attribute *kvp_dev_attrs[] = {
 	&dev_attr_shrinker_enabled.attr,
 	&dev_attr_min_cached_bytes.attr,
 	&dev_attr_event_queue_max.attr,
+	&dev_attr_refs_per_fd_max.attr,
 	&dev_attr_uid_limit_default_bytes.attr,
 	&dev_attr_uid_limit.attr,
 	&dev_attr_destroy_space.attr,

@@ -24,6 +24,7 @@ int kvc_space_init(struct kvc_space *s, kvc_u64 block_bytes, kvc_u64 nr_blocks,
 	s->nr_blocks = nr_blocks;
 	s->ops = ops;
 	s->host = host;
+	s->max_readers = KVC_READERS_MAX;
 	for (p = 0; p < KVC_PRIO_LEVELS; p++)
 		s->lru[p] = (struct kvc_list){ KVC_NONE, KVC_NONE };
 	s->holes = (struct kvc_list){ KVC_NONE, KVC_NONE };
@@ -527,6 +528,7 @@ static int kvc_refs_reserve(struct kvc_refs *r, kvc_u64 n)
 	grown.cap = (kvc_u32)cap;
 	grown.used = r->used;
 	grown.total = r->total;
+	grown.limit = r->limit;
 	for (i = 0; i < r->cap; i++) {
 		kvc_u32 slot;
 
@@ -610,6 +612,17 @@ static void kvc_reader_put(struct kvc_space *s, kvc_u32 id)
 	}
 }
 
+static kvc_u64 kvc_refs_limit(const struct kvc_refs *refs)
+{
+	return refs->limit ? refs->limit : KVC_REFS_MAX;
+}
+
+/* May a batch of n add one reference each to blocks with this many readers? */
+static int kvc_readers_room(const struct kvc_space *s, kvc_u32 readers, kvc_u64 n)
+{
+	return (kvc_u64)readers + n <= s->max_readers;
+}
+
 int kvc_publish(struct kvc_space *s, kvc_u32 owner, struct kvc_refs *refs, kvc_u32 count,
 		struct kvc_publish_entry *e)
 {
@@ -626,12 +639,23 @@ int kvc_publish(struct kvc_space *s, kvc_u32 owner, struct kvc_refs *refs, kvc_u
 	ret = kvc_mark_owned(s, owner, count, &e[0].id, stride);
 	if (ret)
 		return ret;
-	ret = kvc_refs_reserve(refs, count);
-	if (ret) {
-		kvc_unmark(s->blocks, count, &e[0].id, stride);
-		return ret;
+	/*
+	 * Bound every block a hash may land on, conservatively by the whole
+	 * batch: entries of this batch may dedup onto each other.
+	 */
+	if (refs->total + count > kvc_refs_limit(refs) || !kvc_readers_room(s, 0, count))
+		ret = -EOVERFLOW;
+	for (i = 0; i < count && !ret; i++) {
+		kvc_u32 have = kvc_find(s, e[i].hash);
+
+		if (have != KVC_NONE && !kvc_readers_room(s, s->blocks[have].readers, count))
+			ret = -EOVERFLOW;
 	}
+	if (!ret)
+		ret = kvc_refs_reserve(refs, count);
 	kvc_unmark(s->blocks, count, &e[0].id, stride);
+	if (ret)
+		return ret;
 	for (i = 0; i < count; i++) {
 		kvc_u32 id = e[i].id, have = kvc_find(s, e[i].hash);
 
@@ -674,6 +698,11 @@ int kvc_lookup(struct kvc_space *s, struct kvc_refs *refs, kvc_u32 count,
 			break;
 		ids[n] = id;
 	}
+	if (refs->total + n > kvc_refs_limit(refs))
+		return -EOVERFLOW;
+	for (i = 0; i < n; i++)
+		if (!kvc_readers_room(s, s->blocks[ids[i]].readers, n))
+			return -EOVERFLOW;
 	ret = kvc_refs_reserve(refs, n);
 	if (ret)
 		return ret;
@@ -733,7 +762,7 @@ kvc_u64 kvc_release_refs(struct kvc_space *s, struct kvc_refs *refs)
 	}
 	kvc_free_mem(refs->keys);
 	kvc_free_mem(refs->counts);
-	memset(refs, 0, sizeof(*refs));
+	*refs = (struct kvc_refs){ .limit = refs->limit };
 	return n;
 }
 
@@ -844,6 +873,8 @@ int kvc_space_check(const struct kvc_space *s, char *msg, unsigned long len)
 			return kvc_fail(msg, len, "owner does not match state", id);
 		if (published != has_readers)
 			return kvc_fail(msg, len, "readers do not match state", id);
+		if (b->readers > s->max_readers)
+			return kvc_fail(msg, len, "readers above max_readers", id);
 		if ((b->state == KVC_BLOCK_PUBLISHED || b->state == KVC_BLOCK_CACHED) &&
 		    (b->priority > KVC_PRIO_MAX || kvc_find(s, s->hashes[id]) != id))
 			return kvc_fail(msg, len, "published but not found by its hash", id);

@@ -131,6 +131,7 @@ struct kvc_space {
 	kvc_u64 nr_cached;
 	kvc_u64 nr_holes;
 	kvc_u64 nr_readers;	/* sum of readers over PUBLISHED blocks */
+	kvc_u32 max_readers;	/* bound on one block's readers, KVC_READERS_MAX by default */
 	struct kvc_block *blocks;
 	kvc_u32 *free_stack;	/* LIFO: recently freed blocks are reused first */
 	kvc_u8 (*hashes)[KVC_HASH_BYTES];	/* PUBLISHED/CACHED: the key */
@@ -154,7 +155,17 @@ struct kvc_refs {
 	kvc_u32 cap;		/* slots, a power of 2, or 0 */
 	kvc_u32 used;		/* slots holding an id */
 	kvc_u64 total;		/* sum of counts */
+	kvc_u64 limit;		/* bound on total; 0: KVC_REFS_MAX */
 };
+
+/*
+ * Reader references are bounded so that no count can wrap: a block's
+ * readers stay below KVC_READERS_MAX (of 2^32) whatever the number of
+ * holders, and one holder's total below its limit.  A PUBLISH or LOOKUP
+ * that could pass either bound fails with -EOVERFLOW and takes nothing.
+ */
+#define KVC_READERS_MAX (1U << 31)
+#define KVC_REFS_MAX (1ULL << 24)
 
 /* Largest range kvcore accepts, in blocks (ids are 32-bit, KVC_NONE excluded). */
 #define KVC_MAX_BLOCKS (1ULL << 31)
@@ -204,7 +215,9 @@ struct kvc_publish_entry {
  * its own block, now PUBLISHED, or the block already present (its own
  * block is then freed and flags says DEDUP).  Returns the number of
  * dedups, or -EINVAL (bad id, id twice, priority out of range), -EPERM
- * (block not owned by owner), -ENOMEM (refs table).
+ * (block not owned by owner), -EOVERFLOW (a block holding one of the
+ * hashes has max_readers - count readers or more, or refs would pass its
+ * limit), -ENOMEM (refs table).
  */
 int kvc_publish(struct kvc_space *s, kvc_u32 owner, struct kvc_refs *refs, kvc_u32 count,
 		struct kvc_publish_entry *entries);
@@ -212,8 +225,9 @@ int kvc_publish(struct kvc_space *s, kvc_u32 owner, struct kvc_refs *refs, kvc_u
 /*
  * Look up hashes in order and stop at the first miss.  Takes one reader
  * reference in refs per hit and writes the hits' ids to ids[].  Returns
- * the number of hits, or -ENOMEM (refs table; nothing taken, though ids[]
- * may have been written).
+ * the number of hits, or -EOVERFLOW (a hit has max_readers - hits
+ * readers or more, or refs would pass its limit) or -ENOMEM (refs table);
+ * on an error nothing is taken, though ids[] may have been written.
  */
 int kvc_lookup(struct kvc_space *s, struct kvc_refs *refs, kvc_u32 count,
 	       const kvc_u8 (*hashes)[KVC_HASH_BYTES], kvc_u32 *ids);

@@ -659,6 +659,9 @@ int kvrt_layout_for_space(struct kvrt_layout *layout, struct kvrt_space *space);
  *   -EFAULT  ids or hashes NULL;
  *   -EPERM   a block this handle does not own (another's, free, published
  *            or cached);
+ *   -EOVERFLOW  a reference bound: the handle would hold more than 2^24
+ *            references (kmod: sysfs refs_per_fd_max), or a block a hash
+ *            may land on has 2^31 - count readers already;
  *   -ENOMEM; kmod also -EINTR.
  * On failure ids[] and flags[] are untouched and nothing changed.
  */
@@ -677,7 +680,8 @@ int kvrt_publish(struct kvrt_space *space, uint32_t count, uint32_t *ids,
  * participant of the space (see kvrt_residency_add).  Statistics: hits +=
  * nr_hits, misses += count - nr_hits.
  * -EINVAL NULL space or count 0; -E2BIG count > KVRT_MAX_BATCH; -EFAULT
- * hashes or ids NULL; -ENOMEM (no reference taken); kmod also -EINTR.
+ * hashes or ids NULL; -EOVERFLOW a reference bound as for kvrt_publish;
+ * -ENOMEM (no reference taken); kmod also -EINTR.
  */
 int kvrt_lookup(struct kvrt_space *space, uint32_t count,
 		const uint8_t (*hashes)[KVRT_HASH_BYTES], uint32_t *ids, uint64_t *devices);

@@ -307,6 +307,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		case FOP_REFILL:
 			refill_mode(&r);
 			break;
+		case FOP_LIMITS:
+			count = (kvc_u32)rd(&r, 1);
+			pair_limits(&P, 1 + count, 1 + 4 * rd(&r, 1));
+			break;
 		}
 	}
 	kvc_fail_alloc_countdown = 0;

@@ -27,6 +27,8 @@
  *     FOP_RECLAIM     blk:u16 off:u16 nblk:u8 len_off:u16 cause:u8
  *                     start = blk * bb + off % bb, len = nblk * bb + len_off % bb
  *     FOP_REFILL      kind:u8 v:u8                 see fuzz_kvcore.c
+ *     FOP_LIMITS      readers:u8 refs:u8           max_readers 1 + readers,
+ *                     every holder's limit 1 + 4 * refs: the bounds within reach
  *   owner := owner_map[u8 % 10]; hash := test_hash(u8 % FUZZ_HASHES)
  */
 #ifndef KVC_FUZZ_OPS_H
@@ -48,6 +50,7 @@ enum fuzz_op {
 	FOP_EVICT,
 	FOP_RECLAIM,
 	FOP_REFILL,
+	FOP_LIMITS,
 	FOP_COUNT,
 };
 

@@ -59,6 +59,15 @@ static void lookup(unsigned int o, unsigned int k, unsigned int h)
 	for (i = 0; i < k; i++)
 		u8(h + i);
 }
+/* Look up hash h k times in one call. */
+static void lookup_same(unsigned int o, unsigned int k, unsigned int h)
+{
+	unsigned int i;
+
+	u8(FOP_LOOKUP); u8(o); u8(k);
+	for (i = 0; i < k; i++)
+		u8(h);
+}
 /* Release the holder's first k references (a block held twice counts twice). */
 static void unref(unsigned int o, unsigned int k)
 {
@@ -193,6 +202,15 @@ int main(int argc, char **argv)
 	unref(2, 2); unref(2, 2); drop_refs(2);
 	u8(FOP_PUBLISH); u8(1); u8(2); le(5, 2); u8(30); u8(1); le(5, 2); u8(31); u8(1);
 	bad |= emit(d, "prefix-errors");
+
+	/* Two holders hammer one hash up to the reader bound and the per-holder limit. */
+	geo(4, 0, 16, 0);
+	u8(FOP_LIMITS); u8(99); u8(15);
+	alloc(1, 2); publish(1, 1, 0, 50);
+	lookup_same(2, 64, 0); lookup_same(3, 40, 0); lookup_same(2, 64, 0);
+	lookup_same(3, 1, 0); unref(2, 16); lookup_same(3, 1, 0);
+	publish(1, 1, 0, 50); drop_refs(2); lookup_same(3, 60, 0);
+	bad |= emit(d, "reader-bounds");
 
 	return bad;
 }

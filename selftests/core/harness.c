@@ -278,7 +278,15 @@ static int ref_init(struct ref *r, kvc_u64 block_bytes, kvc_u64 nr_blocks)
 		return -EINVAL;
 	r->block_bytes = block_bytes;
 	r->nr_blocks = nr_blocks;
+	r->max_readers = KVC_READERS_MAX;
+	r->refs_limit = KVC_REFS_MAX;
 	return 0;
+}
+
+/* May a batch of n add a reference to a block with this many readers? */
+static bool ref_readers_room(const struct ref *r, kvc_u32 readers, kvc_u64 n)
+{
+	return (kvc_u64)readers + n <= r->max_readers;
 }
 
 static void ref_fini(struct ref *r)
@@ -989,6 +997,22 @@ int pair_init(struct pair *p, kvc_u64 block_bytes, kvc_u64 nr_blocks)
 	return ret;
 }
 
+void pair_limits(struct pair *p, kvc_u32 max_readers, kvc_u64 refs_limit)
+{
+	unsigned int h;
+	kvc_u64 id;
+
+	/* Never below a block's readers: kvc_space_check holds that bound. */
+	for (id = 0; id < p->r.registered; id++)
+		if (p->r.blk[id].readers > max_readers)
+			max_readers = p->r.blk[id].readers;
+	p->s.max_readers = max_readers;
+	p->r.max_readers = max_readers;
+	for (h = 0; h < NR_HOLDERS; h++)
+		p->refs[h].limit = refs_limit;
+	p->r.refs_limit = refs_limit;
+}
+
 void pair_fini(struct pair *p)
 {
 	unsigned int h;
@@ -1224,6 +1248,27 @@ static int ref_publish_check(const struct ref *r, kvc_u32 owner, kvc_u32 count,
 	return prio_bad ? -EINVAL : ret;
 }
 
+/*
+ * The reference bounds, checked on the state before the batch and by its
+ * whole size: the holder's total, and every block a hash may land on.
+ */
+static int ref_publish_bound(const struct ref *r, kvc_u32 owner, kvc_u32 count,
+			     const struct kvc_publish_entry *e)
+{
+	kvc_u32 i;
+
+	if (r->held_total[holder_of(owner)] + count > r->refs_limit ||
+	    !ref_readers_room(r, 0, count))
+		return -EOVERFLOW;
+	for (i = 0; i < count; i++) {
+		kvc_u32 have = ref_find(r, e[i].hash);
+
+		if (have != KVC_NONE && !ref_readers_room(r, r->blk[have].readers, count))
+			return -EOVERFLOW;
+	}
+	return 0;
+}
+
 /* Apply a valid PUBLISH to the model; e[] gets the expected outputs. */
 static int ref_publish(struct ref *r, kvc_u32 owner, kvc_u32 count, struct kvc_publish_entry *e)
 {
@@ -1275,6 +1320,8 @@ int pair_publish(struct pair *p, kvc_u32 owner, kvc_u32 count, struct kvc_publis
 	if (p->h.nr_trace)
 		fail(p, "publish called back the host");
 	exp = ref_publish_check(&p->r, owner, count, want, &alt);
+	if (!exp)
+		exp = ref_publish_bound(&p->r, owner, count, want);
 	if (!exp && fault_hit(before))
 		exp = -ENOMEM;		/* the reference table could not grow */
 	/* Valid batches return their dedup count, compared below. */
@@ -1318,6 +1365,7 @@ int pair_lookup(struct pair *p, kvc_u32 owner, kvc_u32 count,
 	struct ref *r = &p->r;
 	kvc_u32 *want, n, i;
 	struct snap sn;
+	bool over;
 	int ret;
 
 	if (!p->live)
@@ -1332,6 +1380,17 @@ int pair_lookup(struct pair *p, kvc_u32 owner, kvc_u32 count,
 		want[n] = ref_find(r, hashes[n]);
 		if (want[n] == KVC_NONE)
 			break;
+	}
+	over = r->held_total[h] + n > r->refs_limit;
+	for (i = 0; i < n && !over; i++)
+		over = !ref_readers_room(r, r->blk[want[i]].readers, n);
+	if (over) {
+		if (ret != -EOVERFLOW)
+			fail(p, "lookup(owner %u, count %u) = %d past a reference bound, model %d",
+			     owner, count, ret, -EOVERFLOW);
+		else
+			expect_unchanged(p, &sn, "lookup", ret);
+		goto out;
 	}
 	if (fault_hit(before)) {
 		/* Nothing taken, nothing counted. */

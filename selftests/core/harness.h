@@ -128,6 +128,8 @@ struct ref {
 	kvc_u64 clock;		/* LRU time */
 	kvc_u64 n[KVC_BLOCK_STATES];
 	kvc_u64 readers;
+	kvc_u32 max_readers;	/* per block; KVC_READERS_MAX unless a test lowers it */
+	kvc_u64 refs_limit;	/* per holder; KVC_REFS_MAX unless a test lowers it */
 	struct kvc_space_stats st;
 };
 
@@ -164,6 +166,11 @@ kvc_u64 pair_evict(struct pair *p, kvc_u64 count, unsigned int cause);
 /* kvc_range_reclaimable(), then kvc_reclaim_range() when it said yes: -1 or evicted. */
 long long pair_reclaim(struct pair *p, kvc_u64 start, kvc_u64 len, unsigned int cause);
 void pair_fini(struct pair *p);
+/*
+ * Set the reference bounds on both sides: max_readers (raised to the most
+ * readers a block has now), and every holder's limit.
+ */
+void pair_limits(struct pair *p, kvc_u32 max_readers, kvc_u64 refs_limit);
 /* Full comparison of kvcore's state with the model; false on mismatch. */
 bool pair_compare(struct pair *p, const char *after);
 

@@ -1228,6 +1228,92 @@ static void t_harness_detects_prefix_divergence(void)
 	pair_fini(p);
 }
 
+/* LOOKUP hash k count times in one call (the attack: one hash, huge repeats). */
+static int lookup_same(struct pair *p, kvc_u32 owner, kvc_u32 count, unsigned int k)
+{
+	kvc_u8 (*hs)[KVC_HASH_BYTES] = calloc(count, KVC_HASH_BYTES);
+	kvc_u32 *got = calloc(count, sizeof(*got));
+	kvc_u32 i;
+	int ret;
+
+	for (i = 0; i < count; i++)
+		test_hash(hs[i], k);
+	ret = pair_lookup(p, owner, count, (const kvc_u8 (*)[KVC_HASH_BYTES])hs, got);
+	free(got);
+	free(hs);
+	return ret;
+}
+
+/*
+ * Issue 14 finding 1: two holders looking up one hash 2^32 times in all
+ * wrapped the block's 32-bit reader count.  Each holder now stops at
+ * KVC_REFS_MAX references with -EOVERFLOW, taking nothing.
+ */
+static void t_reader_count_overflow_per_holder(void)
+{
+	struct pair *p = space(BB, 8);
+	kvc_u32 id = alloc1(p, 1), batch = 65536, calls;
+
+	CHECK_EQ(pub1(p, 1, id, 0, 50), id);
+	for (calls = 0; calls < KVC_REFS_MAX / batch; calls++)
+		if (lookup_same(p, 2, batch, 0) != (int)batch)
+			break;
+	CHECK_EQ(calls, KVC_REFS_MAX / batch);
+	CHECK_EQ(p->refs[holder_of(2)].total, KVC_REFS_MAX);
+	CHECK_EQ(lookup_same(p, 2, 1, 0), -EOVERFLOW);
+	/* Another holder has its own bound; the block counts both. */
+	CHECK_EQ(lookup_same(p, 3, batch, 0), (int)batch);
+	CHECK_EQ(p->s.blocks[id].readers, 1 + KVC_REFS_MAX + batch);
+	/* PUBLISH's dedup takes a reference too, under the same bound. */
+	{
+		struct kvc_publish_entry e;
+
+		ent(&e, alloc1(p, 2), 0, 50);
+		CHECK_EQ(pair_publish(p, 2, 1, &e), -EOVERFLOW);
+		CHECK_EQ(p->s.blocks[e.id].state, KVC_BLOCK_OWNED);
+	}
+	CHECK_EQ(pair_drop_refs(p, 2), KVC_REFS_MAX);
+	CHECK_EQ(lookup_same(p, 2, 1, 0), 1);
+	CHECK(!p->failed);
+	pair_fini(p);
+}
+
+/* The per-block bound holds across many holders, with lowered bounds to reach it. */
+static void t_reader_count_overflow_per_block(void)
+{
+	struct pair *p = space(BB, 8);
+	kvc_u32 id = alloc1(p, 1), o;
+	struct kvc_publish_entry e[3];
+	int ret;
+
+	pair_limits(p, 100, 1000);
+	CHECK_EQ(pub1(p, 1, id, 0, 50), id);
+	for (o = 2; o < 8; o++) {
+		do
+			ret = lookup_same(p, o, 7, 0);
+		while (ret == 7);
+		CHECK_EQ(ret, -EOVERFLOW);
+		CHECK(p->s.blocks[id].readers <= 100);
+	}
+	/* 1 + 14 * 7 readers: room for one more reference, then none. */
+	CHECK_EQ(p->s.blocks[id].readers, 99);
+	CHECK_EQ(lookup_same(p, 9, 1, 0), 1);
+	CHECK_EQ(lookup_same(p, 9, 2, 0), -EOVERFLOW);
+	/* A batch that dedups onto itself counts whole, even for a new hash. */
+	ent(&e[0], alloc1(p, 9), 5, 50);
+	ent(&e[1], alloc1(p, 9), 5, 50);
+	ent(&e[2], alloc1(p, 9), 0, 50);
+	CHECK_EQ(pair_publish(p, 9, 3, e), -EOVERFLOW);
+	CHECK_EQ(pair_publish(p, 9, 2, e), 1);
+	/* The holder's limit: 1000 references at most. */
+	pair_limits(p, KVC_READERS_MAX, 1000);
+	CHECK_EQ(lookup_same(p, 10, 1000, 5), 1000);
+	CHECK_EQ(lookup_same(p, 10, 1, 5), -EOVERFLOW);
+	CHECK_EQ(p->refs[holder_of(10)].total, 1000);
+	CHECK(!p->failed);
+	pair_fini(p);
+}
+
 #define T(fn) { &#fn[2], fn }
 const struct tap_test prefix_tests[] = {
 	T(t_publish_new_hashes),
@@ -1239,6 +1325,8 @@ const struct tap_test prefix_tests[] = {
 	T(t_lookup_longest_prefix),
 	T(t_lookup_revives_cached),
 	T(t_lookup_enomem_takes_nothing),
+	T(t_reader_count_overflow_per_holder),
+	T(t_reader_count_overflow_per_block),
 	T(t_release_up_to_held),
 	T(t_release_lru_order),
 	T(t_release_refs_of_holder),

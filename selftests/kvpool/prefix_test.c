@@ -641,6 +641,85 @@ TEST_F_TIMEOUT(prefix, concurrent_publish_same_prefix_one_copy_per_hash, 180)
 
 /* ---- LOOKUP -------------------------------------------------------------------- */
 
+/*
+ * Issue 14 finding 1: two fds looking up one hash 2^32 times in all
+ * wrapped the block's 32-bit reader count, and the next eviction wrote
+ * past the index.  Each fd now holds at most refs_per_fd_max references
+ * (fixed at open; lowered here so the bound is in reach) and LOOKUP or
+ * PUBLISH past it fails with EOVERFLOW, taking nothing.
+ */
+/* LOOKUP of count hashes in one call: nr_hits or -errno. */
+static int lookup_same(int fd, __u8 (*hs)[KVPOOL_HASH_BYTES], __u32 count, __u32 *ids)
+{
+	struct kvpool_lookup l = {
+		.hashes = (__u64)(uintptr_t)hs,
+		.ids = (__u64)(uintptr_t)ids,
+		.count = count,
+	};
+	int ret = kv_ioctl(fd, KVPOOL_IOC_LOOKUP, &l);
+
+	return ret ? ret : (int)l.nr_hits;
+}
+
+TEST_F(prefix, reader_count_overflow)
+{
+	enum { LIMIT = 1000, BATCH = 600 };
+	__u8 (*hs)[KVPOOL_HASH_BYTES] = calloc(BATCH, KVPOOL_HASH_BYTES);
+	__u32 *ids = calloc(BATCH, sizeof(*ids)), id, own, i;
+	struct kvpool_publish_entry e;
+	__u64 limit0;
+	char lim[32];
+	int fd, a, b, f;
+
+	ASSERT_NE(NULL, hs);
+	ASSERT_NE(NULL, ids);
+	ASSERT_EQ(0, sysfs_u64("refs_per_fd_max", &limit0));
+	/* Out of range: 0, and the per-block bound (2^31) or more. */
+	ASSERT_EQ(-EINVAL, sysfs_write("refs_per_fd_max", "0"));
+	ASSERT_EQ(-EINVAL, sysfs_write("refs_per_fd_max", "2147483648"));
+	fd = kv_open_create(self->name, BB, Q8, NULL);
+	ASSERT_GE(fd, 0);
+	ASSERT_EQ(0, kv_alloc(fd, &id, 1));
+	hent(&e, SEED, 0, id, 0);
+	ASSERT_EQ(0, kv_publish(fd, &e, 1, 0, NULL));
+	ASSERT_EQ(0, sysfs_write("refs_per_fd_max", "1000"));
+	a = kv_open_join(self->name, NULL);
+	b = kv_open_join(self->name, NULL);
+	snprintf(lim, sizeof(lim), "%llu", (unsigned long long)limit0);
+	ASSERT_EQ(0, sysfs_write("refs_per_fd_max", lim));
+	ASSERT_GE(a, 0);
+	ASSERT_GE(b, 0);
+	for (i = 0; i < BATCH; i++)
+		kv_hash(hs[i], SEED, 0);
+	for (f = 0; f < 2; f++) {
+		int who = f ? b : a;
+
+		ASSERT_EQ(BATCH, lookup_same(who, hs, BATCH, ids));
+		/* 600 + 600 > 1000: refused whole, nothing taken. */
+		ASSERT_EQ(-EOVERFLOW, lookup_same(who, hs, BATCH, ids));
+		ASSERT_EQ(LIMIT - BATCH, lookup_same(who, hs, LIMIT - BATCH, ids));
+		ASSERT_EQ(-EOVERFLOW, lookup_same(who, hs, 1, ids));
+		/* PUBLISH's dedup reference counts too; the block stays the caller's. */
+		ASSERT_EQ(0, kv_alloc(who, &own, 1));
+		hent(&e, SEED, 0, own, 0);
+		ASSERT_EQ(-EOVERFLOW, kv_publish(who, &e, 1, 0, NULL));
+		ASSERT_EQ(0, kv_free(who, &own, 1));
+	}
+	/* One fd's references all go back: room again, the other fd unaffected. */
+	for (i = 0; i < BATCH; i++)
+		ids[i] = id;
+	ASSERT_EQ(0, kv_release(a, ids, BATCH));
+	ASSERT_EQ(1, lookup_same(a, hs, 1, ids));
+	ASSERT_EQ(-EOVERFLOW, lookup_same(b, hs, 1, ids));
+	/* The creator's fd opened with the default bound: no limit in sight. */
+	ASSERT_EQ(BATCH, lookup_same(fd, hs, BATCH, ids));
+	close(a);
+	close(b);
+	close(fd);
+	free(ids);
+	free(hs);
+}
+
 TEST_F(prefix, lookup_returns_longest_prefix)
 {
 	__u8 h[4][KVPOOL_HASH_BYTES];

@@ -29,6 +29,8 @@ static const struct kv_key {
 	{ "uid_limit", KV_K_UID, 0, UINT64_MAX,
 	  "UID:SIZE like 1000:8G (SIZE 0 removes the uid's own limit)" },
 	{ "event_queue_max", KV_K_RANGE, 16, 1048576, "a whole number from 16 to 1048576" },
+	{ "refs_per_fd_max", KV_K_RANGE, 1, 2147483647,
+	  "a whole number from 1 to 2147483647 (descriptors opened later)" },
 	{ "shrinker_enabled", KV_K_BOOL, 0, 1, "1 or 0 (also on/off, yes/no, true/false)" },
 };
 #define NR_KEYS (sizeof(kv_keys) / sizeof(kv_keys[0]))

@@ -492,11 +492,24 @@ want_out "uid 2000 has no limit of its own"
 end
 fresh
 
+begin "set: refs_per_fd_max in range, and refused at 0 or 2^31"
+run set refs_per_fd_max=1000
+want_rc 0
+want_file "$S/refs_per_fd_max" 1000
+for v in 0 2147483648 1k; do
+	run set "refs_per_fd_max=$v"
+	want_rc 2
+	want_err "refs_per_fd_max wants a whole number from 1 to 2147483647"
+done
+want_file "$S/refs_per_fd_max" 1000
+end
+fresh
+
 begin "set: unknown key lists the valid keys, writes nothing"
 run set pool_size=1G
 want_rc 2
 want_err "unknown key 'pool_size'"
-want_err "valid keys: pool_bytes min_cached_bytes uid_limit_default_bytes uid_limit event_queue_max shrinker_enabled"
+want_err "valid keys: pool_bytes min_cached_bytes uid_limit_default_bytes uid_limit event_queue_max refs_per_fd_max shrinker_enabled"
 want_file "$S/pool_bytes" 268435456
 end
 
