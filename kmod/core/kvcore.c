@@ -25,6 +25,7 @@ int kvc_space_init(struct kvc_space *s, kvc_u64 block_bytes, kvc_u64 nr_blocks,
 	s->ops = ops;
 	s->host = host;
 	s->max_readers = KVC_READERS_MAX;
+	kvc_random_bytes(s->bucket_key, sizeof(s->bucket_key));
 	for (p = 0; p < KVC_PRIO_LEVELS; p++)
 		s->lru[p] = (struct kvc_list){ KVC_NONE, KVC_NONE };
 	s->holes = (struct kvc_list){ KVC_NONE, KVC_NONE };
@@ -113,13 +114,69 @@ static void kvc_lru_del(struct kvc_space *s, kvc_u32 id)
 		s->lru_nonempty[p / 64] &= ~(1ULL << (p % 64));
 }
 
-/* Bucket of a hash: its first 8 bytes, multiplicatively mixed. */
+/* Long loops give the CPU up this often (a kernel host holds only a mutex). */
+#define KVC_YIELD_EVERY 4096
+
+static kvc_u64 kvc_rotl(kvc_u64 x, unsigned int b)
+{
+	return (x << b) | (x >> (64 - b));
+}
+
+static void kvc_sipround(kvc_u64 v[4])
+{
+	v[0] += v[1];
+	v[1] = kvc_rotl(v[1], 13) ^ v[0];
+	v[0] = kvc_rotl(v[0], 32);
+	v[2] += v[3];
+	v[3] = kvc_rotl(v[3], 16) ^ v[2];
+	v[0] += v[3];
+	v[3] = kvc_rotl(v[3], 21) ^ v[0];
+	v[2] += v[1];
+	v[1] = kvc_rotl(v[1], 17) ^ v[2];
+	v[2] = kvc_rotl(v[2], 32);
+}
+
+/* Little-endian load of n <= 8 bytes. */
+static kvc_u64 kvc_load_le(const kvc_u8 *p, unsigned int n)
+{
+	kvc_u64 x = 0;
+
+	while (n--)
+		x = (x << 8) | p[n];
+	return x;
+}
+
+kvc_u64 kvc_siphash(const kvc_u64 key[2], const void *data, kvc_u64 len)
+{
+	kvc_u64 v[4] = {
+		key[0] ^ 0x736f6d6570736575ULL, key[1] ^ 0x646f72616e646f6dULL,
+		key[0] ^ 0x6c7967656e657261ULL, key[1] ^ 0x7465646279746573ULL,
+	};
+	const kvc_u8 *p = data;
+	kvc_u64 m, off;
+
+	for (off = 0; off + 8 <= len; off += 8) {
+		m = kvc_load_le(p + off, 8);
+		v[3] ^= m;
+		kvc_sipround(v);
+		kvc_sipround(v);
+		v[0] ^= m;
+	}
+	m = kvc_load_le(p + off, (unsigned int)(len - off)) | len << 56;
+	v[3] ^= m;
+	kvc_sipround(v);
+	kvc_sipround(v);
+	v[0] ^= m;
+	v[2] ^= 0xff;
+	for (off = 0; off < 4; off++)
+		kvc_sipround(v);
+	return v[0] ^ v[1] ^ v[2] ^ v[3];
+}
+
+/* Bucket of a hash: keyed, since callers choose their hashes. */
 static kvc_u64 kvc_bucket(const struct kvc_space *s, const kvc_u8 *hash)
 {
-	kvc_u64 k;
-
-	memcpy(&k, hash, sizeof(k));
-	return (k * 0x9E3779B97F4A7C15ULL) >> 32 & (s->nr_buckets - 1);
+	return kvc_siphash(s->bucket_key, hash, KVC_HASH_BYTES) & (s->nr_buckets - 1);
 }
 
 kvc_u32 kvc_find(const struct kvc_space *s, const kvc_u8 *hash)
@@ -470,6 +527,8 @@ kvc_u64 kvc_release_owner(struct kvc_space *s, kvc_u32 owner)
 			kvc_free_push(s, (kvc_u32)id);
 			n++;
 		}
+		if (id % KVC_YIELD_EVERY == KVC_YIELD_EVERY - 1)
+			kvc_yield();
 	}
 	s->nr_owned -= n;
 	s->stats.frees += n;
@@ -659,6 +718,8 @@ int kvc_publish(struct kvc_space *s, kvc_u32 owner, struct kvc_refs *refs, kvc_u
 	for (i = 0; i < count; i++) {
 		kvc_u32 id = e[i].id, have = kvc_find(s, e[i].hash);
 
+		if (i % KVC_YIELD_EVERY == KVC_YIELD_EVERY - 1)
+			kvc_yield();
 		s->nr_owned--;
 		if (have != KVC_NONE) {
 			/* One copy per host: keep the block already there. */
@@ -694,6 +755,8 @@ int kvc_lookup(struct kvc_space *s, struct kvc_refs *refs, kvc_u32 count,
 	for (n = 0; n < count; n++) {
 		kvc_u32 id = kvc_find(s, hashes[n]);
 
+		if (n % KVC_YIELD_EVERY == KVC_YIELD_EVERY - 1)
+			kvc_yield();
 		if (id == KVC_NONE)
 			break;
 		ids[n] = id;
@@ -758,6 +821,7 @@ kvc_u64 kvc_release_refs(struct kvc_space *s, struct kvc_refs *refs)
 			continue;
 		for (c = refs->counts[i]; c; c--)
 			kvc_reader_put(s, refs->keys[i] - 1);
+		kvc_yield();
 		n += refs->counts[i];
 	}
 	kvc_free_mem(refs->keys);

@@ -136,6 +136,7 @@ struct kvc_space {
 	kvc_u32 *free_stack;	/* LIFO: recently freed blocks are reused first */
 	kvc_u8 (*hashes)[KVC_HASH_BYTES];	/* PUBLISHED/CACHED: the key */
 	kvc_u32 *buckets;	/* hash index heads, nr_buckets (a power of 2) */
+	kvc_u64 bucket_key[2];	/* SipHash key of the index, random per space */
 	kvc_u64 nr_buckets;
 	struct kvc_list lru[KVC_PRIO_LEVELS];	/* CACHED, per priority */
 	kvc_u64 lru_nonempty[2];	/* bit p: lru[p] has blocks */
@@ -244,6 +245,13 @@ kvc_u64 kvc_release_refs(struct kvc_space *s, struct kvc_refs *refs);
 
 /* References refs holds on id. */
 kvc_u32 kvc_refs_count(const struct kvc_refs *refs, kvc_u32 id);
+
+/*
+ * SipHash-2-4 of len bytes under a 128-bit key.  The index buckets hashes
+ * with it under a random per-space key, so a caller that picks its hashes
+ * cannot pile them into one bucket.
+ */
+kvc_u64 kvc_siphash(const kvc_u64 key[2], const void *data, kvc_u64 len);
 
 /* The block holding hash (PUBLISHED or CACHED), or KVC_NONE. */
 kvc_u32 kvc_find(const struct kvc_space *s, const kvc_u8 *hash);
