@@ -6,7 +6,13 @@
  * GFP_NOWAIT; when one cannot be had, or the queue is at event_queue_max,
  * the event is counted as lost and the reader gets an OVERFLOW record in
  * its place: a loss is always reported, never silent.
+ *
+ * Events are emitted by whoever evicts (another tenant's ALLOC, kswapd),
+ * so segments are charged to the memory cgroup of the fd's opener, not to
+ * the emitter: a queue counts against the tenant that reads it.
  */
+#include <linux/memcontrol.h>
+#include <linux/sched/mm.h>
 #include <linux/slab.h>
 #include <linux/uaccess.h>
 
@@ -26,6 +32,7 @@ void kvp_events_init(struct kvp_events *ev)
 	mutex_init(&ev->read_lock);
 	init_waitqueue_head(&ev->wait);
 	INIT_LIST_HEAD(&ev->segs);
+	ev->memcg = get_mem_cgroup_from_mm(current->mm);
 }
 
 void kvp_events_fini(struct kvp_events *ev)
@@ -36,6 +43,8 @@ void kvp_events_fini(struct kvp_events *ev)
 		kfree(seg);
 	INIT_LIST_HEAD(&ev->segs);
 	ev->queued = 0;
+	mem_cgroup_put(ev->memcg);
+	ev->memcg = NULL;
 }
 
 /* A free record slot at the tail, or NULL. */
@@ -49,7 +58,10 @@ static struct kvpool_event *kvp_events_slot(struct kvp_events *ev)
 	if (!list_empty(&ev->segs))
 		seg = list_last_entry(&ev->segs, struct kvp_event_seg, link);
 	if (!seg || seg->tail == KVP_SEG_EVENTS) {
-		seg = kmalloc(sizeof(*seg), GFP_NOWAIT | __GFP_NOWARN);
+		struct mem_cgroup *old = set_active_memcg(ev->memcg);
+
+		seg = kmalloc(sizeof(*seg), GFP_NOWAIT | __GFP_ACCOUNT | __GFP_NOWARN);
+		set_active_memcg(old);
 		if (!seg)
 			return NULL;
 		seg->head = 0;

@@ -200,6 +200,7 @@ struct kvp_events {
 	u64 queued;
 	u64 next_seq;		/* the last seq handed out */
 	u64 lost;		/* dropped since the last OVERFLOW record */
+	struct mem_cgroup *memcg;	/* the opener's: segments are charged to it */
 };
 
 /* Per open file. */

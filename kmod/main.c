@@ -151,7 +151,8 @@ static long kvp_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
 
 static int kvp_open(struct inode *inode, struct file *file)
 {
-	struct kvp_client *client = kzalloc(sizeof(*client), GFP_KERNEL);
+	/* Everything an fd makes the module allocate is charged to its opener. */
+	struct kvp_client *client = kzalloc(sizeof(*client), GFP_KERNEL_ACCOUNT);
 
 	if (!client)
 		return -ENOMEM;

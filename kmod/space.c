@@ -425,7 +425,7 @@ void kvp_client_init(struct kvp_client *client, struct file *file)
 	client->file = file;
 	client->refs.limit = READ_ONCE(kvp_tun.refs_per_fd_max);
 	INIT_LIST_HEAD(&client->link);
-	xa_init(&client->interest);
+	xa_init_flags(&client->interest, XA_FLAGS_ACCOUNT);
 	kvp_events_init(&client->events);
 }
 

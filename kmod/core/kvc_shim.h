@@ -20,7 +20,8 @@
 typedef u8 kvc_u8;
 typedef u32 kvc_u32;
 typedef u64 kvc_u64;
-static inline void *kvc_zalloc(size_t n) { return kvzalloc(n, GFP_KERNEL | __GFP_NOWARN); }
+/* Callers make kvcore's arrays grow: charge them to the caller's cgroup. */
+static inline void *kvc_zalloc(size_t n) { return kvzalloc(n, GFP_KERNEL_ACCOUNT | __GFP_NOWARN); }
 static inline void kvc_free_mem(void *p) { kvfree(p); }
 static inline void kvc_random_bytes(void *buf, size_t n) { get_random_bytes(buf, n); }
 static inline void kvc_yield(void) { cond_resched(); }
