@@ -217,10 +217,11 @@ static int kvp_check_show(struct seq_file *m, void *unused)
 			list_for_each_entry(chunk, &other->chunks, link)
 				tenant_total += kvp_chunk_bytes(chunk);
 		}
-		if (first && tenant_total != kvp_tenant_used(space->tenant)) {
-			seq_printf(m, "uid %u: charged %llu bytes, its spaces hold %llu\n",
+		/* Held chunks stay charged; the rest is what the spaces hold. */
+		if (first && tenant_total != kvp_tenant_in_spaces(space->tenant)) {
+			seq_printf(m, "uid %u: charged %llu bytes in spaces, they hold %llu\n",
 				   from_kuid(&init_user_ns, space->uid),
-				   kvp_tenant_used(space->tenant), tenant_total);
+				   kvp_tenant_in_spaces(space->tenant), tenant_total);
 			bad++;
 		}
 	}

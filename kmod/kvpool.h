@@ -42,9 +42,10 @@
  *    spaces' chunk lists can be compared while nothing moves.
  * 4. kvp_pool.resize_lock (mutex, may sleep): one pool resize at a time
  *    (sysfs pool_bytes).  Never taken with a space lock held.
- * 5. kvp_tenants_lock (spinlock, no sleeping): per-uid usage and limits.
- * 6. kvp_node.lock (spinlock, no sleeping, no allocation): the node's free
+ * 5. kvp_node.lock (spinlock, no sleeping, no allocation): the node's free
  *    and held chunk lists and its byte counters.
+ * 6. kvp_tenants_lock (spinlock, no sleeping): per-uid usage and limits;
+ *    taken under 5 when a held chunk returns to the pool and uncharges.
  * 7. kvp_events.lock (spinlock, irq-unsafe, no sleeping): one client's
  *    event queue; emitted under 2, read by read()/poll() alone.
  *
@@ -70,6 +71,7 @@ struct kvp_chunk {
 	u64 last_space;		/* serial of the last space that held it, 0 never */
 	u64 offset;		/* in space->chunks: byte offset in the range */
 	bool to_buddy;		/* on the held list: freed, not reused, once idle */
+	struct kvp_tenant *charged;	/* left a space still charged: uncharged once idle */
 };
 
 static inline u64 kvp_chunk_bytes(const struct kvp_chunk *c)
@@ -220,6 +222,7 @@ void kvp_pool_exit(void);
 int kvp_pool_resize(u64 total_bytes);
 struct kvp_chunk *kvp_pool_take(int nid, unsigned int max_pages);
 void kvp_pool_return(struct kvp_chunk *chunk);
+void kvp_chunk_leave_space(struct kvp_chunk *chunk, struct kvp_tenant *t);
 void kvp_pool_release(struct kvp_chunk *chunk);
 void kvp_pool_totals(u64 *reserved, u64 *free, u64 *held);
 bool kvp_chunk_busy(const struct kvp_chunk *chunk);
@@ -269,10 +272,13 @@ unsigned int kvp_residency_check(struct seq_file *m, struct kvp_space *space);
 struct kvp_tenant *kvp_tenant_get(kuid_t uid);
 void kvp_tenant_put(struct kvp_tenant *t);
 int kvp_tenant_charge(struct kvp_tenant *t, u64 bytes);
-void kvp_tenant_uncharge(struct kvp_tenant *t, u64 bytes);
+void kvp_tenant_hold(struct kvp_tenant *t, u64 bytes);
+void kvp_tenant_unhold(struct kvp_tenant *t, u64 bytes);
+void kvp_tenants_exit(void);
 int kvp_tenant_set_limit(kuid_t uid, u64 bytes);
 ssize_t kvp_tenants_emit(char *buf);
 u64 kvp_tenant_used(const struct kvp_tenant *t);
+u64 kvp_tenant_in_spaces(const struct kvp_tenant *t);
 
 /* reclaim.c */
 int kvp_reclaim_init(void);

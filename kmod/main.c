@@ -250,6 +250,7 @@ static void __exit kvp_exit(void)
 	kvp_sysfs_nodes_exit();
 	misc_deregister(&kvp_misc);
 	kvp_pool_exit();
+	kvp_tenants_exit();
 }
 
 module_init(kvp_init);

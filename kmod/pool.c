@@ -115,6 +115,25 @@ static struct kvp_node *kvp_node_new(int nid)
 	return node;
 }
 
+/* A chunk that left a space charged is back in the pool. */
+static void kvp_chunk_uncharge(struct kvp_chunk *chunk)
+{
+	if (chunk->charged) {
+		kvp_tenant_unhold(chunk->charged, kvp_chunk_bytes(chunk));
+		chunk->charged = NULL;
+	}
+}
+
+/*
+ * A chunk leaves a space whose tenant t is charged for it; the charge
+ * stays until kvp_pool_return() or kvp_pool_release() finds it idle.
+ */
+void kvp_chunk_leave_space(struct kvp_chunk *chunk, struct kvp_tenant *t)
+{
+	kvp_tenant_hold(t, kvp_chunk_bytes(chunk));
+	chunk->charged = t;
+}
+
 /*
  * Move held chunks that nobody references any more to the free list, or
  * back to the page allocator when reclaim took them.
@@ -128,6 +147,7 @@ static void kvp_node_recycle_held(struct kvp_node *node)
 		if (kvp_chunk_busy(chunk))
 			continue;
 		node->held_bytes -= kvp_chunk_bytes(chunk);
+		kvp_chunk_uncharge(chunk);
 		if (chunk->to_buddy) {
 			list_del(&chunk->link);
 			node->reserved_bytes -= kvp_chunk_bytes(chunk);
@@ -353,6 +373,7 @@ void kvp_pool_return(struct kvp_chunk *chunk)
 		list_add_tail(&chunk->link, &node->held_chunks);
 		node->held_bytes += kvp_chunk_bytes(chunk);
 	} else {
+		kvp_chunk_uncharge(chunk);
 		list_add(&chunk->link, &node->free_chunks);
 		node->free_bytes += kvp_chunk_bytes(chunk);
 	}
@@ -380,6 +401,7 @@ void kvp_pool_release(struct kvp_chunk *chunk)
 		list_add_tail(&chunk->link, &node->held_chunks);
 		node->held_bytes += kvp_chunk_bytes(chunk);
 	} else {
+		kvp_chunk_uncharge(chunk);
 		node->reserved_bytes -= kvp_chunk_bytes(chunk);
 		node->nr_chunks--;
 	}
@@ -452,6 +474,7 @@ void kvp_pool_exit(void)
 		list_splice_init(&node->held_chunks, &node->free_chunks);
 		list_for_each_entry_safe(chunk, next, &node->free_chunks, link) {
 			list_del(&chunk->link);
+			kvp_chunk_uncharge(chunk);
 			kvp_chunk_free(chunk);
 		}
 		kfree(node);

@@ -80,7 +80,7 @@ static void kvp_space_detach(struct kvp_space *space, struct kvp_chunk *chunk)
 		set_page_private(chunk->page + i, 0);
 	}
 	list_del_init(&chunk->link);
-	kvp_tenant_uncharge(space->tenant, kvp_chunk_bytes(chunk));
+	kvp_chunk_leave_space(chunk, space->tenant);
 	/*
 	 * Every fd that can map the space is a client.  Fds opened through
 	 * the same device node share one mapping; zapping it also drops other

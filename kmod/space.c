@@ -216,7 +216,7 @@ static void kvp_space_untake(struct kvp_space *space, struct list_head *taken)
 
 	list_for_each_entry_safe(chunk, next, taken, link) {
 		list_del_init(&chunk->link);
-		kvp_tenant_uncharge(space->tenant, kvp_chunk_bytes(chunk));
+		kvp_chunk_leave_space(chunk, space->tenant);
 		kvp_pool_return(chunk);
 	}
 }
@@ -387,7 +387,7 @@ static void kvp_space_unlist(struct kvp_space *space)
 		list_del_init(&chunk->link);
 		for (pg = 0; pg < chunk->nr_pages; pg++)
 			set_page_private(chunk->page + pg, 0);
-		kvp_tenant_uncharge(space->tenant, kvp_chunk_bytes(chunk));
+		kvp_chunk_leave_space(chunk, space->tenant);
 		kvp_pool_return(chunk);
 	}
 	up_read(&kvp_pool.backing_rwsem);

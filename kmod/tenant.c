@@ -12,7 +12,8 @@
 struct kvp_tenant {
 	struct list_head link;	/* kvp_tenants */
 	kuid_t uid;
-	u64 used;		/* bytes of chunks backing its spaces */
+	u64 used;		/* bytes of chunks backing its spaces, held ones too */
+	u64 held;		/* of used: let go by its spaces, still mapped or pinned */
 	u64 limit;		/* explicit limit, 0: the default applies */
 	unsigned int nr_spaces;
 };
@@ -59,7 +60,7 @@ struct kvp_tenant *kvp_tenant_get(kuid_t uid)
 static void kvp_tenant_maybe_free(struct kvp_tenant *t)
 {
 	lockdep_assert_held(&kvp_tenants_lock);
-	if (!t->nr_spaces && !t->limit) {
+	if (!t->nr_spaces && !t->limit && !t->held) {
 		list_del(&t->link);
 		kfree(t);
 	}
@@ -68,8 +69,8 @@ static void kvp_tenant_maybe_free(struct kvp_tenant *t)
 void kvp_tenant_put(struct kvp_tenant *t)
 {
 	spin_lock(&kvp_tenants_lock);
-	/* Its last space gave every chunk back. */
-	WARN_ON_ONCE(t->nr_spaces == 1 && t->used);
+	/* Its last space gave every chunk back, though some may still be held. */
+	WARN_ON_ONCE(t->nr_spaces == 1 && t->used != t->held);
 	t->nr_spaces--;
 	kvp_tenant_maybe_free(t);
 	spin_unlock(&kvp_tenants_lock);
@@ -91,11 +92,51 @@ int kvp_tenant_charge(struct kvp_tenant *t, u64 bytes)
 	return ret;
 }
 
-void kvp_tenant_uncharge(struct kvp_tenant *t, u64 bytes)
+/*
+ * A chunk leaves one of t's spaces: t stays charged (and alive) until the
+ * chunk is really back in the pool, so that a page kept by a mapping or a
+ * pin cannot escape the limit.  Called under the chunk's node lock.
+ */
+void kvp_tenant_hold(struct kvp_tenant *t, u64 bytes)
 {
 	spin_lock(&kvp_tenants_lock);
-	t->used -= bytes;
+	t->held += bytes;
 	spin_unlock(&kvp_tenants_lock);
+}
+
+/* The held chunk is back in the pool: uncharge it. */
+void kvp_tenant_unhold(struct kvp_tenant *t, u64 bytes)
+{
+	spin_lock(&kvp_tenants_lock);
+	t->held -= bytes;
+	t->used -= bytes;
+	kvp_tenant_maybe_free(t);
+	spin_unlock(&kvp_tenants_lock);
+}
+
+/* Module unload: no space and no held chunk is left; limits go. */
+void kvp_tenants_exit(void)
+{
+	struct kvp_tenant *t, *next;
+
+	spin_lock(&kvp_tenants_lock);
+	list_for_each_entry_safe(t, next, &kvp_tenants, link) {
+		WARN_ON_ONCE(t->nr_spaces || t->used);
+		list_del(&t->link);
+		kfree(t);
+	}
+	spin_unlock(&kvp_tenants_lock);
+}
+
+/* Bytes charged for chunks in t's spaces now: used less held, read together. */
+u64 kvp_tenant_in_spaces(const struct kvp_tenant *t)
+{
+	u64 bytes;
+
+	spin_lock(&kvp_tenants_lock);
+	bytes = t->used - t->held;
+	spin_unlock(&kvp_tenants_lock);
+	return bytes;
 }
 
 u64 kvp_tenant_used(const struct kvp_tenant *t)

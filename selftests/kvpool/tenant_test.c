@@ -22,6 +22,9 @@
  */
 #include "kvpool_prefix_util.h"
 
+#include <fcntl.h>
+#include <sys/uio.h>
+
 #define BLOCK	(64 * KiB)
 #define QUOTA	(16 * MiB)	/* 256 blocks */
 
@@ -366,6 +369,53 @@ TEST_F_TIMEOUT(tenant, limit_evicts_own_cached_as_tenant_then_enospc, 60)
 	if (px_uid_line(1000, &l) == 1)
 		EXPECT_EQ(0, l.spaces);
 	ASSERT_KV_CHECK_OK();
+}
+
+/*
+ * Issue 14 finding 4: teardown uncharged the owner while a page reference
+ * (here vmsplice into a pipe) kept the chunk on the held list, so a uid
+ * limited to 4 MiB could pin 4 MiB, drop the space, and take 4 MiB more,
+ * again and again, showing 0 bytes used.  Held chunks now stay charged
+ * until they are back in the pool.
+ */
+TEST_F_TIMEOUT(tenant, pinned_pages_stay_charged, 60)
+{
+	const __u32 n = 4 * MiB / BLOCK;
+	static __u32 ids[4 * MiB / BLOCK];
+	int fd, pipefd[2], tries;
+	struct iovec iov[2];
+	char *p;
+
+	RETURN_IF_SKIPPED();
+	ASSERT_EQ(0, px_set_uid_limit(1001, 4 * MiB));
+	fd = create_as(&u1001, self->name[0], BLOCK, QUOTA, NULL);
+	ASSERT_LE(0, fd);
+	ASSERT_EQ(0, kv_alloc(fd, ids, n));
+	EXPECT_EQ(4 * MiB, used_of(1001));
+	p = kv_mmap(fd, 4 * MiB, 0);
+	ASSERT_NE(MAP_FAILED, p);
+	memset(p, 0x5a, 4 * MiB);
+	/* One page of each 2 MiB chunk goes into a pipe: both chunks stay busy. */
+	ASSERT_EQ(0, pipe(pipefd));
+	iov[0] = (struct iovec){ .iov_base = p, .iov_len = 4096 };
+	iov[1] = (struct iovec){ .iov_base = p + 2 * MiB, .iov_len = 4096 };
+	ASSERT_EQ(8192, vmsplice(pipefd[1], iov, 2, 0));
+	ASSERT_EQ(0, munmap(p, 4 * MiB));
+	close(fd);
+	/* The space is gone; its pinned chunks still count against uid 1001. */
+	EXPECT_EQ(4 * MiB, used_of(1001));
+	fd = create_as(&u1001, self->name[1], BLOCK, QUOTA, NULL);
+	ASSERT_LE(0, fd);
+	EXPECT_EQ(-ENOSPC, kv_alloc(fd, ids, 1));
+	/* The pipe lets go: the chunks return to the pool and the charge with them. */
+	close(pipefd[0]);
+	close(pipefd[1]);
+	for (tries = 0; tries < 100 && used_of(1001); tries++)
+		px_sleep_ms(50);
+	EXPECT_EQ(0, used_of(1001));
+	EXPECT_EQ(0, kv_alloc(fd, ids, n));
+	EXPECT_EQ(4 * MiB, used_of(1001));
+	close(fd);
 }
 
 TEST_F(tenant, two_spaces_of_one_uid_add_up_and_share_the_limit)
