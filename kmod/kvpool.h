@@ -283,6 +283,8 @@ u64 kvp_tenant_in_spaces(const struct kvp_tenant *t);
 /* reclaim.c */
 int kvp_reclaim_init(void);
 void kvp_reclaim_exit(void);
+u64 kvp_reclaim_transit_bytes(int nid);
+void kvp_reclaim_flush(void);
 
 /* sysfs.c, sysfs_space.c */
 extern const struct attribute_group *kvp_dev_groups[];

@@ -4,14 +4,19 @@
  * back to the page allocator, coldest first (kvcore's eviction order).  A
  * chunk goes only when every block touching it is free, cached or already
  * a hole, so owned and referenced blocks are never touched; its blocks
- * become holes that ALLOC refills on demand.  Mappings of the chunk are
- * zapped and a grace period passes before its page counts are read; a
- * chunk still mapped or pinned then waits on the held list (invariant 2).
+ * become holes that ALLOC refills on demand.  A block larger than a chunk
+ * goes whole, with every chunk under it.  Mappings of the chunks are
+ * zapped; a work item waits a grace period and only then reads the page
+ * counts: a chunk still mapped or pinned waits on the held list
+ * (invariant 2).
  */
+#include <linux/math64.h>
 #include <linux/mm.h>
 #include <linux/rcupdate.h>
 #include <linux/shrinker.h>
+#include <linux/slab.h>
 #include <linux/version.h>
+#include <linux/workqueue.h>
 
 #include "kvpool.h"
 
@@ -96,6 +101,85 @@ static void kvp_space_detach(struct kvp_space *space, struct kvp_chunk *chunk)
 	}
 }
 
+/*
+ * The bytes to take for a candidate chunk: whole blocks, and every chunk
+ * under them, so that a block larger than a chunk goes whole and no chunk
+ * of a hole is left stranded.  Grows until chunks and blocks agree; false
+ * when that runs past the whole blocks of the backed prefix.
+ */
+static bool kvp_reclaim_extent(struct kvp_space *space, const struct kvp_chunk *chunk,
+			       u64 *start, u64 *end)
+{
+	u64 bb = space->core.block_bytes, limit = space->core.backed_blocks * bb;
+	u64 lo = chunk->offset, hi = lo + kvp_chunk_bytes(chunk);
+
+	for (;;) {
+		u64 nlo = div64_u64(lo, bb) * bb, nhi = div64_u64(hi + bb - 1, bb) * bb, off;
+
+		if (nhi > limit)
+			return false;
+		for (off = nlo; off < nhi;) {
+			struct kvp_chunk *c = kvp_space_chunk_at(space, off);
+
+			if (!c) {
+				off += PAGE_SIZE;	/* a hole's missing page */
+				continue;
+			}
+			nlo = min(nlo, c->offset);
+			nhi = max(nhi, c->offset + kvp_chunk_bytes(c));
+			off = c->offset + kvp_chunk_bytes(c);
+		}
+		if (nlo == lo && nhi == hi)
+			break;
+		lo = nlo;
+		hi = nhi;
+	}
+	*start = lo;
+	*end = hi;
+	return true;
+}
+
+/* Does any chunk in [start, end) carry a long-term pin? */
+static bool kvp_extent_dma_pinned(struct kvp_space *space, u64 start, u64 end)
+{
+	u64 off = start;
+
+	while (off < end) {
+		struct kvp_chunk *c = kvp_space_chunk_at(space, off);
+
+		if (!c) {
+			off += PAGE_SIZE;
+			continue;
+		}
+		if (kvp_chunk_dma_pinned(c))
+			return true;
+		off = c->offset + kvp_chunk_bytes(c);
+	}
+	return false;
+}
+
+/* Detach every chunk in [start, end) onto victims; returns their pages. */
+static unsigned long kvp_extent_detach(struct kvp_space *space, u64 start, u64 end,
+				       struct list_head *victims)
+{
+	unsigned long pages = 0;
+	u64 off = start;
+
+	while (off < end) {
+		struct kvp_chunk *c = kvp_space_chunk_at(space, off);
+
+		if (!c) {
+			off += PAGE_SIZE;
+			continue;
+		}
+		off = c->offset + kvp_chunk_bytes(c);
+		pages += c->nr_pages;
+		kvp_space_detach(space, c);
+		list_add_tail(&c->link, victims);
+	}
+	return pages;
+}
+
 /* Reclaim from one space until *left pages are gone; chunks go to *victims. */
 static void kvp_space_reclaim(struct kvp_space *space, unsigned long *left, u64 *cached_left,
 			      struct list_head *victims)
@@ -107,18 +191,19 @@ static void kvp_space_reclaim(struct kvp_space *space, unsigned long *left, u64 
 	lockdep_assert_held(&space->lock);
 	while (id != KVC_NONE && *left && looked++ < KVP_RECLAIM_SCAN_MAX) {
 		struct kvp_chunk *chunk = kvp_space_chunk_at(space, (u64)id * core->block_bytes);
-		u64 evicted_bytes;
+		u64 evicted_bytes, start, end;
+		unsigned long pages;
 
-		if (!chunk || !kvc_range_reclaimable(core, chunk->offset, kvp_chunk_bytes(chunk)) ||
-		    kvp_chunk_dma_pinned(chunk)) {
+		if (!chunk || !kvp_reclaim_extent(space, chunk, &start, &end) ||
+		    !kvc_range_reclaimable(core, start, end - start) ||
+		    kvp_extent_dma_pinned(space, start, end)) {
 			id = kvc_lru_next(core, id);
 			continue;
 		}
-		evicted_bytes = kvc_reclaim_range(core, chunk->offset, kvp_chunk_bytes(chunk),
-						  KVC_EVICT_RECLAIM) * core->block_bytes;
-		kvp_space_detach(space, chunk);
-		list_add_tail(&chunk->link, victims);
-		*left -= min_t(unsigned long, *left, chunk->nr_pages);
+		evicted_bytes = kvc_reclaim_range(core, start, end - start, KVC_EVICT_RECLAIM) *
+				core->block_bytes;
+		pages = kvp_extent_detach(space, start, end, victims);
+		*left -= min(*left, pages);
 		*cached_left -= min(*cached_left, evicted_bytes);
 		if (!*cached_left)
 			break;
@@ -127,13 +212,63 @@ static void kvp_space_reclaim(struct kvp_space *space, unsigned long *left, u64 
 	}
 }
 
+/*
+ * Chunks taken by one scan, waiting for a grace period in a work item:
+ * the shrinker runs inside other allocations and must not wait for one.
+ */
+struct kvp_reclaim_batch {
+	struct rcu_work rwork;
+	struct list_head link;		/* kvp_reclaim_transit */
+	struct list_head chunks;
+};
+
+static struct workqueue_struct *kvp_reclaim_wq;
+/* Batches between their scan and their release (kvp_reclaim_transit_lock). */
+static LIST_HEAD(kvp_reclaim_transit);
+static DEFINE_SPINLOCK(kvp_reclaim_transit_lock);
+
+/* Bytes of node nid's chunks in transit; the caller holds backing_rwsem for writing. */
+u64 kvp_reclaim_transit_bytes(int nid)
+{
+	struct kvp_reclaim_batch *b;
+	struct kvp_chunk *chunk;
+	u64 bytes = 0;
+
+	spin_lock(&kvp_reclaim_transit_lock);
+	list_for_each_entry(b, &kvp_reclaim_transit, link)
+		list_for_each_entry(chunk, &b->chunks, link)
+			if (chunk->nid == nid)
+				bytes += kvp_chunk_bytes(chunk);
+	spin_unlock(&kvp_reclaim_transit_lock);
+	return bytes;
+}
+
+/* A grace period after the scan: a fault that found a page holds its reference now. */
+static void kvp_reclaim_release(struct work_struct *work)
+{
+	struct kvp_reclaim_batch *b = container_of(to_rcu_work(work), struct kvp_reclaim_batch,
+						   rwork);
+	struct kvp_chunk *chunk, *next;
+
+	/* The debugfs check sees each chunk either in transit or released. */
+	down_read(&kvp_pool.backing_rwsem);
+	list_for_each_entry_safe(chunk, next, &b->chunks, link) {
+		list_del_init(&chunk->link);
+		kvp_pool_release(chunk);
+	}
+	spin_lock(&kvp_reclaim_transit_lock);
+	list_del(&b->link);
+	spin_unlock(&kvp_reclaim_transit_lock);
+	up_read(&kvp_pool.backing_rwsem);
+	kfree(b);
+}
+
 static unsigned long kvp_shrink_scan(struct shrinker *sh, struct shrink_control *sc)
 {
 	u64 floor = READ_ONCE(kvp_tun.min_cached_bytes), cached, cached_left;
-	unsigned long left = sc->nr_to_scan, freed = 0;
-	struct kvp_chunk *chunk, *next;
+	unsigned long left = sc->nr_to_scan;
+	struct kvp_reclaim_batch *batch;
 	struct kvp_space *space;
-	LIST_HEAD(victims);
 
 	if (!READ_ONCE(kvp_tun.shrinker_enabled))
 		return SHRINK_STOP;
@@ -141,37 +276,56 @@ static unsigned long kvp_shrink_scan(struct shrinker *sh, struct shrink_control 
 	if (cached <= floor)
 		return SHRINK_STOP;
 	cached_left = cached - floor;
+	batch = kmalloc(sizeof(*batch), GFP_NOWAIT | __GFP_NOWARN);
+	if (!batch)
+		return SHRINK_STOP;
+	INIT_LIST_HEAD(&batch->chunks);
+	INIT_RCU_WORK(&batch->rwork, kvp_reclaim_release);
 	/* Reclaim runs inside other allocations: never wait for our own locks. */
 	if (!mutex_trylock(&kvp_spaces_lock))
-		return SHRINK_STOP;
+		goto out_free;
 	if (!down_read_trylock(&kvp_pool.backing_rwsem)) {
 		mutex_unlock(&kvp_spaces_lock);
-		return SHRINK_STOP;
+		goto out_free;
 	}
 	list_for_each_entry(space, &kvp_spaces, link) {
 		if (!left || !cached_left)
 			break;
 		if (!mutex_trylock(&space->lock))
 			continue;
-		kvp_space_reclaim(space, &left, &cached_left, &victims);
+		kvp_space_reclaim(space, &left, &cached_left, &batch->chunks);
 		mutex_unlock(&space->lock);
 	}
-	/*
-	 * Spaces may open and close during the grace period; the debugfs
-	 * check, which would see the victims in no space, waits on the rwsem.
-	 */
 	mutex_unlock(&kvp_spaces_lock);
-	if (!list_empty(&victims)) {
-		/* A fault that found a page before the erase holds its reference by now. */
-		synchronize_rcu();
-		list_for_each_entry_safe(chunk, next, &victims, link) {
-			list_del_init(&chunk->link);
-			freed += chunk->nr_pages;
-			kvp_pool_release(chunk);
-		}
+	if (list_empty(&batch->chunks)) {
+		up_read(&kvp_pool.backing_rwsem);
+		goto out_free;
 	}
+	spin_lock(&kvp_reclaim_transit_lock);
+	list_add_tail(&batch->link, &kvp_reclaim_transit);
+	spin_unlock(&kvp_reclaim_transit_lock);
 	up_read(&kvp_pool.backing_rwsem);
-	return freed ? freed : SHRINK_STOP;
+	queue_rcu_work(kvp_reclaim_wq, &batch->rwork);
+	/* Taken out of the spaces; the pages follow after the grace period. */
+	return sc->nr_to_scan - left;
+
+out_free:
+	kfree(batch);
+	return SHRINK_STOP;
+}
+
+/* Every batch queued so far is released (its grace period, then its work). */
+void kvp_reclaim_flush(void)
+{
+	rcu_barrier();
+	flush_workqueue(kvp_reclaim_wq);
+}
+
+/* Unload: the shrinker is gone, so nothing queues any more. */
+static void kvp_reclaim_drain(void)
+{
+	rcu_barrier();
+	drain_workqueue(kvp_reclaim_wq);
 }
 
 #if LINUX_VERSION_CODE >= KERNEL_VERSION(6, 7, 0)
@@ -179,9 +333,14 @@ static struct shrinker *kvp_shrinker;
 
 int kvp_reclaim_init(void)
 {
-	kvp_shrinker = shrinker_alloc(0, "kvpool");
-	if (!kvp_shrinker)
+	kvp_reclaim_wq = alloc_workqueue("kvpool_reclaim", WQ_MEM_RECLAIM, 0);
+	if (!kvp_reclaim_wq)
 		return -ENOMEM;
+	kvp_shrinker = shrinker_alloc(0, "kvpool");
+	if (!kvp_shrinker) {
+		destroy_workqueue(kvp_reclaim_wq);
+		return -ENOMEM;
+	}
 	kvp_shrinker->count_objects = kvp_shrink_count;
 	kvp_shrinker->scan_objects = kvp_shrink_scan;
 	kvp_shrinker->seeks = DEFAULT_SEEKS;
@@ -192,6 +351,8 @@ int kvp_reclaim_init(void)
 void kvp_reclaim_exit(void)
 {
 	shrinker_free(kvp_shrinker);
+	kvp_reclaim_drain();
+	destroy_workqueue(kvp_reclaim_wq);
 }
 #else
 static struct shrinker kvp_shrinker = {
@@ -202,11 +363,21 @@ static struct shrinker kvp_shrinker = {
 
 int kvp_reclaim_init(void)
 {
-	return register_shrinker(&kvp_shrinker, "kvpool");
+	int ret;
+
+	kvp_reclaim_wq = alloc_workqueue("kvpool_reclaim", WQ_MEM_RECLAIM, 0);
+	if (!kvp_reclaim_wq)
+		return -ENOMEM;
+	ret = register_shrinker(&kvp_shrinker, "kvpool");
+	if (ret)
+		destroy_workqueue(kvp_reclaim_wq);
+	return ret;
 }
 
 void kvp_reclaim_exit(void)
 {
 	unregister_shrinker(&kvp_shrinker);
+	kvp_reclaim_drain();
+	destroy_workqueue(kvp_reclaim_wq);
 }
 #endif

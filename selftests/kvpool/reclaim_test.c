@@ -27,6 +27,8 @@
  *   min_cached_floor_respected: with min_cached_bytes = 16 MiB, reclaim
  *     to exhaustion (drop_caches=2 runs every shrinker until it stops
  *     freeing) goes down to the floor and never below it.
+ *   multi_chunk_blocks_reclaimed_whole: 4 MiB blocks (two chunks each),
+ *     reclaimed to exhaustion, leave no chunk stranded under a hole.
  *
  * kswapd gives up on a node for the rest of the boot after 16 runs that
  * cannot balance it, which shrinker_disabled_no_reclaim causes on purpose
@@ -287,6 +289,8 @@ TEST_F_TIMEOUT(reclaim, reclaim_gives_back_only_cached_chunks, 240)
 
 	pressure(_metadata, self, 0, 0, 1500, 1000);
 
+	/* Reclaimed chunks are freed after a grace period; the check waits for them. */
+	ASSERT_KV_CHECK_OK();
 	rb1 = sysfs_get("reclaimed_bytes");
 	ASSERT_EQ(0, px_stats(self->fd, &s1));
 	evicted = s1.evictions[KVPOOL_EVICT_RECLAIM] - s0.evictions[KVPOOL_EVICT_RECLAIM];
@@ -489,6 +493,8 @@ TEST_F_TIMEOUT(reclaim, min_cached_floor_respected, 240)
 		close(dc);
 	}
 
+	/* Reclaimed chunks are freed after a grace period; the check waits for them. */
+	ASSERT_KV_CHECK_OK();
 	rb1 = sysfs_get("reclaimed_bytes");
 	ASSERT_EQ(0, px_stats(self->fd, &s1));
 	cached = s1.cached_blocks * BLOCK;
@@ -518,6 +524,52 @@ TEST_F_TIMEOUT(reclaim, min_cached_floor_respected, 240)
 	EXPECT_EQ(self->pool0, sysfs_get("pool_bytes"));
 	EXPECT_EQ(self->free0, sysfs_wait_eq("free_bytes", self->free0, 2000));
 	ASSERT_KV_CHECK_OK();
+}
+
+/*
+ * Issue 14 finding 9: with blocks larger than a chunk, each scan evicted
+ * a whole block to free one of its chunks and stranded the others under
+ * a HOLE, where no later scan could reach them.  A block now goes whole:
+ * 8 cached blocks of 4 MiB (two chunks each), reclaimed to exhaustion,
+ * leave no chunk in the space.
+ */
+TEST_F_TIMEOUT(reclaim, multi_chunk_blocks_reclaimed_whole, 120)
+{
+	const __u64 big = 2 * KV_CHUNK, nblocks = 8;
+	struct kvpool_space_open so;
+	struct kvpool_space_stats s1;
+	__u32 ids[8];
+	int dc;
+
+	RETURN_IF_SKIPPED();
+	self->fd = kv_open();
+	ASSERT_LE(0, self->fd);
+	ASSERT_EQ(0, kv_create(self->fd, self->name, big, nblocks * big, &so));
+	ASSERT_EQ(0, kv_alloc(self->fd, ids, nblocks));
+	ASSERT_EQ(0, kv_publish_seq(self->fd, ids, nblocks, (__u32)self->tag, 0, NULL));
+	ASSERT_EQ(0, kv_release(self->fd, ids, nblocks));
+	EXPECT_EQ(nblocks * big, kv_space_sysfs_get(so.space_id, "backed_bytes"));
+
+	dc = open("/proc/sys/vm/drop_caches", O_WRONLY);
+	ASSERT_LE(0, dc);
+	ASSERT_EQ(1, write(dc, "2", 1));
+	close(dc);
+	ASSERT_KV_CHECK_OK();
+
+	ASSERT_EQ(0, px_stats(self->fd, &s1));
+	ksft_print_msg("holes %llu, cached %llu, chunk bytes left %llu\n",
+		       (unsigned long long)s1.hole_blocks, (unsigned long long)s1.cached_blocks,
+		       (unsigned long long)kv_space_sysfs_get(so.space_id, "backed_bytes"));
+	EXPECT_EQ(nblocks, s1.hole_blocks);
+	/* Every hole gave all its chunks back: none stranded. */
+	EXPECT_EQ((nblocks - s1.hole_blocks) * big,
+		  kv_space_sysfs_get(so.space_id, "backed_bytes"));
+	/* The holes refill whole. */
+	ASSERT_EQ(0, kv_alloc(self->fd, ids, nblocks));
+	EXPECT_EQ(nblocks * big, kv_space_sysfs_get(so.space_id, "backed_bytes"));
+	ASSERT_KV_CHECK_OK();
+	close(self->fd);
+	self->fd = -1;
 }
 
 TEST_HARNESS_MAIN
