@@ -54,7 +54,12 @@ static long kvp_ioctl_space_open(struct kvp_client *client, void __user *uarg)
 	if ((args.flags & (KVPOOL_SPACE_EXCL | KVPOOL_SPACE_PERSIST)) &&
 	    !(args.flags & KVPOOL_SPACE_CREATE))
 		return -EINVAL;
-	if (args.pad || !kvp_zero(args.reserved, sizeof(args.reserved)))
+	/* A foreign join never creates; expect_uid means nothing without it. */
+	if ((args.flags & KVPOOL_SPACE_FOREIGN) && (args.flags & KVPOOL_SPACE_CREATE))
+		return -EINVAL;
+	if (!(args.flags & KVPOOL_SPACE_FOREIGN) && args.expect_uid)
+		return -EINVAL;
+	if (!kvp_zero(args.reserved, sizeof(args.reserved)))
 		return -EINVAL;
 	ret = kvp_space_open(client, &args);
 	if (ret)

@@ -100,6 +100,22 @@ static bool kvp_space_permitted(const struct kvp_space *space)
 	return capable(CAP_SYS_ADMIN);
 }
 
+/*
+ * Names are host-wide, so anyone may take one first: a join lands only in
+ * a space owned by the caller's fsuid, or by the uid it names with
+ * KVPOOL_SPACE_FOREIGN.  No capability overrides this; root is squattable
+ * too.
+ */
+static bool kvp_space_owner_accepted(const struct kvp_space *space,
+				     const struct kvpool_space_open *args)
+{
+	kuid_t accepted = current_fsuid();
+
+	if (args->flags & KVPOOL_SPACE_FOREIGN)
+		accepted = make_kuid(current_user_ns(), args->expect_uid);
+	return uid_valid(accepted) && uid_eq(space->uid, accepted);
+}
+
 /* Unlinked (destroyed) spaces linger until their last fd but have no name. */
 static struct kvp_space *kvp_space_find(const char *name)
 {
@@ -446,6 +462,11 @@ int kvp_space_open(struct kvp_client *client, struct kvpool_space_open *args)
 	if (space) {
 		if ((args->flags & KVPOOL_SPACE_CREATE) && (args->flags & KVPOOL_SPACE_EXCL)) {
 			ret = -EEXIST;
+			goto out_unlock;
+		}
+		/* Create-or-join must not silently join a squatter's space. */
+		if (!kvp_space_owner_accepted(space, args)) {
+			ret = (args->flags & KVPOOL_SPACE_CREATE) ? -EEXIST : -EACCES;
 			goto out_unlock;
 		}
 		if (args->block_bytes && args->block_bytes != space->core.block_bytes) {

@@ -108,12 +108,12 @@ TEST(pool_info)
 	CHECK_EQ(p.backend, cur);
 	CHECK(p.features & KVRT_FEAT_SPACES);
 	if (cur == KVRT_BACKEND_EMBEDDED) {
-		CHECK_EQ(p.api_version, 2);
+		CHECK_EQ(p.api_version, 3);
 		/* Everything but reclaim: the embedded pool has no shrinker. */
 		CHECK_EQ(p.features, KVRT_FEAT_SPACES | KVRT_FEAT_NUMA | KVRT_FEAT_PREFIX |
 				     KVRT_FEAT_PERSIST | KVRT_FEAT_RESIDENCY | KVRT_FEAT_EVENTS);
 	} else {
-		CHECK(p.api_version >= 1 && p.api_version <= 2);
+		CHECK(p.api_version >= 1 && p.api_version <= 3);
 		if (p.api_version >= 2)
 			CHECK_EQ(p.features & 0x7f, 0x7f);
 	}

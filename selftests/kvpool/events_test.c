@@ -78,7 +78,7 @@ FIXTURE_SETUP(ev)
 	ASSERT_LE(0, fd);
 	ASSERT_EQ(0, kv_info(fd, &info));
 	close(fd);
-	ASSERT_EQ(2, info.api_version);
+	ASSERT_EQ(KVPOOL_API_VERSION, info.api_version);
 	ASSERT_TRUE(info.features & KVPOOL_FEAT_EVENTS);
 	ASSERT_TRUE(info.features & KVPOOL_FEAT_PREFIX);
 	self->have_qmax = sysfs_u64("event_queue_max", &self->qmax0) == 0;

@@ -1546,6 +1546,10 @@ static void gen_so(struct worker *w, struct rng *r, struct kvpool_space_open *so
 			so->block_bytes = 0;
 		else if (f < 9 && *slot >= 0)
 			so->block_bytes = w->last_bb[*slot];
+		if (chance(r, 3)) {	/* accept an owner, maybe not the space's */
+			so->flags |= KVPOOL_SPACE_FOREIGN;
+			so->expect_uid = chance(r, 3) ? 0 : 1000 + rn(r, 2);
+		}
 		if (chance(r, 2)) {	/* ignored on join */
 			so->quota_bytes = rnd(r);
 			so->mode = rnd(r);
@@ -1674,7 +1678,15 @@ static int so_reserved(const struct kvpool_space_open *so)
 	for (i = 0; i < 4; i++)
 		if (so->reserved[i])
 			return 1;
-	return so->pad != 0;
+	return 0;
+}
+
+/* expect_uid names the owner a FOREIGN join accepts; FOREIGN never creates. */
+static int so_foreign_bad(const struct kvpool_space_open *so)
+{
+	if (so->flags & KVPOOL_SPACE_FOREIGN)
+		return !!(so->flags & KVPOOL_SPACE_CREATE);
+	return so->expect_uid != 0;
 }
 
 /* Expected result of SPACE_OPEN; *cbad: the create fields are invalid. */
@@ -1695,7 +1707,7 @@ static void so_expect(struct worker *w, const struct kvpool_space_open *so,
 		ex_defect(e, EINVAL);
 	if ((so->flags & KVPOOL_SPACE_PERSIST) && !(so->flags & KVPOOL_SPACE_CREATE))
 		ex_defect(e, EINVAL);
-	if (so_reserved(so))
+	if (so_reserved(so) || so_foreign_bad(so))
 		ex_defect(e, EINVAL);
 	if (!name_ok(so->name))
 		ex_defect(e, EINVAL);
@@ -1704,13 +1716,14 @@ static void so_expect(struct worker *w, const struct kvpool_space_open *so,
 	if (so->flags & KVPOOL_SPACE_CREATE) {
 		int excl = !!(so->flags & KVPOOL_SPACE_EXCL);
 
-		if (excl)
-			ex_add(e, EEXIST);
-		else
+		/* EEXIST without EXCL: the space has another owner. */
+		ex_add(e, EEXIST);
+		if (!excl)
 			ex_add(e, EINVAL);	/* exists with another block_bytes */
 		*cbad = create_defects(w, so, e, excl);
 	} else {
 		ex_add(e, ENOENT);
+		ex_add(e, EACCES);	/* the space has an owner not accepted */
 		if (so->block_bytes)
 			ex_add(e, EINVAL);
 	}
@@ -1781,12 +1794,16 @@ static void so_validate(struct worker *w, struct ofile *of,
 		fz_fail(w, "joined with block_bytes %llu a space of block_bytes %llu",
 			(unsigned long long)in->block_bytes,
 			(unsigned long long)out->block_bytes);
+	if (!out->created &&
+	    out->uid != ((in->flags & KVPOOL_SPACE_FOREIGN) ? in->expect_uid : uid))
+		fz_fail(w, "uid %u joined a space of uid %u with flags %#x expect_uid %u",
+			uid, out->uid, in->flags, in->expect_uid);
 	if (as_user && !out->created &&
 	    !perm_ok(w, out->uid, out->gid, out->mode, uid, gid))
 		fz_fail(w, "uid %u gid %u joined a space of uid %u gid %u mode %#o",
 			uid, gid, out->uid, out->gid, out->mode);
 	if (so_reserved(out) || memcmp(out->name, in->name, sizeof(in->name)) ||
-	    out->flags != in->flags)
+	    out->flags != in->flags || out->expect_uid != in->expect_uid)
 		fz_fail(w, "in-only fields changed by SPACE_OPEN");
 	of_attach(w, of, in->name, slot, out->space_id, out->block_bytes,
 		  out->nr_blocks);
@@ -1847,14 +1864,19 @@ static void op_join(struct worker *w, struct rng *r, int bad)
 				so.flags = (so.flags & ~KVPOOL_SPACE_CREATE) |
 					   KVPOOL_SPACE_PERSIST;
 			} else {
-				so.flags |= 1u << (3 + rn(r, 29));
+				so.flags |= 1u << (4 + rn(r, 28));
 			}
 			break;
 		case 1:
 			so.flags = KVPOOL_SPACE_EXCL;
 			break;
 		case 2:
-			so.pad = (u32)rnd(r) | 1;
+			if (chance(r, 2)) {
+				so.flags &= ~KVPOOL_SPACE_FOREIGN;
+				so.expect_uid = (u32)rnd(r) | 1;
+			} else {
+				so.flags |= KVPOOL_SPACE_FOREIGN | KVPOOL_SPACE_CREATE;
+			}
 			break;
 		case 3:
 			so.reserved[rn(r, 4)] = rnd(r) | 1;
@@ -1903,12 +1925,12 @@ static void op_join(struct worker *w, struct rng *r, int bad)
 	fd = of_fd(of, r);
 	arg = place_struct(w, r, &sk, &so, sizeof(so));
 	so_expect(w, &so, of, sk, as_user, &e, &cbad);	/* sk may have changed */
-	note(w, " file %d fd %d%s name '%s'%s flags %#x bb %llu quota %llu mode %#o policy %u mask %#llx pad %u res %d ptr %s",
+	note(w, " file %d fd %d%s name '%s'%s flags %#x bb %llu quota %llu mode %#o policy %u mask %#llx expect_uid %u res %d ptr %s",
 	     of_index(w, of), fd, of->joined ? " (joined)" : "",
 	     name_str(so.name), name_ok(so.name) ? "" : " (bad)",
 	     so.flags, (unsigned long long)so.block_bytes,
 	     (unsigned long long)so.quota_bytes, so.mode, so.numa_policy,
-	     (unsigned long long)so.node_mask, so.pad, so_reserved(&so),
+	     (unsigned long long)so.node_mask, so.expect_uid, so_reserved(&so),
 	     p_name[sk]);
 	if (as_user) {
 		note(w, " as %u:%u", uid, gid);

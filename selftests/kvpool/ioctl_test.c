@@ -343,7 +343,7 @@ static void assert_still_unjoined(struct __test_metadata *_metadata, int fd,
 
 TEST_F(dev, space_open_unknown_flags_einval)
 {
-	static const __u32 bad[] = { 1u << 2, 1u << 3, 1u << 31,
+	static const __u32 bad[] = { 1u << 2, 1u << 4, 1u << 31,
 				     KVPOOL_SPACE_FLAGS | (1u << 8) };
 	struct kvpool_space_open so;
 	unsigned int i;
@@ -366,13 +366,25 @@ TEST_F(dev, space_open_excl_without_create_einval)
 	assert_still_unjoined(_metadata, self->fd, self->name);
 }
 
-TEST_F(dev, space_open_pad_nonzero_einval)
+TEST_F(dev, space_open_expect_uid_without_foreign_einval)
 {
 	struct kvpool_space_open so;
 
 	so_create(&so, self->name);
-	so.pad = 1;
-	EXPECT_OPEN_FAILS(self->fd, &so, EINVAL, "pad");
+	so.expect_uid = 1;
+	EXPECT_OPEN_FAILS(self->fd, &so, EINVAL, "expect_uid without FOREIGN");
+	assert_still_unjoined(_metadata, self->fd, self->name);
+}
+
+TEST_F(dev, space_open_foreign_with_create_einval)
+{
+	struct kvpool_space_open so;
+
+	so_create(&so, self->name);
+	so.flags |= KVPOOL_SPACE_FOREIGN;
+	EXPECT_OPEN_FAILS(self->fd, &so, EINVAL, "FOREIGN | CREATE");
+	so.flags = KVPOOL_SPACE_CREATE | KVPOOL_SPACE_EXCL | KVPOOL_SPACE_FOREIGN;
+	EXPECT_OPEN_FAILS(self->fd, &so, EINVAL, "FOREIGN | CREATE | EXCL");
 	assert_still_unjoined(_metadata, self->fd, self->name);
 }
 
@@ -400,8 +412,8 @@ TEST_F(dev, space_open_reserved_nonzero_on_join_einval)
 	so.reserved[3] = 1;
 	EXPECT_OPEN_FAILS(self->fd, &so, EINVAL, "reserved[3] on join");
 	kv_so_init(&so, self->name, 0, 0, 0);
-	so.pad = 1;
-	EXPECT_OPEN_FAILS(self->fd, &so, EINVAL, "pad on join");
+	so.expect_uid = getuid() ? getuid() : 1;
+	EXPECT_OPEN_FAILS(self->fd, &so, EINVAL, "expect_uid on join without FOREIGN");
 	close(fd);
 }
 
@@ -599,7 +611,7 @@ TEST_F(dev, space_create_reports_geometry)
 	EXPECT_EQ(3 * BLOCK, so.block_bytes);
 	EXPECT_EQ(getuid(), so.uid);
 	EXPECT_EQ(getgid(), so.gid);
-	EXPECT_EQ(0, so.pad);
+	EXPECT_EQ(0, so.expect_uid);
 }
 
 TEST_F(dev, space_create_mode_bits_einval)
@@ -772,7 +784,9 @@ TEST_F(space, join_without_permission_eacces)
 		/* fd2 was opened as root; SPACE_OPEN checks the caller. */
 		if (kv_drop_to(&nobody))
 			_exit(200);
-		kv_so_init(&so, self->name, 0, 0, 0);
+		/* Accept root as the owner, so the mode is what refuses. */
+		kv_so_init(&so, self->name, KVPOOL_SPACE_FOREIGN, 0, 0);
+		so.expect_uid = 0;
 		_exit(-kv_space_open(self->fd2, &so));
 	}
 	EXPECT_EQ(EACCES, kv_wait(pid));

@@ -199,7 +199,7 @@ TEST_F(kvctl, status_text_and_json)
 	RETURN_IF_SKIPPED();
 	RUN("status");
 	EXPECT_RC(0);
-	EXPECT_OUT("kvpool     loaded: API 2, features spaces,numa,prefix");
+	EXPECT_OUT("kvpool     loaded: API 3, features spaces,numa,prefix");
 	EXPECT_OUT("\nnode0 ");
 	EXPECT_OUT("\nnode1 ");
 	EXPECT_OUT("\ntunables   shrinker_enabled=1");

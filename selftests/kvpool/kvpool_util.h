@@ -142,6 +142,19 @@ static inline int kv_join(int fd, const char *name,
 	return kv_space_open(fd, so);
 }
 
+/* Join a space that @owner owns (KVPOOL_SPACE_FOREIGN), block_bytes 0. */
+static inline int kv_join_foreign(int fd, const char *name, uid_t owner,
+				  struct kvpool_space_open *so)
+{
+	struct kvpool_space_open tmp;
+
+	if (!so)
+		so = &tmp;
+	kv_so_init(so, name, KVPOOL_SPACE_FOREIGN, 0, 0);
+	so->expect_uid = owner;
+	return kv_space_open(fd, so);
+}
+
 /* Open the device and create a space on the new fd; returns fd or -errno. */
 static inline int kv_open_create(const char *name, __u64 block_bytes,
 				 __u64 quota_bytes,

@@ -86,7 +86,7 @@ FIXTURE_SETUP(reclaim)
 	ASSERT_LE(0, fd);
 	ASSERT_EQ(0, kv_info(fd, &info));
 	close(fd);
-	ASSERT_EQ(2, info.api_version);
+	ASSERT_EQ(KVPOOL_API_VERSION, info.api_version);
 	ASSERT_TRUE(info.features & KVPOOL_FEAT_RECLAIM);
 	if (info.chunk_size != KV_CHUNK || (info.node_mask & 3) != 3)
 		SKIP(return, "needs 2 MiB chunks on nodes 0 and 1 (chunk %u, mask %#llx)",

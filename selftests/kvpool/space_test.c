@@ -321,11 +321,12 @@ TEST_F(space, two_processes_see_each_others_writes)
 
 /*
  * Fork a child that opens the device, drops to @c, and runs SPACE_OPEN with
- * @flags on @name.  Returns the errno (0 on success), or 200+ when the child
- * could not get that far.
+ * @flags and @expect_uid on @name.  Returns the errno (0 on success), or
+ * 200+ when the child could not get that far.
  */
-static int open_as(const struct kv_cred *c, const char *name, __u32 flags,
-		   struct kvpool_space_open *out)
+static int open_as_expect(const struct kv_cred *c, const char *name,
+			  __u32 flags, __u32 expect_uid,
+			  struct kvpool_space_open *out)
 {
 	struct kvpool_space_open so;
 	int p[2], ret;
@@ -345,7 +346,11 @@ static int open_as(const struct kv_cred *c, const char *name, __u32 flags,
 		if (kv_drop_to(c))
 			_exit(201);
 		kv_so_init(&so, name, flags, BLOCK, QUOTA);
+		so.expect_uid = expect_uid;
 		ret = -kv_space_open(fd, &so);
+		/* A refused open must not have joined anything. */
+		if (ret && kv_space_info(fd, &(struct kvpool_space_info){}) != -EBADFD)
+			_exit(203);
 		if (write(p[1], &so, sizeof(so)) != sizeof(so))
 			_exit(202);
 		_exit(ret);
@@ -360,9 +365,22 @@ static int open_as(const struct kv_cred *c, const char *name, __u32 flags,
 	return kv_wait(pid);
 }
 
+static int open_as(const struct kv_cred *c, const char *name, __u32 flags,
+		   struct kvpool_space_open *out)
+{
+	return open_as_expect(c, name, flags, 0, out);
+}
+
 static int join_as(const struct kv_cred *c, const char *name)
 {
 	return open_as(c, name, 0, NULL);
+}
+
+/* Join as @c a space that @owner owns: FOREIGN, so the mode decides. */
+static int join_foreign_as(const struct kv_cred *c, const char *name,
+			   uid_t owner)
+{
+	return open_as_expect(c, name, KVPOOL_SPACE_FOREIGN, owner, NULL);
 }
 
 /*
@@ -437,9 +455,10 @@ TEST_F(space, nobody_cannot_join_root_space_eacces)
 
 	fd = kv_open_create(self->name, BLOCK, QUOTA, &so);
 	ASSERT_LE(0, fd);
+	EXPECT_EQ(EACCES, join_foreign_as(&nobody, self->name, 0));
+	/* Without FOREIGN root's space is refused before the mode is read. */
 	EXPECT_EQ(EACCES, join_as(&nobody, self->name));
-	/* CREATE on an existing space is a join: same check. */
-	EXPECT_EQ(EACCES, open_as(&nobody, self->name, KVPOOL_SPACE_CREATE,
+	EXPECT_EQ(EEXIST, open_as(&nobody, self->name, KVPOOL_SPACE_CREATE,
 				  NULL));
 	EXPECT_EQ(self->spaces0 + 1, sysfs_get("spaces"));
 	close(fd);
@@ -464,7 +483,7 @@ TEST_F(space, other_class_needs_read_and_write)
 			   BLOCK, QUOTA);
 		so.mode = cases[i].mode;
 		ASSERT_EQ(0, kv_space_open(fd, &so));
-		EXPECT_EQ(cases[i].err, join_as(&nobody, name))
+		EXPECT_EQ(cases[i].err, join_foreign_as(&nobody, name, 0))
 			TH_LOG("mode 0%o", cases[i].mode);
 		close(fd);
 	}
@@ -482,19 +501,79 @@ TEST_F(space, owner_0600_other_uid_eacces_root_allowed)
 	EXPECT_EQ(2000, so.gid);
 	EXPECT_EQ(1, so.created);
 
-	EXPECT_EQ(EACCES, join_as(&u1001, self->name));
-	EXPECT_EQ(EACCES, join_as(&u1001_g2000, self->name));
-	EXPECT_EQ(EACCES, join_as(&nobody, self->name));
+	EXPECT_EQ(EACCES, join_foreign_as(&u1001, self->name, 1000));
+	EXPECT_EQ(EACCES, join_foreign_as(&u1001_g2000, self->name, 1000));
+	EXPECT_EQ(EACCES, join_foreign_as(&nobody, self->name, 1000));
 	/* The owner joins again. */
 	EXPECT_EQ(0, join_as(&u1000, self->name));
-	/* Root (CAP_SYS_ADMIN) overrides the mode. */
-	fd = kv_open_join(self->name, &so);
-	EXPECT_LE(0, fd) TH_LOG("root join: %s", strerror(-fd));
+	/* Root (CAP_SYS_ADMIN) overrides the mode, not the owner check. */
+	fd = kv_open();
+	ASSERT_LE(0, fd);
+	EXPECT_EQ(-EACCES, kv_join(fd, self->name, &so));
+	EXPECT_EQ(0, kv_join_foreign(fd, self->name, 1000, &so))
+		TH_LOG("root join");
 	EXPECT_EQ(1000, so.uid);
 	EXPECT_EQ(0, so.created);
-	if (fd >= 0)
-		close(fd);
+	close(fd);
 	release_holder(holder);
+}
+
+static const struct kv_cred u1002 = { .uid = 1002, .gid = 1002 };
+
+/*
+ * Issue 14.3: uid 1001 takes the name a victim engine (uid 1002) uses, mode
+ * 0666.  The victim's create-or-join must fail instead of joining, and so
+ * must root's; only a join that names 1001 as the expected owner lands.
+ */
+TEST_F(space, space_name_squatting)
+{
+	struct kvpool_space_open so;
+	char name[KVPOOL_NAME_MAX];
+	pid_t squatter;
+	int fd;
+
+	kv_name(name, sizeof(name), "victim");
+	squatter = hold_space_as(&u1001, name, 0666, &so);
+	ASSERT_LT(0, squatter) TH_LOG("uid 1001 create: %s", strerror(-squatter));
+	EXPECT_EQ(1001, so.uid);
+
+	/* The victim's create-or-join, and a plain join, are refused. */
+	EXPECT_EQ(EEXIST, open_as(&u1002, name, KVPOOL_SPACE_CREATE, NULL));
+	EXPECT_EQ(EEXIST, open_as(&u1002, name, KVPOOL_SPACE_CREATE |
+				  KVPOOL_SPACE_PERSIST, NULL));
+	EXPECT_EQ(EACCES, join_as(&u1002, name));
+	/* Naming the owner joins; naming anyone else does not. */
+	EXPECT_EQ(0, join_foreign_as(&u1002, name, 1001));
+	EXPECT_EQ(EACCES, join_foreign_as(&u1002, name, 1002));
+	EXPECT_EQ(EACCES, join_foreign_as(&u1002, name, 0));
+	EXPECT_EQ(EACCES, join_foreign_as(&u1002, name, (__u32)-1));
+	/* expect_uid means nothing without FOREIGN; FOREIGN never creates. */
+	EXPECT_EQ(EINVAL, open_as_expect(&u1002, name, 0, 1001, NULL));
+	EXPECT_EQ(EINVAL, open_as_expect(&u1002, name, KVPOOL_SPACE_CREATE,
+					 1001, NULL));
+	EXPECT_EQ(EINVAL, open_as_expect(&u1002, name, KVPOOL_SPACE_CREATE |
+					 KVPOOL_SPACE_FOREIGN, 1001, NULL));
+
+	/* Root is squattable too: no capability skips the owner check. */
+	fd = kv_open();
+	ASSERT_LE(0, fd);
+	kv_so_init(&so, name, KVPOOL_SPACE_CREATE, BLOCK, QUOTA);
+	EXPECT_EQ(-EEXIST, kv_space_open(fd, &so));
+	EXPECT_EQ(-EACCES, kv_join(fd, name, &so));
+	EXPECT_EQ(-EACCES, kv_join_foreign(fd, name, 1002, &so));
+	EXPECT_EQ(0, kv_join_foreign(fd, name, 1001, &so));
+	EXPECT_EQ(1001, so.uid);
+	EXPECT_EQ(0, so.created);
+	close(fd);
+
+	/* The owner's create-or-join still joins, and says so. */
+	EXPECT_EQ(0, open_as(&u1001, name, KVPOOL_SPACE_CREATE, &so));
+	EXPECT_EQ(0, so.created);
+	EXPECT_EQ(0666, so.mode);
+	EXPECT_EQ(1001, so.uid);
+	/* Nothing the refused calls did created a space. */
+	EXPECT_EQ(self->spaces0 + 1, sysfs_get("spaces"));
+	release_holder(squatter);
 }
 
 TEST_F(space, group_class_permissions)
@@ -506,9 +585,9 @@ TEST_F(space, group_class_permissions)
 	holder = hold_space_as(&u1000, self->name, 0060, &so);
 	ASSERT_LT(0, holder) TH_LOG("create: %s", strerror(-holder));
 	EXPECT_EQ(2000, so.gid);
-	EXPECT_EQ(0, join_as(&u1001_g2000, self->name));
-	EXPECT_EQ(0, join_as(&u1001_supp2000, self->name));
-	EXPECT_EQ(EACCES, join_as(&u1001, self->name));
+	EXPECT_EQ(0, join_foreign_as(&u1001_g2000, self->name, 1000));
+	EXPECT_EQ(0, join_foreign_as(&u1001_supp2000, self->name, 1000));
+	EXPECT_EQ(EACCES, join_foreign_as(&u1001, self->name, 1000));
 	/* The owner's class is checked first, like a file's. */
 	EXPECT_EQ(EACCES, join_as(&u1000, self->name));
 	release_holder(holder);
@@ -521,7 +600,7 @@ TEST_F(space, group_read_only_eacces)
 
 	holder = hold_space_as(&u1000, self->name, 0640, &so);
 	ASSERT_LT(0, holder) TH_LOG("create: %s", strerror(-holder));
-	EXPECT_EQ(EACCES, join_as(&u1001_g2000, self->name));
+	EXPECT_EQ(EACCES, join_foreign_as(&u1001_g2000, self->name, 1000));
 	EXPECT_EQ(0, join_as(&u1000, self->name));
 	release_holder(holder);
 }

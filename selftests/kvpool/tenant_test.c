@@ -52,7 +52,7 @@ FIXTURE_SETUP(tenant)
 	ASSERT_LE(0, fd);
 	ASSERT_EQ(0, kv_info(fd, &info));
 	close(fd);
-	ASSERT_EQ(2, info.api_version);
+	ASSERT_EQ(KVPOOL_API_VERSION, info.api_version);
 	if (info.chunk_size != KV_CHUNK)
 		SKIP(return, "expects 2 MiB chunks, not %u", info.chunk_size);
 	self->have_def = sysfs_u64("uid_limit_default_bytes", &self->def0) == 0;

@@ -15,7 +15,7 @@
 #include <linux/ioctl.h>
 #include <linux/types.h>
 
-#define KVPOOL_API_VERSION	2
+#define KVPOOL_API_VERSION	3
 
 /* Feature bits reported by KVPOOL_IOC_INFO. */
 #define KVPOOL_FEAT_SPACES	(1ULL << 0)	/* spaces, alloc/free, mmap */
@@ -60,7 +60,18 @@ enum kvpool_numa_policy {
 #define KVPOOL_SPACE_CREATE	(1U << 0)	/* create when absent */
 #define KVPOOL_SPACE_EXCL	(1U << 1)	/* with CREATE: fail if present */
 #define KVPOOL_SPACE_PERSIST	(1U << 2)	/* with CREATE: outlive the last fd */
-#define KVPOOL_SPACE_FLAGS	(KVPOOL_SPACE_CREATE | KVPOOL_SPACE_EXCL | KVPOOL_SPACE_PERSIST)
+#define KVPOOL_SPACE_FOREIGN	(1U << 3)	/* join a space owned by expect_uid (API 3) */
+#define KVPOOL_SPACE_FLAGS	(KVPOOL_SPACE_CREATE | KVPOOL_SPACE_EXCL | KVPOOL_SPACE_PERSIST | \
+				 KVPOOL_SPACE_FOREIGN)
+
+/*
+ * Space names are one host-wide namespace, so a join checks who owns the
+ * space it finds (API 3): the owner must be the caller's fsuid or, with
+ * KVPOOL_SPACE_FOREIGN, exactly expect_uid.  Otherwise the call fails and
+ * joins nothing: -EEXIST with KVPOOL_SPACE_CREATE (the name is taken by
+ * another owner), -EACCES without.  Root is not exempt.  FOREIGN only
+ * joins: with CREATE it is -EINVAL, and expect_uid must be 0 without it.
+ */
 
 struct kvpool_space_open {
 	char name[KVPOOL_NAME_MAX];	/* in: NUL-terminated, [A-Za-z0-9._-]+ */
@@ -75,8 +86,8 @@ struct kvpool_space_open {
 	__u32 gid;		/* out: owner group */
 	__u64 nr_blocks;	/* out: quota_bytes / block_bytes */
 	__u64 map_bytes;	/* out: length of the mmap range */
-	__u32 created;		/* out: 1 when this call created the space */
-	__u32 pad;		/* must be 0 */
+	__u32 created;		/* out: 1 when this call created the space, 0 joined */
+	__u32 expect_uid;	/* in, FOREIGN: the owner to accept; else 0 (was pad) */
 	__u64 reserved[4];	/* must be 0 */
 };
 
