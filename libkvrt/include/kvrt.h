@@ -377,6 +377,8 @@ int kvrt_pool_info(struct kvrt *k, struct kvrt_pool_info *info);
 #define KVRT_SPACE_EXCL		(1U << 1)	/* with CREATE: fail if present */
 #define KVRT_SPACE_PERSIST	(1U << 2)	/* with CREATE: outlive the last close
 						 * (0.2; see "prefix cache" below) */
+#define KVRT_SPACE_FOREIGN	(1U << 3)	/* join only: a space owned by
+						 * expect_uid (not with CREATE) */
 
 enum kvrt_numa_policy {
 	KVRT_NUMA_PREFERRED = 0,	/* nodes in mask first (empty: the caller's) */
@@ -392,7 +394,7 @@ struct kvrt_space_opts {
 	uint64_t quota_bytes;	/* create: at least block_bytes */
 	uint64_t node_mask;	/* create: nodes for the policy */
 	enum kvrt_numa_policy numa_policy;	/* create */
-	uint32_t reserved0;	/* must be 0 */
+	uint32_t expect_uid;	/* FOREIGN: the owner to accept; else 0 */
 	uint64_t reserved[4];	/* must be 0 */
 };
 
@@ -404,7 +406,18 @@ struct kvrt_space_opts {
  * or quota_bytes > KVRT_MAX_SPACE_BYTES), -ENOENT, -EEXIST, -EACCES,
  * -ENOMEM; plus the mmap errno of the mapping.  PERSIST counts only when
  * the call creates the space; a join ignores it like the other create
- * fields.
+ * fields: kvrt_space_info() says whether the open created the space or
+ * joined it (created) and who owns it (uid).
+ *
+ * Names are shared (kmod: host-wide), so someone else may hold the name
+ * first.  A join lands only in a space owned by the caller (kmod: its
+ * fsuid; embedded: its euid) or, with KVRT_SPACE_FOREIGN, by exactly
+ * expect_uid; otherwise it fails and joins nothing: -EEXIST with CREATE
+ * (the name is another owner's), -EACCES without.  Root is no exception.
+ * FOREIGN with CREATE, or expect_uid non-zero without FOREIGN: -EINVAL.
+ * Before kmod API 3 the module has no such check: libkvrt joins, compares
+ * the owner with the caller's euid (or expect_uid), and leaves again with
+ * the same errnos when they differ.
  */
 int kvrt_space_open(struct kvrt *k, const struct kvrt_space_opts *opts,
 		    struct kvrt_space **out);

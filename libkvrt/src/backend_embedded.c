@@ -438,6 +438,16 @@ static bool emb_permitted(const struct emb_space *es)
 	return (bits & 6) == 6;
 }
 
+/* As the module: the caller's own spaces, or expect_uid's with FOREIGN. */
+static bool emb_owner_accepted(const struct emb_space *es, const struct kvrt_space_opts *o)
+{
+	uint32_t accepted = (uint32_t)geteuid();
+
+	if (o->flags & KVRT_SPACE_FOREIGN)
+		accepted = o->expect_uid;
+	return es->uid == accepted;
+}
+
 static struct emb_space *emb_find(struct kvrt *k, const char *name)
 {
 	struct emb_space *es;
@@ -755,6 +765,11 @@ int emb_space_open(struct kvrt *k, const struct kvrt_space_opts *o, struct kvrt_
 	if (es) {
 		if ((o->flags & KVRT_SPACE_CREATE) && (o->flags & KVRT_SPACE_EXCL)) {
 			ret = -EEXIST;
+			goto out_unlock;
+		}
+		/* As the module: join only the owner the caller accepts. */
+		if (!emb_owner_accepted(es, o)) {
+			ret = (o->flags & KVRT_SPACE_CREATE) ? -EEXIST : -EACCES;
 			goto out_unlock;
 		}
 		if (o->block_bytes && o->block_bytes != es->core.block_bytes) {

@@ -29,6 +29,7 @@ _Static_assert(KVRT_NAME_MAX == KVPOOL_NAME_MAX && KVRT_MAX_BATCH == KVPOOL_MAX_
 	       KVRT_MAX_BLOCK_BYTES == KVPOOL_MAX_BLOCK_BYTES &&
 	       KVRT_MAX_SPACE_BYTES == KVPOOL_MAX_SPACE_BYTES, "limits are the uAPI's");
 _Static_assert(KVRT_SPACE_PERSIST == KVPOOL_SPACE_PERSIST, "flag values are the uAPI's");
+_Static_assert(KVRT_SPACE_FOREIGN == KVPOOL_SPACE_FOREIGN, "flag values are the uAPI's");
 _Static_assert(KVRT_FEAT_SPACES == KVPOOL_FEAT_SPACES && KVRT_FEAT_NUMA == KVPOOL_FEAT_NUMA &&
 	       KVRT_FEAT_PREFIX == KVPOOL_FEAT_PREFIX && KVRT_FEAT_PERSIST == KVPOOL_FEAT_PERSIST &&
 	       KVRT_FEAT_RESIDENCY == KVPOOL_FEAT_RESIDENCY &&
@@ -99,7 +100,9 @@ int kmod_probe(struct kvrt *k, const char *device)
 	}
 	/*
 	 * API 2 only added ioctls and flags: an API 1 module serves spaces,
-	 * and the calls whose feature bit it lacks return -EOPNOTSUPP.
+	 * and the calls whose feature bit it lacks return -EOPNOTSUPP.  API 3
+	 * added the owner check on join, which kmod_space_open() makes itself
+	 * for older modules.
 	 */
 	if (info.api_version < 1 || info.api_version > KVPOOL_API_VERSION ||
 	    !(info.features & KVPOOL_FEAT_SPACES)) {
@@ -112,6 +115,7 @@ int kmod_probe(struct kvrt *k, const char *device)
 	}
 	k->ctl_fd = fd;
 	k->features = info.features;
+	k->api_version = info.api_version;
 	snprintf(k->info, sizeof(k->info), "kmod: %s (api %u)", device, info.api_version);
 	return 0;
 }
@@ -157,12 +161,26 @@ int kmod_space_open(struct kvrt *k, const struct kvrt_space_opts *o, struct kvrt
 	so->quota_bytes = o->quota_bytes;
 	so->node_mask = o->node_mask;
 	so->numa_policy = (uint32_t)o->numa_policy;
+	so->expect_uid = o->expect_uid;
+	/* Before API 3 the module neither knows FOREIGN nor checks owners: we do. */
+	if (k->api_version < 3) {
+		so->flags &= ~KVPOOL_SPACE_FOREIGN;
+		so->expect_uid = 0;
+	}
 
 	s->fd = open(k->device, O_RDWR | O_CLOEXEC);
 	if (s->fd < 0)
 		return -errno;
 	if (ioctl(s->fd, KVPOOL_IOC_SPACE_OPEN, so)) {
 		ret = -errno;
+		goto out_close;
+	}
+	if (k->api_version < 3 && !so->created &&
+	    so->uid != ((o->flags & KVRT_SPACE_FOREIGN) ? o->expect_uid : (uint32_t)geteuid())) {
+		/* Closing the fd leaves the space as it was: another fd or PERSIST holds it. */
+		ret = (o->flags & KVRT_SPACE_CREATE) ? -EEXIST : -EACCES;
+		kvrt_log(k, KVRT_LOG_ERR, "space \"%s\": owned by uid %u, not joined", o->name,
+			 so->uid);
 		goto out_close;
 	}
 	base = mmap(NULL, so->map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, s->fd, 0);

@@ -45,6 +45,7 @@ struct kvrt {
 	int ctl_fd;			/* kmod: for KVPOOL_IOC_INFO and
 					 * SPACE_DESTROY; else -1 */
 	uint64_t features;		/* KVPOOL_FEAT_* the backend has */
+	uint32_t api_version;		/* kmod: the module's KVPOOL_API_VERSION */
 	uint64_t pool_cap;		/* embedded */
 	uint64_t pool_used;		/* embedded: atomic */
 	uint64_t node_mask;		/* embedded: online NUMA nodes */

@@ -242,10 +242,13 @@ int kvrt_space_open(struct kvrt *k, const struct kvrt_space_opts *o, struct kvrt
 	if (!k || !o)
 		return -EINVAL;
 	/* The uAPI's order of checks: flags and reserved fields, then the name. */
-	if ((o->flags & ~(KVRT_SPACE_CREATE | KVRT_SPACE_EXCL | KVRT_SPACE_PERSIST)) ||
+	if ((o->flags & ~(KVRT_SPACE_CREATE | KVRT_SPACE_EXCL | KVRT_SPACE_PERSIST |
+			  KVRT_SPACE_FOREIGN)) ||
 	    ((o->flags & (KVRT_SPACE_EXCL | KVRT_SPACE_PERSIST)) &&
 	     !(o->flags & KVRT_SPACE_CREATE)) ||
-	    o->reserved0 || !all_zero(o->reserved, sizeof(o->reserved)))
+	    ((o->flags & KVRT_SPACE_FOREIGN) && (o->flags & KVRT_SPACE_CREATE)) ||
+	    (!(o->flags & KVRT_SPACE_FOREIGN) && o->expect_uid) ||
+	    !all_zero(o->reserved, sizeof(o->reserved)))
 		return -EINVAL;
 	if (!kvrt_name_valid(o->name))
 		return -EINVAL;

@@ -151,11 +151,12 @@ TEST(space_open_errors)
 		field_change;                                      \
 		CHECK_EQ(kvrt_space_open(K, &o, &s), err);         \
 	} while (0)
-	EXPECT(o.flags = 1U << 3, -EINVAL);
+	EXPECT(o.flags = 1U << 4, -EINVAL);
 	EXPECT(o.flags = KVRT_SPACE_EXCL, -EINVAL);
 	EXPECT(o.flags = KVRT_SPACE_PERSIST, -EINVAL);
 	EXPECT(o.flags = KVRT_SPACE_PERSIST | KVRT_SPACE_EXCL, -EINVAL);
-	EXPECT(o.reserved0 = 1, -EINVAL);
+	EXPECT(o.expect_uid = 1, -EINVAL);			/* without FOREIGN */
+	EXPECT(o.flags |= KVRT_SPACE_FOREIGN, -EINVAL);		/* with CREATE */
 	EXPECT(o.reserved[2] = 1, -EINVAL);
 	EXPECT(o.name = NULL, -EINVAL);
 	for (unsigned int i = 0; i < sizeof(bad_names) / sizeof(bad_names[0]); i++)
@@ -233,8 +234,14 @@ TEST(join_rules)
 	CHECK_EQ(kvrt_space_open(K, &o, &c), -ENOENT);
 }
 
-/* In a child that dropped to uid/gid 65534: 0 if the join gave want. */
-static int child_join(const char *tag, int want_unless_no_device)
+/*
+ * In a child that dropped to uid/gid 65534 (keeping group 0 with @group0,
+ * so that a 0660 root:root /dev/kvpool opens): 0 if kvrt_space_open with
+ * flags and expect_uid gave want, and a success landed in a space of owner
+ * want_owner that it created exactly when CREATE was asked.
+ */
+static int child_open_as(const char *tag, uint32_t flags, uint32_t expect_uid,
+			 int want_unless_no_device, uint32_t want_owner, bool group0)
 {
 	pid_t pid;
 	int status;
@@ -242,17 +249,23 @@ static int child_join(const char *tag, int want_unless_no_device)
 	fflush(stdout);
 	pid = fork();
 	if (pid == 0) {
-		struct kvrt_space_opts o = { .name = nm(tag) };
-		struct kvrt_space *s;
+		struct kvrt_space_opts o = create_opts(tag, BB, 4 * BB);
+		struct kvrt_space *s = (struct kvrt_space *)&s;
 		int want = want_unless_no_device, ret;
 
-		if (setgroups(0, NULL) || setgid(65534) || setuid(65534))
+		o.flags = flags;
+		o.expect_uid = expect_uid;
+		o.mode = 0666;
+		if (setgroups(group0, (gid_t[]){ 0 }) || setgid(65534) || setuid(65534))
 			_exit(100);
 		if (cur == KVRT_BACKEND_KMOD && access(device ? device : "/dev/kvpool", R_OK | W_OK))
 			want = -EACCES;	/* the device itself is closed to this user */
 		ret = kvrt_space_open(K, &o, &s);
-		if (ret != want) {
-			printf("# child: join %s gave %d, want %d\n", o.name, ret, want);
+		if (ret != want || (ret && s) ||
+		    (!ret && (info(s).created != !!(flags & KVRT_SPACE_CREATE) ||
+			      info(s).uid != want_owner))) {
+			printf("# child: open %s flags %#x expect_uid %u gave %d, want %d\n",
+			       o.name, flags, expect_uid, ret, want);
 			fflush(stdout);
 			_exit(1);
 		}
@@ -261,6 +274,11 @@ static int child_join(const char *tag, int want_unless_no_device)
 	if (pid < 0 || waitpid(pid, &status, 0) != pid)
 		return -1;
 	return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+}
+
+static int child_open(const char *tag, uint32_t flags, uint32_t expect_uid, int want)
+{
+	return child_open_as(tag, flags, expect_uid, want, expect_uid, false);
 }
 
 TEST(permissions)
@@ -284,10 +302,102 @@ TEST(permissions)
 	o = create_opts("p606", BB, 4 * BB);
 	o.mode = 0606;
 	REQUIRE(kvrt_space_open(K, &o, &q) == 0);
-	CHECK_EQ(child_join("p0", -EACCES), 0);
-	CHECK_EQ(child_join("p606", 0), 0);
+	/* The mode decides once the owner (root) is named. */
+	CHECK_EQ(child_open("p0", KVRT_SPACE_FOREIGN, 0, -EACCES), 0);
+	CHECK_EQ(child_open("p606", KVRT_SPACE_FOREIGN, 0, 0), 0);
 	kvrt_space_close(q);
 	kvrt_space_close(a);
+}
+
+static uint64_t features_of(struct kvrt *k)
+{
+	struct kvrt_pool_info p;
+
+	return kvrt_pool_info(k, &p) ? 0 : p.features;
+}
+
+/*
+ * Issue 14.3, space-name squatting: a create-or-join must not land in a
+ * space that another uid took first; only naming that owner
+ * (KVRT_SPACE_FOREIGN and expect_uid) joins it.
+ */
+TEST(space_name_squatting)
+{
+	struct kvrt_space_opts o = create_opts("sq", BB, 4 * BB);
+	struct kvrt_space *a, *b, *c = (struct kvrt_space *)&c;
+	uint32_t me = (uint32_t)geteuid();
+	struct kvrt_space_info ia, ib;
+
+	/* Refused requests change nothing: the name stays free. */
+	o.flags = KVRT_SPACE_CREATE | KVRT_SPACE_FOREIGN;
+	o.expect_uid = me;
+	CHECK_EQ(kvrt_space_open(K, &o, &c), -EINVAL);
+	CHECK(c == NULL);
+	o.flags = KVRT_SPACE_CREATE;
+	o.expect_uid = me + 1;
+	CHECK_EQ(kvrt_space_open(K, &o, &c), -EINVAL);
+	o.flags = KVRT_SPACE_FOREIGN;
+	CHECK_EQ(kvrt_space_open(K, &o, &c), -ENOENT);
+	CHECK(c == NULL);
+
+	o = create_opts("sq", BB, 4 * BB);
+	o.mode = 0666;
+	REQUIRE(kvrt_space_open(K, &o, &a) == 0);
+	ia = info(a);
+	CHECK_EQ(ia.created, 1);
+	CHECK_EQ(ia.uid, me);
+	/* The owner's create-or-join joins and says so; its create fields are not applied. */
+	o.mode = 0600;
+	o.quota_bytes = 8 * BB;
+	o.flags |= KVRT_SPACE_PERSIST;
+	REQUIRE(kvrt_space_open(K, &o, &b) == 0);
+	ib = info(b);
+	CHECK_EQ(ib.created, 0);
+	CHECK_EQ(ib.space_id, ia.space_id);
+	CHECK_EQ(ib.uid, me);
+	CHECK_EQ(ib.mode, 0666);
+	CHECK_EQ(ib.nr_blocks, 4);
+	kvrt_space_close(b);
+	/* Naming the owner joins; naming anyone else joins nothing. */
+	o = (struct kvrt_space_opts){ .name = nm("sq"), .flags = KVRT_SPACE_FOREIGN,
+				      .expect_uid = me };
+	REQUIRE(kvrt_space_open(K, &o, &b) == 0);
+	CHECK_EQ(info(b).created, 0);
+	CHECK_EQ(info(b).uid, me);
+	kvrt_space_close(b);
+	o.expect_uid = me + 1;
+	CHECK_EQ(kvrt_space_open(K, &o, &c), -EACCES);
+	CHECK(c == NULL);
+	CHECK_EQ(info(a).my_blocks, 0);
+	if (geteuid() != 0) {
+		tap_skip("not root: no other user to try");
+		kvrt_space_close(a);
+		return;
+	}
+	/* uid 65534 (in group 0, to reach a root-only device) meets root's space. */
+	CHECK_EQ(child_open_as("sq", KVRT_SPACE_CREATE, 0, -EEXIST, 0, true), 0);
+	CHECK_EQ(child_open_as("sq", KVRT_SPACE_CREATE | KVRT_SPACE_PERSIST, 0, -EEXIST, 0, true),
+		 0);
+	CHECK_EQ(child_open_as("sq", 0, 0, -EACCES, 0, true), 0);
+	CHECK_EQ(child_open_as("sq", KVRT_SPACE_FOREIGN, 65534, -EACCES, 0, true), 0);
+	CHECK_EQ(child_open_as("sq", KVRT_SPACE_FOREIGN, 0, 0, 0, true), 0);
+	kvrt_space_close(a);
+	if (cur != KVRT_BACKEND_KMOD || !(features_of(K) & KVRT_FEAT_PERSIST))
+		return;
+	/* kmod: 65534 squats a name first (persistent, 0666); root is the victim. */
+	REQUIRE(child_open_as("sq2", KVRT_SPACE_CREATE | KVRT_SPACE_PERSIST, 0, 0, 65534, true) ==
+		0);
+	o = create_opts("sq2", BB, 4 * BB);
+	CHECK_EQ(kvrt_space_open(K, &o, &c), -EEXIST);
+	CHECK(c == NULL);
+	CHECK_EQ(kvrt_space_open(K, &(struct kvrt_space_opts){ .name = nm("sq2") }, &c), -EACCES);
+	o = (struct kvrt_space_opts){ .name = nm("sq2"), .flags = KVRT_SPACE_FOREIGN,
+				      .expect_uid = 65534 };
+	REQUIRE(kvrt_space_open(K, &o, &b) == 0);
+	CHECK_EQ(info(b).created, 0);
+	CHECK_EQ(info(b).uid, 65534);
+	kvrt_space_close(b);
+	CHECK_EQ(kvrt_space_destroy(K, nm("sq2")), 0);
 }
 
 TEST(alloc_free_argument_errors)
@@ -1707,6 +1817,7 @@ static void suite(void)
 	RUNB(space_open_errors);
 	RUNB(join_rules);
 	RUNB(permissions);
+	RUNB(space_name_squatting);
 	RUNB(alloc_free_argument_errors);
 	RUNB(alloc_to_the_quota_all_or_nothing);
 	RUNB(free_errors_all_or_nothing);

@@ -148,9 +148,10 @@ static const char *space_errno_text(int err)
 		return "invalid parameters, or the space exists with another block size "
 		       "(another model geometry)";
 	case -EACCES:
-		return "permission denied by the space's mode";
+		return "permission denied: the space belongs to another user (join it with "
+		       "--space-owner UID) or its mode denies you";
 	case -EEXIST:
-		return "the space exists already";
+		return "the name is taken: the space exists already, or another user owns it";
 	default:
 		return strerror(-err);
 	}
@@ -189,6 +190,7 @@ int pcache_open(struct pcache *pc, struct kvrt *k, struct devcache *dev,
 	bb = (kvb + page - 1) / page * page;
 	so.name = o->space_name;
 	so.flags = o->space_flags;
+	so.expect_uid = o->space_owner;
 	so.mode = o->mode;
 	so.block_bytes = bb;
 	so.quota_bytes = o->quota_bytes / bb * bb;

@@ -75,6 +75,7 @@ struct pcache {
 struct pool_opts {
 	const char *space_name;
 	uint32_t space_flags;		/* KVRT_SPACE_* */
+	uint32_t space_owner;		/* KVRT_SPACE_FOREIGN: the owner to accept */
 	uint32_t mode;
 	uint64_t quota_bytes;
 };

@@ -57,6 +57,8 @@ struct opts {
 	const char *space;
 	enum role role;
 	int keep_space;
+	int foreign;			/* --space-owner given */
+	uint32_t space_owner;
 	uint64_t pool_bytes;
 	enum decode_kernel decode_kernel;
 	int reference, progress, expect_hits, expect_shared, json, quiet, inject_fault;
@@ -152,6 +154,7 @@ static void usage(FILE *f)
 	      "  --role first|second    two processes: first creates a persistent space and\n"
 	      "                         publishes; second joins it, hits, and destroys it\n"
 	      "  --keep-space           second: do not destroy the space at exit\n"
+	      "  --space-owner UID      second: join the space although UID, not you, owns it\n"
 	      "  --pool-mb N            space quota in MiB (256)\n"
 	      "checks and output:\n"
 	      "  --no-reference         skip the reference pass (no equivalence check)\n"
@@ -195,7 +198,7 @@ enum {
 	O_SEQ, O_PRESET, O_REQ, O_SYS, O_USER, O_GENTOK, O_TURNS, O_MULTI, O_RATE, O_THINK,
 	O_WSEED, O_BT, O_BATCH, O_SEQS, O_DEVBLK, O_DTYPE, O_DECK, O_THREADS, O_DEVICE,
 	O_BACKEND, O_SPACE, O_ROLE, O_KEEP, O_POOL, O_NOREF, O_EXPH, O_EXPS, O_NOPROG, O_HELP,
-	O_VERSION, O_JSON, O_QUIET, O_FAULT,
+	O_VERSION, O_JSON, O_QUIET, O_FAULT, O_OWNER,
 };
 
 static const struct option longopts[] = {
@@ -220,6 +223,7 @@ static const struct option longopts[] = {
 	{ "no-progress", 0, NULL, O_NOPROG }, { "help", 0, NULL, O_HELP },
 	{ "version", 0, NULL, O_VERSION }, { "json", 0, NULL, O_JSON },
 	{ "quiet", 0, NULL, O_QUIET }, { "inject-fault", 0, NULL, O_FAULT },
+	{ "space-owner", 1, NULL, O_OWNER },
 	{ NULL, 0, NULL, 0 },
 };
 
@@ -254,7 +258,7 @@ static int parse(int argc, char **argv, struct opts *o)
 	}
 	opterr = 1;
 	while ((c = getopt_long(argc, argv, "h", longopts, &idx)) != -1) {
-		name = c >= O_CKPT && c <= O_VERSION ? longopts[c - O_CKPT].name : "";
+		name = c >= O_CKPT && c <= O_OWNER ? longopts[c - O_CKPT].name : "";
 #define U32(lo, hi, dst)                                                            \
 	do {                                                                        \
 		if (parse_u32(optarg, lo, hi, &u))                                  \
@@ -359,6 +363,12 @@ static int parse(int argc, char **argv, struct opts *o)
 				return bad(name, optarg, "first or second");
 			break;
 		case O_KEEP: o->keep_space = 1; break;
+		case O_OWNER:
+			if (parse_u32(optarg, 0, UINT32_MAX - 1, &u))
+				return bad(name, optarg, "a uid");
+			o->foreign = 1;
+			o->space_owner = u;
+			break;
 		case O_NOREF: o->reference = 0; break;
 		case O_EXPH: o->expect_hits = 1; break;
 		case O_EXPS: o->expect_shared = 1; break;
@@ -384,6 +394,11 @@ static int parse(int argc, char **argv, struct opts *o)
 	}
 	if (optind < argc) {
 		fprintf(stderr, "kvrt-demo: unexpected argument '%s'\n", argv[optind]);
+		return EXIT_USAGE;
+	}
+	/* Only a join may accept another owner: creating makes the space ours. */
+	if (o->foreign && o->role != ROLE_SECOND) {
+		fprintf(stderr, "kvrt-demo: --space-owner needs --role second\n");
 		return EXIT_USAGE;
 	}
 	o->wl.vocab = (uint32_t)o->cfg.vocab_size;
@@ -513,6 +528,7 @@ int main(int argc, char **argv)
 	uint32_t hd, max_blocks, joined_cached = 0, n_multi = 0, c;
 	uint64_t fp;
 	int rc, ret, have_pc = 0, created = 0, have_mi = 0, destroyed = 0;
+	uint32_t owner = 0;
 	struct equivalence eq = { 0 };
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -599,6 +615,10 @@ int main(int argc, char **argv)
 	po.space_flags = o.role == ROLE_SECOND ? 0 :
 			 o.role == ROLE_FIRST ? KVRT_SPACE_CREATE | KVRT_SPACE_PERSIST :
 			 KVRT_SPACE_CREATE;
+	if (o.foreign) {
+		po.space_flags = KVRT_SPACE_FOREIGN;
+		po.space_owner = o.space_owner;
+	}
 	snprintf(model_id, sizeof(model_id),
 		 "kvrt-demo model %016" PRIx64 " kv %s block %u", fp, dtype_name(o.kv_dtype),
 		 o.block_tokens);
@@ -615,8 +635,10 @@ int main(int argc, char **argv)
 	pc.inject_fault = o.inject_fault;
 	if (!kvrt_space_stats(pc.space, &ss))
 		joined_cached = (uint32_t)(ss.published_blocks + ss.cached_blocks);
-	if (!kvrt_space_info(pc.space, &si))
+	if (!kvrt_space_info(pc.space, &si)) {
 		created = si.created;
+		owner = si.uid;
+	}
 
 	/* --- what runs ------------------------------------------------------------- */
 	for (c = 0; c < wl.n_convs; c++)
@@ -637,9 +659,9 @@ int main(int argc, char **argv)
 		       "blocks of %u tokens (%s); kvrt-demo has no GPU path yet\n",
 		       dtype_name(o.kv_dtype), o.device_blocks, o.block_tokens,
 		       fmt_bytes(b1, sizeof(b1), dev.bytes));
-		printf("pool      space %s (%s%s): %u blocks of %s, block-major; %u blocks cached "
-		       "there already\n", space_name, created ? "created" : "joined",
-		       po.space_flags & KVRT_SPACE_PERSIST && created ? ", persistent" : "",
+		printf("pool      space %s (%s%s, owner uid %u): %u blocks of %s, block-major; %u "
+		       "blocks cached there already\n", space_name, created ? "created" : "joined",
+		       po.space_flags & KVRT_SPACE_PERSIST && created ? ", persistent" : "", owner,
 		       pc.layout.num_blocks,
 		       fmt_bytes(b2, sizeof(b2), (uint64_t)pc.layout.block_stride), joined_cached);
 		printf("workload  %u requests in %u conversations (%u multi-turn) arriving at %.3g/s; "
