@@ -124,11 +124,31 @@ static long kvp_ioctl_space_info_user(struct kvp_client *client, void __user *ua
 	return 0;
 }
 
+/* Commands that change state: they need an fd opened for writing. */
+static bool kvp_ioctl_mutates(unsigned int cmd)
+{
+	switch (cmd) {
+	case KVPOOL_IOC_SPACE_OPEN:
+	case KVPOOL_IOC_ALLOC:
+	case KVPOOL_IOC_FREE:
+	case KVPOOL_IOC_RELEASE:
+	case KVPOOL_IOC_PUBLISH:
+	case KVPOOL_IOC_LOOKUP:
+	case KVPOOL_IOC_SPACE_DESTROY:
+	case KVPOOL_IOC_RESIDENCY:
+		return true;
+	}
+	return false;
+}
+
 static long kvp_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
 {
 	struct kvp_client *client = file->private_data;
 	void __user *uarg = (void __user *)arg;
 
+	/* As for any file, the rights come from how it was opened. */
+	if (kvp_ioctl_mutates(cmd) && !(file->f_mode & FMODE_WRITE))
+		return -EBADF;
 	switch (cmd) {
 	case KVPOOL_IOC_INFO:
 		return kvp_ioctl_info(uarg);

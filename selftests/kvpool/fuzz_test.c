@@ -899,8 +899,9 @@ static int of_index(struct worker *w, struct ofile *of)
 #define PICK_ANY	0
 #define PICK_JOINED	1
 #define PICK_UNJOINED	2
-#define PICK_MUT	4	/* not a parent's file (in a fork child) */
+#define PICK_MUT	4	/* not a parent's file (in a fork child), open for writing */
 #define PICK_OWNS	8	/* owns blocks */
+#define PICK_WRITE	16	/* open for writing (mutating ioctls need FMODE_WRITE) */
 
 static struct ofile *of_pick(struct worker *w, u64 r, int how)
 {
@@ -915,9 +916,11 @@ static struct ofile *of_pick(struct worker *w, u64 r, int how)
 			continue;
 		if ((how & PICK_UNJOINED) && of->joined)
 			continue;
-		if ((how & PICK_MUT) && of->inherited)
+		if ((how & PICK_MUT) && (of->inherited || of->acc == O_RDONLY))
 			continue;
 		if ((how & PICK_OWNS) && !of->owned.n)
+			continue;
+		if ((how & PICK_WRITE) && of->acc == O_RDONLY)
 			continue;
 		return of;
 	}
@@ -2220,7 +2223,7 @@ static void op_alloc(struct worker *w, struct rng *r, int bad)
 		}
 	}
 	if (unjoined) {
-		struct ofile *u = of_pick(w, rnd(r), PICK_UNJOINED);
+		struct ofile *u = of_pick(w, rnd(r), PICK_UNJOINED | PICK_WRITE);
 
 		if (u)
 			of = u;
@@ -2395,7 +2398,7 @@ static void op_free(struct worker *w, struct rng *r, int bad)
 		}
 	}
 	if (unjoined) {
-		struct ofile *u = of_pick(w, rnd(r), PICK_UNJOINED);
+		struct ofile *u = of_pick(w, rnd(r), PICK_UNJOINED | PICK_WRITE);
 
 		if (u)
 			of = u;
@@ -2816,7 +2819,7 @@ static void op_publish(struct worker *w, struct rng *r, int bad)
 		}
 	}
 	if (unjoined) {
-		struct ofile *u = of_pick(w, rnd(r), PICK_UNJOINED);
+		struct ofile *u = of_pick(w, rnd(r), PICK_UNJOINED | PICK_WRITE);
 
 		if (u)
 			of = u;
@@ -2930,7 +2933,7 @@ static void op_lookup(struct worker *w, struct rng *r, int bad)
 		}
 	}
 	if (unjoined) {
-		struct ofile *u = of_pick(w, rnd(r), PICK_UNJOINED);
+		struct ofile *u = of_pick(w, rnd(r), PICK_UNJOINED | PICK_WRITE);
 
 		if (u)
 			of = u;
@@ -3109,7 +3112,7 @@ static void op_release(struct worker *w, struct rng *r, int bad)
 		}
 	}
 	if (unjoined) {
-		struct ofile *u = of_pick(w, rnd(r), PICK_UNJOINED);
+		struct ofile *u = of_pick(w, rnd(r), PICK_UNJOINED | PICK_WRITE);
 
 		if (u)
 			of = u;
@@ -3484,6 +3487,11 @@ static void op_ioctl_rand(struct worker *w, struct rng *r)
 			u.si.flags |= 1;
 			ex_defect(&e, EINVAL);
 			break;
+		}
+		/* Every command but INFO, SPACE_INFO and SPACE_STATS needs FMODE_WRITE first. */
+		if (of->acc == O_RDONLY && nr != 0 && nr != 4 && nr != 10) {
+			memset(&e, 0, sizeof(e));
+			ex_defect(&e, EBADF);
 		}
 		k = P_GOOD;
 		arg = place_struct(w, r, &k, &u, _IOC_SIZE(cmd));

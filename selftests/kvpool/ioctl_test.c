@@ -1978,4 +1978,54 @@ TEST_F(space, event_read_short_buffer_einval_none_eagain)
 	fcntl(self->fd, F_SETFL, fl);
 }
 
+/*
+ * Issue 14 finding 12: ioctls ignored how the fd was opened, so an O_RDONLY
+ * fd could allocate, publish or destroy a space.  Every command that
+ * changes state now needs FMODE_WRITE (EBADF, before anything else is
+ * looked at); INFO, SPACE_INFO and SPACE_STATS stay readable.
+ */
+TEST(readonly_fd_cannot_change_state)
+{
+	struct kvpool_residency res = { .op = KVPOOL_RESIDENCY_CLEAR };
+	struct kvpool_publish pub = { .count = 1 };
+	struct kvpool_lookup lk = { .count = 1 };
+	struct kvpool_space_stats st = { 0 };
+	struct kvpool_space_info si = { 0 };
+	struct kvpool_space_open so;
+	struct kvpool_info info;
+	char name[KVPOOL_NAME_MAX];
+	int rw, ro, wo;
+	__u32 id = 0;
+
+	kv_name(name, sizeof(name), "rofd");
+	rw = kv_open_create(name, 64 * KiB, 2 * MiB, NULL);
+	ASSERT_LE(0, rw);
+	ro = open(KV_DEV, O_RDONLY | O_CLOEXEC);
+	ASSERT_LE(0, ro);
+	EXPECT_EQ(0, kv_info(ro, &info));
+	kv_so_init(&so, name, 0, 0, 0);
+	EXPECT_EQ(-EBADF, kv_space_open(ro, &so));
+	kv_so_init(&so, "rofd-new", KVPOOL_SPACE_CREATE, 64 * KiB, 2 * MiB);
+	EXPECT_EQ(-EBADF, kv_space_open(ro, &so));
+	EXPECT_EQ(-EBADF, kv_alloc(ro, &id, 1));
+	EXPECT_EQ(-EBADF, kv_free(ro, &id, 1));
+	EXPECT_EQ(-EBADF, kv_release(ro, &id, 1));
+	EXPECT_EQ(-EBADF, kv_ioctl(ro, KVPOOL_IOC_PUBLISH, &pub));
+	EXPECT_EQ(-EBADF, kv_ioctl(ro, KVPOOL_IOC_LOOKUP, &lk));
+	EXPECT_EQ(-EBADF, kv_ioctl(ro, KVPOOL_IOC_RESIDENCY, &res));
+	EXPECT_EQ(-EBADF, kv_destroy(ro, name));
+	/* The queries still answer (not joined: EBADFD, not EBADF). */
+	EXPECT_EQ(-EBADFD, kv_ioctl(ro, KVPOOL_IOC_SPACE_INFO, &si));
+	EXPECT_EQ(-EBADFD, kv_ioctl(ro, KVPOOL_IOC_SPACE_STATS, &st));
+	/* The space was not destroyed: its creator goes on. */
+	EXPECT_EQ(0, kv_alloc(rw, &id, 1));
+	/* O_WRONLY carries FMODE_WRITE: it may join. */
+	wo = open(KV_DEV, O_WRONLY | O_CLOEXEC);
+	ASSERT_LE(0, wo);
+	EXPECT_EQ(0, kv_join(wo, name, NULL));
+	close(wo);
+	close(ro);
+	close(rw);
+}
+
 TEST_HARNESS_MAIN
