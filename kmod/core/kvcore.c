@@ -117,12 +117,12 @@ static void kvc_lru_del(struct kvc_space *s, kvc_u32 id)
 /* Long loops give the CPU up this often (a kernel host holds only a mutex). */
 #define KVC_YIELD_EVERY 4096
 
-static kvc_u64 kvc_rotl(kvc_u64 x, unsigned int b)
+static inline kvc_u64 kvc_rotl(kvc_u64 x, unsigned int b)
 {
 	return (x << b) | (x >> (64 - b));
 }
 
-static void kvc_sipround(kvc_u64 v[4])
+static inline void kvc_sipround(kvc_u64 v[4])
 {
 	v[0] += v[1];
 	v[1] = kvc_rotl(v[1], 13) ^ v[0];
@@ -136,11 +136,18 @@ static void kvc_sipround(kvc_u64 v[4])
 	v[2] = kvc_rotl(v[2], 32);
 }
 
-/* Little-endian load of n <= 8 bytes. */
-static kvc_u64 kvc_load_le(const kvc_u8 *p, unsigned int n)
+/* Little-endian load of n <= 8 bytes: one unaligned load for a whole word. */
+static inline kvc_u64 kvc_load_le(const kvc_u8 *p, unsigned int n)
 {
 	kvc_u64 x = 0;
 
+	if (n == 8) {
+		memcpy(&x, p, 8);
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+		x = __builtin_bswap64(x);
+#endif
+		return x;
+	}
 	while (n--)
 		x = (x << 8) | p[n];
 	return x;
@@ -168,8 +175,10 @@ kvc_u64 kvc_siphash(const kvc_u64 key[2], const void *data, kvc_u64 len)
 	kvc_sipround(v);
 	v[0] ^= m;
 	v[2] ^= 0xff;
-	for (off = 0; off < 4; off++)
-		kvc_sipround(v);
+	kvc_sipround(v);
+	kvc_sipround(v);
+	kvc_sipround(v);
+	kvc_sipround(v);
 	return v[0] ^ v[1] ^ v[2] ^ v[3];
 }
 
