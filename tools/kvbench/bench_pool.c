@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * bench_pool.c: kvbench pool, the cost of handing out blocks.
+ * bench_pool.c: kvbench pool, the cost of handing out and finding blocks.
  *
  *   kvbench pool [--json] [--only core|ioctl] [--device PATH] [common options]
  *
@@ -12,6 +12,20 @@
  *                            block; limit: the syscall floor per block,
  *                            two ioctls the driver rejects at once
  *                            (-ENOTTY) divided by the batch.
+ *   core_lookup_prefix1000   kvc_lookup of a 1,000-block prefix (all hits)
+ *                            + kvc_release of the 1,000 references, ns per
+ *                            block; limit: comparing each looked-up hash
+ *                            with the copy its block holds (no index).
+ *   ioctl_lookup_prefix1000  KVPOOL_IOC_LOOKUP + KVPOOL_IOC_RELEASE of the
+ *                            same, ns per block; limit: the syscall floor,
+ *                            two empty ioctls spread over the 1,000 blocks.
+ *   ..._colliding            the same with 1,000 hashes that share their
+ *                            first 8 bytes: one bucket for an index keyed
+ *                            on those bytes (issue 14, finding 8).
+ *
+ * The prefix's blocks are published once and released, so they sit in
+ * the index as cached blocks; each repetition takes and drops one
+ * reference per block, and the space's state does not grow.
  *
  * value is a cost: ratio = limit / value, 1.0 meaning as cheap as the floor.
  *
@@ -33,6 +47,7 @@
 
 #include <linux/kvpool.h>
 #include "kvcore.h"
+#include "data.h"
 #include "report.h"
 
 #define BENCH_BLOCK	4096ULL
@@ -45,6 +60,8 @@
 static const unsigned int batches[] = { 1, 16, 256, 4096 };
 #define NR_BATCHES (sizeof(batches) / sizeof(batches[0]))
 #define MAX_BATCH 4096
+/* A 16k-token prompt in 16-token blocks. */
+#define PREFIX_BLOCKS 1000
 
 struct pool_opts {
 	struct kvb_opts c;
@@ -61,7 +78,10 @@ static void pool_usage(FILE *f)
 		"\n"
 		"Block alloc+free cost, ns per block: in-process kvcore against an array\n"
 		"stack, and the kvpool ioctls (when /dev/kvpool exists) against the\n"
-		"syscall floor.  ratio = limit / value.\n"
+		"syscall floor.  Lookup+release of a 1,000-block prefix, ns per block:\n"
+		"kvcore against comparing each hash with its block's copy, the ioctls\n"
+		"against the syscall floor; _colliding: hashes sharing their first 8\n"
+		"bytes.  ratio = limit / value.\n"
 		"\n"
 		"options:\n"
 		"  --only core|ioctl run only these cases\n"
@@ -200,6 +220,135 @@ static int core_run(void *c, unsigned long iters)
 	return 0;
 }
 
+
+/* ---- prefix lookup: hashes and cases ------------------------------------ */
+
+static const char *const lookup_cases[] = { "lookup_prefix1000", "lookup_prefix1000_colliding" };
+#define NR_LOOKUP (sizeof(lookup_cases) / sizeof(lookup_cases[0]))
+
+/*
+ * Random hashes, distinct; case 1 gives all the same first 8 bytes, the
+ * caller-chosen pattern that piles them into one bucket of an index
+ * keyed on those bytes.  Fixed seeds: every run looks up the same keys.
+ */
+static void prefix_hashes(kvc_u8 (*h)[KVC_HASH_BYTES], unsigned int c)
+{
+	uint64_t seed = 0x6b7670726566ULL + c, head = kvb_xorshift(&seed), w;
+	unsigned int i, j;
+
+	for (i = 0; i < PREFIX_BLOCKS; i++)
+		for (j = 0; j < KVC_HASH_BYTES; j += 8) {
+			w = j == 0 && c == 1 ? head : kvb_xorshift(&seed);
+			memcpy(h[i] + j, &w, 8);
+		}
+}
+
+/* ---- core: kvc_lookup + kvc_release of a prefix ------------------------ */
+
+struct core_lookup_ctx {
+	struct kvc_space *s;
+	struct kvc_refs refs;
+	const kvc_u8 (*hashes)[KVC_HASH_BYTES];
+	const kvc_u32 *stored;	/* the block holding each hash, from publish */
+	kvc_u32 *ids;
+};
+
+static int core_lookup_run(void *c, unsigned long iters)
+{
+	struct core_lookup_ctx *x = c;
+	unsigned long it;
+	int ret;
+
+	for (it = 0; it < iters; it++) {
+		ret = kvc_lookup(x->s, &x->refs, PREFIX_BLOCKS, x->hashes, x->ids);
+		if (ret != PREFIX_BLOCKS)
+			return ret < 0 ? ret : -ENOENT;
+		ret = kvc_release(x->s, &x->refs, PREFIX_BLOCKS, x->ids);
+		if (ret)
+			return ret;
+	}
+	return 0;
+}
+
+/*
+ * The limit: what any lookup must do at least, compare the 32-byte key
+ * with the one its block holds and hand the id out; no index walk, no
+ * references.
+ */
+static int hash_cmp_run(void *c, unsigned long iters)
+{
+	struct core_lookup_ctx *x = c;
+	unsigned long it;
+	unsigned int i;
+
+	for (it = 0; it < iters; it++) {
+		for (i = 0; i < PREFIX_BLOCKS; i++) {
+			kvc_u32 id = x->stored[i];
+
+			if (memcmp(kvc_block_hash(x->s, id), x->hashes[i], KVC_HASH_BYTES))
+				return -EPROTO;
+			x->ids[i] = id;
+		}
+		__asm__ __volatile__("" : : "r"(x->ids) : "memory");
+	}
+	return 0;
+}
+
+/* Publish the prefix under owner 1 and drop publish's references: cached. */
+static int core_publish(struct kvc_space *s, struct kvc_refs *refs,
+			const kvc_u8 (*hashes)[KVC_HASH_BYTES], kvc_u32 *ids)
+{
+	static struct kvc_publish_entry e[PREFIX_BLOCKS];
+	unsigned int i;
+	int ret;
+
+	ret = kvc_alloc(s, 1, PREFIX_BLOCKS, ids);
+	if (ret)
+		return ret;
+	memset(e, 0, sizeof(e));
+	for (i = 0; i < PREFIX_BLOCKS; i++) {
+		memcpy(e[i].hash, hashes[i], KVC_HASH_BYTES);
+		e[i].id = ids[i];
+		e[i].priority = KVC_PRIO_DEFAULT;
+	}
+	ret = kvc_publish(s, 1, refs, PREFIX_BLOCKS, e);
+	if (ret < 0)
+		return ret;
+	for (i = 0; i < PREFIX_BLOCKS; i++)
+		ids[i] = e[i].id;
+	return kvc_release(s, refs, PREFIX_BLOCKS, ids);
+}
+
+static int bench_core_lookup(const struct kvb_report *rep, struct kvc_space *s,
+			     unsigned int *step, unsigned int steps)
+{
+	static kvc_u8 hashes[PREFIX_BLOCKS][KVC_HASH_BYTES];
+	static kvc_u32 stored[PREFIX_BLOCKS], ids[PREFIX_BLOCKS];
+	struct core_lookup_ctx x = { .s = s, .hashes = (const kvc_u8 (*)[KVC_HASH_BYTES])hashes,
+				     .stored = stored, .ids = ids };
+	unsigned int c;
+	int ret = 0;
+
+	/* Each prefix is published just before its case; the second joins the first. */
+	for (c = 0; !ret && c < NR_LOOKUP; c++) {
+		struct measure value = { .fn = core_lookup_run, .ctx = &x, .units = PREFIX_BLOCKS };
+		struct measure limit = { .fn = hash_cmp_run, .ctx = &x, .units = PREFIX_BLOCKS };
+		char name[64];
+		double v, l;
+
+		snprintf(name, sizeof(name), "core_%s", lookup_cases[c]);
+		kvb_progress(rep->o, ++*step, steps, name);
+		prefix_hashes(hashes, c);
+		ret = core_publish(s, &x.refs, x.hashes, stored);
+		if (!ret)
+			ret = measure_pair(&value, &limit, rep->o, &v, &l);
+		if (!ret)
+			kvb_report(rep, name, v, pool_unit, l, "ns/block memcmp w/ block's hash");
+	}
+	kvc_release_refs(s, &x.refs);
+	return ret;
+}
+
 static int bench_core(const struct kvb_report *rep, unsigned int *step, unsigned int steps)
 {
 	static kvc_u32 ids[MAX_BATCH], stack[MAX_BATCH], out[MAX_BATCH];
@@ -230,6 +379,8 @@ static int bench_core(const struct kvb_report *rep, unsigned int *step, unsigned
 		if (!ret)
 			kvb_report(rep, name, v, pool_unit, l, "ns/op array push+pop");
 	}
+	if (!ret)
+		ret = bench_core_lookup(rep, &core.s, step, steps);
 	if (!ret) {
 		char msg[128];
 
@@ -239,7 +390,11 @@ static int bench_core(const struct kvb_report *rep, unsigned int *step, unsigned
 	}
 	kvc_space_fini(&core.s);
 out:
-	if (ret)
+	if (ret == -ENOENT)
+		fprintf(stderr, "kvbench pool: core: kvc_lookup missed a block just published\n");
+	else if (ret == -EPROTO)
+		fprintf(stderr, "kvbench pool: core: a block does not hold its published hash\n");
+	else if (ret)
 		fprintf(stderr, "kvbench pool: core: %s\n", strerror(-ret));
 	return ret;
 }
@@ -274,6 +429,89 @@ static int empty_run(void *c, unsigned long iters)
 		if (ioctl(x->fd, KVBENCH_IOC_NONE, NULL) != -1 || errno != ENOTTY)
 			return -EPROTO;
 	return 0;
+}
+
+
+/* ---- ioctl: KVPOOL_IOC_LOOKUP + KVPOOL_IOC_RELEASE of a prefix ---------- */
+
+struct ioctl_lookup_ctx {
+	int fd;
+	struct kvpool_lookup lookup;
+	struct kvpool_blocks release;
+};
+
+static int ioctl_lookup_run(void *c, unsigned long iters)
+{
+	struct ioctl_lookup_ctx *x = c;
+	unsigned long it;
+
+	for (it = 0; it < iters; it++) {
+		if (ioctl(x->fd, KVPOOL_IOC_LOOKUP, &x->lookup))
+			return -errno;
+		if (x->lookup.nr_hits != PREFIX_BLOCKS)
+			return -ENOENT;
+		if (ioctl(x->fd, KVPOOL_IOC_RELEASE, &x->release))
+			return -errno;
+	}
+	return 0;
+}
+
+/* Publish the prefix through the device and release it: cached. */
+static int ioctl_publish(int fd, const kvc_u8 (*hashes)[KVC_HASH_BYTES], kvc_u32 *ids)
+{
+	static struct kvpool_publish_entry e[PREFIX_BLOCKS];
+	struct kvpool_blocks b = { .ids = (uintptr_t)ids, .count = PREFIX_BLOCKS };
+	struct kvpool_publish p = { .entries = (uintptr_t)e, .count = PREFIX_BLOCKS };
+	unsigned int i;
+
+	if (ioctl(fd, KVPOOL_IOC_ALLOC, &b))
+		return -errno;
+	memset(e, 0, sizeof(e));
+	for (i = 0; i < PREFIX_BLOCKS; i++) {
+		memcpy(e[i].hash, hashes[i], KVPOOL_HASH_BYTES);
+		e[i].id = ids[i];
+	}
+	if (ioctl(fd, KVPOOL_IOC_PUBLISH, &p))
+		return -errno;
+	/* A space left by an earlier run already holds them: use its blocks. */
+	for (i = 0; i < PREFIX_BLOCKS; i++)
+		ids[i] = e[i].id;
+	return ioctl(fd, KVPOOL_IOC_RELEASE, &b) ? -errno : 0;
+}
+
+static int bench_ioctl_lookup(const struct kvb_report *rep, int fd, unsigned int *step,
+			      unsigned int steps)
+{
+	static kvc_u8 hashes[PREFIX_BLOCKS][KVC_HASH_BYTES];
+	static kvc_u32 ids[PREFIX_BLOCKS];
+	struct ioctl_lookup_ctx x = {
+		.fd = fd,
+		.lookup = { .hashes = (uintptr_t)hashes, .ids = (uintptr_t)ids,
+			    .count = PREFIX_BLOCKS },
+		.release = { .ids = (uintptr_t)ids, .count = PREFIX_BLOCKS },
+	};
+	struct ioctl_ctx empty = { .fd = fd };
+	unsigned int c;
+	int ret = 0;
+
+	for (c = 0; !ret && c < NR_LOOKUP; c++) {
+		struct measure value = { .fn = ioctl_lookup_run, .ctx = &x, .units = PREFIX_BLOCKS };
+		struct measure limit = { .fn = empty_run, .ctx = &empty, .units = 1 };
+		char name[64];
+		double v, l;
+
+		snprintf(name, sizeof(name), "ioctl_%s", lookup_cases[c]);
+		kvb_progress(rep->o, ++*step, steps, name);
+		prefix_hashes(hashes, c);
+		ret = ioctl_publish(fd, (const kvc_u8 (*)[KVC_HASH_BYTES])hashes, ids);
+		if (!ret)
+			ret = measure_pair(&value, &limit, rep->o, &v, &l);
+		if (!ret)
+			/* Two syscalls per repetition (lookup, release) over its blocks. */
+			kvb_report(rep, name, v, pool_unit, 2.0 * l / PREFIX_BLOCKS,
+				   "ns/block 2 empty ioctls / 1000");
+	}
+	return ret;
 }
 
 static int bench_ioctl(const struct kvb_report *rep, const char *device, unsigned int *step,
@@ -330,11 +568,16 @@ static int bench_ioctl(const struct kvb_report *rep, const char *device, unsigne
 			kvb_report(rep, name, v, pool_unit, 2.0 * l / batches[b],
 				   "ns/block 2 empty ioctls / batch");
 	}
+	if (!ret)
+		ret = bench_ioctl_lookup(rep, x.fd, step, steps);
 	if (ret == -EPROTO)
 		fprintf(stderr, "kvbench pool: an unknown ioctl on %s did not fail with ENOTTY\n",
 			device);
+	else if (ret == -ENOENT)
+		fprintf(stderr, "kvbench pool: LOOKUP on %s missed a block just published\n",
+			device);
 	else if (ret)
-		fprintf(stderr, "kvbench pool: ioctl alloc/free: %s\n", strerror(-ret));
+		fprintf(stderr, "kvbench pool: ioctl: %s\n", strerror(-ret));
 out_close:
 	close(x.fd);
 	return ret;
@@ -346,7 +589,7 @@ out_close:
 int cmd_pool(int argc, char **argv)
 {
 	struct pool_opts o = { .c = pool_defaults, .device = "/dev/kvpool" };
-	struct kvb_report rep = { .o = &o.c, .ratio = KVB_COST, .name_w = 28, .num_w = 12,
+	struct kvb_report rep = { .o = &o.c, .ratio = KVB_COST, .name_w = 34, .num_w = 12,
 				  .unit_w = 31, .ratio_w = 8 };
 	unsigned int step = 0, steps;
 	bool core, dev;
@@ -390,7 +633,7 @@ int cmd_pool(int argc, char **argv)
 		kvb_note(&o.c, "%s absent: ioctl cases skipped", o.device);
 		dev = false;
 	}
-	steps = (core + dev) * NR_BATCHES;
+	steps = (core + dev) * (NR_BATCHES + NR_LOOKUP);
 	kvb_report_header(&rep, "ns/block");
 	ret = 0;
 	if (core)

@@ -11,7 +11,7 @@
  * value / limit for a rate).  report.h has the JSON line and the options
  * every subcommand shares; each bench_*.c says what its cases measure.
  *
- *   pool   bench_pool.c    block alloc+free: kvcore, and the kvpool ioctls
+ *   pool   bench_pool.c    block alloc+free, prefix lookup: kvcore, kvpool ioctls
  *   hash   bench_hash.c    chained SHA-256 prefix hashing (libkvrt)
  *   attn   bench_attn.c    CPU paged-attention decode bandwidth (libkvrt)
  *   copy   bench_copy.c    block copy bandwidth, kvrt_copy_blocks (libkvrt)
@@ -39,8 +39,9 @@ static const struct {
 	int (*fn)(int argc, char **argv);
 	const char *help;
 } cmds[] = {
-	{ "pool", cmd_pool, "block alloc+free cost: in-process kvcore, and the kvpool\n"
-			    "                ioctls when /dev/kvpool exists (ns per block)" },
+	{ "pool", cmd_pool, "block alloc+free and 1,000-block prefix lookup cost:\n"
+			    "                in-process kvcore, and the kvpool ioctls when\n"
+			    "                /dev/kvpool exists (ns per block)" },
 	{ "hash", cmd_hash, "chained SHA-256 prefix hashing of a prompt with libkvrt\n"
 			    "                (ns per token)" },
 	{ "attn", cmd_attn, "CPU paged-attention decode with libkvrt: GB/s of K/V read\n"

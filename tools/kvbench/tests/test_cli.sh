@@ -4,7 +4,9 @@
 # test_cli.sh: kvbench attn's options (make -C tools/kvbench check).  Each
 # bad value must exit 2 and name the option and what it accepts; a small
 # valid run with --block-tokens must print one parsable JSON line per
-# case, every decode and gather case named _btN, none failing.
+# case, every decode and gather case named _btN, none failing.  A short
+# kvbench pool --only core must print its alloc/free and prefix-lookup
+# cases, each measured.
 #
 # Output is TAP-like; the last line is "N passed, N failed".
 
@@ -90,6 +92,36 @@ if [ -z "$why" ]; then
 		END { if (pat != 6) print pat + 0 " decode/gather cases, wanted 6" }' "$T/out")
 fi
 result "attn --block-tokens 64: 6 decode/gather cases named _bt64, all measured" "$why"
+
+check "pool usage names the prefix lookup" 0 "1,000-block prefix" pool --help
+
+# kvbench pool, in-process only (no device here), as short as it goes.
+"$KVBENCH" pool --json --quiet --only core --reps 1 --rep-time 0.001 >"$T/out" 2>"$T/err"
+rc=$?
+why=
+[ "$rc" = 0 ] || why="exit $rc: $(head -c 300 "$T/err")"
+if [ -z "$why" ]; then
+	why=$(awk '
+		{
+			if (!match($0, /^\{"bench":"pool","case":"[a-z0-9_]+"/)) {
+				print "not a result line: " $0; next
+			}
+			name = substr($0, 25, RLENGTH - 25)
+			v = $0; sub(/.*"value":/, "", v); v += 0
+			l = $0; sub(/.*"limit":/, "", l); l += 0
+			if (!(v > 0) || !(l > 0))
+				print "case " name ": value " v ", limit " l
+			seen[name] = 1
+		}
+		END {
+			split("core_alloc_free_batch1 core_alloc_free_batch4096 " \
+			      "core_lookup_prefix1000 core_lookup_prefix1000_colliding", want)
+			for (i in want)
+				if (!(want[i] in seen))
+					print "no case " want[i]
+		}' "$T/out")
+fi
+result "pool --only core: alloc/free and prefix lookup cases, all measured" "$why"
 
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]
