@@ -111,6 +111,7 @@ struct kvp_tunables {
 	u64 min_cached_bytes;	/* the shrinker leaves this much cached */
 	u32 event_queue_max;	/* events queued per fd before overflow */
 	u32 refs_per_fd_max;	/* reader references one fd may hold, fixed at open */
+	u32 spaces_per_uid_max;	/* spaces one owner uid may have, 0: no bound */
 	u64 uid_limit_default;	/* bytes per uid without its own limit, 0: none */
 };
 

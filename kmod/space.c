@@ -343,7 +343,7 @@ static struct kvp_space *kvp_space_create(const struct kvpool_space_open *args)
 	int ret;
 
 	lockdep_assert_held(&kvp_spaces_lock);
-	space = kzalloc(sizeof(*space), GFP_KERNEL);
+	space = kzalloc(sizeof(*space), GFP_KERNEL_ACCOUNT);
 	if (!space)
 		return ERR_PTR(-ENOMEM);
 	ret = kvc_space_init(&space->core, args->block_bytes,
@@ -352,15 +352,15 @@ static struct kvp_space *kvp_space_create(const struct kvpool_space_open *args)
 	if (ret)
 		goto out_free_space;
 	space->tenant = kvp_tenant_get(current_fsuid());
-	if (!space->tenant) {
-		ret = -ENOMEM;
+	if (IS_ERR(space->tenant)) {
+		ret = PTR_ERR(space->tenant);
 		goto out_free_space;
 	}
 	mutex_init(&space->lock);
 	INIT_LIST_HEAD(&space->chunks);
 	INIT_LIST_HEAD(&space->clients);
-	xa_init(&space->pages);
-	xa_init(&space->residency);
+	xa_init_flags(&space->pages, XA_FLAGS_ACCOUNT);
+	xa_init_flags(&space->residency, XA_FLAGS_ACCOUNT);
 	strscpy(space->name, args->name, sizeof(space->name));
 	space->serial = ++kvp_space_serial;
 	space->id = (u32)space->serial;

@@ -129,6 +129,7 @@ struct kvp_tunables kvp_tun = {
 	.shrinker_enabled = true,
 	.event_queue_max = 65536,
 	.refs_per_fd_max = KVC_REFS_MAX,
+	.spaces_per_uid_max = 1024,
 };
 
 static ssize_t shrinker_enabled_show(struct device *dev, struct device_attribute *attr, char *buf)
@@ -182,6 +183,25 @@ static ssize_t refs_per_fd_max_store(struct device *dev, struct device_attribute
 	return count;
 }
 static DEVICE_ATTR_RW(refs_per_fd_max);
+
+static ssize_t spaces_per_uid_max_show(struct device *dev, struct device_attribute *attr,
+				       char *buf)
+{
+	return sysfs_emit(buf, "%u\n", READ_ONCE(kvp_tun.spaces_per_uid_max));
+}
+
+static ssize_t spaces_per_uid_max_store(struct device *dev, struct device_attribute *attr,
+					const char *buf, size_t count)
+{
+	u32 v;
+
+	if (kstrtou32(buf, 10, &v))
+		return -EINVAL;
+	/* Lowering it never takes spaces away: creates fail until under it. */
+	WRITE_ONCE(kvp_tun.spaces_per_uid_max, v);
+	return count;
+}
+static DEVICE_ATTR_RW(spaces_per_uid_max);
 
 /* A byte-size tunable: any size kvp_parse_bytes() takes. */
 #define KVP_BYTES_TUNABLE(name, field)						\
@@ -342,6 +362,7 @@ static struct attribute *kvp_dev_attrs[] = {
 	&dev_attr_min_cached_bytes.attr,
 	&dev_attr_event_queue_max.attr,
 	&dev_attr_refs_per_fd_max.attr,
+	&dev_attr_spaces_per_uid_max.attr,
 	&dev_attr_uid_limit_default_bytes.attr,
 	&dev_attr_uid_limit.attr,
 	&dev_attr_destroy_space.attr,

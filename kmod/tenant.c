@@ -37,10 +37,15 @@ static u64 kvp_tenant_limit(const struct kvp_tenant *t)
 	return t->limit ? t->limit : READ_ONCE(kvp_tun.uid_limit_default);
 }
 
-/* The tenant of a new space; the space holds it until it is destroyed. */
+/*
+ * The tenant of a new space; the space holds it until it is destroyed.
+ * ERR_PTR(-EDQUOT) when the uid has spaces_per_uid_max spaces already
+ * (persistent and destroyed-but-open ones count), or -ENOMEM.
+ */
 struct kvp_tenant *kvp_tenant_get(kuid_t uid)
 {
-	struct kvp_tenant *t, *fresh = kzalloc(sizeof(*fresh), GFP_KERNEL);
+	struct kvp_tenant *t, *fresh = kzalloc(sizeof(*fresh), GFP_KERNEL_ACCOUNT);
+	u32 max = READ_ONCE(kvp_tun.spaces_per_uid_max);
 
 	spin_lock(&kvp_tenants_lock);
 	t = kvp_tenant_find(uid);
@@ -50,7 +55,11 @@ struct kvp_tenant *kvp_tenant_get(kuid_t uid)
 		t->uid = uid;
 		list_add_tail(&t->link, &kvp_tenants);
 	}
-	if (t)
+	if (!t)
+		t = ERR_PTR(-ENOMEM);
+	else if (max && t->nr_spaces >= max)
+		t = ERR_PTR(-EDQUOT);
+	else
 		t->nr_spaces++;
 	spin_unlock(&kvp_tenants_lock);
 	kfree(fresh);

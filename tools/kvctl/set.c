@@ -31,6 +31,8 @@ static const struct kv_key {
 	{ "event_queue_max", KV_K_RANGE, 16, 1048576, "a whole number from 16 to 1048576" },
 	{ "refs_per_fd_max", KV_K_RANGE, 1, 2147483647,
 	  "a whole number from 1 to 2147483647 (descriptors opened later)" },
+	{ "spaces_per_uid_max", KV_K_RANGE, 0, 4294967295ULL,
+	  "a whole number from 0 (no bound) to 4294967295" },
 	{ "shrinker_enabled", KV_K_BOOL, 0, 1, "1 or 0 (also on/off, yes/no, true/false)" },
 };
 #define NR_KEYS (sizeof(kv_keys) / sizeof(kv_keys[0]))

@@ -27,7 +27,7 @@ for kv in pool_bytes=268435456 free_bytes=201326592 held_bytes=0 chunk_bytes=209
 	alloc_failures=2 zeroed_chunks=5 reclaimed_bytes=4194304 prefix_hits=300 \
 	prefix_misses=100 prefix_inserts=50 prefix_dedups=7 cached_bytes=8388608 \
 	published_bytes=4194304 shrinker_enabled=1 min_cached_bytes=0 event_queue_max=65536 \
-	refs_per_fd_max=16777216 uid_limit_default_bytes=0; do
+	refs_per_fd_max=16777216 spaces_per_uid_max=1024 uid_limit_default_bytes=0; do
 	put "$S" "${kv%%=*}" "${kv#*=}"
 done
 put "$S" evictions "quota=1 pool=2 tenant=3 reclaim=4 admin=5"
@@ -74,7 +74,7 @@ space 6 dup 0 1 0 4096 1048576 0 0 0 0 0 0 0 0 0 0 0 \
 
 chmod 0444 "$S"/* "$S"/node*/* "$S"/space/*/* 2>/dev/null || true
 chmod 0755 "$S/space" "$S"/node* "$S"/space/*
-chmod 0644 "$S"/{pool_bytes,shrinker_enabled,min_cached_bytes,event_queue_max,refs_per_fd_max,uid_limit,uid_limit_default_bytes}
+chmod 0644 "$S"/{pool_bytes,shrinker_enabled,min_cached_bytes,event_queue_max,refs_per_fd_max,spaces_per_uid_max,uid_limit,uid_limit_default_bytes}
 chmod 0200 "$S"/{destroy_space,drop_cached}
 
 cat >"$G/nodes" <<'EOF'

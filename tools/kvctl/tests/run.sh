@@ -509,7 +509,7 @@ begin "set: unknown key lists the valid keys, writes nothing"
 run set pool_size=1G
 want_rc 2
 want_err "unknown key 'pool_size'"
-want_err "valid keys: pool_bytes min_cached_bytes uid_limit_default_bytes uid_limit event_queue_max refs_per_fd_max shrinker_enabled"
+want_err "valid keys: pool_bytes min_cached_bytes uid_limit_default_bytes uid_limit event_queue_max refs_per_fd_max spaces_per_uid_max shrinker_enabled"
 want_file "$S/pool_bytes" 268435456
 end
 
