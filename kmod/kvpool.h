@@ -34,8 +34,11 @@
  *    references and interest set, its client list, residency records and
  *    device table, its chunk list and its owner counter.  Growth and refill
  *    allocate, zero and call cond_resched() under it; reclaim zaps user
- *    mappings under it (it nests i_mmap_rwsem).  Taken killable from
- *    ioctls.  Lookups in one space serialise here; spaces never contend.
+ *    mappings under it (it nests i_mmap_rwsem).  Teardown empties the
+ *    chunk list under it too: the space's sysfs directory outlives the
+ *    unlisting and its readers walk that list.  Taken killable from
+ *    ioctls and sysfs.  Lookups in one space serialise here; spaces never
+ *    contend.
  * 3. kvp_pool.backing_rwsem (rw_semaphore, may sleep): readers move chunks
  *    between the pool and spaces (growth, refill, reclaim, teardown); the
  *    debugfs check takes it for writing so the per-node totals and the

@@ -386,6 +386,8 @@ out_free_space:
 /*
  * Unlist a space with no users left and give its chunks back, both under
  * kvp_spaces_lock so the debugfs check never sees chunks in neither place.
+ * The chunk list moves under the space's lock too: its sysfs directory
+ * lives until kvp_space_destroy_now() and its readers walk the list.
  */
 static void kvp_space_unlist(struct kvp_space *space)
 {
@@ -394,6 +396,7 @@ static void kvp_space_unlist(struct kvp_space *space)
 	lockdep_assert_held(&kvp_spaces_lock);
 	list_del(&space->link);
 	kvp_nr_spaces--;
+	mutex_lock(&space->lock);
 	/* Pool-wide counters must not go down when a space goes. */
 	kvp_stats_add(&kvp_dead_stats, &space->core.stats);
 	down_read(&kvp_pool.backing_rwsem);
@@ -407,6 +410,7 @@ static void kvp_space_unlist(struct kvp_space *space)
 		kvp_pool_return(chunk);
 	}
 	up_read(&kvp_pool.backing_rwsem);
+	mutex_unlock(&space->lock);
 }
 
 /* Called after kvp_space_unlist(): nothing maps or references the space. */

@@ -1,0 +1,458 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * lock_order_test: one tenant cannot wedge the kernel or other tenants
+ * through the module's locks.  sysfs and debugfs readers of per-space
+ * state run against teardown, growth and eviction without hanging.  A
+ * hang is detected by a parent-side deadline, never by hanging the run.
+ */
+#include "kvpool_util.h"
+
+#include <dirent.h>
+#include <poll.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+
+/*
+ * The pool is grown into fragmented memory for the test, so its chunks are
+ * mostly single pages and a space's chunk list runs to tens of thousands:
+ * long walks for the readers, and a teardown that moves a chunk every few
+ * instructions.
+ */
+#define RACE_POOL_MAX	(768 * MiB)
+#define RACE_KEEP_FREE	(192 * MiB)	/* the hog stops here; the pool leaves this */
+#define RACE_HOG_STEP	(16 * MiB)
+#define RACE_BLOCK	(1 * MiB)
+#define RACE_QUOTA	(96 * MiB)	/* some 24k chunks of a page */
+#define RACE_BLOCKS	(RACE_QUOTA / RACE_BLOCK)
+#define RACE_BATCH	64
+#define RACE_WORKERS	2
+#define RACE_READERS	3
+#define RACE_SECONDS	6
+#define RACE_HOG_S	30	/* fragmenting stops here (KASAN kernels are slow) */
+#define RACE_GRACE_S	60	/* past the deadline a child counts as hung */
+#define COMPACT_UNEVICTABLE "/proc/sys/vm/compact_unevictable_allowed"
+
+/* write(2) @s to a /proc file; 0 or -errno. */
+static int write_proc(const char *path, const char *s)
+{
+	int fd = open(path, O_WRONLY | O_CLOEXEC), ret = 0;
+
+	if (fd < 0)
+		return -errno;
+	if (write(fd, s, strlen(s)) != (ssize_t)strlen(s))
+		ret = -EIO;
+	close(fd);
+	return ret;
+}
+
+/* The chunk counts of debugfs nodes, one "chunks=N" per node. */
+static const char *chunks_line(char *out, size_t len)
+{
+	char buf[1024], *p = buf;
+	size_t n = 0;
+
+	out[0] = 0;
+	if (kv_debugfs_read("nodes", buf, sizeof(buf)) < 0)
+		return out;
+	while ((p = strstr(p, "chunks=")) && n + 32 < len) {
+		n += snprintf(out + n, len - n, "%s%llu", n ? "+" : "",
+			      strtoull(p + 7, NULL, 10));
+		p += 7;
+	}
+	return out;
+}
+
+static __u64 mem_available(void)
+{
+	char buf[4096], *p;
+
+	if (read_file("/proc/meminfo", buf, sizeof(buf)) < 0)
+		return 0;
+	p = strstr(buf, "MemAvailable:");
+	return p ? strtoull(p + 13, NULL, 10) * KiB : 0;
+}
+
+/*
+ * The hog: fault in two regions a page of each in turn, so their pages
+ * interleave in physical memory, then unmap one.  The other stays mlocked,
+ * and with compact_unevictable_allowed 0 compaction cannot move it, so the
+ * free memory left is single pages that cannot merge.  Writes 'R' to @ready
+ * and waits to be killed.
+ */
+static void race_hog(int ready)
+{
+	size_t step = RACE_HOG_STEP, psz = (size_t)sysconf(_SC_PAGESIZE), off;
+	__u64 end = kv_now_us() + RACE_HOG_S * 1000000ULL;
+	char *freed[256];
+	int n = 0, i;
+
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	if (mlockall(MCL_CURRENT | MCL_FUTURE | MCL_ONFAULT))
+		_exit(2);
+	while (n < (int)ARRAY_SIZE(freed) && mem_available() > RACE_KEEP_FREE &&
+	       kv_now_us() < end) {
+		char *a = mmap(NULL, step, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+			       -1, 0);
+		char *b = mmap(NULL, step, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+			       -1, 0);
+
+		if (a == MAP_FAILED || b == MAP_FAILED)
+			break;
+		madvise(a, step, MADV_NOHUGEPAGE);
+		madvise(b, step, MADV_NOHUGEPAGE);
+		for (off = 0; off < step; off += psz) {
+			a[off] = 1;
+			b[off] = 1;
+		}
+		freed[n++] = a;
+	}
+	for (i = 0; i < n; i++)
+		munmap(freed[i], step);
+	if (write(ready, "R", 1) != 1)
+		_exit(3);
+	for (;;)
+		pause();
+}
+
+/*
+ * The pool grew its 2 MiB chunks first, so they lead each node's free list
+ * and a shrink frees them first: shrink both nodes to what the smaller
+ * one holds in single pages.
+ */
+static void race_drop_big_chunks(void)
+{
+	__u64 small = ~0ULL, reserved, chunks, big;
+	char buf[1024], num[32], *p = buf;
+
+	if (kv_debugfs_read("nodes", buf, sizeof(buf)) < 0)
+		return;
+	while ((p = strstr(p, "reserved="))) {
+		reserved = strtoull(p + 9, NULL, 10);
+		p = strstr(p, "chunks=");
+		if (!p)
+			return;
+		chunks = strtoull(p + 7, NULL, 10);
+		big = (reserved - chunks * 4096) / (KV_CHUNK - 4096);
+		if ((chunks - big) * 4096 < small)
+			small = (chunks - big) * 4096;
+	}
+	small &= ~(KV_CHUNK - 1);
+	if (small == (~0ULL & ~(KV_CHUNK - 1)) || small < 32 * MiB)
+		return;
+	snprintf(num, sizeof(num), "%llu", (unsigned long long)(2 * small));
+	sysfs_write("pool_bytes", num);
+}
+
+/* Grow the pool into fragmented memory; the pool size it got. */
+static __u64 race_fragmented_pool(struct __test_metadata *_metadata)
+{
+	struct pollfd pfd;
+	__u64 avail, want;
+	char buf[32], c;
+	int ready[2];
+	pid_t hog;
+
+	/* Empty first, so that none of the pool's 2 MiB chunks stay. */
+	sysfs_write("pool_bytes", "0");
+	if (write_proc(COMPACT_UNEVICTABLE, "0"))
+		TH_LOG("cannot keep compaction off mlocked pages: chunks may stay large");
+	if (pipe(ready))
+		return sysfs_get("pool_bytes");
+	hog = fork();
+	if (hog == 0) {
+		close(ready[0]);
+		race_hog(ready[1]);
+	}
+	close(ready[1]);
+	pfd.fd = ready[0];
+	pfd.events = POLLIN;
+	if (hog > 0 && poll(&pfd, 1, 120000) == 1 && read(ready[0], &c, 1) == 1) {
+		avail = mem_available();
+		want = avail > RACE_KEEP_FREE ? avail - RACE_KEEP_FREE : 0;
+		if (want > RACE_POOL_MAX)
+			want = RACE_POOL_MAX;
+		snprintf(buf, sizeof(buf), "%llu", (unsigned long long)(want & ~(KV_CHUNK - 1)));
+		sysfs_write("pool_bytes", buf);
+	}
+	close(ready[0]);
+	if (hog > 0) {
+		kill(hog, SIGKILL);
+		kv_wait(hog);
+	}
+	write_proc(COMPACT_UNEVICTABLE, "1");
+	race_drop_big_chunks();
+	/* Whatever the hog managed, the test needs a pool. */
+	if (sysfs_get("pool_bytes") < KV_POOL_DEFAULT) {
+		snprintf(buf, sizeof(buf), "%llu", (unsigned long long)KV_POOL_DEFAULT);
+		sysfs_write("pool_bytes", buf);
+	}
+	return sysfs_get("pool_bytes");
+}
+
+static volatile sig_atomic_t race_stop;
+
+/* Shared with the children, for the log: teardowns done, chunk walks read. */
+static struct race_counts {
+	unsigned long teardowns, walks;
+} *race_counts;
+
+static void race_alarm(int sig)
+{
+	(void)sig;
+	race_stop = 1;
+}
+
+/* Every regular file of one space directory, read once. */
+static void read_space_dir(const char *dir)
+{
+	char path[512], buf[4096];
+	struct dirent *de;
+	DIR *d = opendir(dir);
+
+	if (!d)
+		return;
+	while ((de = readdir(d))) {
+		if (de->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "%.200s/%.64s", dir, de->d_name);
+		read_file(path, buf, sizeof(buf));
+	}
+	closedir(d);
+}
+
+/* The newest space directory (highest id), or 0. */
+static __u32 newest_space(void)
+{
+	struct dirent *de;
+	DIR *d = opendir(KV_SYSFS "/space");
+	__u32 best = 0;
+
+	if (!d)
+		return 0;
+	while ((de = readdir(d))) {
+		__u32 id = (__u32)strtoul(de->d_name, NULL, 10);
+
+		if (id > best)
+			best = id;
+	}
+	closedir(d);
+	return best;
+}
+
+static const char *const debugfs_files[] = {
+	"spaces", "hashes", "lru", "residency", "tenants", "nodes", "check",
+};
+
+/*
+ * Reader n: the first ones hammer backed_bytes of the newest space until
+ * its directory goes, so they read right through its teardown; the last
+ * reads every per-space file and the debugfs dumps now and then.
+ */
+static void race_reader(int n)
+{
+	char path[256], buf[1 << 16];
+	unsigned long rounds = 0;
+
+	while (!race_stop) {
+		__u32 id = newest_space();
+		struct dirent *de;
+		size_t i;
+		DIR *d;
+		int fd;
+
+		if (n < RACE_READERS - 1) {
+			if (!id)
+				continue;
+			snprintf(path, sizeof(path), KV_SYSFS "/space/%u/backed_bytes", id);
+			fd = open(path, O_RDONLY | O_CLOEXEC);
+			if (fd < 0)
+				continue;
+			while (!race_stop && pread(fd, buf, 64, 0) > 0)
+				__atomic_add_fetch(&race_counts->walks, 1, __ATOMIC_RELAXED);
+			close(fd);
+			continue;
+		}
+		d = opendir(KV_SYSFS "/space");
+		if (!d)
+			_exit(2);
+		while ((de = readdir(d)) && !race_stop) {
+			if (de->d_name[0] == '.')
+				continue;
+			snprintf(path, sizeof(path), KV_SYSFS "/space/%.32s", de->d_name);
+			read_space_dir(path);
+		}
+		closedir(d);
+		if (rounds++ % 4 == 0)
+			for (i = 0; i < ARRAY_SIZE(debugfs_files); i++)
+				kv_debugfs_read(debugfs_files[i], buf, sizeof(buf));
+		usleep(1000);
+	}
+	_exit(0);
+}
+
+/*
+ * Worker n: create a space, grow it in steps to its quota, cache a part
+ * (publish, release), drop that with sysfs drop_cached, then tear it down:
+ * by close, or by destroy_space of a persistent space then close.
+ */
+static void race_worker(int n)
+{
+	__u32 ids[RACE_BLOCKS];
+	unsigned int iter = 0;
+
+	while (!race_stop) {
+		struct kvpool_space_open so;
+		char name[KVPOOL_NAME_MAX];
+		int fd = kv_open(), got = 0;
+
+		if (fd < 0)
+			_exit(2);
+		snprintf(name, sizeof(name), "race-%d-%d-%u", (int)getpid(), n, iter);
+		kv_so_init(&so, name, KVPOOL_SPACE_CREATE | KVPOOL_SPACE_EXCL, RACE_BLOCK,
+			   RACE_QUOTA);
+		if (iter & 1)
+			so.flags |= KVPOOL_SPACE_PERSIST;
+		if (kv_space_open(fd, &so))
+			_exit(3);
+		while (got < (int)RACE_BLOCKS && !kv_alloc(fd, &ids[got], RACE_BATCH))
+			got += RACE_BATCH;
+		if (got && !kv_publish_seq(fd, ids, RACE_BATCH, (__u32)getpid(), iter, NULL))
+			kv_release(fd, ids, RACE_BATCH);
+		sysfs_write("drop_cached", name);
+		if (iter & 1)
+			sysfs_write("destroy_space", name);
+		close(fd);
+		__atomic_add_fetch(&race_counts->teardowns, 1, __ATOMIC_RELAXED);
+		iter++;
+	}
+	_exit(0);
+}
+
+/* Workers stop after RACE_SECONDS; readers when told, after the last teardown. */
+static pid_t race_fork(void (*fn)(int), int n, bool timed)
+{
+	pid_t pid = fork();
+
+	if (pid == 0) {
+		signal(SIGALRM, race_alarm);
+		if (timed)
+			alarm(RACE_SECONDS);
+		fn(n);
+	}
+	return pid;
+}
+
+/* Log a child's state from /proc: R spinning, D waiting. */
+static void log_proc(struct __test_metadata *_metadata, pid_t pid, const char *what)
+{
+	char path[64], stat[256] = "", wchan[64] = "";
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	read_file(path, stat, sizeof(stat));
+	snprintf(path, sizeof(path), "/proc/%d/wchan", (int)pid);
+	read_file(path, wchan, sizeof(wchan));
+	TH_LOG("%s %d did not return: stat %.60s wchan %s", what, (int)pid, stat, wchan);
+}
+
+/*
+ * Wait for @pids until @deadline_us; returns how many did not exit, each
+ * logged and sent SIGKILL (which a task stuck in the kernel ignores).
+ * *@failed counts those that exited other than with status 0.
+ */
+static int wait_all(struct __test_metadata *_metadata, pid_t *pids, int n, __u64 deadline_us,
+		    const char *what, int *failed)
+{
+	int i, status, left = n, hung = 0;
+
+	while (left && kv_now_us() < deadline_us) {
+		for (i = 0; i < n; i++) {
+			if (pids[i] > 0 && waitpid(pids[i], &status, WNOHANG) == pids[i]) {
+				if (!WIFEXITED(status) || WEXITSTATUS(status)) {
+					TH_LOG("%s %d: status 0x%x", what, (int)pids[i], status);
+					(*failed)++;
+				}
+				pids[i] = 0;
+				left--;
+			}
+		}
+		if (left)
+			usleep(20000);
+	}
+	for (i = 0; i < n; i++) {
+		if (pids[i] <= 0)
+			continue;
+		log_proc(_metadata, pids[i], what);
+		kill(pids[i], SIGKILL);
+		hung++;
+	}
+	return hung;
+}
+
+/*
+ * Issue 14, finding 2: a reader of space/ID/backed_bytes walked the chunk
+ * list while teardown moved the chunks to the pool without the space's
+ * lock, and spun forever (or read freed chunks).  Readers of every
+ * per-space sysfs file and of the debugfs dumps run against creation,
+ * growth, drop_cached and teardown; every child must finish.
+ */
+FIXTURE(locks) {
+	int unused;
+};
+
+FIXTURE_SETUP(locks)
+{
+	if (access(KV_SYSFS "/space", R_OK) || access(KV_CHECK, R_OK))
+		SKIP(return, "no sysfs space/ or debugfs check");
+}
+
+/*
+ * Back to the pool every test expects, in 2 MiB chunks again: emptied
+ * first (a hung teardown may keep some chunks).
+ */
+FIXTURE_TEARDOWN(locks)
+{
+	char pool[32], buf[512];
+	int tries = 50;
+
+	/* Chunks still held by a mapping come back within seconds. */
+	while (sysfs_write("pool_bytes", "0") && tries--)
+		usleep(100000);
+	snprintf(pool, sizeof(pool), "%llu", (unsigned long long)KV_POOL_DEFAULT);
+	sysfs_write("pool_bytes", pool);
+	TH_LOG("pool back to %llu bytes in %s chunks",
+	       (unsigned long long)sysfs_get("pool_bytes"), chunks_line(buf, sizeof(buf)));
+}
+
+TEST_F_TIMEOUT(locks, sysfs_read_during_teardown, 240)
+{
+	pid_t readers[RACE_READERS], workers[RACE_WORKERS];
+	__u64 deadline;
+	int i, hung, failed = 0;
+	char buf[512];
+	__u64 pool;
+
+	RETURN_IF_SKIPPED();
+	pool = race_fragmented_pool(_metadata);
+	TH_LOG("pool %llu bytes in %s chunks", (unsigned long long)pool,
+	       chunks_line(buf, sizeof(buf)));
+	race_counts = mmap(NULL, sizeof(*race_counts), PROT_READ | PROT_WRITE,
+			   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	ASSERT_NE(MAP_FAILED, race_counts);
+	for (i = 0; i < RACE_READERS; i++)
+		ASSERT_LT(0, readers[i] = race_fork(race_reader, i, false));
+	for (i = 0; i < RACE_WORKERS; i++)
+		ASSERT_LT(0, workers[i] = race_fork(race_worker, i, true));
+	deadline = kv_now_us() + (RACE_SECONDS + RACE_GRACE_S) * 1000000ULL;
+	hung = wait_all(_metadata, workers, RACE_WORKERS, deadline, "worker", &failed);
+	for (i = 0; i < RACE_READERS; i++)
+		kill(readers[i], SIGALRM);
+	hung += wait_all(_metadata, readers, RACE_READERS, kv_now_us() + RACE_GRACE_S * 1000000ULL,
+			 "reader", &failed);
+	TH_LOG("%lu teardowns, %lu reads of backed_bytes", race_counts->teardowns,
+	       race_counts->walks);
+	ASSERT_EQ(0, hung) TH_LOG("a sysfs/debugfs read or a teardown hung");
+	EXPECT_EQ(0, failed);
+	ASSERT_KV_CHECK_OK();
+}
+
+TEST_HARNESS_MAIN
