@@ -37,8 +37,8 @@
  *    mappings under it (it nests i_mmap_rwsem).  Teardown empties the
  *    chunk list under it too: the space's sysfs directory outlives the
  *    unlisting and its readers walk that list.  Taken killable from
- *    ioctls and sysfs.  Lookups in one space serialise here; spaces never
- *    contend.
+ *    ioctls (but to undo a call whose copy-out failed) and sysfs.  Lookups
+ *    in one space serialise here; spaces never contend.
  * 3. kvp_pool.backing_rwsem (rw_semaphore, may sleep): readers move chunks
  *    between the pool and spaces (growth, refill, reclaim, teardown); the
  *    debugfs check takes it for writing so the per-node totals and the
@@ -54,6 +54,17 @@
  *
  * The shrinker runs inside other allocations, so it only ever trylocks
  * 1, 2 and 3 and skips what is busy.
+ *
+ * No lock that outlives one open file is held across an access to user
+ * memory, whose fault can last as long as userspace wants (userfaultfd,
+ * a FUSE mapping).  Ioctls copy their arrays in before taking 2 and out
+ * after dropping it; a failed copy-out takes 2 again to undo the call
+ * (ALLOC, LOOKUP) or leaves it done (PUBLISH), as kvpool.rst says.
+ * So 2 is only ever held for kernel work, and the paths that wait for it
+ * under 1 (join, destroy, drop_cached, teardown, the root-only debugfs
+ * dumps) wait for that alone.  The sysfs totals, which any uid reads,
+ * take 1 killably and no space's lock: they read each space's counters
+ * as they stand.  An fd's event read_lock is that fd's own.
  *
  * The fault handler takes no lock: kvp_space.pages is an xarray read under
  * RCU, and the page reference is taken inside the RCU read section.

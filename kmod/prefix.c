@@ -3,7 +3,8 @@
  * The prefix cache ioctls: PUBLISH, LOOKUP, RELEASE and SPACE_STATS.  The
  * block logic is kvcore's; this file copies arrays in and out, keeps each
  * fd's interest set (which evictions it hears about) and reports
- * evictions as events.  Everything runs under the space's lock.
+ * evictions as events.  Arrays are copied in before the space's lock is
+ * taken and out after it is dropped (DOC: locking).
  */
 #include <linux/pagemap.h>
 #include <linux/sched/signal.h>
@@ -96,8 +97,10 @@ long kvp_ioctl_publish(struct kvp_client *client, void __user *uarg)
 		goto out_free;
 	}
 	ret = kvc_publish(&space->core, client->owner, &client->refs, args.count, e);
-	if (ret < 0)
-		goto out_unlock;
+	if (ret < 0) {
+		mutex_unlock(&space->lock);
+		goto out_free;
+	}
 	args.nr_dedup = ret;
 	for (i = 0; i < args.count; i++) {
 		if (e[i].flags & KVC_PUBLISH_DEDUP)
@@ -107,17 +110,17 @@ long kvp_ioctl_publish(struct kvp_client *client, void __user *uarg)
 		if (!(args.flags & KVPOOL_PUBLISH_PRIORITY))
 			e[i].priority = 0;
 	}
+	mutex_unlock(&space->lock);
 	/*
-	 * The entries were faulted in writable; should the copy still fail,
-	 * the blocks stay published and referenced by this fd, which releases
-	 * them on close, and the caller learns the call did not report back.
+	 * Copied out unlocked, like every output.  The entries were faulted in
+	 * writable; should the copy still fail, the blocks stay published and
+	 * referenced by this fd, which releases them on close, and the caller
+	 * learns the call did not report back.
 	 */
 	ret = 0;
 	if (copy_to_user(u64_to_user_ptr(args.entries), e, bytes) ||
 	    copy_to_user(uarg, &args, sizeof(args)))
 		ret = -EFAULT;
-out_unlock:
-	mutex_unlock(&space->lock);
 out_free:
 	kvfree(own);
 	kvfree(e);
@@ -126,6 +129,23 @@ out_free:
 out_inval:
 	ret = -EINVAL;
 	goto out_free;
+}
+
+/*
+ * Drop the references of a LOOKUP whose ids never reached the caller.
+ * Another call on the same fd may have released some while the lock was
+ * dropped: release one by one what the fd still holds.  Not killable, as
+ * the references must not stay; the lock is held only for kernel work.
+ */
+static void kvp_lookup_undo(struct kvp_space *space, struct kvp_client *client, u32 hits,
+			    const u32 *ids)
+{
+	u32 i;
+
+	mutex_lock(&space->lock);
+	for (i = 0; i < hits; i++)
+		kvc_release(&space->core, &client->refs, 1, &ids[i]);
+	mutex_unlock(&space->lock);
 }
 
 long kvp_ioctl_lookup(struct kvp_client *client, void __user *uarg)
@@ -173,27 +193,28 @@ long kvp_ioctl_lookup(struct kvp_client *client, void __user *uarg)
 	hits = kvc_lookup(&space->core, &client->refs, args.count,
 			  (const u8 (*)[KVPOOL_HASH_BYTES])hashes, ids);
 	if (hits < 0) {
+		mutex_unlock(&space->lock);
 		ret = hits;
-		goto out_unlock;
+		goto out_free;
 	}
 	for (i = 0; i < hits; i++) {
 		kvp_interest_add(client, ids[i]);
 		if (devices)
 			devices[i] = kvp_residency_mask(space, ids[i]);
 	}
+	mutex_unlock(&space->lock);
 	args.nr_hits = hits;
 	ret = 0;
+	/* Copied out unlocked: a stalled user page holds up no one else. */
 	if ((hits && copy_to_user(u64_to_user_ptr(args.ids), ids, (size_t)hits * sizeof(*ids))) ||
 	    (hits && devices && copy_to_user(u64_to_user_ptr(args.devices), devices,
 					     (size_t)hits * sizeof(*devices))) ||
 	    copy_to_user(uarg, &args, sizeof(args))) {
 		/* The caller cannot know what it holds: take the references back. */
 		if (hits)
-			kvc_release(&space->core, &client->refs, hits, ids);
+			kvp_lookup_undo(space, client, hits, ids);
 		ret = -EFAULT;
 	}
-out_unlock:
-	mutex_unlock(&space->lock);
 out_free:
 	kvfree(devices);
 	kvfree(ids);

@@ -715,6 +715,23 @@ static u64 kvp_space_evictions(const struct kvc_space *core)
 	return n;
 }
 
+/*
+ * Give back an ALLOC batch whose ids never reached the caller.  Other
+ * calls on the same fd may have freed or published some of them while the
+ * lock was dropped: free one by one what the fd still owns.  The lock is
+ * held only for kernel work, so this wait is short; it is not killable
+ * because the batch must not stay charged to the fd.
+ */
+static void kvp_alloc_undo(struct kvp_space *space, u32 owner, u32 count, const u32 *ids)
+{
+	u32 i;
+
+	mutex_lock(&space->lock);
+	for (i = 0; i < count; i++)
+		kvc_free(&space->core, owner, 1, &ids[i]);
+	mutex_unlock(&space->lock);
+}
+
 long kvp_ioctl_alloc(struct kvp_client *client, struct kvpool_blocks *args)
 {
 	struct kvp_space *space = kvp_client_space(client);
@@ -741,17 +758,21 @@ long kvp_ioctl_alloc(struct kvp_client *client, struct kvpool_blocks *args)
 	}
 	evicted = kvp_space_evictions(&space->core);
 	ret = kvc_alloc(&space->core, client->owner, args->count, ids);
-	/* Copy out under the lock so a failed copy can undo exactly this batch. */
-	if (!ret && copy_to_user(u64_to_user_ptr(args->ids), ids,
-				 (size_t)args->count * sizeof(*ids))) {
-		kvc_free(&space->core, client->owner, args->count, ids);
-		ret = -EFAULT;
-	}
 	evicted = kvp_space_evictions(&space->core) - evicted;
 	if (evicted || ret == -ENOSPC)
 		kvp_space_emit_pressure(space, space->core.stats.last_pressure_cause,
 					(u32)evicted);
 	mutex_unlock(&space->lock);
+	/*
+	 * Copy out unlocked: a fault the caller stalls (userfaultfd) must not
+	 * hold a lock that others wait for.  The array was faulted in, so this
+	 * fails only if the caller unmapped it meanwhile; the batch goes back.
+	 */
+	if (!ret && copy_to_user(u64_to_user_ptr(args->ids), ids,
+				 (size_t)args->count * sizeof(*ids))) {
+		kvp_alloc_undo(space, client->owner, args->count, ids);
+		ret = -EFAULT;
+	}
 	if (ret) {
 		atomic64_inc(&kvp_pool.alloc_failures);
 		goto out_free_ids;

@@ -299,23 +299,42 @@ struct kvp_totals {
 	u64 cached_bytes, published_bytes;	/* live spaces */
 };
 
-static void kvp_totals(struct kvp_totals *t)
+/* kvp_stats_add() of a live space's counters, read without its lock. */
+static void kvp_stats_add_live(struct kvc_space_stats *to, const struct kvc_space_stats *from)
+{
+	int i;
+
+	to->hits += READ_ONCE(from->hits);
+	to->misses += READ_ONCE(from->misses);
+	to->inserts += READ_ONCE(from->inserts);
+	to->dedups += READ_ONCE(from->dedups);
+	for (i = 0; i < KVC_EVICT_CAUSES; i++)
+		to->evictions[i] += READ_ONCE(from->evictions[i]);
+}
+
+/*
+ * Any uid reads these, so no space's lock is waited for: that would hold
+ * kvp_spaces_lock, and with it every open and close, for as long as one
+ * space's lock is held.  kvp_spaces_lock keeps the spaces listed; their
+ * counters are read as they stand, each a word written under its lock.
+ */
+static int kvp_totals(struct kvp_totals *t)
 {
 	struct kvp_space *space;
 
 	memset(t, 0, sizeof(*t));
-	mutex_lock(&kvp_spaces_lock);
+	if (mutex_lock_killable(&kvp_spaces_lock))
+		return -EINTR;
 	kvp_stats_add(&t->st, &kvp_dead_stats);
 	list_for_each_entry(space, &kvp_spaces, link) {
 		const struct kvc_space *c = &space->core;
 
-		mutex_lock(&space->lock);
-		kvp_stats_add(&t->st, &c->stats);
-		t->cached_bytes += c->nr_cached * c->block_bytes;
-		t->published_bytes += c->nr_published * c->block_bytes;
-		mutex_unlock(&space->lock);
+		kvp_stats_add_live(&t->st, &c->stats);
+		t->cached_bytes += READ_ONCE(c->nr_cached) * c->block_bytes;
+		t->published_bytes += READ_ONCE(c->nr_published) * c->block_bytes;
 	}
 	mutex_unlock(&kvp_spaces_lock);
+	return 0;
 }
 
 #define KVP_TOTAL_ATTR(name, field)						\
@@ -324,7 +343,8 @@ static ssize_t name##_show(struct device *dev, struct device_attribute *attr,	\
 {										\
 	struct kvp_totals t;							\
 										\
-	kvp_totals(&t);								\
+	if (kvp_totals(&t))							\
+		return -EINTR;							\
 	return sysfs_emit(buf, "%llu\n", t.field);				\
 }										\
 static DEVICE_ATTR_RO(name)
@@ -340,7 +360,8 @@ static ssize_t evictions_show(struct device *dev, struct device_attribute *attr,
 {
 	struct kvp_totals t;
 
-	kvp_totals(&t);
+	if (kvp_totals(&t))
+		return -EINTR;
 	return kvp_evictions_emit(buf, t.st.evictions);
 }
 static DEVICE_ATTR_RO(evictions);

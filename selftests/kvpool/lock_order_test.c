@@ -2,15 +2,21 @@
 /*
  * lock_order_test: one tenant cannot wedge the kernel or other tenants
  * through the module's locks.  sysfs and debugfs readers of per-space
- * state run against teardown, growth and eviction without hanging.  A
- * hang is detected by a parent-side deadline, never by hanging the run.
+ * state run against teardown, growth and eviction without hanging; a
+ * tenant whose ioctl output buffer never becomes writable (userfaultfd)
+ * does not hold up other tenants' opens, closes and the sysfs totals.
+ * A hang is detected by a parent-side deadline, never by hanging the run.
  */
 #include "kvpool_util.h"
 
 #include <dirent.h>
 #include <poll.h>
+#include <pthread.h>
+#include <linux/userfaultfd.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 
 /*
  * The pool is grown into fragmented memory for the test, so its chunks are
@@ -451,6 +457,289 @@ TEST_F_TIMEOUT(locks, sysfs_read_during_teardown, 240)
 	TH_LOG("%lu teardowns, %lu reads of backed_bytes", race_counts->teardowns,
 	       race_counts->walks);
 	ASSERT_EQ(0, hung) TH_LOG("a sysfs/debugfs read or a teardown hung");
+	EXPECT_EQ(0, failed);
+	ASSERT_KV_CHECK_OK();
+}
+
+/*
+ * Issue 14, finding 7: an ioctl copied its output to user memory with the
+ * space's lock held, and the sysfs totals waited on every space's lock
+ * with the global lock held.  A stalled copy (a userfaultfd page nobody
+ * serves) so froze every tenant's open and close.
+ *
+ * Process A's ioctl array straddles two userfaultfd pages, P1 then P2.
+ * The call faults them in up front, P1 then P2; copy-in reads them in the
+ * same order, and so does the copy-out.  The handler serves every fault
+ * but takes the other page away as it does; once the last fault before
+ * the call does its work has come (P2's write fault, or for PUBLISH, whose
+ * array is read in between, P2's read fault), P1 is missing and the next
+ * fault is the copy-out's.  That one is never served.  Then B opens, uses
+ * and closes a space of its own and reads the totals; it must finish in
+ * time.
+ */
+#define STALL_BLOCK	(64 * KiB)
+#define STALL_QUOTA	(4 * MiB)
+#define STALL_N		4
+#define STALL_WAIT_S	20	/* for A to reach its copy-out */
+#define STALL_B_S	5	/* what B may take */
+
+enum stall_op { STALL_ALLOC, STALL_LOOKUP, STALL_PUBLISH };
+
+FIXTURE(stall) {
+	int unused;
+};
+
+FIXTURE_SETUP(stall)
+{
+	if (access(KV_SYSFS "/space", R_OK) || access(KV_CHECK, R_OK))
+		SKIP(return, "no sysfs space/ or debugfs check");
+}
+
+FIXTURE_TEARDOWN(stall)
+{
+}
+
+FIXTURE_VARIANT(stall) {
+	enum stall_op op;
+};
+
+FIXTURE_VARIANT_ADD(stall, alloc) {
+	.op = STALL_ALLOC,
+};
+
+FIXTURE_VARIANT_ADD(stall, lookup) {
+	.op = STALL_LOOKUP,
+};
+
+FIXTURE_VARIANT_ADD(stall, publish) {
+	.op = STALL_PUBLISH,
+};
+
+struct stall {
+	int uffd;
+	size_t psz;
+	char *pages;		/* P1, P2: registered */
+	char *tmpl;		/* what a served fault of each gets */
+	bool reads;		/* the call reads its array before working */
+	int report;		/* to the test: 'S' at the copy-out */
+};
+
+static void stall_serve(struct stall *st, int pg)
+{
+	struct uffdio_copy copy;
+
+	/* The other page goes first: the next access to it faults again. */
+	madvise(st->pages + (1 - pg) * st->psz, st->psz, MADV_DONTNEED);
+	memset(&copy, 0, sizeof(copy));
+	copy.dst = (unsigned long)(st->pages + pg * st->psz);
+	copy.src = (unsigned long)(st->tmpl + pg * st->psz);
+	copy.len = st->psz;
+	if (ioctl(st->uffd, UFFDIO_COPY, &copy))
+		_exit(21);
+}
+
+static void *stall_handler(void *arg)
+{
+	struct stall *st = arg;
+	bool armed = false;
+
+	for (;;) {
+		struct pollfd pfd = { .fd = st->uffd, .events = POLLIN };
+		struct uffd_msg msg;
+		bool wr;
+		int pg;
+
+		if (poll(&pfd, 1, -1) != 1)
+			continue;
+		if (read(st->uffd, &msg, sizeof(msg)) != sizeof(msg) ||
+		    msg.event != UFFD_EVENT_PAGEFAULT)
+			continue;
+		pg = msg.arg.pagefault.address >= (unsigned long)st->pages + st->psz;
+		wr = msg.arg.pagefault.flags & UFFD_PAGEFAULT_FLAG_WRITE;
+		if (pg == 0 && armed) {
+			/* The copy-out: never served. */
+			if (write(st->report, "S", 1) != 1)
+				_exit(22);
+			for (;;)
+				pause();
+		}
+		if (pg == 1 && wr != st->reads)
+			armed = true;
+		stall_serve(st, pg);
+	}
+	return NULL;
+}
+
+/* Process A: never returns from the ioctl unless its copy-out did not fault. */
+static void stall_tenant(const FIXTURE_VARIANT(stall) *variant, const char *name, int report)
+{
+	struct kvpool_publish_entry *e;
+	struct uffdio_register reg;
+	struct uffdio_api api;
+	struct kvpool_publish p;
+	struct kvpool_lookup l;
+	struct kvpool_blocks b;
+	__u8 hashes[STALL_N][KVPOOL_HASH_BYTES];
+	__u32 ids[STALL_N];
+	size_t off, len;
+	struct stall st;
+	pthread_t th;
+	int fd, i;
+
+	memset(&st, 0, sizeof(st));
+	st.report = report;
+	st.psz = (size_t)sysconf(_SC_PAGESIZE);
+	st.reads = variant->op == STALL_PUBLISH;
+	fd = kv_open_create(name, STALL_BLOCK, STALL_QUOTA, NULL);
+	if (fd < 0)
+		_exit(10);
+	st.uffd = (int)syscall(__NR_userfaultfd, O_CLOEXEC | O_NONBLOCK);
+	if (st.uffd < 0)
+		_exit(errno == ENOSYS ? 12 : 13);
+	memset(&api, 0, sizeof(api));
+	api.api = UFFD_API;
+	if (ioctl(st.uffd, UFFDIO_API, &api))
+		_exit(14);
+	st.pages = mmap(NULL, 2 * st.psz, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+			-1, 0);
+	st.tmpl = calloc(2, st.psz);
+	if (st.pages == MAP_FAILED || !st.tmpl)
+		_exit(15);
+	memset(&reg, 0, sizeof(reg));
+	reg.range.start = (unsigned long)st.pages;
+	reg.range.len = 2 * st.psz;
+	reg.mode = UFFDIO_REGISTER_MODE_MISSING;
+	if (ioctl(st.uffd, UFFDIO_REGISTER, &reg))
+		_exit(16);
+
+	/* The array: half in P1, half in P2. */
+	len = variant->op == STALL_PUBLISH ? sizeof(*e) : sizeof(__u32);
+	off = st.psz - STALL_N / 2 * len;
+	if (kv_alloc(fd, ids, STALL_N))
+		_exit(17);
+	if (variant->op == STALL_LOOKUP) {
+		/* LOOKUP finds these: published, then cached. */
+		if (kv_publish_seq(fd, ids, STALL_N, 7, 0, NULL) || kv_release(fd, ids, STALL_N))
+			_exit(18);
+		for (i = 0; i < STALL_N; i++)
+			kv_hash(hashes[i], 7, i);
+	}
+	if (variant->op == STALL_PUBLISH) {
+		e = (void *)(st.tmpl + off);
+		for (i = 0; i < STALL_N; i++) {
+			__u8 h[KVPOOL_HASH_BYTES];
+
+			kv_hash(h, 8, i);
+			kv_pub_entry(&e[i], h, ids[i], 0);
+		}
+	}
+	if (pthread_create(&th, NULL, stall_handler, &st))
+		_exit(19);
+
+	switch (variant->op) {
+	case STALL_ALLOC:
+		memset(&b, 0, sizeof(b));
+		b.ids = (unsigned long)(st.pages + off);
+		b.count = STALL_N;
+		ioctl(fd, KVPOOL_IOC_ALLOC, &b);
+		break;
+	case STALL_LOOKUP:
+		memset(&l, 0, sizeof(l));
+		l.hashes = (unsigned long)hashes;
+		l.ids = (unsigned long)(st.pages + off);
+		l.count = STALL_N;
+		ioctl(fd, KVPOOL_IOC_LOOKUP, &l);
+		break;
+	case STALL_PUBLISH:
+		memset(&p, 0, sizeof(p));
+		p.entries = (unsigned long)(st.pages + off);
+		p.count = STALL_N;
+		ioctl(fd, KVPOOL_IOC_PUBLISH, &p);
+		break;
+	}
+	/* Here only when the copy-out found its pages. */
+	_exit(4);
+}
+
+/* B: the totals, then a space of its own opened, used and closed. */
+static void stall_other_tenant(int what)
+{
+	static const char *const totals[] = {
+		"prefix_hits", "prefix_misses", "prefix_inserts", "prefix_dedups",
+		"cached_bytes", "published_bytes", "evictions", "spaces", "pool_bytes",
+	};
+	char name[KVPOOL_NAME_MAX], buf[256];
+	__u32 id;
+	size_t i;
+	int fd, fd2;
+
+	if (what == 0) {
+		for (i = 0; i < ARRAY_SIZE(totals); i++) {
+			char path[128];
+
+			snprintf(path, sizeof(path), KV_SYSFS "/%s", totals[i]);
+			if (read_file(path, buf, sizeof(buf)) < 0)
+				_exit(2);
+		}
+		_exit(0);
+	}
+	snprintf(name, sizeof(name), "other-%d", (int)getpid());
+	fd = kv_open_create(name, STALL_BLOCK, STALL_QUOTA, NULL);
+	if (fd < 0)
+		_exit(3);
+	fd2 = kv_open_join(name, NULL);
+	if (fd2 < 0 || kv_alloc(fd2, &id, 1))
+		_exit(4);
+	close(fd2);
+	close(fd);
+	_exit(0);
+}
+
+TEST_F_TIMEOUT(stall, stalled_user_buffer_does_not_block_others, 90)
+{
+	char name[KVPOOL_NAME_MAX], c;
+	struct pollfd pfd;
+	pid_t a, b[2];
+	int report[2], hung, failed = 0, status, i;
+
+	RETURN_IF_SKIPPED();
+	kv_name(name, sizeof(name), "stall");
+	ASSERT_EQ(0, pipe(report));
+	a = fork();
+	ASSERT_LE(0, a);
+	if (a == 0) {
+		close(report[0]);
+		stall_tenant(variant, name, report[1]);
+	}
+	close(report[1]);
+	pfd.fd = report[0];
+	pfd.events = POLLIN;
+	if (poll(&pfd, 1, STALL_WAIT_S * 1000) != 1 || read(report[0], &c, 1) != 1) {
+		kill(a, SIGKILL);
+		status = kv_wait(a);
+		if (status == 12)
+			SKIP(return, "no userfaultfd");
+		ASSERT_TRUE(0) TH_LOG("tenant A's copy-out never faulted (exit %d)", status);
+	}
+
+	/* A now sits in its ioctl's user copy.  B must not care. */
+	for (i = 0; i < 2; i++) {
+		b[i] = fork();
+		ASSERT_LE(0, b[i]);
+		if (b[i] == 0)
+			stall_other_tenant(i);
+		usleep(300000);
+	}
+	hung = wait_all(_metadata, b, 2, kv_now_us() + STALL_B_S * 1000000ULL,
+			"other tenant", &failed);
+
+	/* Let A go: the copy fails and the call undoes what it did. */
+	kill(a, SIGKILL);
+	kv_wait(a);
+	for (i = 0; i < 2; i++)
+		if (b[i] > 0)
+			kv_wait(b[i]);
+	ASSERT_EQ(0, hung) TH_LOG("another tenant waited on the stalled one");
 	EXPECT_EQ(0, failed);
 	ASSERT_KV_CHECK_OK();
 }
