@@ -185,6 +185,11 @@ out_erase:
 		xa_erase(&space->pages, first + i);
 	for (i = 0; i < n; i++)
 		set_page_private(chunk->page + i, 0);
+	/*
+	 * A fault may have found one of these pages under RCU and not yet
+	 * taken its reference; the chunk goes back to a pool that may free it.
+	 */
+	synchronize_rcu();
 	return ret;
 }
 
