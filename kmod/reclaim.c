@@ -12,6 +12,7 @@
  */
 #include <linux/math64.h>
 #include <linux/mm.h>
+#include <linux/pagemap.h>
 #include <linux/rcupdate.h>
 #include <linux/shrinker.h>
 #include <linux/slab.h>
@@ -158,11 +159,37 @@ static bool kvp_extent_dma_pinned(struct kvp_space *space, u64 start, u64 end)
 	return false;
 }
 
+/* Lock every page of every chunk in [start, end), or none: see kvp_vm_fault(). */
+static bool kvp_extent_trylock(struct kvp_space *space, u64 start, u64 end)
+{
+	u64 off = start;
+
+	while (off < end) {
+		struct page *page = xa_load(&space->pages, off >> PAGE_SHIFT);
+
+		if (page && !trylock_page(page))
+			goto out_unlock;
+		off += PAGE_SIZE;
+	}
+	return true;
+
+out_unlock:
+	while (off > start) {
+		struct page *page;
+
+		off -= PAGE_SIZE;
+		page = xa_load(&space->pages, off >> PAGE_SHIFT);
+		if (page)
+			unlock_page(page);
+	}
+	return false;
+}
+
 /* Detach every chunk in [start, end) onto victims; returns their pages. */
 static unsigned long kvp_extent_detach(struct kvp_space *space, u64 start, u64 end,
 				       struct list_head *victims)
 {
-	unsigned long pages = 0;
+	unsigned long pages = 0, i;
 	u64 off = start;
 
 	while (off < end) {
@@ -176,6 +203,9 @@ static unsigned long kvp_extent_detach(struct kvp_space *space, u64 start, u64 e
 		pages += c->nr_pages;
 		kvp_space_detach(space, c);
 		list_add_tail(&c->link, victims);
+		/* Zapped: a fault waiting for one of these pages now finds it gone. */
+		for (i = 0; i < c->nr_pages; i++)
+			unlock_page(c->page + i);
 	}
 	return pages;
 }
@@ -196,7 +226,8 @@ static void kvp_space_reclaim(struct kvp_space *space, unsigned long *left, u64 
 
 		if (!chunk || !kvp_reclaim_extent(space, chunk, &start, &end) ||
 		    !kvc_range_reclaimable(core, start, end - start) ||
-		    kvp_extent_dma_pinned(space, start, end)) {
+		    kvp_extent_dma_pinned(space, start, end) ||
+		    !kvp_extent_trylock(space, start, end)) {
 			id = kvc_lru_next(core, id);
 			continue;
 		}

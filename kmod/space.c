@@ -662,8 +662,19 @@ static vm_fault_t kvp_vm_fault(struct vm_fault *vmf)
 	rcu_read_unlock();
 	if (!page)
 		return VM_FAULT_SIGBUS;
+	/*
+	 * Reclaim holds the page lock from before it erases the page until
+	 * after it zapped the mappings: a page still indexed once locked gets
+	 * its PTE (under this lock) before that zap, never after it.
+	 */
+	lock_page(page);
+	if (xa_load(&space->pages, vmf->pgoff) != page) {
+		unlock_page(page);
+		put_page(page);
+		return VM_FAULT_SIGBUS;
+	}
 	vmf->page = page;
-	return 0;
+	return VM_FAULT_LOCKED;
 }
 
 static const struct vm_operations_struct kvp_vm_ops = {

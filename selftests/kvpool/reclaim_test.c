@@ -29,6 +29,8 @@
  *     freeing) goes down to the floor and never below it.
  *   multi_chunk_blocks_reclaimed_whole: 4 MiB blocks (two chunks each),
  *     reclaimed to exhaustion, leave no chunk stranded under a hole.
+ *   fault_racing_reclaim_leaves_no_stale_mapping: processes faulting
+ *     every page race reclaim; afterwards no page of a hole is readable.
  *
  * kswapd gives up on a node for the rest of the boot after 16 runs that
  * cannot balance it, which shrinker_disabled_no_reclaim causes on purpose
@@ -567,6 +569,84 @@ TEST_F_TIMEOUT(reclaim, multi_chunk_blocks_reclaimed_whole, 120)
 	/* The holes refill whole. */
 	ASSERT_EQ(0, kv_alloc(self->fd, ids, nblocks));
 	EXPECT_EQ(nblocks * big, kv_space_sysfs_get(so.space_id, "backed_bytes"));
+	ASSERT_KV_CHECK_OK();
+	close(self->fd);
+	self->fd = -1;
+}
+
+/*
+ * Child of fault_racing_reclaim_leaves_no_stale_mapping: fault every page
+ * of the space again and again (MADV_DONTNEED drops the PTEs) until a
+ * byte arrives on go, then count the pages still readable without a new
+ * fault: after the parent's reclaim every block is a hole, so any such
+ * page is a PTE installed after reclaim zapped the mappings.
+ */
+static void race_faulter(int fd, size_t len, int go)
+{
+	char *map = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0);
+	size_t off;
+	int stale = 0;
+	char c;
+
+	if (map == MAP_FAILED)
+		_exit(250);
+	fcntl(go, F_SETFL, O_NONBLOCK);
+	while (read(go, &c, 1) != 1) {
+		for (off = 0; off < len; off += PG)
+			kv_probe(map + off, 0);
+		madvise(map, len, MADV_DONTNEED);
+	}
+	for (off = 0; off < len; off += PG)
+		stale += kv_probe(map + off, 0) == 0;
+	_exit(stale > 249 ? 249 : stale);
+}
+
+/*
+ * Issue 14 finding 10: a fault that found a page before reclaim erased it
+ * could install its PTE after reclaim zapped the mappings, leaving a
+ * mapping of a page the space no longer has.  Faulters race reclaim to
+ * exhaustion three times; afterwards no page may be readable.
+ */
+TEST_F_TIMEOUT(reclaim, fault_racing_reclaim_leaves_no_stale_mapping, 180)
+{
+	const __u32 nblocks = 8 * CHUNK_BLOCKS;
+	const size_t len = (size_t)nblocks * BLOCK;
+	static __u32 ids[8 * CHUNK_BLOCKS];
+	int round, k, go[2], st, dc;
+	pid_t kids[2];
+
+	RETURN_IF_SKIPPED();
+	self->fd = kv_open();
+	ASSERT_LE(0, self->fd);
+	ASSERT_EQ(0, kv_create(self->fd, self->name, BLOCK, len, NULL));
+	for (round = 0; round < 3; round++) {
+		ASSERT_EQ(0, kv_alloc(self->fd, ids, nblocks));
+		ASSERT_EQ(0, kv_publish_seq(self->fd, ids, nblocks, (__u32)self->tag + round, 0,
+					    NULL));
+		ASSERT_EQ(0, kv_release(self->fd, ids, nblocks));
+		ASSERT_EQ(0, pipe(go));
+		for (k = 0; k < 2; k++) {
+			kids[k] = fork();
+			ASSERT_LE(0, kids[k]);
+			if (kids[k] == 0)
+				race_faulter(self->fd, len, go[0]);
+		}
+		px_sleep_ms(300);
+		dc = open("/proc/sys/vm/drop_caches", O_WRONLY);
+		ASSERT_LE(0, dc);
+		ASSERT_EQ(1, write(dc, "2", 1));
+		close(dc);
+		ASSERT_KV_CHECK_OK();
+		px_sleep_ms(200);
+		ASSERT_EQ(2, write(go[1], "gg", 2));
+		for (k = 0; k < 2; k++) {
+			st = kv_wait(kids[k]);
+			EXPECT_EQ(0, st) TH_LOG("round %d: faulter %d read %d pages of holes", round,
+						k, st);
+		}
+		close(go[0]);
+		close(go[1]);
+	}
 	ASSERT_KV_CHECK_OK();
 	close(self->fd);
 	self->fd = -1;
