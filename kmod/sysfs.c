@@ -255,7 +255,8 @@ static ssize_t uid_limit_store(struct device *dev, struct device_attribute *attr
 	ret = kvp_tenant_set_limit(kuid, bytes);
 	return ret ? ret : count;
 }
-static DEVICE_ATTR_RW(uid_limit);
+/* Every uid's usage: for admins only, like the per-space files. */
+static DEVICE_ATTR_ADMIN_RW(uid_limit);
 
 /* A space name from a sysfs write: one line, the trailing newline dropped. */
 static int kvp_sysfs_name(const char *buf, size_t count, char *name)

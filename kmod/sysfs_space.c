@@ -133,7 +133,7 @@ static ssize_t space_##name##_show(struct kobject *kobj,			\
 	return kvp_space_field_show(kobj, buf, field);				\
 }										\
 static struct kobj_attribute kvp_space_##name##_attr =				\
-	__ATTR(name, 0444, space_##name##_show, NULL)
+	__ATTR(name, 0400, space_##name##_show, NULL)
 
 KVP_SPACE_ATTR(name, KVP_SF_NAME);
 KVP_SPACE_ATTR(uid, KVP_SF_UID);

@@ -6,7 +6,8 @@
  *     "uid=U limit_bytes=L used_bytes=B spaces=N"; malformed or out of
  *     range writes are EINVAL and change nothing (an empty write never
  *     reaches the module: sysfs returns 0 for it); non-root writes are
- *     EACCES (mode 0644);
+ *     EACCES; the file is root's alone (mode 0600: it shows every uid's
+ *     usage);
  *   - a uid limited to 4 MiB: its space grows to exactly 4 MiB, then ALLOC
  *     evicts the space's own cached blocks with cause TENANT (events and
  *     statistics) and fails with ENOSPC, evicting nothing, when free +
@@ -180,7 +181,7 @@ TEST_F(tenant, uid_limit_format_and_errors)
 	RETURN_IF_SKIPPED();
 	snprintf(path, sizeof(path), KV_SYSFS "/uid_limit");
 	ASSERT_EQ(0, stat(path, &sb));
-	EXPECT_EQ(0644, sb.st_mode & 07777);
+	EXPECT_EQ(0600, sb.st_mode & 07777);
 	snprintf(path, sizeof(path), KV_SYSFS "/uid_limit_default_bytes");
 	ASSERT_EQ(0, stat(path, &sb));
 	EXPECT_EQ(0644, sb.st_mode & 07777);
@@ -232,12 +233,13 @@ TEST_F(tenant, uid_limit_format_and_errors)
 		fd = open(KV_SYSFS "/uid_limit_default_bytes", O_WRONLY);
 		if (fd >= 0 || errno != EACCES)
 			_exit(12);
-		if (px_sysfs_read("uid_limit", b2, sizeof(b2)) <= 0)
+		/* Every uid's usage is root's to read (issue 14 finding 14). */
+		if (px_sysfs_read("uid_limit", b2, sizeof(b2)) != -EACCES)
 			_exit(13);
 		_exit(0);
 	}
 	st = kv_wait(pid);
-	EXPECT_EQ(0, st) TH_LOG("11/12: a non-root write was not EACCES, 13: read failed");
+	EXPECT_EQ(0, st) TH_LOG("11/12: a non-root write was not EACCES, 13: a non-root read was not");
 
 	/* 0 removes the limit: the line goes, or says 0. */
 	EXPECT_EQ(0, px_set_uid_limit(1000, 0));
@@ -456,6 +458,46 @@ TEST_F(tenant, spaces_per_uid_limit)
 		close(c);
 	if (d >= 0)
 		close(d);
+}
+
+/*
+ * Issue 14 finding 14: sysfs showed every tenant's space names, owners,
+ * counters and per-uid usage to every local user.  The per-space files
+ * and uid_limit are root's now; the pool totals stay readable.
+ */
+TEST_F(tenant, other_tenants_sysfs_is_root_only)
+{
+	struct kvpool_space_open so;
+	char path[256];
+	pid_t pid;
+	int fd;
+
+	RETURN_IF_SKIPPED();
+	fd = create_as(&u1001, self->name[0], BLOCK, QUOTA, &so);
+	ASSERT_LE(0, fd);
+	pid = fork();
+	ASSERT_LE(0, pid);
+	if (pid == 0) {
+		static const char *const own[] = { "name", "uid", "backed_bytes", "hits" };
+		unsigned int i;
+
+		if (kv_drop_to(&u1002))
+			_exit(200);
+		for (i = 0; i < sizeof(own) / sizeof(own[0]); i++) {
+			snprintf(path, sizeof(path), KV_SYSFS "/space/%u/%s", so.space_id, own[i]);
+			if (open(path, O_RDONLY) >= 0 || errno != EACCES)
+				_exit(10 + i);
+		}
+		if (open(KV_SYSFS "/uid_limit", O_RDONLY) >= 0 || errno != EACCES)
+			_exit(20);
+		if (open(KV_SYSFS "/free_bytes", O_RDONLY) < 0)
+			_exit(21);
+		_exit(0);
+	}
+	EXPECT_EQ(0, kv_wait(pid));
+	/* Root still reads them (kvctl). */
+	EXPECT_LT(0, kv_space_sysfs(so.space_id, "name", path, sizeof(path)));
+	close(fd);
 }
 
 TEST_F(tenant, two_spaces_of_one_uid_add_up_and_share_the_limit)

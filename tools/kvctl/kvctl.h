@@ -133,6 +133,7 @@ struct kv_tenant {
 };
 
 struct kv_snap {
+	int tenants_hidden;	/* uid_limit is root's (mode 0600): tenants left out */
 	uint64_t pool_bytes, free_bytes, held_bytes, chunk_bytes, max_batch, max_space_bytes;
 	uint64_t spaces, allocs, frees, alloc_failures, zeroed_chunks, reclaimed_bytes;
 	uint64_t prefix_hits, prefix_misses, prefix_inserts, prefix_dedups;

@@ -211,7 +211,9 @@ int cmd_status(int argc, char **argv)
 		       kv_bytes(b2, sizeof(b2), t->used), (unsigned long long)t->spaces,
 		       t->spaces == 1 ? "" : "s");
 	}
-	if (!s.nr_tenants)
+	if (s.tenants_hidden)
+		printf("tenants    (per-uid usage is readable by root only)\n");
+	else if (!s.nr_tenants)
 		printf("tenants    none\n");
 	kv_snap_free(&s);
 	return KV_EXIT_OK;

@@ -213,6 +213,10 @@ static int kv_snap_one_space(struct kv_space *sp, unsigned int id)
 	r = kv_sysfs_str(rel, buf, sizeof(buf));
 	if (r == -ENOENT)
 		return 1;
+	if (r == -EACCES || r == -EPERM) {
+		kv_err("the per-space files in sysfs are readable by root only; run kvctl as root");
+		return KV_EXIT_PERM;
+	}
 	if (r)
 		return kv_read_error(rel, r);
 	memcpy(sp->name, buf, sizeof(sp->name));
@@ -290,6 +294,11 @@ static int kv_snap_tenants(struct kv_snap *s)
 
 	kv_sysfs_path(path, sizeof(path), "uid_limit");
 	r = kv_read_path(path, &text);
+	/* Every uid's usage is root's: without root, status shows the pool alone. */
+	if (r == -EACCES || r == -EPERM) {
+		s->tenants_hidden = 1;
+		return 0;
+	}
 	if (r)
 		return kv_file_error("reading", path, r, NULL);
 	for (line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
