@@ -5,7 +5,17 @@
  *
  * Conventions: every function returns 0 (or a count) on success and a
  * negative errno on failure; no function prints unless logging was asked
- * for; the library keeps no global mutable state.
+ * for; the library keeps no global mutable state but one list, the
+ * mappings of the open spaces (see "bounds" below).
+ *
+ * Bounds: a call that touches blocks through a layout and a base pointer
+ * (kvrt_copy_blocks, kvrt_gpu_copy_blocks' host side, kvrt_append_kv,
+ * kvrt_attn_decode/prefill and their _on variants) first checks every
+ * block it will touch: where the block's bytes (all layers, K and V, fp8
+ * scales) meet an open space's mapping, or its base (scales) pointer lies
+ * in one, they must lie inside one pool block of that mapping, else the
+ * call returns -ERANGE having touched nothing.  Other memory is the
+ * caller's and is not checked.
  */
 #ifndef KVRT_H
 #define KVRT_H
@@ -187,7 +197,9 @@ struct kvrt_attn_params {
 /*
  * Decode: one query token per sequence, at position seq_lens[s] - 1.
  * q: [num_seqs][num_q_heads][head_dim], out: same shape, dtypes per params.
- * -EINVAL on inconsistent shapes or dtypes, -ENOMEM on scratch failure.
+ * -EINVAL on inconsistent shapes or dtypes, -ERANGE when a block of the
+ * table breaks the bounds rule (top of this file), -ENOMEM on scratch
+ * failure; out is untouched on failure.
  */
 int kvrt_attn_decode(const struct kvrt_attn_params *params, const void *q,
 		     const struct kvrt_kv_cache *kv, const struct kvrt_block_table *table,
@@ -262,7 +274,8 @@ int kvrt_attn_prefill_on(struct kvrt_workers *workers, const struct kvrt_attn_pa
  * All-or-nothing validation: -EINVAL (nothing written) for a NULL pointer,
  * an inconsistent layout, a layer >= num_layers, src_dtype not f32/f16/
  * bf16, a missing fp8 scales pointer, or any slot >= num_blocks *
- * block_tokens.  num_tokens 0 is a no-op.  Not thread-safe against other
+ * block_tokens; -ERANGE (nothing written) when a slot's block breaks the
+ * bounds rule (top of this file).  num_tokens 0 is a no-op.  Not thread-safe against other
  * writers of the same blocks.
  */
 int kvrt_append_kv(const struct kvrt_kv_cache *kv, const void *k, const void *v,
@@ -566,7 +579,9 @@ struct kvrt_block_pair {
  * copied: -EINVAL for NULL arguments, unknown flags, inconsistent layouts,
  * geometries that differ, missing fp8 scales, an id >= the array's
  * num_blocks, a destination id twice, or (same base and layout) an id that
- * is both a source and a destination; -ENOMEM.  count 0 is a no-op.
+ * is both a source and a destination; -ERANGE when a listed block of
+ * either array breaks the bounds rule (top of this file); -ENOMEM.  count
+ * 0 is a no-op.
  *
  * done NULL: the copy runs in the caller and the call returns its result.
  * done non-NULL: *done receives a handle; with KVRT_COPY_ASYNC the copy
@@ -952,7 +967,7 @@ int kvrt_gpu_unregister_host(struct kvrt_gpu *gpu, void *addr);
  *           threshold is measured on the device at the first AUTO copy.
  * Never one call per layer per block unless the layouts leave nothing
  * larger.  Host memory must be registered (KERNEL needs it; the others
- * would fall back to slow staged copies).  -EINVAL (as kvrt_copy_blocks),
+ * would fall back to slow staged copies).  -EINVAL, -ERANGE (as kvrt_copy_blocks),
  * -ENOTSUP BATCH without driver support or KERNEL without unified
  * addressing, -ENOMEM, -EIO.
  */

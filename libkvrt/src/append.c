@@ -19,6 +19,7 @@ struct append_ctx {
 	uint32_t layer;
 	enum kvrt_dtype src;
 	size_t src_elem;
+	const int64_t *slots;
 };
 
 /* Convert one head row of head_dim elements into a non-fp8 cache. */
@@ -98,6 +99,14 @@ static void put(const struct append_ctx *c, uint32_t kv, uint64_t b, uint32_t t,
 	quant_row(c, (uint8_t *)dst, src, *scale);
 }
 
+/* The block of slot i, or -1 for a skipped (negative) slot. */
+static int64_t slot_block(const void *arg, uint32_t i)
+{
+	const struct append_ctx *c = arg;
+
+	return c->slots[i] < 0 ? -1 : c->slots[i] / c->l->block_tokens;
+}
+
 int kvrt_append_kv(const struct kvrt_kv_cache *kv, const void *k, const void *v,
 		   enum kvrt_dtype src_dtype, const int64_t *slots, uint32_t num_tokens)
 {
@@ -136,6 +145,10 @@ int kvrt_append_kv(const struct kvrt_kv_cache *kv, const void *k, const void *v,
 	c.layer = kv->layer;
 	c.src = src_dtype;
 	c.src_elem = kvrt_dtype_size(src_dtype);
+	c.slots = slots;
+	ret = kvrt_bounds_check(l, c.base, c.scales, num_tokens, slot_block, &c);
+	if (ret)
+		return ret;
 	row_bytes = (uint64_t)l->head_dim * c.src_elem;
 	tok_bytes = row_bytes * l->num_kv_heads;
 	for (i = 0; i < num_tokens; i++) {

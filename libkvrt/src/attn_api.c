@@ -4,8 +4,8 @@
  * variants (on kept worker threads).
  *
  * Everything the call is given is checked before any work is done, so a
- * call either fails with -EINVAL having written nothing, or computes every
- * output row.  The checks, in order:
+ * call either fails (-EINVAL, -ERANGE) having written nothing, or computes
+ * every output row.  The checks, in order:
  *
  *   - no NULL pointer among params, q, out, kv, kv->layout, kv->base, table
  *     and the table's arrays (and q_indptr for prefill);
@@ -18,6 +18,7 @@
  *     [0, num_blocks), 1 <= seq_lens[s] <= blocks of s * block_tokens;
  *   - prefill: q_indptr[0] == 0, non-decreasing, each chunk no longer than
  *     its sequence (an empty chunk is allowed and computes nothing).
+ *   - the table's blocks keep to the bounds rule (kvrt.h): -ERANGE.
  *
  * A call with num_seqs == 0 checks its pointers and returns 0.
  */
@@ -26,7 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kvrt.h"
+#include "internal.h"
 #include "dtype.h"
 #include "attn_internal.h"
 
@@ -56,6 +57,11 @@ static int check_table(const struct kvrt_layout *lo, const struct kvrt_block_tab
 		if (t->indices[i] < 0 || (uint32_t)t->indices[i] >= lo->num_blocks)
 			return -EINVAL;
 	return 0;
+}
+
+static int64_t table_block(const void *indices, uint32_t i)
+{
+	return ((const int32_t *)indices)[i];
 }
 
 static int check_q_indptr(const struct kvrt_block_table *t, const int32_t *q_indptr)
@@ -99,6 +105,11 @@ static int build_job(struct attn_job *job, const struct kvrt_attn_params *p, con
 	    p->window_left < -1)
 		return -EINVAL;
 	ret = check_table(lo, t);
+	if (ret)
+		return ret;
+	/* check_table() made indptr[num_seqs] >= 0 and every index < num_blocks. */
+	ret = kvrt_bounds_check(lo, kv->base, kv->scales, (uint32_t)t->indptr[t->num_seqs],
+				table_block, t->indices);
 	if (ret)
 		return ret;
 	if (q_indptr) {

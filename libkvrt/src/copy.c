@@ -213,6 +213,16 @@ out_free:
 	return ret;
 }
 
+static int64_t pair_dst(const void *pairs, uint32_t i)
+{
+	return ((const struct kvrt_block_pair *)pairs)[i].dst;
+}
+
+static int64_t pair_src(const void *pairs, uint32_t i)
+{
+	return ((const struct kvrt_block_pair *)pairs)[i].src;
+}
+
 int kvrt_copy_check(const struct kvrt_block_array *dst, const struct kvrt_block_array *src,
 		    const struct kvrt_block_pair *pairs, uint32_t count)
 {
@@ -227,7 +237,14 @@ int kvrt_copy_check(const struct kvrt_block_array *dst, const struct kvrt_block_
 		return -EINVAL;
 	if (count && !pairs)
 		return -EINVAL;
-	return check_pairs(dst, src, pairs, count);
+	ret = check_pairs(dst, src, pairs, count);
+	if (!ret)
+		ret = kvrt_bounds_check(dst->layout, dst->base, dst->scales, count, pair_dst,
+					pairs);
+	if (!ret)
+		ret = kvrt_bounds_check(src->layout, src->base, src->scales, count, pair_src,
+					pairs);
+	return ret;
 }
 
 static void complete(struct kvrt_copy *c, int result)

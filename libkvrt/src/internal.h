@@ -83,6 +83,7 @@ struct emb_events {
 struct kvrt_space {
 	struct kvrt *k;
 	struct kvrt_space *prev, *next;	/* kvrt.spaces */
+	struct kvrt_space *map_prev, *map_next;	/* bounds.c's list of mappings */
 	void *base;
 	uint64_t block_bytes;
 	uint64_t nr_blocks;
@@ -177,5 +178,18 @@ struct kvrt_extent {
 	int64_t scale_min, scale_max_end;	/* floats, fp8 only */
 };
 int kvrt_layout_extent(const struct kvrt_layout *l, struct kvrt_extent *e);
+
+/*
+ * The mappings of every open space handle, process-wide (bounds.c), and
+ * the check copy, append and attention run before touching memory: each
+ * block id block_at(arg, i) (negative: skipped) of the layout at base (and
+ * scales) must, where it touches a space's mapping, lie inside one pool
+ * block of it.  Ids must already be < l->num_blocks.  -ERANGE otherwise.
+ */
+typedef int64_t (*kvrt_block_at_fn)(const void *arg, uint32_t i);
+void kvrt_bounds_add(struct kvrt_space *s);
+void kvrt_bounds_remove(struct kvrt_space *s);
+int kvrt_bounds_check(const struct kvrt_layout *l, const void *base, const float *scales,
+		      uint32_t count, kvrt_block_at_fn block_at, const void *arg);
 
 #endif /* KVRT_INTERNAL_H */

@@ -274,6 +274,7 @@ int kvrt_space_open(struct kvrt *k, const struct kvrt_space_opts *o, struct kvrt
 		k->spaces->prev = s;
 	k->spaces = s;
 	pthread_mutex_unlock(&k->lock);
+	kvrt_bounds_add(s);
 	kvrt_log(k, KVRT_LOG_DEBUG, "space \"%s\": %s, block_bytes %llu, %llu blocks", o->name,
 		 s->created ? "created" : "joined", (unsigned long long)s->block_bytes,
 		 (unsigned long long)s->nr_blocks);
@@ -296,6 +297,7 @@ void kvrt_space_close(struct kvrt_space *s)
 	if (s->next)
 		s->next->prev = s->prev;
 	pthread_mutex_unlock(&k->lock);
+	kvrt_bounds_remove(s);
 	if (k->backend == KVRT_BACKEND_KMOD)
 		kmod_space_close(s);
 	else
