@@ -7,7 +7,8 @@
 #     lists exported (each with a version), the static library's globals
 #     the same set, kvrt.h compiling alone as C99 and C++, kvrt.pc usable;
 #  2. every test program, first the plain build (BUILD/plain/, linked
-#     against the shared library), then the ASan+UBSan build (BUILD/asan/).
+#     against the shared library), then the ASan+UBSan build (BUILD/asan/);
+#  3. the libFuzzer target, FUZZ_SECONDS long (tests/fuzz.sh), when built.
 #
 # A program passes the TAP lines it prints ("ok N" / "not ok N", "# SKIP");
 # one that exits non-zero or dies without a "not ok" line counts one more
@@ -141,6 +142,19 @@ for kind in plain asan; do
 done
 el=$(( $(ms) - total_start ))
 printf '# test programs took %d.%03d s\n' $((el / 1000)) $((el % 1000))
+
+# ---- the fuzzer (tests/fuzz.sh), FUZZ_SECONDS long -------------------------
+if [ -x "$B/fuzz/fuzz_api" ]; then
+	line=$(bash tests/fuzz.sh "$B" | tail -n 1)
+	case $line in
+	"ok "*) n=$((n + 1)) tp=$((tp + 1)); echo "ok $n - ${line#ok - }" ;;
+	*) n=$((n + 1)) tf=$((tf + 1)); echo "not ok $n - ${line#not ok - }"
+	   tail -n 40 "$B/fuzz/fuzz.log" | sed 's/^/# /' ;;
+	esac
+else
+	n=$((n + 1)) ts=$((ts + 1)) tp=$((tp + 1))
+	echo "ok $n - fuzz_api # SKIP no clang to build it"
+fi
 
 if [ "$ts" -gt 0 ]; then
 	echo "$tp passed, $tf failed, $ts skipped"
