@@ -145,15 +145,26 @@ uint8_t kvrt_f32_to_fp8e4m3(float f)
 	return sign | (uint8_t)(ax >> 20);
 }
 
+/*
+ * Elements are read and written with memcpy: a layout's strides need only
+ * be whole bytes, so an f32 or f16 element may sit at any address (a
+ * typed access there is undefined; memcpy compiles to the same move).
+ */
 float kvrt_load_f32(enum kvrt_dtype dtype, const void *p, size_t i)
 {
+	uint16_t h;
+	float f;
+
 	switch ((int)dtype) {
 	case KVRT_DTYPE_F32:
-		return ((const float *)p)[i];
+		memcpy(&f, (const char *)p + i * sizeof(f), sizeof(f));
+		return f;
 	case KVRT_DTYPE_F16:
-		return kvrt_f16_to_f32(((const uint16_t *)p)[i]);
+		memcpy(&h, (const char *)p + i * sizeof(h), sizeof(h));
+		return kvrt_f16_to_f32(h);
 	case KVRT_DTYPE_BF16:
-		return kvrt_bf16_to_f32(((const uint16_t *)p)[i]);
+		memcpy(&h, (const char *)p + i * sizeof(h), sizeof(h));
+		return kvrt_bf16_to_f32(h);
 	case KVRT_DTYPE_FP8_E4M3:
 		return kvrt_fp8e4m3_to_f32(((const uint8_t *)p)[i]);
 	default:
@@ -163,15 +174,19 @@ float kvrt_load_f32(enum kvrt_dtype dtype, const void *p, size_t i)
 
 void kvrt_store_f32(enum kvrt_dtype dtype, void *p, size_t i, float f)
 {
+	uint16_t h;
+
 	switch ((int)dtype) {
 	case KVRT_DTYPE_F32:
-		((float *)p)[i] = f;
+		memcpy((char *)p + i * sizeof(f), &f, sizeof(f));
 		break;
 	case KVRT_DTYPE_F16:
-		((uint16_t *)p)[i] = kvrt_f32_to_f16(f);
+		h = kvrt_f32_to_f16(f);
+		memcpy((char *)p + i * sizeof(h), &h, sizeof(h));
 		break;
 	case KVRT_DTYPE_BF16:
-		((uint16_t *)p)[i] = kvrt_f32_to_bf16(f);
+		h = kvrt_f32_to_bf16(f);
+		memcpy((char *)p + i * sizeof(h), &h, sizeof(h));
 		break;
 	case KVRT_DTYPE_FP8_E4M3:
 		((uint8_t *)p)[i] = kvrt_f32_to_fp8e4m3(f);

@@ -587,6 +587,48 @@ TEST(append_errors_write_nothing)
 	cache_fini(&f8);
 }
 
+/*
+ * Strides need only be whole bytes: an f32 cache at odd offsets, appended
+ * from bf16 (so each element is converted and stored one by one), must
+ * hold the exact values.  (The fuzzer found the stores were typed float
+ * accesses at misaligned addresses: undefined, caught by -fsanitize=alignment.)
+ */
+TEST(append_misaligned_strides)
+{
+	enum { D = 8, T = 2 };
+	struct kvrt_layout l;
+	struct kvrt_kv_cache kv;
+	uint16_t k[D], v[D];	/* bf16: 1 + d/4 and -(1 + d/4), exact in f32 */
+	int64_t slot = 1;
+	unsigned char *mem;
+	float got;
+
+	REQUIRE(kvrt_layout_init(&l, KVRT_LAYOUT_BLOCK_MAJOR, 1, 1, D, T, 1, KVRT_DTYPE_F32) == 0);
+	l.token_stride += 1;	/* tokens 33 bytes apart */
+	l.kv_stride = 2 * l.token_stride + 3;
+	l.layer_stride = l.block_stride = 2 * l.kv_stride;
+	mem = calloc(1, (size_t)l.block_stride + 8);
+	REQUIRE(mem != NULL);
+	for (int d = 0; d < D; d++) {
+		float f = 1.0f + (float)d / 4, g = -f;
+		uint32_t b;
+
+		memcpy(&b, &f, 4);
+		k[d] = (uint16_t)(b >> 16);
+		memcpy(&b, &g, 4);
+		v[d] = (uint16_t)(b >> 16);
+	}
+	kv = (struct kvrt_kv_cache){ .layout = &l, .base = mem + 1 };
+	CHECK_EQ(kvrt_append_kv(&kv, k, v, KVRT_DTYPE_BF16, &slot, 1), 0);
+	for (int d = 0; d < D; d++) {
+		memcpy(&got, mem + 1 + l.token_stride + 4 * d, 4);
+		CHECK(got == 1.0f + (float)d / 4);
+		memcpy(&got, mem + 1 + l.kv_stride + l.token_stride + 4 * d, 4);
+		CHECK(got == -(1.0f + (float)d / 4));
+	}
+	free(mem);
+}
+
 int main(void)
 {
 	RUN(append_plain_dtypes_both_layouts);
@@ -595,5 +637,6 @@ int main(void)
 	RUN(append_fp8_sequences_vs_model);
 	RUN(append_fp8_requantized_values_bounded);
 	RUN(append_errors_write_nothing);
+	RUN(append_misaligned_strides);
 	return tap_done("test_append");
 }
