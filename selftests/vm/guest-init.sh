@@ -294,9 +294,14 @@ run_kunit() {
 mode_check() {
 	[ -e /kvpool_kunit.ko ] && run_kunit
 	set --
+	# lock_order_test's hog mlocks memory that kswapd cannot balance, and
+	# after 16 such runs kswapd gives a node up for the rest of the boot:
+	# it runs last, so that reclaim_test still finds kswapd at work.
 	for t in /tests/*_test /tests/*_dbgtest; do
+		[ "${t##*/}" = lock_order_test ] && continue
 		[ -x "$t" ] && set -- "$@" "$t"
 	done
+	[ -x /tests/lock_order_test ] && set -- "$@" /tests/lock_order_test
 	if [ $# -eq 0 ]; then
 		log "FAIL: no selftests in the initramfs"
 		failed=$((failed + 1))
