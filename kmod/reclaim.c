@@ -103,6 +103,23 @@ static void kvp_space_detach(struct kvp_space *space, struct kvp_chunk *chunk)
 }
 
 /*
+ * The next chunk at or after *off and before end, or NULL; *off moves past
+ * it.  The pages of holes in between are skipped.
+ */
+static struct kvp_chunk *kvp_extent_next(struct kvp_space *space, u64 *off, u64 end)
+{
+	for (; *off < end; *off += PAGE_SIZE) {
+		struct kvp_chunk *c = kvp_space_chunk_at(space, *off);
+
+		if (c) {
+			*off = c->offset + kvp_chunk_bytes(c);
+			return c;
+		}
+	}
+	return NULL;
+}
+
+/*
  * The bytes to take for a candidate chunk: whole blocks, and every chunk
  * under them, so that a block larger than a chunk goes whole and no chunk
  * of a hole is left stranded.  Grows until chunks and blocks agree; false
@@ -113,22 +130,17 @@ static bool kvp_reclaim_extent(struct kvp_space *space, const struct kvp_chunk *
 {
 	u64 bb = space->core.block_bytes, limit = space->core.backed_blocks * bb;
 	u64 lo = chunk->offset, hi = lo + kvp_chunk_bytes(chunk);
+	struct kvp_chunk *c;
 
 	for (;;) {
 		u64 nlo = div64_u64(lo, bb) * bb, nhi = div64_u64(hi + bb - 1, bb) * bb, off;
 
 		if (nhi > limit)
 			return false;
-		for (off = nlo; off < nhi;) {
-			struct kvp_chunk *c = kvp_space_chunk_at(space, off);
-
-			if (!c) {
-				off += PAGE_SIZE;	/* a hole's missing page */
-				continue;
-			}
+		off = nlo;
+		while ((c = kvp_extent_next(space, &off, nhi))) {
 			nlo = min(nlo, c->offset);
 			nhi = max(nhi, c->offset + kvp_chunk_bytes(c));
-			off = c->offset + kvp_chunk_bytes(c);
 		}
 		if (nlo == lo && nhi == hi)
 			break;
@@ -143,19 +155,12 @@ static bool kvp_reclaim_extent(struct kvp_space *space, const struct kvp_chunk *
 /* Does any chunk in [start, end) carry a long-term pin? */
 static bool kvp_extent_dma_pinned(struct kvp_space *space, u64 start, u64 end)
 {
+	struct kvp_chunk *c;
 	u64 off = start;
 
-	while (off < end) {
-		struct kvp_chunk *c = kvp_space_chunk_at(space, off);
-
-		if (!c) {
-			off += PAGE_SIZE;
-			continue;
-		}
+	while ((c = kvp_extent_next(space, &off, end)))
 		if (kvp_chunk_dma_pinned(c))
 			return true;
-		off = c->offset + kvp_chunk_bytes(c);
-	}
 	return false;
 }
 
@@ -190,16 +195,10 @@ static unsigned long kvp_extent_detach(struct kvp_space *space, u64 start, u64 e
 				       struct list_head *victims)
 {
 	unsigned long pages = 0, i;
+	struct kvp_chunk *c;
 	u64 off = start;
 
-	while (off < end) {
-		struct kvp_chunk *c = kvp_space_chunk_at(space, off);
-
-		if (!c) {
-			off += PAGE_SIZE;
-			continue;
-		}
-		off = c->offset + kvp_chunk_bytes(c);
+	while ((c = kvp_extent_next(space, &off, end))) {
 		pages += c->nr_pages;
 		kvp_space_detach(space, c);
 		list_add_tail(&c->link, victims);
