@@ -201,7 +201,8 @@ struct kvp_space {
 	struct kvc_space core;
 	struct list_head chunks;
 	struct list_head clients;	/* kvp_client.link */
-	u32 next_owner;
+	u32 next_owner;		/* the lock; see kvp_space_next_owner() */
+	bool owners_wrapped;	/* next_owner went past U32_MAX once */
 	struct xarray pages;	/* page index in the range -> struct page * */
 	struct xarray residency;	/* block id -> struct kvp_res_block * */
 	u8 devices[KVPOOL_MAX_DEVICES][16];

@@ -23,6 +23,56 @@ unsigned int kvp_nr_spaces;
 struct kvc_space_stats kvp_dead_stats;
 static u64 kvp_space_serial;
 
+/*
+ * 32-bit ids count up and, after 2^32 of them, wrap: from then on a new
+ * id skips 0 and every id still in use, so that two live spaces (sysfs
+ * space/ID) or two open fds of a space (block owners) never share one.
+ */
+static bool kvp_space_id_in_use(u32 id)
+{
+	struct kvp_space *space;
+
+	lockdep_assert_held(&kvp_spaces_lock);
+	list_for_each_entry(space, &kvp_spaces, link)
+		if (space->id == id)
+			return true;
+	return false;
+}
+
+static u32 kvp_space_next_id(void)
+{
+	for (;;) {
+		u32 id = lower_32_bits(++kvp_space_serial);
+
+		if (id && (kvp_space_serial <= U32_MAX || !kvp_space_id_in_use(id)))
+			return id;
+	}
+}
+
+static bool kvp_owner_in_use(struct kvp_space *space, u32 owner)
+{
+	struct kvp_client *c;
+
+	lockdep_assert_held(&space->lock);
+	list_for_each_entry(c, &space->clients, link)
+		if (c->owner == owner)
+			return true;
+	return false;
+}
+
+static u32 kvp_space_next_owner(struct kvp_space *space)
+{
+	for (;;) {
+		u32 owner = space->next_owner++;
+
+		if (!space->next_owner)
+			space->owners_wrapped = true;
+		if (owner != KVC_OWNER_NONE &&
+		    (!space->owners_wrapped || !kvp_owner_in_use(space, owner)))
+			return owner;
+	}
+}
+
 const char *kvp_policy_name(u32 policy)
 {
 	switch (policy) {
@@ -367,8 +417,8 @@ static struct kvp_space *kvp_space_create(const struct kvpool_space_open *args)
 	xa_init_flags(&space->pages, XA_FLAGS_ACCOUNT);
 	xa_init_flags(&space->residency, XA_FLAGS_ACCOUNT);
 	strscpy(space->name, args->name, sizeof(space->name));
-	space->serial = ++kvp_space_serial;
-	space->id = (u32)space->serial;
+	space->id = kvp_space_next_id();
+	space->serial = kvp_space_serial;
 	space->uid = current_fsuid();
 	space->gid = current_fsgid();
 	space->mode = args->mode;
@@ -505,7 +555,7 @@ int kvp_space_open(struct kvp_client *client, struct kvpool_space_open *args)
 	}
 	space->nr_clients++;
 	mutex_lock(&space->lock);
-	client->owner = space->next_owner++;
+	client->owner = kvp_space_next_owner(space);
 	list_add_tail(&client->link, &space->clients);
 	mutex_unlock(&space->lock);
 	kvp_space_fill_open(space, args);
