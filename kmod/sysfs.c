@@ -225,6 +225,7 @@ static DEVICE_ATTR_RW(name)
 KVP_BYTES_TUNABLE(min_cached_bytes, min_cached_bytes);
 KVP_BYTES_TUNABLE(uid_limit_default_bytes, uid_limit_default);
 
+/* Every uid's usage: root's alone (mode 0600), like the per-space files. */
 static ssize_t uid_limit_show(struct device *dev, struct device_attribute *attr, char *buf)
 {
 	return kvp_tenants_emit(buf);
@@ -255,7 +256,6 @@ static ssize_t uid_limit_store(struct device *dev, struct device_attribute *attr
 	ret = kvp_tenant_set_limit(kuid, bytes);
 	return ret ? ret : count;
 }
-/* Every uid's usage: for admins only, like the per-space files. */
 static DEVICE_ATTR_ADMIN_RW(uid_limit);
 
 /* A space name from a sysfs write: one line, the trailing newline dropped. */
