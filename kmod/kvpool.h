@@ -14,6 +14,7 @@
 #include <linux/spinlock.h>
 #include <linux/uidgid.h>
 #include <linux/poll.h>
+#include <linux/rhashtable-types.h>
 #include <linux/seq_file.h>
 #include <linux/wait.h>
 #include <linux/xarray.h>
@@ -26,9 +27,10 @@
  *
  * Order, outermost first.  Nothing below takes a lock above it.
  *
- * 1. kvp_spaces_lock (mutex, may sleep): the list of spaces, name lookup,
- *    each space's client count, persistence and unlinking, and the space id
- *    counter.  Joining, destroying and the last close serialise here.
+ * 1. kvp_spaces_lock (mutex, may sleep): the list of spaces, the name
+ *    index, each space's client and pin counts, persistence and unlinking,
+ *    and the space id counter.  Joining, destroying and the last close
+ *    serialise here.
  * 2. kvp_space.lock (mutex, may sleep): the space's kvcore state (block
  *    states, free stack, hash index, LRUs, holes), every client's reader
  *    references and interest set, its client list, residency records and
@@ -60,11 +62,14 @@
  * a FUSE mapping).  Ioctls copy their arrays in before taking 2 and out
  * after dropping it; a failed copy-out takes 2 again to undo the call
  * (ALLOC, LOOKUP) or leaves it done (PUBLISH), as kvpool.rst says.
- * So 2 is only ever held for kernel work, and the paths that wait for it
- * under 1 (join, destroy, drop_cached, teardown, the root-only debugfs
- * dumps) wait for that alone.  The sysfs totals, which any uid reads,
- * take 1 killably and no space's lock: they read each space's counters
- * as they stand.  An fd's event read_lock is that fd's own.
+ * So 2 is only ever held for kernel work.  Even so, no path that any uid
+ * can reach waits for 2 while holding 1: join, destroy and drop_cached pin
+ * the space under 1 (nr_pins keeps it listed), drop 1, then take 2
+ * (killably where the call can still fail).  Only teardown, which runs
+ * when no fd and no pin is left, and the root-only debugfs dumps take 2
+ * under 1.  The sysfs totals, which any uid reads, take 1 killably and no
+ * space's lock: they read each space's counters as they stand.  An fd's
+ * event read_lock is that fd's own.
  *
  * The fault handler takes no lock: kvp_space.pages is an xarray read under
  * RCU, and the page reference is taken inside the RCU read section.
@@ -181,7 +186,9 @@ struct kvp_res_block {
 
 struct kvp_space {
 	struct list_head link;	/* kvp_spaces */
+	struct rhash_head name_node;	/* the name index, while not unlinked */
 	unsigned int nr_clients;	/* kvp_spaces_lock */
+	unsigned int nr_pins;	/* kvp_spaces_lock: holders waiting for the lock below */
 	bool persistent;	/* kvp_spaces_lock: outlives its last fd */
 	bool unlinked;		/* kvp_spaces_lock: destroyed, torn down at last close */
 	u64 serial;
@@ -225,6 +232,7 @@ struct kvp_events {
 struct kvp_client {
 	struct kvp_space *space;	/* set once by SPACE_OPEN, read with acquire */
 	u32 owner;
+	bool joining;		/* kvp_spaces_lock: a SPACE_OPEN is under way */
 	struct file *file;
 	struct list_head link;	/* space->clients */
 	struct kvc_refs refs;	/* reader references */
@@ -250,6 +258,7 @@ void kvp_client_release(struct kvp_client *client);
 struct kvp_space *kvp_client_space(struct kvp_client *client);
 int kvp_space_destroy(const char *name, bool admin);
 int kvp_space_drop_cached(const char *name);
+int kvp_spaces_init(void);
 void kvp_spaces_exit(void);
 int kvp_space_back(struct kvp_space *space, u64 start, u64 len);
 void kvp_space_emit_pressure(struct kvp_space *space, unsigned int cause, u32 evicted);

@@ -233,9 +233,12 @@ static int __init kvp_init(void)
 {
 	int ret;
 
-	ret = kvp_pool_init((unsigned long)pool_mb_per_node << 20);
+	ret = kvp_spaces_init();
 	if (ret)
 		return ret;
+	ret = kvp_pool_init((unsigned long)pool_mb_per_node << 20);
+	if (ret)
+		goto out_spaces_fini;
 	kvp_misc.groups = kvp_dev_groups;
 	ret = misc_register(&kvp_misc);
 	if (ret)
@@ -262,6 +265,8 @@ out_misc_deregister:
 	misc_deregister(&kvp_misc);
 out_pool_exit:
 	kvp_pool_exit();
+out_spaces_fini:
+	kvp_spaces_exit();
 	return ret;
 }
 

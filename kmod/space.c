@@ -8,6 +8,7 @@
 #include <linux/cred.h>
 #include <linux/highmem.h>
 #include <linux/pagemap.h>
+#include <linux/rhashtable.h>
 #include <linux/sched/signal.h>
 #include <linux/slab.h>
 #include <linux/string.h>
@@ -22,6 +23,25 @@ LIST_HEAD(kvp_spaces);
 unsigned int kvp_nr_spaces;
 struct kvc_space_stats kvp_dead_stats;
 static u64 kvp_space_serial;
+
+/*
+ * Live names -> spaces (kvp_spaces_lock), so that opening by name costs the
+ * same with 10 spaces or 100,000.  Keys are the whole zero-padded name
+ * array; rhashtable seeds its hash at random and rehashes long chains, so
+ * tenants cannot pick names that collide.
+ */
+static struct rhashtable kvp_space_names;
+static const struct rhashtable_params kvp_space_names_params = {
+	.key_len = KVPOOL_NAME_MAX,
+	.key_offset = offsetof(struct kvp_space, name),
+	.head_offset = offsetof(struct kvp_space, name_node),
+	.automatic_shrinking = true,
+};
+
+int kvp_spaces_init(void)
+{
+	return rhashtable_init(&kvp_space_names, &kvp_space_names_params);
+}
 
 /*
  * 32-bit ids count up and, after 2^32 of them, wrap: from then on a new
@@ -169,13 +189,22 @@ static bool kvp_space_owner_accepted(const struct kvp_space *space,
 /* Unlinked (destroyed) spaces linger until their last fd but have no name. */
 static struct kvp_space *kvp_space_find(const char *name)
 {
-	struct kvp_space *space;
+	char key[KVPOOL_NAME_MAX];
 
 	lockdep_assert_held(&kvp_spaces_lock);
-	list_for_each_entry(space, &kvp_spaces, link)
-		if (!space->unlinked && !strcmp(space->name, name))
-			return space;
-	return NULL;
+	/* Bytes past the NUL come from the caller: the key is the padded name. */
+	strscpy_pad(key, name, sizeof(key));
+	return rhashtable_lookup_fast(&kvp_space_names, key, kvp_space_names_params);
+}
+
+/* Take the name away: the space lingers for its fds but cannot be found. */
+static void kvp_space_unname(struct kvp_space *space)
+{
+	lockdep_assert_held(&kvp_spaces_lock);
+	if (space->unlinked)
+		return;
+	space->unlinked = true;
+	rhashtable_remove_fast(&kvp_space_names, &space->name_node, kvp_space_names_params);
 }
 
 /* Zero a chunk that last belonged to another space (design: scrubbing). */
@@ -416,7 +445,10 @@ static struct kvp_space *kvp_space_create(const struct kvpool_space_open *args)
 	INIT_LIST_HEAD(&space->clients);
 	xa_init_flags(&space->pages, XA_FLAGS_ACCOUNT);
 	xa_init_flags(&space->residency, XA_FLAGS_ACCOUNT);
-	strscpy(space->name, args->name, sizeof(space->name));
+	strscpy_pad(space->name, args->name, sizeof(space->name));
+	ret = rhashtable_insert_fast(&kvp_space_names, &space->name_node, kvp_space_names_params);
+	if (ret)
+		goto out_put_tenant;
 	space->id = kvp_space_next_id();
 	space->serial = kvp_space_serial;
 	space->uid = current_fsuid();
@@ -433,6 +465,8 @@ static struct kvp_space *kvp_space_create(const struct kvpool_space_open *args)
 		pr_warn_ratelimited("kvpool: no sysfs directory for space %u\n", space->id);
 	return space;
 
+out_put_tenant:
+	kvp_tenant_put(space->tenant);
 out_free_space:
 	kfree(space);
 	return ERR_PTR(ret);
@@ -449,6 +483,7 @@ static void kvp_space_unlist(struct kvp_space *space)
 	struct kvp_chunk *chunk, *next;
 
 	lockdep_assert_held(&kvp_spaces_lock);
+	kvp_space_unname(space);
 	list_del(&space->link);
 	kvp_nr_spaces--;
 	mutex_lock(&space->lock);
@@ -504,77 +539,127 @@ void kvp_client_init(struct kvp_client *client, struct file *file)
 	kvp_events_init(&client->events);
 }
 
+/* A space goes when nothing holds it: no fd, no pin, and not persistent unless unlinked. */
+static bool kvp_space_unused(const struct kvp_space *space)
+{
+	lockdep_assert_held(&kvp_spaces_lock);
+	return !space->nr_clients && !space->nr_pins && (!space->persistent || space->unlinked);
+}
+
+/*
+ * A pin keeps a space listed while its holder waits for the space's lock
+ * without kvp_spaces_lock: no global path waits on one space's lock.
+ */
+static void kvp_space_pin(struct kvp_space *space)
+{
+	lockdep_assert_held(&kvp_spaces_lock);
+	space->nr_pins++;
+}
+
+/* Drop a pin; true when the space is unlisted and the caller must destroy it. */
+static bool kvp_space_unpin_locked(struct kvp_space *space)
+{
+	lockdep_assert_held(&kvp_spaces_lock);
+	space->nr_pins--;
+	if (!kvp_space_unused(space))
+		return false;
+	kvp_space_unlist(space);
+	return true;
+}
+
+static void kvp_space_unpin(struct kvp_space *space)
+{
+	bool dead;
+
+	mutex_lock(&kvp_spaces_lock);
+	dead = kvp_space_unpin_locked(space);
+	mutex_unlock(&kvp_spaces_lock);
+	if (dead)
+		kvp_space_destroy_now(space);
+}
+
+/* Find or create the space under kvp_spaces_lock, and pin it. */
+static struct kvp_space *kvp_space_open_pinned(struct kvpool_space_open *args)
+{
+	struct kvp_space *space;
+	int ret;
+
+	lockdep_assert_held(&kvp_spaces_lock);
+	space = kvp_space_find(args->name);
+	if (space) {
+		if ((args->flags & KVPOOL_SPACE_CREATE) && (args->flags & KVPOOL_SPACE_EXCL))
+			return ERR_PTR(-EEXIST);
+		/* Create-or-join must not silently join a squatter's space. */
+		if (!kvp_space_owner_accepted(space, args))
+			return ERR_PTR((args->flags & KVPOOL_SPACE_CREATE) ? -EEXIST : -EACCES);
+		if (args->block_bytes && args->block_bytes != space->core.block_bytes)
+			return ERR_PTR(-EINVAL);
+		if (!kvp_space_permitted(space))
+			return ERR_PTR(-EACCES);
+		args->created = 0;
+	} else {
+		if (!(args->flags & KVPOOL_SPACE_CREATE))
+			return ERR_PTR(-ENOENT);
+		/* Create fields matter only when creating; a join ignores them. */
+		ret = kvp_space_args_valid(args);
+		if (ret)
+			return ERR_PTR(ret);
+		space = kvp_space_create(args);
+		if (IS_ERR(space))
+			return space;
+		args->created = 1;
+	}
+	kvp_space_pin(space);
+	return space;
+}
+
 int kvp_space_open(struct kvp_client *client, struct kvpool_space_open *args)
 {
 	struct kvp_space *space;
-	int ret = 0;
+	bool dead;
+	int ret;
 
 	if (!kvp_name_valid(args->name))
 		return -EINVAL;
 
 	mutex_lock(&kvp_spaces_lock);
-	if (client->space) {
-		ret = -EBUSY;
-		goto out_unlock;
+	if (client->space || client->joining) {
+		mutex_unlock(&kvp_spaces_lock);
+		return -EBUSY;
 	}
-	space = kvp_space_find(args->name);
-	if (space) {
-		if ((args->flags & KVPOOL_SPACE_CREATE) && (args->flags & KVPOOL_SPACE_EXCL)) {
-			ret = -EEXIST;
-			goto out_unlock;
-		}
-		/* Create-or-join must not silently join a squatter's space. */
-		if (!kvp_space_owner_accepted(space, args)) {
-			ret = (args->flags & KVPOOL_SPACE_CREATE) ? -EEXIST : -EACCES;
-			goto out_unlock;
-		}
-		if (args->block_bytes && args->block_bytes != space->core.block_bytes) {
-			ret = -EINVAL;
-			goto out_unlock;
-		}
-		if (!kvp_space_permitted(space)) {
-			ret = -EACCES;
-			goto out_unlock;
-		}
-		args->created = 0;
-	} else {
-		if (!(args->flags & KVPOOL_SPACE_CREATE)) {
-			ret = -ENOENT;
-			goto out_unlock;
-		}
-		/* Create fields matter only when creating; a join ignores them. */
-		ret = kvp_space_args_valid(args);
-		if (ret)
-			goto out_unlock;
-		space = kvp_space_create(args);
-		if (IS_ERR(space)) {
-			ret = PTR_ERR(space);
-			goto out_unlock;
-		}
-		args->created = 1;
+	space = kvp_space_open_pinned(args);
+	if (IS_ERR(space)) {
+		mutex_unlock(&kvp_spaces_lock);
+		return PTR_ERR(space);
 	}
-	space->nr_clients++;
-	mutex_lock(&space->lock);
-	client->owner = kvp_space_next_owner(space);
-	list_add_tail(&client->link, &space->clients);
-	mutex_unlock(&space->lock);
-	kvp_space_fill_open(space, args);
-	/*
-	 * Published last; pairs with the acquire in kvp_client_space(), so
-	 * whoever sees the space also sees client->owner.
-	 */
-	smp_store_release(&client->space, space);
-
-out_unlock:
+	client->joining = true;
 	mutex_unlock(&kvp_spaces_lock);
-	return ret;
-}
 
-/* A space goes when nothing holds it: no fd, and not persistent unless unlinked. */
-static bool kvp_space_unused(const struct kvp_space *space)
-{
-	lockdep_assert_held(&kvp_spaces_lock);
-	return !space->nr_clients && (!space->persistent || space->unlinked);
+	/* The space's lock is taken without the global one (see DOC: locking). */
+	ret = mutex_lock_killable(&space->lock);
+	if (!ret) {
+		client->owner = kvp_space_next_owner(space);
+		list_add_tail(&client->link, &space->clients);
+		mutex_unlock(&space->lock);
+	}
+
+	mutex_lock(&kvp_spaces_lock);
+	client->joining = false;
+	if (!ret) {
+		/* The pin becomes the fd's hold on the space. */
+		space->nr_clients++;
+		kvp_space_fill_open(space, args);
+		/*
+		 * Published last; pairs with the acquire in kvp_client_space(),
+		 * so whoever sees the space also sees client->owner.
+		 */
+		smp_store_release(&client->space, space);
+	}
+	dead = kvp_space_unpin_locked(space);
+	mutex_unlock(&kvp_spaces_lock);
+	if (dead)
+		kvp_space_destroy_now(space);
+	return ret;
 }
 
 void kvp_client_release(struct kvp_client *client)
@@ -622,56 +707,90 @@ int kvp_space_destroy(const char *name, bool admin)
 {
 	struct kvp_space *space;
 	struct kvp_client *c;
-	int ret = 0;
 
 	if (!kvp_name_valid(name))
 		return -EINVAL;
 	mutex_lock(&kvp_spaces_lock);
 	space = kvp_space_find(name);
 	if (!space) {
-		ret = -ENOENT;
-		goto out_unlock;
+		mutex_unlock(&kvp_spaces_lock);
+		return -ENOENT;
 	}
 	if (!admin && !uid_eq(current_fsuid(), space->uid) && !capable(CAP_SYS_ADMIN)) {
-		ret = -EPERM;
-		goto out_unlock;
+		mutex_unlock(&kvp_spaces_lock);
+		return -EPERM;
 	}
-	space->unlinked = true;
+	kvp_space_unname(space);
+	kvp_space_pin(space);
+	mutex_unlock(&kvp_spaces_lock);
+
+	/* Done already; telling the fds waits for the space alone. */
 	mutex_lock(&space->lock);
 	list_for_each_entry(c, &space->clients, link)
 		kvp_event_emit(&c->events, KVPOOL_EVENT_SPACE_DESTROYED, 0, 0, 0, NULL);
 	mutex_unlock(&space->lock);
-	if (kvp_space_unused(space))
-		kvp_space_unlist(space);
-	else
-		space = NULL;
-	mutex_unlock(&kvp_spaces_lock);
-	if (space)
-		kvp_space_destroy_now(space);
+	kvp_space_unpin(space);
 	return 0;
-
-out_unlock:
-	mutex_unlock(&kvp_spaces_lock);
-	return ret;
 }
 
-/* Evict every cached block of the named space, or of all with "*". */
+static int kvp_space_drop_cached_one(struct kvp_space *space)
+{
+	int ret = mutex_lock_killable(&space->lock);
+
+	if (ret)
+		return ret;
+	kvc_evict(&space->core, space->core.nr_cached, KVC_EVICT_ADMIN);
+	mutex_unlock(&space->lock);
+	return 0;
+}
+
+/*
+ * Evict every cached block of the named space, or of all with "*" (unlinked
+ * ones too).  Each space is pinned and worked on without kvp_spaces_lock;
+ * the walk resumes from it, since a pinned space stays listed.
+ */
 int kvp_space_drop_cached(const char *name)
 {
-	bool all = !strcmp(name, "*");
-	struct kvp_space *space;
-	int ret = all ? 0 : -ENOENT;
+	struct kvp_space *space, *next;
+	bool dead;
+	int ret = 0;
 
-	if (!all && !kvp_name_valid(name))
-		return -EINVAL;
+	if (strcmp(name, "*")) {
+		if (!kvp_name_valid(name))
+			return -EINVAL;
+		mutex_lock(&kvp_spaces_lock);
+		space = kvp_space_find(name);
+		if (space)
+			kvp_space_pin(space);
+		mutex_unlock(&kvp_spaces_lock);
+		if (!space)
+			return -ENOENT;
+		ret = kvp_space_drop_cached_one(space);
+		kvp_space_unpin(space);
+		return ret;
+	}
+
 	mutex_lock(&kvp_spaces_lock);
-	list_for_each_entry(space, &kvp_spaces, link) {
-		if (!all && (space->unlinked || strcmp(space->name, name)))
-			continue;
-		mutex_lock(&space->lock);
-		kvc_evict(&space->core, space->core.nr_cached, KVC_EVICT_ADMIN);
-		mutex_unlock(&space->lock);
-		ret = 0;
+	space = list_first_entry_or_null(&kvp_spaces, struct kvp_space, link);
+	if (space)
+		kvp_space_pin(space);
+	while (space) {
+		mutex_unlock(&kvp_spaces_lock);
+		if (!ret)
+			ret = kvp_space_drop_cached_one(space);
+		mutex_lock(&kvp_spaces_lock);
+		next = NULL;
+		if (!ret && !list_is_last(&space->link, &kvp_spaces)) {
+			next = list_next_entry(space, link);
+			kvp_space_pin(next);
+		}
+		dead = kvp_space_unpin_locked(space);
+		if (dead) {
+			mutex_unlock(&kvp_spaces_lock);
+			kvp_space_destroy_now(space);
+			mutex_lock(&kvp_spaces_lock);
+		}
+		space = next;
 	}
 	mutex_unlock(&kvp_spaces_lock);
 	return ret;
@@ -690,6 +809,7 @@ void kvp_spaces_exit(void)
 		mutex_lock(&kvp_spaces_lock);
 	}
 	mutex_unlock(&kvp_spaces_lock);
+	rhashtable_destroy(&kvp_space_names);
 }
 
 /*

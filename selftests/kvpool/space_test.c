@@ -10,6 +10,7 @@
  */
 #include "kvpool_util.h"
 
+#include <pthread.h>
 #include <sys/fsuid.h>
 #include <sys/prctl.h>
 
@@ -695,6 +696,218 @@ TEST_F(space, destroyed_when_holder_process_exits)
 	ASSERT_LE(0, fd);
 	EXPECT_EQ(-ENOENT, kv_join(fd, self->name, NULL));
 	close(fd);
+}
+
+/* ---- the name index ------------------------------------------------------ */
+
+#define INDEX_SPACES 1500
+
+/* Persistent create through a fresh fd; the space id, or -errno. */
+static long create_persistent(const char *name)
+{
+	struct kvpool_space_open so;
+	int fd = kv_open(), ret;
+
+	if (fd < 0)
+		return -errno;
+	kv_so_init(&so, name, KVPOOL_SPACE_CREATE | KVPOOL_SPACE_EXCL | KVPOOL_SPACE_PERSIST,
+		   4096, 4096);
+	ret = kv_space_open(fd, &so);
+	close(fd);
+	return ret ? ret : (long)so.space_id;
+}
+
+/* Join by name, with @junk written past the name's NUL; the id, or -errno. */
+static long join_id(const char *name, char junk)
+{
+	struct kvpool_space_open so;
+	int fd = kv_open(), ret;
+
+	if (fd < 0)
+		return -errno;
+	kv_so_init(&so, name, 0, 0, 0);
+	memset(so.name + strlen(name) + 1, junk, sizeof(so.name) - strlen(name) - 1);
+	ret = kv_space_open(fd, &so);
+	close(fd);
+	return ret ? ret : (long)so.space_id;
+}
+
+/*
+ * Many names: each resolves to its own space whatever follows its NUL, a
+ * destroyed name is free at once while its neighbours stay, and nothing is
+ * left behind.
+ */
+TEST_F(space, name_index_many_spaces)
+{
+	static long ids[INDEX_SPACES];
+	char name[KVPOOL_NAME_MAX], old_max[32];
+	int i;
+
+	ASSERT_LT(0, read_file(KV_SYSFS "/spaces_per_uid_max", old_max, sizeof(old_max)));
+	ASSERT_EQ(0, sysfs_write("spaces_per_uid_max", "0"));
+	for (i = 0; i < INDEX_SPACES; i++) {
+		snprintf(name, sizeof(name), "%.48s.%d", self->name, i);
+		ids[i] = create_persistent(name);
+		if (ids[i] < 0)
+			break;
+	}
+	ASSERT_EQ(INDEX_SPACES, i) TH_LOG("create %d: %s", i, strerror((int)-ids[i]));
+	EXPECT_EQ(self->spaces0 + INDEX_SPACES, sysfs_get("spaces"));
+	for (i = 0; i < INDEX_SPACES; i++) {
+		snprintf(name, sizeof(name), "%.48s.%d", self->name, i);
+		ASSERT_EQ(ids[i], join_id(name, (char)('a' + i % 26))) TH_LOG("%s", name);
+		if (i % 2)
+			ASSERT_EQ(0, kv_destroy_name(name));
+	}
+	for (i = 0; i < INDEX_SPACES; i++) {
+		snprintf(name, sizeof(name), "%.48s.%d", self->name, i);
+		if (i % 2) {
+			ASSERT_EQ(-ENOENT, join_id(name, 0)) TH_LOG("%s", name);
+			ASSERT_LT(0, create_persistent(name));
+		} else {
+			ASSERT_EQ(ids[i], join_id(name, 0)) TH_LOG("%s", name);
+		}
+		ASSERT_EQ(0, kv_destroy_name(name));
+	}
+	EXPECT_EQ(self->spaces0, sysfs_get("spaces"));
+	EXPECT_EQ(0, sysfs_write("spaces_per_uid_max", old_max));
+	ASSERT_KV_CHECK_OK();
+}
+
+/* ---- joins, destroys and cache drops racing one another ------------------- */
+
+#define RACE_NAMES 4
+#define RACE_ROUNDS 400
+
+static void race_name(char *buf, const char *base, unsigned int i)
+{
+	snprintf(buf, KVPOOL_NAME_MAX, "%.48s.r%u", base, i % RACE_NAMES);
+}
+
+/* Create-or-join, touch the space, close: the last close tears it down. */
+static int race_joiner(const char *base)
+{
+	char name[KVPOOL_NAME_MAX];
+	struct kvpool_space_open so;
+	__u32 id;
+	int i, fd, ret;
+
+	for (i = 0; i < RACE_ROUNDS; i++) {
+		race_name(name, base, i);
+		fd = kv_open();
+		if (fd < 0)
+			return 1;
+		kv_so_init(&so, name, KVPOOL_SPACE_CREATE, 4096, 16 * 4096);
+		ret = kv_space_open(fd, &so);
+		if (ret && ret != -ENOENT) {
+			close(fd);
+			return 2;
+		}
+		if (!ret && kv_alloc(fd, &id, 1)) {
+			close(fd);
+			return 3;
+		}
+		close(fd);
+	}
+	return 0;
+}
+
+static int race_destroyer(const char *base)
+{
+	char name[KVPOOL_NAME_MAX];
+	int i, ret;
+
+	for (i = 0; i < RACE_ROUNDS; i++) {
+		race_name(name, base, i);
+		ret = kv_destroy_name(name);
+		if (ret && ret != -ENOENT)
+			return 1;
+	}
+	return 0;
+}
+
+static int race_dropper(const char *base)
+{
+	char name[KVPOOL_NAME_MAX];
+	int i, ret;
+
+	for (i = 0; i < RACE_ROUNDS; i++) {
+		race_name(name, base, i);
+		ret = sysfs_write("drop_cached", i % 2 ? "*" : name);
+		if (ret && ret != -ENOENT)
+			return 1;
+	}
+	return 0;
+}
+
+/* Two threads SPACE_OPEN one fd at once: exactly one joins. */
+struct double_open {
+	int fd;
+	char name[KVPOOL_NAME_MAX];
+	int ret;
+};
+
+static void *double_open_thread(void *arg)
+{
+	struct double_open *d = arg;
+	struct kvpool_space_open so;
+
+	kv_so_init(&so, d->name, KVPOOL_SPACE_CREATE, 4096, 4096);
+	d->ret = kv_space_open(d->fd, &so);
+	return NULL;
+}
+
+static int race_double_opener(const char *base)
+{
+	struct double_open d[2];
+	pthread_t t[2];
+	int i, j;
+
+	for (i = 0; i < RACE_ROUNDS / 4; i++) {
+		int fd = kv_open();
+
+		if (fd < 0)
+			return 1;
+		for (j = 0; j < 2; j++) {
+			d[j].fd = fd;
+			snprintf(d[j].name, sizeof(d[j].name), "%.48s.d%d", base, j);
+			if (pthread_create(&t[j], NULL, double_open_thread, &d[j]))
+				return 2;
+		}
+		for (j = 0; j < 2; j++)
+			pthread_join(t[j], NULL);
+		close(fd);
+		if (!!d[0].ret == !!d[1].ret)
+			return 3;
+		if ((d[0].ret ? d[0].ret : d[1].ret) != -EBUSY)
+			return 4;
+	}
+	return 0;
+}
+
+/*
+ * Joins, destroys, cache drops (named and "*") and double opens of one fd,
+ * all at once: every step succeeds or fails with its documented errno, and
+ * afterwards no space is left and the accounting holds.
+ */
+TEST_F(space, open_destroy_drop_race)
+{
+	int (*const workers[])(const char *) = {
+		race_joiner, race_joiner, race_destroyer, race_dropper, race_double_opener,
+	};
+	pid_t pids[ARRAY_SIZE(workers)];
+	unsigned int i;
+
+	for (i = 0; i < ARRAY_SIZE(workers); i++) {
+		pids[i] = fork();
+		ASSERT_LE(0, pids[i]);
+		if (!pids[i])
+			_exit(workers[i](self->name));
+	}
+	for (i = 0; i < ARRAY_SIZE(workers); i++)
+		EXPECT_EQ(0, kv_wait(pids[i])) TH_LOG("worker %u", i);
+	EXPECT_EQ(self->spaces0, sysfs_wait_eq("spaces", self->spaces0, 2000));
+	ASSERT_KV_CHECK_OK();
 }
 
 TEST_HARNESS_MAIN
