@@ -330,14 +330,12 @@ static inline __u64 sysfs_get(const char *rel)
 	return sysfs_u64(rel, &v) ? ~0ULL : v;
 }
 
-/* write(2) @s to /sys/class/misc/kvpool/<rel> in one call; 0 or -errno. */
-static inline int sysfs_write(const char *rel, const char *s)
+/* write(2) @s to @path in one call; 0 or -errno. */
+static inline int kv_write_path(const char *path, const char *s)
 {
-	char path[256];
 	ssize_t n;
 	int fd, ret = 0;
 
-	snprintf(path, sizeof(path), KV_SYSFS "/%s", rel);
 	fd = open(path, O_WRONLY | O_CLOEXEC);
 	if (fd < 0)
 		return -errno;
@@ -348,6 +346,15 @@ static inline int sysfs_write(const char *rel, const char *s)
 		ret = -EIO;
 	close(fd);
 	return ret;
+}
+
+/* The same for /sys/class/misc/kvpool/<rel>. */
+static inline int sysfs_write(const char *rel, const char *s)
+{
+	char path[256];
+
+	snprintf(path, sizeof(path), KV_SYSFS "/%s", rel);
+	return kv_write_path(path, s);
 }
 
 /* 1 when debugfs check reads exactly "ok\n", 0 otherwise, -errno if absent. */

@@ -38,19 +38,6 @@
 #define RACE_GRACE_S	60	/* past the deadline a child counts as hung */
 #define COMPACT_UNEVICTABLE "/proc/sys/vm/compact_unevictable_allowed"
 
-/* write(2) @s to a /proc file; 0 or -errno. */
-static int write_proc(const char *path, const char *s)
-{
-	int fd = open(path, O_WRONLY | O_CLOEXEC), ret = 0;
-
-	if (fd < 0)
-		return -errno;
-	if (write(fd, s, strlen(s)) != (ssize_t)strlen(s))
-		ret = -EIO;
-	close(fd);
-	return ret;
-}
-
 /* The chunk counts of debugfs nodes, one "chunks=N" per node. */
 static const char *chunks_line(char *out, size_t len)
 {
@@ -160,7 +147,7 @@ static __u64 race_fragmented_pool(struct __test_metadata *_metadata)
 
 	/* Empty first, so that none of the pool's 2 MiB chunks stay. */
 	sysfs_write("pool_bytes", "0");
-	if (write_proc(COMPACT_UNEVICTABLE, "0"))
+	if (kv_write_path(COMPACT_UNEVICTABLE, "0"))
 		TH_LOG("cannot keep compaction off mlocked pages: chunks may stay large");
 	if (pipe(ready))
 		return sysfs_get("pool_bytes");
@@ -185,7 +172,7 @@ static __u64 race_fragmented_pool(struct __test_metadata *_metadata)
 		kill(hog, SIGKILL);
 		kv_wait(hog);
 	}
-	write_proc(COMPACT_UNEVICTABLE, "1");
+	kv_write_path(COMPACT_UNEVICTABLE, "1");
 	race_drop_big_chunks();
 	/* Whatever the hog managed, the test needs a pool. */
 	if (sysfs_get("pool_bytes") < KV_POOL_DEFAULT) {

@@ -19,18 +19,6 @@
 #define NR_BLOCKS	1024u
 #define NR_FDS		32
 
-static int cg_write(const char *path, const char *s)
-{
-	int fd = open(path, O_WRONLY | O_CLOEXEC), ret = 0;
-
-	if (fd < 0)
-		return -errno;
-	if (write(fd, s, strlen(s)) != (ssize_t)strlen(s))
-		ret = -errno;
-	close(fd);
-	return ret;
-}
-
 static long long cg_read_u64(const char *dir, const char *file)
 {
 	char path[256], buf[64];
@@ -49,7 +37,7 @@ static int cg_setup(void)
 	if (access(CG_ROOT "/cgroup.controllers", F_OK) &&
 	    mount("cgroup2", CG_ROOT, "cgroup2", 0, NULL))
 		return -errno;
-	return cg_write(CG_ROOT "/cgroup.subtree_control", "+memory");
+	return kv_write_path(CG_ROOT "/cgroup.subtree_control", "+memory");
 }
 
 /*
@@ -66,7 +54,7 @@ static void child_run(const char *cg, const char *name, int ready, int go)
 	char c;
 
 	snprintf(path, sizeof(path), "%s/cgroup.procs", cg);
-	if (cg_write(path, "0"))
+	if (kv_write_path(path, "0"))
 		_exit(10);
 	for (i = 0; i < NR_FDS; i++) {
 		fds[i] = kv_open_join(name, NULL);
