@@ -106,6 +106,12 @@ static inline int32_t gpu_plan_key_lo(const struct gpu_plan_shape *s, int32_t po
 	return pos - s->window_left;
 }
 
+/* Keys the last query of a decode sequence of len tokens sees. */
+static inline uint64_t gpu_plan_visible_keys(const struct gpu_plan_shape *s, int32_t len)
+{
+	return (uint64_t)(len - gpu_plan_key_lo(s, len - 1));
+}
+
 static inline int gpu_plan_shape_ok(const struct gpu_plan_shape *s)
 {
 	return s->num_kv_heads && s->num_q_heads && s->num_q_heads % s->num_kv_heads == 0 &&
@@ -153,7 +159,7 @@ static inline void gpu_plan_count(const struct gpu_plan_shape *s, uint32_t num_s
 
 	*tasks = *partials = 0;
 	for (i = 0; i < num_seqs; i++) {
-		n = (uint64_t)(seq_lens[i] - gpu_plan_key_lo(s, seq_lens[i] - 1));
+		n = gpu_plan_visible_keys(s, seq_lens[i]);
 		n = n > chunk ? (n + chunk - 1) / chunk : 1;
 		*tasks += n * per_seq;
 		if (n > 1)
@@ -177,7 +183,7 @@ static inline uint32_t gpu_plan_wave_split(const struct gpu_plan_shape *s, uint3
 	uint32_t i, k;
 
 	for (i = 0; i < num_seqs; i++) {
-		keys = (uint64_t)(seq_lens[i] - gpu_plan_key_lo(s, seq_lens[i] - 1));
+		keys = gpu_plan_visible_keys(s, seq_lens[i]);
 		if (keys > maxkeys)
 			maxkeys = keys;
 	}
@@ -221,7 +227,7 @@ static inline uint32_t gpu_plan_split_tokens(const struct gpu_plan_shape *s, uin
 	if (2 * items > target)
 		return gpu_plan_wave_split(s, num_seqs, seq_lens, target, partial_cap);
 	for (i = 0; i < num_seqs; i++)
-		keys += (uint64_t)(seq_lens[i] - gpu_plan_key_lo(s, seq_lens[i] - 1));
+		keys += gpu_plan_visible_keys(s, seq_lens[i]);
 	chunk = (keys * s->num_kv_heads * gpu_plan_slices(s) + target - 1) / target;
 	if (chunk < KVRT_PLAN_MIN_SPLIT_TOKENS)
 		chunk = KVRT_PLAN_MIN_SPLIT_TOKENS;
