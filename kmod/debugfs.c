@@ -6,6 +6,7 @@
  */
 #include <linux/debugfs.h>
 #include <linux/seq_file.h>
+#include <linux/uaccess.h>
 
 #include "kvpool.h"
 
@@ -255,6 +256,40 @@ static int kvp_check_show(struct seq_file *m, void *unused)
 }
 DEFINE_SHOW_ATTRIBUTE(kvp_check);
 
+/*
+ * wrap_ids: "serial N" sets the space id counter (ids are its low 32 bits),
+ * "owner NAME N" a space's next owner id.  Issue 14's finding 15 is a wrap
+ * after 2^32 creates or joins; this lets a test get there.
+ */
+static ssize_t kvp_wrap_ids_write(struct file *file, const char __user *ubuf, size_t len,
+				  loff_t *ppos)
+{
+	char buf[KVPOOL_NAME_MAX + 48], name[KVPOOL_NAME_MAX];
+	unsigned long long serial;
+	unsigned int next;
+	int ret;
+
+	if (len >= sizeof(buf))
+		return -EINVAL;
+	if (copy_from_user(buf, ubuf, len))
+		return -EFAULT;
+	buf[len] = 0;
+	if (sscanf(buf, "serial %llu", &serial) == 1) {
+		kvp_space_set_serial(serial);
+		return len;
+	}
+	if (sscanf(buf, "owner %63s %u", name, &next) != 2)
+		return -EINVAL;
+	ret = kvp_space_set_next_owner(name, next);
+	return ret ? ret : len;
+}
+
+static const struct file_operations kvp_wrap_ids_fops = {
+	.owner = THIS_MODULE,
+	.write = kvp_wrap_ids_write,
+	.llseek = noop_llseek,
+};
+
 void kvp_debugfs_init(void)
 {
 	kvp_debugfs_dir = debugfs_create_dir("kvpool", NULL);
@@ -265,6 +300,7 @@ void kvp_debugfs_init(void)
 	debugfs_create_file("lru", 0400, kvp_debugfs_dir, NULL, &kvp_lru_fops);
 	debugfs_create_file("residency", 0400, kvp_debugfs_dir, NULL, &kvp_residency_dump_fops);
 	debugfs_create_file("tenants", 0400, kvp_debugfs_dir, NULL, &kvp_tenants_dump_fops);
+	debugfs_create_file("wrap_ids", 0200, kvp_debugfs_dir, NULL, &kvp_wrap_ids_fops);
 }
 
 void kvp_debugfs_exit(void)

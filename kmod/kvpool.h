@@ -259,6 +259,8 @@ struct kvp_space *kvp_client_space(struct kvp_client *client);
 int kvp_space_destroy(const char *name, bool admin);
 int kvp_space_drop_cached(const char *name);
 int kvp_spaces_init(void);
+void kvp_space_set_serial(u64 serial);
+int kvp_space_set_next_owner(const char *name, u32 next);
 void kvp_spaces_exit(void);
 int kvp_space_back(struct kvp_space *space, u64 start, u64 len);
 void kvp_space_emit_pressure(struct kvp_space *space, unsigned int cause, u32 evicted);

@@ -207,6 +207,34 @@ static void kvp_space_unname(struct kvp_space *space)
 	rhashtable_remove_fast(&kvp_space_names, &space->name_node, kvp_space_names_params);
 }
 
+/*
+ * debugfs `wrap_ids` (root): move a counter to where 2^32 ids would have
+ * taken it, so that tests reach the wrap.  serial: the space id counter;
+ * owner: a space's owner counter, marked as having wrapped.
+ */
+void kvp_space_set_serial(u64 serial)
+{
+	mutex_lock(&kvp_spaces_lock);
+	kvp_space_serial = serial;
+	mutex_unlock(&kvp_spaces_lock);
+}
+
+int kvp_space_set_next_owner(const char *name, u32 next)
+{
+	struct kvp_space *space;
+
+	mutex_lock(&kvp_spaces_lock);
+	space = kvp_space_find(name);
+	if (space) {
+		mutex_lock(&space->lock);
+		space->next_owner = next;
+		space->owners_wrapped = true;
+		mutex_unlock(&space->lock);
+	}
+	mutex_unlock(&kvp_spaces_lock);
+	return space ? 0 : -ENOENT;
+}
+
 /* Zero a chunk that last belonged to another space (design: scrubbing). */
 static void kvp_chunk_scrub(struct kvp_chunk *chunk)
 {

@@ -11,6 +11,7 @@
 #include "kvpool_util.h"
 
 #include <pthread.h>
+#include <stdarg.h>
 #include <sys/fsuid.h>
 #include <sys/prctl.h>
 
@@ -737,7 +738,7 @@ static long join_id(const char *name, char junk)
  * destroyed name is free at once while its neighbours stay, and nothing is
  * left behind.
  */
-TEST_F(space, name_index_many_spaces)
+TEST_F_TIMEOUT(space, name_index_many_spaces, 300)
 {
 	static long ids[INDEX_SPACES];
 	char name[KVPOOL_NAME_MAX], old_max[32];
@@ -777,7 +778,7 @@ TEST_F(space, name_index_many_spaces)
 /* ---- joins, destroys and cache drops racing one another ------------------- */
 
 #define RACE_NAMES 4
-#define RACE_ROUNDS 400
+#define RACE_ROUNDS 200
 
 static void race_name(char *buf, const char *base, unsigned int i)
 {
@@ -890,7 +891,7 @@ static int race_double_opener(const char *base)
  * all at once: every step succeeds or fails with its documented errno, and
  * afterwards no space is left and the accounting holds.
  */
-TEST_F(space, open_destroy_drop_race)
+TEST_F_TIMEOUT(space, open_destroy_drop_race, 300)
 {
 	int (*const workers[])(const char *) = {
 		race_joiner, race_joiner, race_destroyer, race_dropper, race_double_opener,
@@ -907,6 +908,100 @@ TEST_F(space, open_destroy_drop_race)
 	for (i = 0; i < ARRAY_SIZE(workers); i++)
 		EXPECT_EQ(0, kv_wait(pids[i])) TH_LOG("worker %u", i);
 	EXPECT_EQ(self->spaces0, sysfs_wait_eq("spaces", self->spaces0, 2000));
+	ASSERT_KV_CHECK_OK();
+}
+
+/* ---- 32-bit ids after a wrap (issue 14, finding 15) ----------------------- */
+
+#define WRAP_IDS "/sys/kernel/debug/kvpool/wrap_ids"
+
+static int wrap_ids(const char *fmt, ...)
+{
+	char buf[128];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(buf, sizeof(buf), fmt, ap);
+	va_end(ap);
+	return kv_write_path(WRAP_IDS, buf);
+}
+
+/*
+ * Past 2^32 creates, a new space id skips 0 and every id a live space holds:
+ * sysfs space/ID and block owners would otherwise name two spaces at once.
+ */
+TEST_F(space, space_ids_wrap_skip_zero_and_in_use)
+{
+	struct kvpool_space_open x, y, z;
+	char name[KVPOOL_NAME_MAX];
+	int fdx, fdy, fdz;
+
+	if (access(WRAP_IDS, W_OK))
+		SKIP(return, "no debugfs wrap_ids");
+	fdx = kv_open_create(self->name, 4096, 4096, &x);
+	ASSERT_LE(0, fdx);
+	/* The next id would be x's own. */
+	ASSERT_EQ(0, wrap_ids("serial %llu", (1ULL << 32) + x.space_id - 1));
+	snprintf(name, sizeof(name), "%.48s.y", self->name);
+	fdy = kv_open_create(name, 4096, 4096, &y);
+	ASSERT_LE(0, fdy);
+	EXPECT_NE(x.space_id, y.space_id);
+	EXPECT_NE(0, y.space_id);
+	/* The next id would be 0. */
+	ASSERT_EQ(0, wrap_ids("serial %llu", (2ULL << 32) - 1));
+	snprintf(name, sizeof(name), "%.48s.z", self->name);
+	fdz = kv_open_create(name, 4096, 4096, &z);
+	ASSERT_LE(0, fdz);
+	EXPECT_NE(0, z.space_id);
+	EXPECT_NE(x.space_id, z.space_id);
+	EXPECT_NE(y.space_id, z.space_id);
+	close(fdz);
+	close(fdy);
+	close(fdx);
+	ASSERT_KV_CHECK_OK();
+}
+
+/*
+ * Past 2^32 joins of one space, a new fd's owner id skips 0 and every id an
+ * open fd holds: two fds with one owner id could free each other's blocks,
+ * and the first to close would take the other's with it.
+ */
+TEST_F(space, owner_ids_wrap_skip_zero_and_in_use)
+{
+	int fd[4], i, j, late;
+	__u32 id[4];
+
+	if (access(WRAP_IDS, W_OK))
+		SKIP(return, "no debugfs wrap_ids");
+	fd[0] = kv_open_create(self->name, 4096, 16 * 4096, NULL);
+	ASSERT_LE(0, fd[0]);
+	fd[1] = kv_open_join(self->name, NULL);
+	ASSERT_LE(0, fd[1]);
+	/* fd 0 and 1 hold owners 1 and 2; the counter goes back to 1 ... */
+	ASSERT_EQ(0, wrap_ids("owner %s 1", self->name));
+	fd[2] = kv_open_join(self->name, NULL);
+	ASSERT_LE(0, fd[2]);
+	/* ... and to the last id, then 0. */
+	ASSERT_EQ(0, wrap_ids("owner %s %u", self->name, 0xffffffffu));
+	fd[3] = kv_open_join(self->name, NULL);
+	ASSERT_LE(0, fd[3]);
+	late = kv_open_join(self->name, NULL);
+	ASSERT_LE(0, late);
+	for (i = 0; i < 4; i++)
+		ASSERT_EQ(0, kv_alloc(fd[i], &id[i], 1));
+	/* Nobody else may free a block: every fd has an owner id of its own. */
+	for (i = 0; i < 4; i++)
+		EXPECT_EQ(-EPERM, kv_free(late, &id[i], 1)) TH_LOG("block of fd %d", i);
+	close(late);
+	for (i = 0; i < 4; i++)
+		for (j = 0; j < 4; j++)
+			if (j != i)
+				EXPECT_EQ(-EPERM, kv_free(fd[j], &id[i], 1))
+					TH_LOG("fd %d freed the block of fd %d", j, i);
+	for (i = 0; i < 4; i++)
+		EXPECT_EQ(0, kv_free(fd[i], &id[i], 1)) TH_LOG("fd %d", i);
+	for (i = 0; i < 4; i++)
+		close(fd[i]);
 	ASSERT_KV_CHECK_OK();
 }
 
