@@ -2,7 +2,8 @@
 /*
  * bench_pool.c: kvbench pool, the cost of handing out and finding blocks.
  *
- *   kvbench pool [--json] [--only core|ioctl] [--device PATH] [common options]
+ *   kvbench pool [--json] [--only core|ioctl] [--device PATH] [--spaces N]
+ *                [common options]
  *
  *   core_alloc_free_batchN   kvc_alloc + kvc_free of N blocks, in-process,
  *                            ns per block; limit: popping and pushing one
@@ -22,6 +23,21 @@
  *   ..._colliding            the same with 1,000 hashes that share their
  *                            first 8 bytes: one bucket for an index keyed
  *                            on those bytes (issue 14, finding 8).
+ *   ioctl_space_open_spacesN open(2) of the device + KVPOOL_IOC_SPACE_OPEN
+ *                            joining a space by name + close(2), ns per
+ *                            call, with N persistent spaces present (4 KiB
+ *                            block, 4 KiB quota, nothing backed; --spaces,
+ *                            default 10,000; the one joined is the last
+ *                            created); limit: the same of that space alone,
+ *                            measured before the others are created and
+ *                            after they are destroyed (issue 14, finding 6).
+ *                            It sets spaces_per_uid_max to 0 (unlimited)
+ *                            for the case and restores it, so it needs
+ *                            root unless that is 0 or at least N already;
+ *                            otherwise it is skipped with a note.  The
+ *                            spaces are destroyed with SPACE_DESTROY at the
+ *                            end; a run killed midway leaves them, and the
+ *                            next run destroys them first.
  *
  * The prefix's blocks are published once and released, so they sit in
  * the index as cached blocks; each repetition takes and drops one
@@ -32,7 +48,9 @@
  * Timing: CLOCK_MONOTONIC; each repetition runs at least --rep-time
  * seconds (default 0.1); the median of --reps (default 5) repetitions is
  * reported.  Value and limit repetitions alternate, so drift hits both
- * alike.
+ * alike; ioctl_space_open_spacesN cannot (its two states are N creates
+ * apart), so its limit's repetitions bracket the value's instead: the
+ * median of --reps before and --reps after.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -43,6 +61,7 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <linux/kvpool.h>
@@ -62,11 +81,16 @@ static const unsigned int batches[] = { 1, 16, 256, 4096 };
 #define MAX_BATCH 4096
 /* A 16k-token prompt in 16-token blocks. */
 #define PREFIX_BLOCKS 1000
+/* ioctl_space_open_spacesN: N by default, at most, and the spaces' names. */
+#define OPEN_SPACES_DEFAULT	10000
+#define OPEN_SPACES_MAX		1000000
+#define OPEN_SPACE_NAME		"kvbench.open.%u"
 
 struct pool_opts {
 	struct kvb_opts c;
 	const char *device;
 	const char *only;	/* NULL, "core" or "ioctl" */
+	unsigned int spaces;	/* ioctl_space_open_spacesN's N; 0: not run */
 };
 
 static const struct kvb_opts pool_defaults = { .bench = "pool", .reps = 5, .rep_time = 0.1 };
@@ -81,11 +105,16 @@ static void pool_usage(FILE *f)
 		"syscall floor.  Lookup+release of a 1,000-block prefix, ns per block:\n"
 		"kvcore against comparing each hash with its block's copy, the ioctls\n"
 		"against the syscall floor; _colliding: hashes sharing their first 8\n"
-		"bytes.  ratio = limit / value.\n"
+		"bytes.  ioctl_space_open_spacesN: open + SPACE_OPEN join by name + close,\n"
+		"ns per call, with N persistent spaces present, against the same with the\n"
+		"space alone (needs root: spaces_per_uid_max is set to 0 for the case and\n"
+		"restored).  ratio = limit / value.\n"
 		"\n"
 		"options:\n"
 		"  --only core|ioctl run only these cases\n"
-		"  --device PATH     kvpool device (default /dev/kvpool)\n");
+		"  --device PATH     kvpool device (default /dev/kvpool)\n"
+		"  --spaces N        spaces present in ioctl_space_open_spacesN (default %u,\n"
+		"                    at most %u; 0: not run)\n", OPEN_SPACES_DEFAULT, OPEN_SPACES_MAX);
 	kvb_common_usage(f, &pool_defaults);
 }
 
@@ -583,12 +612,297 @@ out_close:
 	return ret;
 }
 
+/* ---- ioctl: SPACE_OPEN by name among many spaces ----------------------- */
+
+struct open_ctx {
+	const char *device;
+	char name[KVPOOL_NAME_MAX];
+};
+
+/* open(2) the device, join the space named x->name, close(2): one call. */
+static int open_join_run(void *c, unsigned long iters)
+{
+	struct open_ctx *x = c;
+	struct kvpool_space_open so;
+	unsigned long it;
+	int fd, ret;
+
+	for (it = 0; it < iters; it++) {
+		fd = open(x->device, O_RDWR | O_CLOEXEC);
+		if (fd < 0)
+			return -errno;
+		memset(&so, 0, sizeof(so));
+		memcpy(so.name, x->name, sizeof(so.name));
+		ret = ioctl(fd, KVPOOL_IOC_SPACE_OPEN, &so) ? -errno : 0;
+		close(fd);
+		if (ret)
+			return ret;
+		if (so.created)
+			return -EPROTO;
+	}
+	return 0;
+}
+
+/* Create space number i, persistent: one 4 KiB block of quota, none backed. */
+static int open_space_make(const char *device, unsigned int i)
+{
+	struct kvpool_space_open so;
+	int fd, ret;
+
+	fd = open(device, O_RDWR | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	memset(&so, 0, sizeof(so));
+	snprintf(so.name, sizeof(so.name), OPEN_SPACE_NAME, i);
+	so.flags = KVPOOL_SPACE_CREATE | KVPOOL_SPACE_PERSIST;
+	so.mode = 0600;
+	so.block_bytes = BENCH_BLOCK;
+	so.quota_bytes = BENCH_BLOCK;
+	so.numa_policy = KVPOOL_NUMA_PREFERRED;
+	ret = ioctl(fd, KVPOOL_IOC_SPACE_OPEN, &so) ? -errno : 0;
+	close(fd);
+	return ret;
+}
+
+/* Unlink space number i (-ENOENT when there is none). */
+static int open_space_unlink(int ctl, unsigned int i)
+{
+	struct kvpool_space_destroy d;
+
+	memset(&d, 0, sizeof(d));
+	snprintf(d.name, sizeof(d.name), OPEN_SPACE_NAME, i);
+	return ioctl(ctl, KVPOOL_IOC_SPACE_DESTROY, &d) ? -errno : 0;
+}
+
+/* Unlink spaces [from, to); the first error other than -ENOENT, or 0. */
+static int open_spaces_unlink(int ctl, unsigned int from, unsigned int to)
+{
+	unsigned int i;
+	int ret = 0, r;
+
+	for (i = from; i < to; i++) {
+		r = open_space_unlink(ctl, i);
+		if (r && r != -ENOENT && !ret)
+			ret = r;
+	}
+	return ret;
+}
+
+/* The device's sysfs attribute attr: /sys/dev/char/MAJOR:MINOR/attr. */
+static void dev_attr_path(char *buf, size_t len, dev_t rdev, const char *attr)
+{
+	snprintf(buf, len, "/sys/dev/char/%u:%u/%s", major(rdev), minor(rdev), attr);
+}
+
+static int sysfs_read_ulong(const char *path, unsigned long *v)
+{
+	char buf[32], *end;
+	ssize_t n;
+	int fd;
+
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return n < 0 ? -errno : -EIO;
+	buf[n] = '\0';
+	errno = 0;
+	*v = strtoul(buf, &end, 10);
+	return errno || end == buf ? -EIO : 0;
+}
+
+static int sysfs_write_ulong(const char *path, unsigned long v)
+{
+	char buf[32];
+	int fd, n, ret;
+
+	fd = open(path, O_WRONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	n = snprintf(buf, sizeof(buf), "%lu\n", v);
+	ret = write(fd, buf, n) == n ? 0 : -errno;
+	close(fd);
+	return ret;
+}
+
+static int cmp_ns(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* reps repetitions of m, ns per call, into sample[]. */
+static int open_reps(struct measure *m, unsigned int reps, double *sample)
+{
+	unsigned int r;
+	double ns;
+	int ret;
+
+	for (r = 0; r < reps; r++) {
+		ret = timed(m, m->iters, &ns);
+		if (ret)
+			return ret;
+		sample[r] = ns / (double)m->iters;
+	}
+	return 0;
+}
+
+/*
+ * ioctl_space_open_spacesN: open + SPACE_OPEN (join by name) + close of
+ * the space created last among N persistent spaces, against the same of
+ * that space alone, measured before the other N - 1 are created and
+ * again after they are destroyed (the limit is the median of both sets:
+ * the value's repetitions cannot alternate with a state that takes
+ * N creates and destroys to reach).  The last-created space is the far
+ * end of a list scanned from its head.  Needs spaces_per_uid_max 0 or
+ * at least N: it is set to 0 (unlimited) for the case and restored,
+ * which needs root; without it the case is skipped with a note.
+ */
+static int bench_ioctl_open(const struct kvb_report *rep, const char *device, dev_t rdev,
+			    unsigned int nspaces, unsigned int *step, unsigned int steps)
+{
+	const struct kvb_opts *o = rep->o;
+	struct open_ctx x = { .device = device };
+	struct measure value = { .fn = open_join_run, .ctx = &x, .units = 1 };
+	struct measure limit = { .fn = open_join_run, .ctx = &x, .units = 1 };
+	double lsample[2 * KVB_MAX_REPS], v, l, t0;
+	char max_path[96], spaces_path[96], name[64];
+	unsigned long old_max = 0, present = 0;
+	unsigned int made, last = nspaces - 1;
+	bool raised = false;
+	int ctl, ret, r;
+
+	snprintf(name, sizeof(name), "ioctl_space_open_spaces%u", nspaces);
+	kvb_progress(o, ++*step, steps, name);
+	dev_attr_path(max_path, sizeof(max_path), rdev, "spaces_per_uid_max");
+	dev_attr_path(spaces_path, sizeof(spaces_path), rdev, "spaces");
+	ret = sysfs_read_ulong(max_path, &old_max);
+	if (ret) {
+		kvb_note(o, "%s: %s: %s skipped", max_path, strerror(-ret), name);
+		return 0;
+	}
+	if (old_max) {
+		ret = sysfs_write_ulong(max_path, 0);
+		if (ret && old_max < nspaces) {
+			kvb_note(o, "%s is %lu and cannot be raised (%s; root can): %s skipped",
+				 max_path, old_max, strerror(-ret), name);
+			return 0;
+		}
+		raised = !ret;
+		ret = 0;
+	}
+	ctl = open(device, O_RDWR | O_CLOEXEC);
+	if (ctl < 0) {
+		ret = -errno;
+		goto out_restore;
+	}
+	/* A run killed midway leaves its persistent spaces behind. */
+	if (!sysfs_read_ulong(spaces_path, &present) && present) {
+		ret = open_spaces_unlink(ctl, 0, nspaces);
+		if (ret)
+			goto out_close;
+		if (!sysfs_read_ulong(spaces_path, &present) && present)
+			kvb_note(o, "%lu other spaces present: %s's limit is not alone", present,
+				 name);
+	}
+	snprintf(x.name, sizeof(x.name), OPEN_SPACE_NAME, last);
+
+	/* The limit, before: the space alone. */
+	ret = open_space_make(device, last);
+	if (ret == -EDQUOT)
+		goto out_quota;
+	if (!ret)
+		ret = calibrate(&limit, o->rep_time);
+	if (!ret)
+		ret = open_reps(&limit, o->reps, lsample);
+	r = open_space_unlink(ctl, last);
+	if (!ret)
+		ret = r;
+	if (ret)
+		goto out_unlink;
+
+	/* N - 1 others first, so the space joined is the last created. */
+	t0 = kvb_now_s();
+	for (made = 0; made < nspaces; made++) {
+		ret = open_space_make(device, made);
+		if (ret)
+			break;
+	}
+	if (ret == -EDQUOT) {
+		ret = open_spaces_unlink(ctl, 0, made);
+		if (ret)
+			goto out_close;
+		goto out_quota;
+	}
+	if (ret)
+		goto out_unlink;
+	kvb_note(o, "%s: %u spaces created in %.2f s", name, nspaces, kvb_now_s() - t0);
+	ret = calibrate(&value, o->rep_time);
+	if (!ret)
+		ret = open_reps(&value, o->reps, value.sample);
+	if (ret)
+		goto out_unlink;
+
+	/* The limit, after: the others destroyed, the same space alone again. */
+	t0 = kvb_now_s();
+	ret = open_spaces_unlink(ctl, 0, last);
+	if (ret)
+		goto out_unlink;
+	kvb_note(o, "%s: %u spaces destroyed in %.2f s", name, last, kvb_now_s() - t0);
+	ret = open_reps(&limit, o->reps, lsample + o->reps);
+	r = open_space_unlink(ctl, last);
+	if (!ret)
+		ret = r;
+	if (ret)
+		goto out_close;
+
+	v = kvb_median(value.sample, o->reps);
+	/* The two halves apart: how far the machine drifted over the case. */
+	kvb_note(o, "%s: the space alone: %.0f ns/call before, %.0f after", name,
+		 kvb_median(lsample, o->reps), kvb_median(lsample + o->reps, o->reps));
+	qsort(lsample, 2 * o->reps, sizeof(lsample[0]), cmp_ns);
+	l = (lsample[o->reps - 1] + lsample[o->reps]) / 2;	/* 2 * reps samples: even */
+	kvb_report(rep, name, v, "ns/call (cost; ratio = limit/value)", l,
+		   "ns/call, the space alone");
+	goto out_close;
+
+out_quota:
+	kvb_note(o, "%s: SPACE_OPEN create: %s (spaces_per_uid_max %lu): skipped", name,
+		 strerror(EDQUOT), raised ? 0 : old_max);
+	ret = 0;
+	goto out_close;
+out_unlink:
+	r = open_spaces_unlink(ctl, 0, nspaces);
+	if (r)
+		fprintf(stderr, "kvbench pool: %s: destroying its spaces: %s\n", name,
+			strerror(-r));
+out_close:
+	close(ctl);
+out_restore:
+	if (raised) {
+		r = sysfs_write_ulong(max_path, old_max);
+		if (r)
+			fprintf(stderr, "kvbench pool: restoring %s to %lu: %s\n", max_path,
+				old_max, strerror(-r));
+	}
+	if (ret == -EPROTO)
+		fprintf(stderr, "kvbench pool: %s: SPACE_OPEN without CREATE created a space\n",
+			name);
+	else if (ret)
+		fprintf(stderr, "kvbench pool: %s: %s\n", name, strerror(-ret));
+	return ret;
+}
+
 /* ---- pool -------------------------------------------------------------- */
 
 /* argv[0] is "pool". */
 int cmd_pool(int argc, char **argv)
 {
-	struct pool_opts o = { .c = pool_defaults, .device = "/dev/kvpool" };
+	struct pool_opts o = { .c = pool_defaults, .device = "/dev/kvpool",
+			       .spaces = OPEN_SPACES_DEFAULT };
 	struct kvb_report rep = { .o = &o.c, .ratio = KVB_COST, .name_w = 34, .num_w = 12,
 				  .unit_w = 31, .ratio_w = 8 };
 	unsigned int step = 0, steps;
@@ -608,12 +922,20 @@ int cmd_pool(int argc, char **argv)
 			pool_usage(stdout);
 			return 0;
 		}
-		if (strcmp(a, "--device") && strcmp(a, "--only"))
+		if (strcmp(a, "--device") && strcmp(a, "--only") && strcmp(a, "--spaces"))
 			return kvb_usage_error(&o.c, pool_usage, "unknown option '%s'", a);
 		if (i + 1 >= argc)
 			return kvb_usage_error(&o.c, pool_usage, "option '%s' needs a value", a);
 		if (!strcmp(a, "--device")) {
 			o.device = argv[++i];
+		} else if (!strcmp(a, "--spaces")) {
+			unsigned long n;
+
+			if (kvb_parse_ulong(argv[++i], 0, OPEN_SPACES_MAX, &n))
+				return kvb_usage_error(&o.c, pool_usage,
+						       "--spaces: '%s' is not a count of 0 to %u",
+						       argv[i], OPEN_SPACES_MAX);
+			o.spaces = n;
 		} else {
 			o.only = argv[++i];
 			if (strcmp(o.only, "core") && strcmp(o.only, "ioctl"))
@@ -633,13 +955,16 @@ int cmd_pool(int argc, char **argv)
 		kvb_note(&o.c, "%s absent: ioctl cases skipped", o.device);
 		dev = false;
 	}
-	steps = (core + dev) * (NR_BATCHES + NR_LOOKUP);
-	kvb_report_header(&rep, "ns/block");
+	steps = (core + dev) * (NR_BATCHES + NR_LOOKUP) + (dev && o.spaces);
+	kvb_report_header(&rep, "ns");
 	ret = 0;
 	if (core)
 		ret = bench_core(&rep, &step, steps);
 	if (dev && !ret)
 		ret = bench_ioctl(&rep, o.device, &step, steps);
+	/* After bench_ioctl's space is gone: only this case's spaces exist. */
+	if (dev && o.spaces && !ret)
+		ret = bench_ioctl_open(&rep, o.device, st.st_rdev, o.spaces, &step, steps);
 	kvb_progress_end();
 	return ret ? 1 : 0;
 }

@@ -6,7 +6,9 @@
 # valid run with --block-tokens must print one parsable JSON line per
 # case, every decode and gather case named _btN, none failing.  A short
 # kvbench pool --only core must print its alloc/free and prefix-lookup
-# cases, each measured.
+# cases, each measured, and kvbench pool --spaces must refuse what is not
+# a count of 0 to 1,000,000.  (The
+# ioctl cases need /dev/kvpool: `make bench-pool` runs them in the VM.)
 #
 # Output is TAP-like; the last line is "N passed, N failed".
 
@@ -94,6 +96,12 @@ fi
 result "attn --block-tokens 64: 6 decode/gather cases named _bt64, all measured" "$why"
 
 check "pool usage names the prefix lookup" 0 "1,000-block prefix" pool --help
+check "pool usage names the SPACE_OPEN case and --spaces" 0 \
+	"ioctl_space_open_spacesN: open \+ SPACE_OPEN" pool --help
+check "pool --spaces 1000001 (above the range)" 2 \
+	"--spaces: '1000001' is not a count of 0 to 1000000" pool --spaces 1000001
+check "pool --spaces x (not a number)" 2 "--spaces: 'x'" pool --spaces x
+check "pool --spaces without a value" 2 "option '--spaces' needs a value" pool --spaces
 
 # kvbench pool, in-process only (no device here), as short as it goes.
 "$KVBENCH" pool --json --quiet --only core --reps 1 --rep-time 0.001 >"$T/out" 2>"$T/err"
