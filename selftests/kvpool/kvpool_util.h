@@ -27,11 +27,14 @@
 #include <unistd.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 
+#include <linux/capability.h>
 #include <linux/kvpool.h>
 
 /*
@@ -474,6 +477,159 @@ static inline int kv_drop_to(const struct kv_cred *c)
 	if (setresuid(c->uid, c->uid, c->uid))
 		return -errno;
 	return 0;
+}
+
+/*
+ * Raise (@on) or lower CAP_DAC_OVERRIDE in the effective set; it must be
+ * permitted (a uid still 0, or PR_SET_KEEPCAPS across the drop).  0 or
+ * -errno.
+ */
+static inline int kv_dac_override(int on)
+{
+	struct __user_cap_header_struct h = { .version = _LINUX_CAPABILITY_VERSION_3 };
+	struct __user_cap_data_struct d[_LINUX_CAPABILITY_U32S_3];
+	unsigned int i = CAP_TO_INDEX(CAP_DAC_OVERRIDE);
+
+	if (syscall(SYS_capget, &h, d))
+		return -errno;
+	if (on)
+		d[i].effective |= CAP_TO_MASK(CAP_DAC_OVERRIDE);
+	else
+		d[i].effective &= ~CAP_TO_MASK(CAP_DAC_OVERRIDE);
+	return syscall(SYS_capset, &h, d) ? -errno : 0;
+}
+
+/*
+ * Drop to @c for good and open /dev/kvpool as @c: the fd or -errno.
+ *
+ * Rights are fixed at open (the file model: the module checks the fd's
+ * f_cred), so a test that acts as another user opens the device as that
+ * user.  The device is root's (0660 root:root in the test VM), so the open
+ * is made as a member of its group would: with CAP_DAC_OVERRIDE alone,
+ * which the module never asks for, kept across the drop and given up
+ * right after.  The process keeps no capability.
+ */
+static inline int kv_drop_and_open(const struct kv_cred *c)
+{
+	struct __user_cap_header_struct h = { .version = _LINUX_CAPABILITY_VERSION_3 };
+	struct __user_cap_data_struct none[_LINUX_CAPABILITY_U32S_3];
+	int fd, ret;
+
+	memset(none, 0, sizeof(none));
+	if (prctl(PR_SET_KEEPCAPS, 1, 0, 0, 0))
+		return -errno;
+	ret = kv_drop_to(c);
+	if (!ret)
+		ret = kv_dac_override(1);
+	fd = ret ? ret : kv_open();
+	if (fd < 0 && !ret)
+		fd = -errno;
+	/* Nothing kept, whatever happened. */
+	if (syscall(SYS_capset, &h, none) || prctl(PR_SET_KEEPCAPS, 0, 0, 0, 0)) {
+		if (fd >= 0)
+			close(fd);
+		return -EPERM;
+	}
+	return fd;
+}
+
+/* Send @fd over the unix socket @sk (SCM_RIGHTS): 0 or -errno. */
+static inline int kv_send_fd(int sk, int fd)
+{
+	union {
+		struct cmsghdr h;
+		char buf[CMSG_SPACE(sizeof(int))];
+	} u;
+	char byte = 0;
+	struct iovec iov = { .iov_base = &byte, .iov_len = 1 };
+	struct msghdr m = {
+		.msg_iov = &iov, .msg_iovlen = 1,
+		.msg_control = u.buf, .msg_controllen = sizeof(u.buf),
+	};
+	struct cmsghdr *cm;
+
+	memset(&u, 0, sizeof(u));
+	cm = CMSG_FIRSTHDR(&m);
+	cm->cmsg_level = SOL_SOCKET;
+	cm->cmsg_type = SCM_RIGHTS;
+	cm->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(cm), &fd, sizeof(int));
+	return sendmsg(sk, &m, 0) == 1 ? 0 : -errno;
+}
+
+/*
+ * Receive an fd sent with kv_send_fd(): the fd, or -errno, where a sender
+ * that has no fd to send writes its errno as the one byte instead.
+ */
+static inline int kv_recv_fd(int sk)
+{
+	union {
+		struct cmsghdr h;
+		char buf[CMSG_SPACE(sizeof(int))];
+	} u;
+	char byte;
+	struct iovec iov = { .iov_base = &byte, .iov_len = 1 };
+	struct msghdr m = {
+		.msg_iov = &iov, .msg_iovlen = 1,
+		.msg_control = u.buf, .msg_controllen = sizeof(u.buf),
+	};
+	struct cmsghdr *cm;
+	ssize_t n;
+	int fd;
+
+	n = recvmsg(sk, &m, MSG_CMSG_CLOEXEC);
+	if (n < 0)
+		return -errno;
+	if (n != 1)
+		return -EBADMSG;
+	cm = CMSG_FIRSTHDR(&m);
+	if (!cm)
+		return byte ? -(int)(unsigned char)byte : -EBADMSG;
+	if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS ||
+	    cm->cmsg_len != CMSG_LEN(sizeof(int)))
+		return -EBADMSG;
+	memcpy(&fd, CMSG_DATA(cm), sizeof(int));
+	return fd;
+}
+
+/*
+ * /dev/kvpool opened by a child dropped to @c and passed here over a unix
+ * socket: the fd (its rights are @c's, whoever uses it), or -errno.
+ */
+static inline int kv_open_as(const struct kv_cred *c)
+{
+	int sk[2], fd, status;
+	pid_t pid;
+
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sk))
+		return -errno;
+	pid = fork();
+	if (pid < 0) {
+		fd = -errno;
+		close(sk[0]);
+		close(sk[1]);
+		return fd;
+	}
+	if (pid == 0) {
+		close(sk[0]);
+		fd = kv_drop_and_open(c);
+		if (fd < 0) {
+			/* The errno instead of an fd: one byte, no rights. */
+			char e = (char)-fd;
+
+			_exit(write(sk[1], &e, 1) == 1 ? 0 : 1);
+		}
+		_exit(kv_send_fd(sk[1], fd) ? 1 : 0);
+	}
+	close(sk[1]);
+	fd = kv_recv_fd(sk[0]);
+	close(sk[0]);
+	if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status)) {
+		if (fd >= 0)
+			close(fd);
+		return -ECHILD;
+	}
+	return fd;
 }
 
 /* Wait for @pid; returns its exit code, or 1000 + signal when killed. */
