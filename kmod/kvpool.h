@@ -256,7 +256,7 @@ int kvp_space_open(struct kvp_client *client, struct kvpool_space_open *args);
 void kvp_client_init(struct kvp_client *client, struct file *file);
 void kvp_client_release(struct kvp_client *client);
 struct kvp_space *kvp_client_space(struct kvp_client *client);
-int kvp_space_destroy(const char *name, bool admin);
+int kvp_space_destroy(const char *name, const struct file *file);
 int kvp_space_drop_cached(const char *name);
 int kvp_spaces_init(void);
 void kvp_space_set_serial(u64 serial);

@@ -95,7 +95,7 @@ static long kvp_ioctl_blocks(struct kvp_client *client, unsigned int cmd, void _
 	return kvp_ioctl_free(client, &args);
 }
 
-static long kvp_ioctl_space_destroy(void __user *uarg)
+static long kvp_ioctl_space_destroy(struct file *file, void __user *uarg)
 {
 	struct kvpool_space_destroy args;
 
@@ -103,7 +103,7 @@ static long kvp_ioctl_space_destroy(void __user *uarg)
 		return -EFAULT;
 	if (args.flags || args.pad || !kvp_zero(args.reserved, sizeof(args.reserved)))
 		return -EINVAL;
-	return kvp_space_destroy(args.name, false);
+	return kvp_space_destroy(args.name, file);
 }
 
 static long kvp_ioctl_space_info_user(struct kvp_client *client, void __user *uarg)
@@ -146,7 +146,10 @@ static long kvp_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
 	struct kvp_client *client = file->private_data;
 	void __user *uarg = (void __user *)arg;
 
-	/* As for any file, the rights come from how it was opened. */
+	/*
+	 * As for any file, the rights come from how it was opened: FMODE_WRITE
+	 * here, the opener's credentials (file->f_cred) in space.c.
+	 */
 	if (kvp_ioctl_mutates(cmd) && !(file->f_mode & FMODE_WRITE))
 		return -EBADF;
 	switch (cmd) {
@@ -165,7 +168,7 @@ static long kvp_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
 	case KVPOOL_IOC_LOOKUP:
 		return kvp_ioctl_lookup(client, uarg);
 	case KVPOOL_IOC_SPACE_DESTROY:
-		return kvp_ioctl_space_destroy(uarg);
+		return kvp_ioctl_space_destroy(file, uarg);
 	case KVPOOL_IOC_RESIDENCY:
 		return kvp_ioctl_residency(client, uarg);
 	case KVPOOL_IOC_SPACE_STATS:

@@ -155,34 +155,67 @@ static int kvp_space_args_valid(const struct kvpool_space_open *args)
 	return 0;
 }
 
-/* Like a file opened O_RDWR: both r and w for the caller's class. */
-static bool kvp_space_permitted(const struct kvp_space *space)
+/*
+ * in_group_p() for @cred rather than current's.  set_groups() keeps
+ * group_info sorted; groups_search() does this, but is not exported.
+ */
+static bool kvp_cred_in_group(const struct cred *cred, kgid_t gid)
 {
-	const struct cred *cred = current_cred();
+	const struct group_info *gi = cred->group_info;
+	unsigned int left = 0, right;
+
+	if (gid_eq(cred->fsgid, gid))
+		return true;
+	if (!gi)
+		return false;
+	right = gi->ngroups;
+	while (left < right) {
+		unsigned int mid = left + (right - left) / 2;
+
+		if (gid_gt(gid, gi->gid[mid]))
+			left = mid + 1;
+		else if (gid_lt(gid, gi->gid[mid]))
+			right = mid;
+		else
+			return true;
+	}
+	return false;
+}
+
+/*
+ * Like a file opened O_RDWR: both r and w for the class of the fd's opener.
+ * As for any file, the rights are fixed at open (file->f_cred): a process
+ * that changes its ids later, or gets the fd over a unix socket, acts as
+ * the opener.
+ */
+static bool kvp_space_permitted(const struct kvp_space *space, const struct file *file)
+{
+	const struct cred *cred = file->f_cred;
 	unsigned int mode = space->mode;
 
 	if (uid_eq(cred->fsuid, space->uid))
 		mode >>= 6;
-	else if (in_group_p(space->gid))
+	else if (kvp_cred_in_group(cred, space->gid))
 		mode >>= 3;
 	if ((mode & 06) == 06)
 		return true;
-	return capable(CAP_SYS_ADMIN);
+	return file_ns_capable(file, &init_user_ns, CAP_SYS_ADMIN);
 }
 
 /*
  * Names are host-wide, so anyone may take one first: a join lands only in
- * a space owned by the caller's fsuid, or by the uid it names with
- * KVPOOL_SPACE_FOREIGN.  No capability overrides this; root is squattable
- * too.
+ * a space owned by the opener's fsuid, or by the uid it names with
+ * KVPOOL_SPACE_FOREIGN (in the opener's user namespace).  No capability
+ * overrides this; root is squattable too.
  */
 static bool kvp_space_owner_accepted(const struct kvp_space *space,
-				     const struct kvpool_space_open *args)
+				     const struct kvpool_space_open *args,
+				     const struct cred *cred)
 {
-	kuid_t accepted = current_fsuid();
+	kuid_t accepted = cred->fsuid;
 
 	if (args->flags & KVPOOL_SPACE_FOREIGN)
-		accepted = make_kuid(current_user_ns(), args->expect_uid);
+		accepted = make_kuid(cred->user_ns, args->expect_uid);
 	return uid_valid(accepted) && uid_eq(space->uid, accepted);
 }
 
@@ -449,7 +482,9 @@ static const struct kvc_space_ops kvp_space_ops = {
 	.evicted = kvp_space_evicted,
 };
 
-static struct kvp_space *kvp_space_create(const struct kvpool_space_open *args)
+/* The opener's fsuid/fsgid (@cred: file->f_cred) own the space and are its tenant. */
+static struct kvp_space *kvp_space_create(const struct kvpool_space_open *args,
+					  const struct cred *cred)
 {
 	struct kvp_space *space;
 	int ret;
@@ -463,7 +498,7 @@ static struct kvp_space *kvp_space_create(const struct kvpool_space_open *args)
 			     &kvp_space_ops, space);
 	if (ret)
 		goto out_free_space;
-	space->tenant = kvp_tenant_get(current_fsuid());
+	space->tenant = kvp_tenant_get(cred->fsuid);
 	if (IS_ERR(space->tenant)) {
 		ret = PTR_ERR(space->tenant);
 		goto out_free_space;
@@ -479,8 +514,8 @@ static struct kvp_space *kvp_space_create(const struct kvpool_space_open *args)
 		goto out_put_tenant;
 	space->id = kvp_space_next_id();
 	space->serial = kvp_space_serial;
-	space->uid = current_fsuid();
-	space->gid = current_fsgid();
+	space->uid = cred->fsuid;
+	space->gid = cred->fsgid;
 	space->mode = args->mode;
 	space->numa_policy = args->numa_policy;
 	space->node_mask = args->node_mask;
@@ -543,9 +578,11 @@ static void kvp_space_destroy_now(struct kvp_space *space)
 	kfree(space);
 }
 
-static void kvp_space_fill_open(const struct kvp_space *space, struct kvpool_space_open *args)
+/* The owner as the opener's user namespace sees it, as expect_uid is read. */
+static void kvp_space_fill_open(const struct kvp_space *space, struct kvpool_space_open *args,
+				const struct cred *cred)
 {
-	struct user_namespace *ns = current_user_ns();
+	struct user_namespace *ns = cred->user_ns;
 
 	args->space_id = space->id;
 	args->uid = from_kuid_munged(ns, space->uid);
@@ -607,7 +644,8 @@ static void kvp_space_unpin(struct kvp_space *space)
 }
 
 /* Find or create the space under kvp_spaces_lock, and pin it. */
-static struct kvp_space *kvp_space_open_pinned(struct kvpool_space_open *args)
+static struct kvp_space *kvp_space_open_pinned(struct kvpool_space_open *args,
+						const struct file *file)
 {
 	struct kvp_space *space;
 	int ret;
@@ -618,11 +656,11 @@ static struct kvp_space *kvp_space_open_pinned(struct kvpool_space_open *args)
 		if ((args->flags & KVPOOL_SPACE_CREATE) && (args->flags & KVPOOL_SPACE_EXCL))
 			return ERR_PTR(-EEXIST);
 		/* Create-or-join must not silently join a squatter's space. */
-		if (!kvp_space_owner_accepted(space, args))
+		if (!kvp_space_owner_accepted(space, args, file->f_cred))
 			return ERR_PTR((args->flags & KVPOOL_SPACE_CREATE) ? -EEXIST : -EACCES);
 		if (args->block_bytes && args->block_bytes != space->core.block_bytes)
 			return ERR_PTR(-EINVAL);
-		if (!kvp_space_permitted(space))
+		if (!kvp_space_permitted(space, file))
 			return ERR_PTR(-EACCES);
 		args->created = 0;
 	} else {
@@ -632,7 +670,7 @@ static struct kvp_space *kvp_space_open_pinned(struct kvpool_space_open *args)
 		ret = kvp_space_args_valid(args);
 		if (ret)
 			return ERR_PTR(ret);
-		space = kvp_space_create(args);
+		space = kvp_space_create(args, file->f_cred);
 		if (IS_ERR(space))
 			return space;
 		args->created = 1;
@@ -655,7 +693,7 @@ int kvp_space_open(struct kvp_client *client, struct kvpool_space_open *args)
 		mutex_unlock(&kvp_spaces_lock);
 		return -EBUSY;
 	}
-	space = kvp_space_open_pinned(args);
+	space = kvp_space_open_pinned(args, client->file);
 	if (IS_ERR(space)) {
 		mutex_unlock(&kvp_spaces_lock);
 		return PTR_ERR(space);
@@ -676,7 +714,7 @@ int kvp_space_open(struct kvp_client *client, struct kvpool_space_open *args)
 	if (!ret) {
 		/* The pin becomes the fd's hold on the space. */
 		space->nr_clients++;
-		kvp_space_fill_open(space, args);
+		kvp_space_fill_open(space, args, client->file->f_cred);
 		/*
 		 * Published last; pairs with the acquire in kvp_client_space(),
 		 * so whoever sees the space also sees client->owner.
@@ -730,8 +768,10 @@ struct kvp_space *kvp_client_space(struct kvp_client *client)
 /*
  * Unlink a space: the name is free at once, joined fds are told and keep
  * working, and the space goes with its last fd (now, when there is none).
+ * @file is the fd asking: its opener must own the space or have
+ * CAP_SYS_ADMIN.  NULL: root's write to sysfs destroy_space.
  */
-int kvp_space_destroy(const char *name, bool admin)
+int kvp_space_destroy(const char *name, const struct file *file)
 {
 	struct kvp_space *space;
 	struct kvp_client *c;
@@ -744,7 +784,8 @@ int kvp_space_destroy(const char *name, bool admin)
 		mutex_unlock(&kvp_spaces_lock);
 		return -ENOENT;
 	}
-	if (!admin && !uid_eq(current_fsuid(), space->uid) && !capable(CAP_SYS_ADMIN)) {
+	if (file && !uid_eq(file->f_cred->fsuid, space->uid) &&
+	    !file_ns_capable(file, &init_user_ns, CAP_SYS_ADMIN)) {
 		mutex_unlock(&kvp_spaces_lock);
 		return -EPERM;
 	}

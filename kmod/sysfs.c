@@ -277,7 +277,7 @@ static ssize_t destroy_space_store(struct device *dev, struct device_attribute *
 	int ret = kvp_sysfs_name(buf, count, name);
 
 	if (!ret)
-		ret = kvp_space_destroy(name, true);
+		ret = kvp_space_destroy(name, NULL);
 	return ret ? ret : count;
 }
 static DEVICE_ATTR_WO(destroy_space);

@@ -49,8 +49,9 @@
  *     else or of another block_bytes;
  *   - results: INFO and SPACE_INFO fields and their accounting
  *     (free + owned == backed, my_blocks == what this file owns), SPACE_OPEN
- *     out fields (geometry echoed on create, created flag, permission of a
- *     join done with a non-root euid, one space per name), ALLOC ids (in
+ *     out fields (geometry echoed on create, created flag, owner and
+ *     permission of a join through a file opened with a non-root euid:
+ *     rights are the opener's, whoever calls; one space per name), ALLOC ids (in
  *     range, no duplicates, never a block another file owns: also across
  *     processes, through a table of owners in shared memory), all-or-nothing
  *     after a failed ALLOC or FREE;
@@ -349,6 +350,9 @@ struct ofile {
 	int fds[FZ_MAX_FDS];
 	int nfds;
 	int acc;		/* O_RDWR, O_RDONLY, O_WRONLY */
+	int as_user;		/* opened with euid uid, egid gid (else as root) */
+	uid_t uid;
+	gid_t gid;
 	int joined;
 	int name_slot;		/* index into the shared names, or -1 */
 	char name[KVPOOL_NAME_MAX];
@@ -954,6 +958,34 @@ static struct ofile *of_new(struct worker *w, int acc)
 		return of;
 	}
 	return NULL;
+}
+
+static void become(struct worker *w, uid_t uid, gid_t gid);
+static void unbecome(struct worker *w);
+
+/*
+ * A file opened with euid @uid and egid @gid: the module fixes its rights
+ * at open (f_cred), so it acts as that user in whoever's hands.  The
+ * device is root's: CAP_DAC_OVERRIDE (still permitted, the saved uid is 0)
+ * stands in for membership of its group, and the module never asks for it.
+ */
+static struct ofile *of_new_as(struct worker *w, int acc, uid_t uid, gid_t gid)
+{
+	struct ofile *of;
+	int ret;
+
+	become(w, uid, gid);
+	ret = kv_dac_override(1);
+	if (ret)
+		fz_fail(w, "CAP_DAC_OVERRIDE as %u: %s", uid, strerror(-ret));
+	of = of_new(w, acc);
+	unbecome(w);
+	if (of) {
+		of->as_user = 1;
+		of->uid = uid;
+		of->gid = gid;
+	}
+	return of;
 }
 
 static void of_unclaim_all(struct worker *w, struct ofile *of)
@@ -1906,9 +1938,12 @@ static void op_join(struct worker *w, struct rng *r, int bad)
 			break;
 		}
 	}
+	/* A new file opened as the user: the module checks the opener. */
+	of = as_user && !busy ? of_new_as(w, O_RDWR, uid, gid) : NULL;
 	/* A parent's file must not change state: join only through our own. */
-	of = busy ? of_pick(w, rnd(r), PICK_JOINED) :
-		    of_pick(w, rnd(r), PICK_UNJOINED | PICK_MUT);
+	if (!of)
+		of = busy ? of_pick(w, rnd(r), PICK_JOINED) :
+			    of_pick(w, rnd(r), PICK_UNJOINED | PICK_MUT);
 	if (!of)
 		of = of_new(w, O_RDWR);
 	if (!of && !busy && (of = of_pick(w, rnd(r), PICK_MUT))) {
@@ -1920,6 +1955,10 @@ static void op_join(struct worker *w, struct rng *r, int bad)
 	}
 	if (!of)
 		of = of_any(w, rnd(r), PICK_UNJOINED | PICK_MUT);
+	/* Whoever opened the file joins, not this (root) process. */
+	as_user = of->as_user;
+	uid = of->uid;
+	gid = of->gid;
 	so_expect(w, &so, of, sk, as_user, &e, &cbad);
 	if (of->inherited && !e.must_fail) {
 		skip(w, "parent's file");
@@ -1935,13 +1974,9 @@ static void op_join(struct worker *w, struct rng *r, int bad)
 	     (unsigned long long)so.quota_bytes, so.mode, so.numa_policy,
 	     (unsigned long long)so.node_mask, so.expect_uid, so_reserved(&so),
 	     p_name[sk]);
-	if (as_user) {
-		note(w, " as %u:%u", uid, gid);
-		become(w, uid, gid);
-	}
-	ret = fz_ioctl(fd, KVPOOL_IOC_SPACE_OPEN, arg);
 	if (as_user)
-		unbecome(w);
+		note(w, " (opened as %u:%u)", uid, gid);
+	ret = fz_ioctl(fd, KVPOOL_IOC_SPACE_OPEN, arg);
 	if (!ret && probe_copy(&out, arg, sizeof(out)))
 		fz_fail(w, "fault reading back the struct at %p", arg);
 	fz_expect(w, ret, &e);

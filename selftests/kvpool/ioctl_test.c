@@ -772,25 +772,23 @@ TEST_F(space, join_ignores_invalid_create_params)
 
 TEST_F(space, join_without_permission_eacces)
 {
+	const struct kv_cred nobody = { .uid = 65534, .gid = 65534 };
 	struct kvpool_space_open so;
-	pid_t pid;
+	int fd;
 
-	/* The space is root's, mode 0600; uid/gid 65534 may not join it. */
-	pid = fork();
-	ASSERT_LE(0, pid);
-	if (pid == 0) {
-		const struct kv_cred nobody = { .uid = 65534, .gid = 65534 };
-
-		/* fd2 was opened as root; SPACE_OPEN checks the caller. */
-		if (kv_drop_to(&nobody))
-			_exit(200);
-		/* Accept root as the owner, so the mode is what refuses. */
-		kv_so_init(&so, self->name, KVPOOL_SPACE_FOREIGN, 0, 0);
-		so.expect_uid = 0;
-		_exit(-kv_space_open(self->fd2, &so));
-	}
-	EXPECT_EQ(EACCES, kv_wait(pid));
-	/* fd2 did not join; root can. */
+	/*
+	 * The space is root's, mode 0600; uid/gid 65534 may not join it.
+	 * SPACE_OPEN checks the opener of the fd, so nobody opens it.
+	 */
+	fd = kv_open_as(&nobody);
+	ASSERT_LE(0, fd) TH_LOG("open as nobody: %s", strerror(-fd));
+	/* Accept root as the owner, so the mode is what refuses. */
+	kv_so_init(&so, self->name, KVPOOL_SPACE_FOREIGN, 0, 0);
+	so.expect_uid = 0;
+	EXPECT_EQ(-EACCES, kv_space_open(fd, &so));
+	/* fd did not join; root can. */
+	EXPECT_EQ(-EBADFD, kv_space_info(fd, &(struct kvpool_space_info){}));
+	close(fd);
 	EXPECT_EQ(0, kv_join(self->fd2, self->name, &so));
 }
 

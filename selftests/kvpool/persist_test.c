@@ -84,7 +84,10 @@ static int cached_blocks(int fd)
 	return (int)st.cached_blocks;
 }
 
-/* Fork a child that drops to @c and destroys @name; returns its errno. */
+/*
+ * Fork a child that drops to @c, opens the device as @c (rights are the
+ * opener's) and destroys @name; returns its errno.
+ */
 static int destroy_as(const struct kv_cred *c, const char *name)
 {
 	pid_t pid = fork();
@@ -92,12 +95,10 @@ static int destroy_as(const struct kv_cred *c, const char *name)
 	if (pid < 0)
 		return 250;
 	if (pid == 0) {
-		int fd = kv_open();
+		int fd = kv_drop_and_open(c);
 
 		if (fd < 0)
 			_exit(200);
-		if (kv_drop_to(c))
-			_exit(201);
 		_exit(-kv_destroy(fd, name));
 	}
 	return kv_wait(pid);
@@ -112,12 +113,10 @@ static int create_persistent_as(const struct kv_cred *c, const char *name)
 		return 250;
 	if (pid == 0) {
 		struct kvpool_space_open so;
-		int fd = kv_open();
+		int fd = kv_drop_and_open(c);
 
 		if (fd < 0)
 			_exit(200);
-		if (kv_drop_to(c))
-			_exit(201);
 		kv_so_init(&so, name, KVPOOL_SPACE_CREATE | KVPOOL_SPACE_EXCL |
 			   KVPOOL_SPACE_PERSIST, BB, QUOTA);
 		_exit(-kv_space_open(fd, &so));

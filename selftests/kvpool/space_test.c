@@ -4,9 +4,11 @@
  * processes, permission checks by credentials, and destruction on the last
  * close.
  *
- * /dev/kvpool itself may be 0660 root:root; children that act as other users
- * open the device while still root and drop their credentials before
- * SPACE_OPEN, which checks the caller's credentials at ioctl time.
+ * Rights are fixed at open, as for any file: the module checks the
+ * credentials of the fd's opener, whoever issues the ioctl.  Children that
+ * act as other users therefore drop their credentials first and open the
+ * device as that user (kv_drop_and_open(): /dev/kvpool itself may be 0660
+ * root:root).
  */
 #include "kvpool_util.h"
 
@@ -322,9 +324,9 @@ TEST_F(space, two_processes_see_each_others_writes)
 /* ---- permissions ---------------------------------------------------------- */
 
 /*
- * Fork a child that opens the device, drops to @c, and runs SPACE_OPEN with
- * @flags and @expect_uid on @name.  Returns the errno (0 on success), or
- * 200+ when the child could not get that far.
+ * Fork a child that drops to @c, opens the device as @c, and runs
+ * SPACE_OPEN with @flags and @expect_uid on @name.  Returns the errno (0 on
+ * success), or 200+ when the child could not get that far.
  */
 static int open_as_expect(const struct kv_cred *c, const char *name,
 			  __u32 flags, __u32 expect_uid,
@@ -340,13 +342,11 @@ static int open_as_expect(const struct kv_cred *c, const char *name,
 	if (pid < 0)
 		return 251;
 	if (pid == 0) {
-		int fd = kv_open();
+		int fd = kv_drop_and_open(c);
 
 		close(p[0]);
 		if (fd < 0)
 			_exit(200);
-		if (kv_drop_to(c))
-			_exit(201);
 		kv_so_init(&so, name, flags, BLOCK, QUOTA);
 		so.expect_uid = expect_uid;
 		ret = -kv_space_open(fd, &so);
@@ -402,10 +402,10 @@ static pid_t hold_space_as(const struct kv_cred *c, const char *name,
 	if (pid < 0)
 		return -errno;
 	if (pid == 0) {
-		int fd = kv_open();
+		int fd = kv_drop_and_open(c);
 
 		close(p[0]);
-		ret = fd < 0 ? -errno : kv_drop_to(c);
+		ret = fd < 0 ? fd : 0;
 		/* After the credential change, which clears it. */
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		if (getppid() != parent)
@@ -620,7 +620,11 @@ TEST_F(space, unprivileged_user_can_create_own_space)
 	EXPECT_EQ(self->spaces0, sysfs_wait_eq("spaces", self->spaces0, 2000));
 }
 
-TEST_F(space, owner_is_creator_fsuid_fsgid)
+/*
+ * The owner is the opener's fsuid/fsgid: the ids the device was opened
+ * with, not the euid, and not whatever the process has when it creates.
+ */
+TEST_F(space, owner_is_openers_fsuid_fsgid)
 {
 	struct kvpool_space_open so;
 	int p[2];
@@ -630,13 +634,22 @@ TEST_F(space, owner_is_creator_fsuid_fsgid)
 	pid = fork();
 	ASSERT_LE(0, pid);
 	if (pid == 0) {
-		int fd = kv_open(), ret;
+		int fd, ret;
 
 		/* euid/egid stay 0; only the filesystem ids change. */
 		setfsgid(4321);
 		setfsuid(1234);
 		if (setfsuid(-1) != 1234 || setfsgid(-1) != 4321)
 			_exit(20);
+		/* fsuid 1234 lost CAP_DAC_OVERRIDE; the device may be 0660 root:root. */
+		if (kv_dac_override(1))
+			_exit(23);
+		fd = kv_open();
+		/* Back to root's ids: the fd keeps its opener's. */
+		setfsuid(0);
+		setfsgid(0);
+		if (setfsuid(-1) != 0 || setfsgid(-1) != 0)
+			_exit(24);
 		ret = fd < 0 ? 21 : -kv_create(fd, self->name, BLOCK,
 					       QUOTA, &so);
 		if (write(p[1], &so, sizeof(so)) != sizeof(so))

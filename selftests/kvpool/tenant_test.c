@@ -17,9 +17,10 @@
  *   - uid_limit_default_bytes applies to uids without a limit of their
  *     own (an explicit limit overrides it; 0 is unlimited).
  *
- * The spaces are created by a child that dropped to the uid, on a file the
- * test opened before the fork, so the space's owner (the creator's fsuid)
- * is that uid while the test, as root, drives the fd.
+ * The spaces are created through a file that a child dropped to the uid
+ * opened and passed back (kv_open_as()): rights are fixed at open, so the
+ * space's owner and tenant (the opener's fsuid) are that uid while the
+ * test, as root, drives the fd.
  */
 #include "kvpool_prefix_util.h"
 
@@ -70,80 +71,54 @@ FIXTURE_TEARDOWN(tenant)
 }
 
 /*
- * Open /dev/kvpool here and let a child that dropped to c create the space
- * (CREATE|EXCL, mode 0666) on that file.  Returns the fd or -errno.
+ * Create name (CREATE|EXCL, mode 0666) through /dev/kvpool opened by uid
+ * c (kv_open_as()): the space's owner and tenant are the opener's.  The
+ * test, as root, drives the fd.  Returns the fd or -errno.
  */
 static int create_as(const struct kv_cred *c, const char *name, __u64 block, __u64 quota,
 		     struct kvpool_space_open *out)
 {
-	struct kvpool_space_open *so;
-	int fd, st;
-	pid_t pid;
+	struct kvpool_space_open so;
+	int fd, ret;
 
-	so = mmap(NULL, sizeof(*so), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-	if (so == MAP_FAILED)
-		return -errno;
-	fd = kv_open();
-	if (fd < 0) {
-		munmap(so, sizeof(*so));
-		return -errno;
-	}
-	pid = fork();
-	if (pid < 0) {
+	fd = kv_open_as(c);
+	if (fd < 0)
+		return fd;
+	kv_so_init(&so, name, KVPOOL_SPACE_CREATE | KVPOOL_SPACE_EXCL, block, quota);
+	so.mode = 0666;
+	ret = kv_space_open(fd, &so);
+	if (ret) {
 		close(fd);
-		munmap(so, sizeof(*so));
-		return -errno;
-	}
-	if (pid == 0) {
-		int ret = kv_drop_to(c);
-
-		if (ret)
-			_exit(200);
-		kv_so_init(so, name, KVPOOL_SPACE_CREATE | KVPOOL_SPACE_EXCL, block, quota);
-		so->mode = 0666;
-		ret = kv_space_open(fd, so);
-		_exit(ret ? -ret : 0);
-	}
-	st = kv_wait(pid);
-	if (st) {
-		close(fd);
-		munmap(so, sizeof(*so));
-		return st == 200 ? -EPERM : st > 0 && st < 200 ? -st : -ECHILD;
+		return ret;
 	}
 	if (out)
-		*out = *so;
-	munmap(so, sizeof(*so));
+		*out = so;
 	return fd;
 }
 
 /*
- * In a child that dropped to c: join name (on a file opened before the
- * drop: /dev/kvpool itself is root's) and ALLOC count; 0 or -errno.
+ * In a child that dropped to c and opened the device as c: join name and
+ * ALLOC count; 0 or -errno.
  */
 static int alloc_as(const struct kv_cred *c, const char *name, __u32 count)
 {
-	int fd = kv_open(), st;
+	int st;
 	pid_t pid;
 
-	if (fd < 0)
-		return -errno;
 	pid = fork();
-	if (pid < 0) {
-		close(fd);
+	if (pid < 0)
 		return -errno;
-	}
 	if (pid == 0) {
 		static __u32 ids[KVPOOL_MAX_BATCH];
-		int ret;
+		int fd = kv_drop_and_open(c), ret;
 
-		if (kv_drop_to(c))
+		if (fd < 0)
 			_exit(200);
 		if (kv_join(fd, name, NULL))
 			_exit(201);
 		ret = kv_alloc(fd, ids, count);
 		_exit(ret ? -ret : 0);
 	}
-	close(fd);
 	st = kv_wait(pid);
 	return st >= 200 ? -1000 - st : -st;
 }
