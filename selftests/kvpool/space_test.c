@@ -8,7 +8,8 @@
  * credentials of the fd's opener, whoever issues the ioctl.  Children that
  * act as other users therefore drop their credentials first and open the
  * device as that user (kv_drop_and_open(): /dev/kvpool itself may be 0660
- * root:root).
+ * root:root); passed_fd_keeps_openers_rights shows that a process using
+ * another's fd acts as the opener.
  */
 #include "kvpool_util.h"
 
@@ -661,6 +662,113 @@ TEST_F(space, owner_is_openers_fsuid_fsgid)
 	ASSERT_EQ(0, kv_wait(pid));
 	EXPECT_EQ(1234, so.uid);
 	EXPECT_EQ(4321, so.gid);
+}
+
+/*
+ * A child that drops to @c and then gets @fd over a unix socket
+ * (SCM_RIGHTS), as from another process.  With @name it joins @name
+ * (@flags, @expect_uid), else it destroys @destroy.  Returns the errno (0
+ * on success), or 200+ when the child could not get that far.
+ */
+static int passed_fd_op_as(const struct kv_cred *c, int fd, const char *name,
+			   __u32 flags, __u32 expect_uid, const char *destroy)
+{
+	int sk[2], ret;
+	pid_t pid;
+
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sk))
+		return 250;
+	pid = fork();
+	if (pid < 0)
+		return 251;
+	if (pid == 0) {
+		struct kvpool_space_open so;
+		int got;
+
+		close(sk[0]);
+		if (close(fd) || kv_drop_to(c))
+			_exit(200);
+		got = kv_recv_fd(sk[1]);
+		if (got < 0)
+			_exit(201);
+		if (!name)
+			_exit(-kv_destroy(got, destroy));
+		kv_so_init(&so, name, flags, 0, 0);
+		so.expect_uid = expect_uid;
+		ret = -kv_space_open(got, &so);
+		/* A refused open must not have joined anything. */
+		if (ret && kv_space_info(got, &(struct kvpool_space_info){}) != -EBADFD)
+			_exit(203);
+		_exit(ret);
+	}
+	close(sk[1]);
+	ret = kv_send_fd(sk[0], fd);
+	close(sk[0]);
+	if (ret) {
+		kill(pid, SIGKILL);
+		kv_wait(pid);
+		return 252;
+	}
+	return kv_wait(pid);
+}
+
+/*
+ * Issue 14 finding 12: the module checked the caller's credentials, not the
+ * opener's, so an fd passed over a unix socket (or kept across a
+ * setresuid()) carried whatever rights its current user had.  Rights are
+ * fixed at open now, as for a file: the owner's fd lets anyone it is given
+ * to act as the owner, and an outsider's fd stays an outsider's even in
+ * the owner's or root's hands.
+ */
+TEST_F(space, passed_fd_keeps_openers_rights)
+{
+	struct kvpool_space_open so;
+	char name[KVPOOL_NAME_MAX];
+	int owner_fd, out_fd, fd;
+	pid_t holder;
+
+	holder = hold_space_as(&u1000, self->name, 0600, &so);
+	ASSERT_LT(0, holder) TH_LOG("uid 1000 create: %s", strerror(-holder));
+	ASSERT_EQ(1000, so.uid);
+
+	/* The owner's fd, passed to nobody, joins as the owner (no FOREIGN). */
+	owner_fd = kv_open_as(&u1000);
+	ASSERT_LE(0, owner_fd) TH_LOG("open as 1000: %s", strerror(-owner_fd));
+	EXPECT_EQ(0, passed_fd_op_as(&nobody, owner_fd, self->name, 0, 0, NULL));
+	/* nobody's own fd may not. */
+	EXPECT_EQ(EACCES, join_foreign_as(&nobody, self->name, 1000));
+
+	/* nobody's fd, passed to the owner: the owner check sees 65534. */
+	out_fd = kv_open_as(&nobody);
+	ASSERT_LE(0, out_fd) TH_LOG("open as nobody: %s", strerror(-out_fd));
+	EXPECT_EQ(EACCES, passed_fd_op_as(&u1000, out_fd, self->name, 0, 0, NULL));
+	/* ... and the mode, nobody's class, with FOREIGN. */
+	EXPECT_EQ(EACCES, passed_fd_op_as(&u1000, out_fd, self->name,
+					  KVPOOL_SPACE_FOREIGN, 1000, NULL));
+	/* In root's hands it has no CAP_SYS_ADMIN either. */
+	EXPECT_EQ(-EACCES, kv_join_foreign(out_fd, self->name, 1000, &so));
+	EXPECT_EQ(-EBADFD, kv_space_info(out_fd, &(struct kvpool_space_info){}));
+	EXPECT_EQ(-EPERM, kv_destroy(out_fd, self->name));
+	/* Root's own fd overrides the mode, as before. */
+	fd = kv_open();
+	ASSERT_LE(0, fd);
+	EXPECT_EQ(0, kv_join_foreign(fd, self->name, 1000, &so));
+	close(fd);
+
+	/* Created through a passed fd, a space is the opener's. */
+	fd = kv_open_as(&u1001);
+	ASSERT_LE(0, fd);
+	kv_name(name, sizeof(name), "passed");
+	EXPECT_EQ(0, kv_create(fd, name, BLOCK, QUOTA, &so));
+	EXPECT_EQ(1001, so.uid);
+	EXPECT_EQ(3000, so.gid);
+	/* So is destroying: nobody with the owner's fd may. */
+	EXPECT_EQ(0, passed_fd_op_as(&nobody, owner_fd, NULL, 0, 0, self->name));
+	EXPECT_EQ(-ENOENT, kv_destroy(out_fd, self->name));
+	close(fd);
+	close(out_fd);
+	close(owner_fd);
+	release_holder(holder);
 }
 
 /* ---- destruction ---------------------------------------------------------- */

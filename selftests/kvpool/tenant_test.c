@@ -20,7 +20,7 @@
  * The spaces are created through a file that a child dropped to the uid
  * opened and passed back (kv_open_as()): rights are fixed at open, so the
  * space's owner and tenant (the opener's fsuid) are that uid while the
- * test, as root, drives the fd.
+ * test, as root, drives the fd (passed_fd_keeps_openers_rights).
  */
 #include "kvpool_prefix_util.h"
 
@@ -592,6 +592,162 @@ TEST_F(tenant, default_limit_applies_without_own_limit)
 	EXPECT_EQ(8 * MiB, used_of(1003));
 	close(a);
 	ASSERT_KV_CHECK_OK();
+}
+
+/* What a process running as uid b did with a file that uid a opened. */
+struct as_b {
+	int create, alloc, more;
+	uid_t ruid;
+	struct kvpool_space_open so;
+};
+
+/*
+ * Fork a process that ends up as uid @b using /dev/kvpool opened as uid
+ * @a.  With @fd < 0 it opens the device as @a itself and then switches to
+ * @b with setresuid(); else it drops to @b first and gets @fd (opened as
+ * @a) over a unix socket.  As @b it creates @name (mode 0666), ALLOCs
+ * @count blocks and then one more, reports in *res and holds the space
+ * until *hold is closed.  Returns the pid, or -errno.
+ */
+static pid_t use_as(const struct kv_cred *a, const struct kv_cred *b, int fd,
+		    const char *name, __u32 count, struct as_b *res, int *hold)
+{
+	int sk[2], rep[2], hp[2], ret;
+	pid_t pid;
+
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sk))
+		return -errno;
+	if (pipe(rep) || pipe(hp))
+		return -errno;
+	pid = fork();
+	if (pid < 0)
+		return -errno;
+	if (pid == 0) {
+		static __u32 ids[KVPOOL_MAX_BATCH];
+		struct as_b r;
+		int kfd;
+		char c;
+
+		close(sk[0]);
+		close(rep[0]);
+		close(hp[1]);
+		memset(&r, 0, sizeof(r));
+		if (fd < 0) {
+			/* uid a, saved uid 0: a's ids, a way back, no capability but the open's. */
+			if (setgroups(a->ngroups, a->groups) ||
+			    setresgid(a->gid, a->gid, 0) || setresuid(a->uid, a->uid, 0) ||
+			    kv_dac_override(1))
+				_exit(200);
+			kfd = kv_open();
+			if (kfd < 0)
+				_exit(201);
+			/* Back to root, then b for good: the file keeps a's ids. */
+			if (setresuid(0, 0, 0) || setresgid(0, 0, 0) || kv_drop_to(b))
+				_exit(202);
+		} else {
+			close(fd);
+			if (kv_drop_to(b))
+				_exit(202);
+			kfd = kv_recv_fd(sk[1]);
+			if (kfd < 0)
+				_exit(203);
+		}
+		r.ruid = getuid();
+		kv_so_init(&r.so, name, KVPOOL_SPACE_CREATE | KVPOOL_SPACE_EXCL, BLOCK, QUOTA);
+		r.so.mode = 0666;
+		r.create = kv_space_open(kfd, &r.so);
+		r.alloc = r.create ? 1 : kv_alloc(kfd, ids, count);
+		r.more = r.create ? 1 : kv_alloc(kfd, ids + count, 1);
+		if (write(rep[1], &r, sizeof(r)) != sizeof(r))
+			_exit(204);
+		/* Hold the space until the parent closes its end. */
+		while (read(hp[0], &c, 1) > 0)
+			;
+		_exit(0);
+	}
+	close(sk[1]);
+	close(rep[1]);
+	close(hp[0]);
+	ret = fd < 0 ? 0 : kv_send_fd(sk[0], fd);
+	close(sk[0]);
+	if (!ret && read(rep[0], res, sizeof(*res)) != sizeof(*res))
+		ret = -EPIPE;
+	close(rep[0]);
+	if (ret) {
+		close(hp[1]);
+		kill(pid, SIGKILL);
+		kv_wait(pid);
+		return ret;
+	}
+	*hold = hp[1];
+	return pid;
+}
+
+/*
+ * Issue 14 finding 12: the module took a created space's owner and tenant
+ * from the caller, not from the file's opener, so a file kept across
+ * setresuid() or passed over a unix socket created spaces as, and charged,
+ * whoever used it; a user outside the device's group could create spaces
+ * with a member's fd and charge itself.  Rights are fixed at open now: uid
+ * 1001 opens, uid 1002 creates and fills, and 1001 owns the space and pays
+ * for it (its 4 MiB limit stops the ALLOC), by either route.
+ */
+/* One route of passed_fd_charges_the_opener: @passed, or kept across setresuid(). */
+static void opener_charged(struct __test_metadata *_metadata, const char *name, int passed)
+{
+	const char *how = passed ? "passed over a unix socket" : "kept across setresuid()";
+	struct px_uid_line l;
+	int hold = -1, tries, fd = -1, got;
+	struct as_b r;
+	pid_t pid;
+
+	if (passed) {
+		fd = kv_open_as(&u1001);
+		ASSERT_LE(0, fd) TH_LOG("open as 1001: %s", strerror(-fd));
+	}
+	pid = use_as(&u1001, &u1002, fd, name, 4 * MiB / BLOCK, &r, &hold);
+	if (fd >= 0)
+		close(fd);
+	ASSERT_LT(0, pid) TH_LOG("%s: %s", how, strerror(-pid));
+	EXPECT_EQ(1002, r.ruid) TH_LOG("%s", how);
+	EXPECT_EQ(0, r.create) TH_LOG("%s: create: %s", how, strerror(-r.create));
+	EXPECT_EQ(1001, r.so.uid) TH_LOG("%s", how);
+	EXPECT_EQ(1001, r.so.gid) TH_LOG("%s", how);
+	EXPECT_EQ(0, r.alloc) TH_LOG("%s: alloc: %s", how, strerror(-r.alloc));
+	/* 1001's limit, not 1002's (it has none). */
+	EXPECT_EQ(-ENOSPC, r.more) TH_LOG("%s", how);
+	got = px_uid_line(1001, &l);
+	EXPECT_EQ(1, got) TH_LOG("%s: no line for uid 1001", how);
+	if (got == 1) {
+		EXPECT_EQ(4 * MiB, l.used_bytes) TH_LOG("%s", how);
+		EXPECT_EQ(1, l.spaces) TH_LOG("%s", how);
+	}
+	got = px_uid_line(1002, &l);
+	EXPECT_TRUE(got == 0 || (got == 1 && !l.spaces && !l.used_bytes))
+		TH_LOG("%s: uid 1002 charged %llu bytes, %llu spaces", how,
+		       (unsigned long long)l.used_bytes, (unsigned long long)l.spaces);
+	close(hold);
+	EXPECT_EQ(0, kv_wait(pid));
+	for (tries = 0; tries < 100 && used_of(1001); tries++)
+		px_sleep_ms(50);
+	EXPECT_EQ(0, used_of(1001));
+}
+
+/*
+ * Issue 14 finding 12: the module took a created space's owner and tenant
+ * from the caller, not from the file's opener, so a file kept across
+ * setresuid() or passed over a unix socket created spaces as, and charged,
+ * whoever used it; a user outside the device's group could create spaces
+ * with a member's fd and charge itself.  Rights are fixed at open now: uid
+ * 1001 opens, uid 1002 creates and fills, and 1001 owns the space and pays
+ * for it (its 4 MiB limit stops the ALLOC), by either route.
+ */
+TEST_F_TIMEOUT(tenant, passed_fd_charges_the_opener, 60)
+{
+	RETURN_IF_SKIPPED();
+	ASSERT_EQ(0, px_set_uid_limit(1001, 4 * MiB));
+	opener_charged(_metadata, self->name[0], 0);
+	opener_charged(_metadata, self->name[1], 1);
 }
 
 TEST_HARNESS_MAIN
