@@ -424,7 +424,8 @@ struct kvrt_space_opts {
  *
  * Names are shared (kmod: host-wide), so someone else may hold the name
  * first.  A join lands only in a space owned by the caller (kmod: its
- * fsuid; embedded: its euid) or, with KVRT_SPACE_FOREIGN, by exactly
+ * fsuid when it calls kvrt_space_open(), which opens the space's own
+ * descriptor; embedded: its euid) or, with KVRT_SPACE_FOREIGN, by exactly
  * expect_uid; otherwise it fails and joins nothing: -EEXIST with CREATE
  * (the name is another owner's), -EACCES without.  Root is no exception.
  * FOREIGN with CREATE, or expect_uid non-zero without FOREIGN: -EINVAL.
@@ -736,7 +737,10 @@ int kvrt_release(struct kvrt_space *space, uint32_t count, const uint32_t *ids);
  * stops being persistent; handles still joined keep working, each gets a
  * KVRT_EVENT_SPACE_DESTROYED, and the space goes with the last of them (at
  * once when there is none).  The space's owner (kmod: the fsuid that
- * created it; embedded: the euid) or root (kmod: CAP_SYS_ADMIN) only.
+ * created it; embedded: the euid) or root (kmod: CAP_SYS_ADMIN) only;
+ * kmod checks the ids the process had at kvrt_open(), which opened the
+ * descriptor the request goes through (the module fixes rights at open),
+ * embedded the ids at the call.
  * -EINVAL NULL handle or invalid name; -ENOENT no such space; -EPERM not
  * the owner; -EOPNOTSUPP kmod without KVRT_FEAT_PERSIST.
  */

@@ -65,8 +65,13 @@ enum kvpool_numa_policy {
 				 KVPOOL_SPACE_FOREIGN)
 
 /*
+ * Rights are fixed at open, as for a file: every check below uses the
+ * credentials the fd was opened with (fsuid, fsgid, groups, user namespace,
+ * CAP_SYS_ADMIN), not those of the task issuing the ioctl, and a created
+ * space is owned by, and charged to, the opener's fsuid/fsgid.
+ *
  * Space names are one host-wide namespace, so a join checks who owns the
- * space it finds (API 3): the owner must be the caller's fsuid or, with
+ * space it finds (API 3): the owner must be the opener's fsuid or, with
  * KVPOOL_SPACE_FOREIGN, exactly expect_uid.  Otherwise the call fails and
  * joins nothing: -EEXIST with KVPOOL_SPACE_CREATE (the name is taken by
  * another owner), -EACCES without.  Root is not exempt.  FOREIGN only
@@ -175,7 +180,8 @@ struct kvpool_lookup {
  * fds still joined keep working, get a KVPOOL_EVENT_SPACE_DESTROYED, and
  * the space is torn down when the last of them closes (a mapping holds its
  * fd, so teardown waits for live mappings; pinned pages wait on the pool's
- * held list).  The space's owner or CAP_SYS_ADMIN only.
+ * held list).  Only through an fd whose opener owns the space or had
+ * CAP_SYS_ADMIN.
  */
 struct kvpool_space_destroy {
 	char name[KVPOOL_NAME_MAX];	/* in */
