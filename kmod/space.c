@@ -645,7 +645,7 @@ static void kvp_space_unpin(struct kvp_space *space)
 
 /* Find or create the space under kvp_spaces_lock, and pin it. */
 static struct kvp_space *kvp_space_open_pinned(struct kvpool_space_open *args,
-						const struct file *file)
+					       const struct file *file)
 {
 	struct kvp_space *space;
 	int ret;
