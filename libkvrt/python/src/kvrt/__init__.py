@@ -1,0 +1,47 @@
+# SPDX-License-Identifier: MIT
+"""kvrt: libkvrt from Python (ctypes over libkvrt.so.0, no compiler needed).
+
+    import kvrt
+    with kvrt.Pool("embedded") as pool:
+        with pool.create_space("demo", block_bytes=65536, quota_bytes=1 << 20) as sp:
+            ids = sp.alloc(2)
+            sp.block_view(int(ids[0]))[:5] = list(b"hello")
+
+See Documentation/python.rst.  The library is found through $KVRT_LIBRARY,
+then the in-tree build, then the loader, then pkg-config (see kvrt._lib).
+GPU calls (kvrt_gpu_*) and torch tensors are not bound yet.
+"""
+from . import _lib
+from .errors import (AccessError, BadAddressError, BusyError, ExistsError,
+                     InterruptedCallError, InvalidArgumentError, KvrtError, LimitOverflowError,
+                     NoDeviceError, NoSpaceError, NotFoundError, NotSupportedError,
+                     OutOfBoundsError, OutOfMemoryError, TooBigError, WouldBlockError,
+                     error_class)
+from .hashing import HashInfo, hash_block, hash_info, hash_prompt, hash_prompt_array
+from .layout import DType, Layout, LayoutKind, kv_bytes
+from .pool import (HASH_BYTES, MAX_BATCH, PRIO_DEFAULT, PRIO_MAX, Backend, Event, EventType,
+                   EvictCause, Feature, MemInfo, NumaPolicy, Pool, PoolInfo, PublishResult,
+                   Space, SpaceInfo, SpaceStats)
+
+#: Where libkvrt was loaded from, e.g. "$KVRT_LIBRARY=/path/libkvrt.so.0".
+LIBRARY = _lib.where
+
+
+def library_version() -> str:
+    """``kvrt_version()``: the loaded library's "MAJOR.MINOR.PATCH"."""
+    return _lib.lib.kvrt_version().decode()
+
+
+__version__ = "0.4.0"
+
+__all__ = [
+    "AccessError", "BadAddressError", "BusyError", "ExistsError", "InterruptedCallError",
+    "InvalidArgumentError", "KvrtError", "LimitOverflowError", "NoDeviceError",
+    "NoSpaceError", "NotFoundError", "NotSupportedError", "OutOfBoundsError",
+    "OutOfMemoryError", "TooBigError", "WouldBlockError", "error_class",
+    "HashInfo", "hash_block", "hash_info", "hash_prompt", "hash_prompt_array",
+    "DType", "Layout", "LayoutKind", "kv_bytes",
+    "HASH_BYTES", "MAX_BATCH", "PRIO_DEFAULT", "PRIO_MAX", "Backend", "Event", "EventType",
+    "EvictCause", "Feature", "MemInfo", "NumaPolicy", "Pool", "PoolInfo", "PublishResult",
+    "Space", "SpaceInfo", "SpaceStats", "LIBRARY", "library_version",
+]

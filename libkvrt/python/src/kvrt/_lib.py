@@ -1,0 +1,266 @@
+# SPDX-License-Identifier: MIT
+"""Loading libkvrt.so.0 and declaring its C API for ctypes.
+
+The library is looked for, in order:
+
+1. ``$KVRT_LIBRARY``: a path to the library file (nothing else is tried
+   when it is set, so a wrong path is an error, not a silent fallback);
+2. the in-tree build, ``libkvrt/build/libkvrt.so.0``, when this package is
+   imported from the source tree (``libkvrt/python/src``);
+3. the dynamic loader, ``libkvrt.so.0`` (``LD_LIBRARY_PATH``, ld.so.cache);
+4. ``pkg-config --variable=libdir kvrt``, for an install outside the
+   loader's path (``PKG_CONFIG_PATH`` finds it).
+
+The structures mirror ``kvrt.h`` field by field; their sizes are checked
+against the header's layout in the tests.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import subprocess
+from ctypes import (CFUNCTYPE, POINTER, c_char, c_char_p, c_float, c_int, c_int32,
+                    c_int64, c_size_t, c_uint8, c_uint32, c_uint64, c_void_p)
+from typing import List, Optional, Tuple
+
+SONAME = "libkvrt.so.0"
+#: The oldest library this package binds: 0.4 (worker threads) and all before.
+MIN_VERSION_NUMBER = 400
+
+HASH_BYTES = 32
+NAME_MAX = 64
+MAX_BATCH = 65536
+UUID_BYTES = 16
+
+
+class LayoutC(ctypes.Structure):
+    _fields_ = [
+        ("num_layers", c_uint32), ("num_kv_heads", c_uint32), ("head_dim", c_uint32),
+        ("block_tokens", c_uint32), ("num_blocks", c_uint32), ("kv_dtype", c_int),
+        ("layer_stride", c_int64), ("kv_stride", c_int64), ("block_stride", c_int64),
+        ("token_stride", c_int64), ("head_stride", c_int64),
+        ("scale_layer_stride", c_int64), ("scale_kv_stride", c_int64),
+        ("scale_block_stride", c_int64),
+    ]
+
+
+class BlockTableC(ctypes.Structure):
+    _fields_ = [("num_seqs", c_uint32), ("indptr", POINTER(c_int32)),
+                ("indices", POINTER(c_int32)), ("seq_lens", POINTER(c_int32))]
+
+
+class KvCacheC(ctypes.Structure):
+    _fields_ = [("layout", POINTER(LayoutC)), ("base", c_void_p),
+                ("scales", c_void_p), ("layer", c_uint32)]
+
+
+class AttnParamsC(ctypes.Structure):
+    _fields_ = [("num_q_heads", c_uint32), ("sm_scale", c_float), ("window_left", c_int32),
+                ("logit_softcap", c_float), ("q_dtype", c_int), ("o_dtype", c_int),
+                ("impl", c_int), ("num_threads", c_uint32)]
+
+
+LOG_FN = CFUNCTYPE(None, c_void_p, c_int, c_char_p)
+
+
+class OpenOptsC(ctypes.Structure):
+    _fields_ = [("backend", c_int), ("flags", c_uint32), ("device", c_char_p),
+                ("pool_bytes", c_uint64), ("log", LOG_FN), ("log_arg", c_void_p),
+                ("log_level", c_int), ("reserved0", c_uint32), ("reserved", c_uint64 * 4)]
+
+
+class PoolInfoC(ctypes.Structure):
+    _fields_ = [("backend", c_int), ("api_version", c_uint32), ("features", c_uint64),
+                ("page_size", c_uint32), ("chunk_size", c_uint32), ("nr_nodes", c_uint32),
+                ("max_batch", c_uint32), ("node_mask", c_uint64), ("pool_bytes", c_uint64),
+                ("used_bytes", c_uint64), ("free_bytes", c_uint64)]
+
+
+class SpaceOptsC(ctypes.Structure):
+    _fields_ = [("name", c_char_p), ("flags", c_uint32), ("mode", c_uint32),
+                ("block_bytes", c_uint64), ("quota_bytes", c_uint64), ("node_mask", c_uint64),
+                ("numa_policy", c_int), ("expect_uid", c_uint32), ("reserved", c_uint64 * 4)]
+
+
+class SpaceInfoC(ctypes.Structure):
+    _fields_ = [("space_id", c_uint32), ("created", c_uint32), ("uid", c_uint32),
+                ("gid", c_uint32), ("mode", c_uint32), ("numa_policy", c_int),
+                ("node_mask", c_uint64), ("block_bytes", c_uint64), ("nr_blocks", c_uint64),
+                ("map_bytes", c_uint64), ("backed_blocks", c_uint64), ("free_blocks", c_uint64),
+                ("owned_blocks", c_uint64), ("my_blocks", c_uint64), ("backed_bytes", c_uint64)]
+
+
+class MemInfoC(ctypes.Structure):
+    _fields_ = [("kind", c_int), ("chunk_bytes", c_uint32), ("backed_bytes", c_uint64),
+                ("hugetlb_bytes", c_uint64), ("thp_bytes", c_uint64), ("locked_bytes", c_uint64),
+                ("hugetlb_errno", c_int32), ("thp_errno", c_int32), ("mlock_errno", c_int32),
+                ("numa_errno", c_int32), ("disabled", c_uint32), ("reserved0", c_uint32),
+                ("summary", c_char * 512)]
+
+
+class HashInfoC(ctypes.Structure):
+    _fields_ = [("cpu_sha_ni", c_int32), ("ia32cap_override", c_int32),
+                ("libcrypto", c_char * 64)]
+
+
+class BlockArrayC(ctypes.Structure):
+    _fields_ = [("layout", POINTER(LayoutC)), ("base", c_void_p), ("scales", c_void_p)]
+
+
+class BlockPairC(ctypes.Structure):
+    _fields_ = [("src", c_uint32), ("dst", c_uint32)]
+
+
+class SpaceStatsC(ctypes.Structure):
+    _fields_ = [("space_id", c_uint32), ("reserved0", c_uint32), ("hits", c_uint64),
+                ("misses", c_uint64), ("inserts", c_uint64), ("dedups", c_uint64),
+                ("evictions", c_uint64 * 5), ("pressure", c_uint64),
+                ("published_blocks", c_uint64), ("cached_blocks", c_uint64),
+                ("hole_blocks", c_uint64), ("readers", c_uint64), ("my_refs", c_uint64),
+                ("allocs", c_uint64), ("frees", c_uint64), ("reserved", c_uint64 * 4)]
+
+
+class EventC(ctypes.Structure):
+    _fields_ = [("seq", c_uint64), ("type", c_uint32), ("cause", c_uint32),
+                ("block", c_uint32), ("count", c_uint32), ("hash", c_uint8 * HASH_BYTES),
+                ("reserved", c_uint64)]
+
+
+class ResidencyEntryC(ctypes.Structure):
+    _fields_ = [("block", c_uint32), ("gpu_block", c_uint32)]
+
+
+HashArray = c_uint8 * HASH_BYTES
+P = c_void_p  # opaque handles travel as void *
+
+# name: (restype, argtypes).  Pointers to arrays are passed as c_void_p so
+# that numpy arrays (ndarray.ctypes.data) and ctypes buffers both fit.
+_PROTOS = {
+    "kvrt_version": (c_char_p, []),
+    "kvrt_version_number": (c_int, []),
+    "kvrt_dtype_size": (c_size_t, [c_int]),
+    "kvrt_layout_init": (c_int, [POINTER(LayoutC), c_int, c_uint32, c_uint32, c_uint32,
+                                 c_uint32, c_uint32, c_int]),
+    "kvrt_layout_block_bytes": (c_int, [POINTER(LayoutC), POINTER(c_uint64)]),
+    "kvrt_kv_bytes": (c_int, [c_uint32, c_uint32, c_uint32, c_uint64, c_int,
+                              POINTER(c_uint64)]),
+    "kvrt_layout_inline_scales": (c_int, [POINTER(LayoutC), POINTER(c_uint64)]),
+    "kvrt_attn_decode": (c_int, [POINTER(AttnParamsC), P, POINTER(KvCacheC),
+                                 POINTER(BlockTableC), P]),
+    "kvrt_attn_prefill": (c_int, [POINTER(AttnParamsC), P, P, POINTER(KvCacheC),
+                                  POINTER(BlockTableC), P]),
+    "kvrt_append_kv": (c_int, [POINTER(KvCacheC), P, P, c_int, P, c_uint32]),
+    "kvrt_open": (c_int, [POINTER(P), POINTER(OpenOptsC)]),
+    "kvrt_close": (None, [P]),
+    "kvrt_backend": (c_int, [P]),
+    "kvrt_backend_info": (c_char_p, [P]),
+    "kvrt_pool_info": (c_int, [P, POINTER(PoolInfoC)]),
+    "kvrt_space_open": (c_int, [P, POINTER(SpaceOptsC), POINTER(P)]),
+    "kvrt_space_close": (None, [P]),
+    "kvrt_space_info": (c_int, [P, POINTER(SpaceInfoC)]),
+    "kvrt_alloc_blocks": (c_int, [P, c_uint32, P]),
+    "kvrt_free_blocks": (c_int, [P, c_uint32, P]),
+    "kvrt_space_base": (c_void_p, [P]),
+    "kvrt_block_addr": (c_void_p, [P, c_uint32]),
+    "kvrt_space_mem_info": (c_int, [P, POINTER(MemInfoC)]),
+    "kvrt_hash_block": (c_int, [P, P, c_uint32, P, c_size_t, P]),
+    "kvrt_hash_prompt": (c_int, [P, P, c_size_t, c_uint32, P, P, P, c_size_t]),
+    "kvrt_hash_info": (c_int, [POINTER(HashInfoC)]),
+    "kvrt_copy_blocks": (c_int, [P, POINTER(BlockArrayC), POINTER(BlockArrayC), P, c_uint32,
+                                 c_uint32, POINTER(P)]),
+    "kvrt_copy_poll": (c_int, [P]),
+    "kvrt_copy_wait": (c_int, [P]),
+    "kvrt_copy_free": (None, [P]),
+    "kvrt_layout_for_space": (c_int, [POINTER(LayoutC), P]),
+    "kvrt_publish": (c_int, [P, c_uint32, P, P, P, P]),
+    "kvrt_lookup": (c_int, [P, c_uint32, P, P, P]),
+    "kvrt_release": (c_int, [P, c_uint32, P]),
+    "kvrt_space_destroy": (c_int, [P, c_char_p]),
+    "kvrt_space_stats": (c_int, [P, POINTER(SpaceStatsC)]),
+    "kvrt_residency_add": (c_int, [P, P, c_uint32, P]),
+    "kvrt_residency_del": (c_int, [P, P, c_uint32, P]),
+    "kvrt_residency_clear": (c_int, [P, P]),
+    "kvrt_events_fd": (c_int, [P]),
+    "kvrt_read_events": (c_int, [P, POINTER(EventC), c_uint32]),
+    "kvrt_workers_create": (c_int, [c_uint32, POINTER(P)]),
+    "kvrt_workers_destroy": (None, [P]),
+    "kvrt_attn_decode_on": (c_int, [P, POINTER(AttnParamsC), P, POINTER(KvCacheC),
+                                    POINTER(BlockTableC), P]),
+    "kvrt_attn_prefill_on": (c_int, [P, POINTER(AttnParamsC), P, P, POINTER(KvCacheC),
+                                     POINTER(BlockTableC), P]),
+    "kvrt_gpu_probe": (c_int, [c_char_p, c_size_t]),
+}
+
+
+def _in_tree_candidate() -> str:
+    # src/kvrt/_lib.py -> libkvrt/python/src/kvrt -> libkvrt/build
+    here = os.path.dirname(os.path.abspath(__file__))
+    return os.path.normpath(os.path.join(here, "..", "..", "..", "build", SONAME))
+
+
+def _pkg_config_candidate() -> Optional[str]:
+    try:
+        out = subprocess.run(["pkg-config", "--variable=libdir", "kvrt"], capture_output=True,
+                             text=True, timeout=10, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    libdir = out.stdout.strip()
+    if out.returncode != 0 or not libdir:
+        return None
+    return os.path.join(libdir, SONAME)
+
+
+def find_library() -> Tuple[ctypes.CDLL, str]:
+    """Load libkvrt; return the CDLL and a line saying where it came from.
+
+    Raises ImportError saying what was tried when nothing loads.
+    """
+    tried: List[str] = []
+    env = os.environ.get("KVRT_LIBRARY")
+    if env:
+        try:
+            return ctypes.CDLL(env), f"$KVRT_LIBRARY={env}"
+        except OSError as e:
+            raise ImportError(f"kvrt: $KVRT_LIBRARY={env} does not load: {e}; "
+                              "set it to the path of libkvrt.so.0 or unset it") from e
+    cand = _in_tree_candidate()
+    if os.path.exists(cand):
+        try:
+            return ctypes.CDLL(cand), f"in-tree build {cand}"
+        except OSError as e:
+            tried.append(f"{cand}: {e}")
+    else:
+        tried.append(f"{cand}: not built")
+    try:
+        return ctypes.CDLL(SONAME), f"loader: {SONAME}"
+    except OSError as e:
+        tried.append(f"loader: {e}")
+    pc = _pkg_config_candidate()
+    if pc:
+        try:
+            return ctypes.CDLL(pc), f"pkg-config: {pc}"
+        except OSError as e:
+            tried.append(f"pkg-config {pc}: {e}")
+    else:
+        tried.append("pkg-config kvrt: not found")
+    raise ImportError("kvrt: libkvrt.so.0 not found (tried " + "; ".join(tried) +
+                      "); build it with `make -C libkvrt`, install it, or set "
+                      "KVRT_LIBRARY=/path/to/libkvrt.so.0")
+
+
+def _declare(lib: ctypes.CDLL) -> None:
+    for name, (res, args) in _PROTOS.items():
+        fn = getattr(lib, name)
+        fn.restype = res
+        fn.argtypes = args
+
+
+lib, where = find_library()
+_num = lib.kvrt_version_number
+_num.restype = c_int
+_num.argtypes = []
+version_number = _num()
+if version_number // 10000 != 0 or version_number < MIN_VERSION_NUMBER:
+    raise ImportError(f"kvrt: {where} is libkvrt {version_number}; this package needs "
+                      f"0.x with x >= {MIN_VERSION_NUMBER // 100}")
+_declare(lib)
