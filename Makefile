@@ -19,7 +19,7 @@ CFLAGS_USER := -O2 -g -Wall -Wextra -Werror -I$(SRC)/include/uapi -I$(SRC)/kmod/
 export CFLAGS_USER
 
 .PHONY: all module lib tools selftests deps check check-core check-lib check-kmod check-debug \
-	check-tools check-install check-quick check-cuda lint demo demo-vm bench-pool clean help
+	check-tools check-install check-python check-quick check-cuda lint demo demo-vm bench-pool clean help
 
 all: module lib tools
 
@@ -29,6 +29,7 @@ help:
 	@echo "make check      every test suite (installs what it lacks)"
 	@echo "make check-core kvcore unit tests under ASan+UBSan, then the fuzzer (FUZZ_SECONDS=60)"
 	@echo "make check-lib  libkvrt tests, plain and under ASan+UBSan (embedded backend)"
+	@echo "make check-python the kvrt Python package: pip-installed into a throwaway venv, its unittests"
 	@echo "make check-cuda the GPU kernels without a GPU: fatbin check (nvcc), CPU emulator run, the GPU run's dry run"
 	@echo "make check-tools host tests of the tools (kvctl on a fake sysfs tree)"
 	@echo "make check-kmod the VM selftests against the real module (libkvrt's kmod backend too)"
@@ -90,12 +91,19 @@ TOOL_CHECKS := kvctl kvrt-demo kvbench
 check-tools: deps lib tools
 	@for t in $(TOOL_CHECKS); do $(MAKE) -C tools/$$t check || exit 1; done
 
+# The kvrt Python package (libkvrt/python): pip-install it offline into a
+# throwaway venv that sees Debian's numpy, then run its unittests against
+# the installed copy (from outside the source tree) and the in-tree build.
+PYTHON ?= /usr/bin/python3
+check-python: deps lib
+	bash libkvrt/python/tests/check.sh $(PYTHON)
+
 check-install: deps lib tools
 	bash packaging/test-install.sh
 
 # Each suite's log goes to $(LOGDIR); the summary sums their closing lines.
 LOGDIR ?= $(or $(TMPDIR),/tmp)/kvpool-check
-CHECK_SUITES ?= check-core check-lib check-cuda check-tools check-kmod check-debug lint check-install
+CHECK_SUITES ?= check-core check-lib check-cuda check-tools check-python check-kmod check-debug lint check-install
 
 check: deps
 	@mkdir -p $(LOGDIR); rc=0; times=""; \

@@ -4,7 +4,8 @@
 set -e
 PKGS="gcc make libc6-dev clang libclang-rt-14-dev linux-headers-amd64 linux-image-amd64
 qemu-system-x86 busybox-static cpio kmod
-linux-source-6.1 sparse flex bison bc libelf-dev libssl-dev xz-utils pkgconf"
+linux-source-6.1 sparse flex bison bc libelf-dev libssl-dev xz-utils pkgconf
+python3 python3-venv python3-pip python3-setuptools python3-numpy"
 missing=""
 for p in $PKGS; do
 	dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q "install ok installed" ||

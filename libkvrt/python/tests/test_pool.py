@@ -27,6 +27,27 @@ class TestLibrary(unittest.TestCase):
             self.assertEqual(__import__("ctypes").sizeof(cls), n, cls.__name__)
 
 
+class TestLibraryLookup(unittest.TestCase):
+    def run_import(self, env):
+        import subprocess
+        import sys
+        e = dict(os.environ)
+        e.update(env)
+        return subprocess.run([sys.executable, "-c", "import kvrt; print(kvrt.LIBRARY)"],
+                              env=e, capture_output=True, text=True, timeout=60)
+
+    def test_kvrt_library_wins_and_a_wrong_one_fails(self):
+        from kvrt import _lib
+        lib = os.environ.get("KVRT_LIBRARY") or _lib._in_tree_candidate()
+        r = self.run_import({"KVRT_LIBRARY": lib})
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("$KVRT_LIBRARY=" + lib, r.stdout)
+        r = self.run_import({"KVRT_LIBRARY": "/nonexistent/libkvrt.so.0"})
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("ImportError: kvrt: $KVRT_LIBRARY=/nonexistent/libkvrt.so.0 does not load",
+                      r.stderr)
+
+
 class TestPool(PoolCase):
     def test_backend_and_info(self):
         self.assertEqual(self.pool.backend, kvrt.Backend.EMBEDDED)
