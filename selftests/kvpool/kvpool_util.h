@@ -593,6 +593,75 @@ static inline int kv_recv_fd(int sk)
 }
 
 /*
+ * A unix socket pair to pass fds over; 1 when the kernel has no unix
+ * sockets (the debug kernel has no CONFIG_NET) and the fd must reach the
+ * other process by inheritance across fork() instead, which the module
+ * sees the same way; -errno on other failures.
+ */
+static inline int kv_fd_channel(int sk[2])
+{
+	if (!socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sk))
+		return 0;
+	if (errno == ENOSYS || errno == EAFNOSUPPORT) {
+		sk[0] = sk[1] = -1;
+		return 1;
+	}
+	return -errno;
+}
+
+/*
+ * Without unix sockets (the debug kernel has no CONFIG_NET): a child dropped
+ * to @c opens the device and waits while this process takes the fd with
+ * pidfd_getfd(), root's to do to any process.  The fd, or -errno.
+ */
+static inline int kv_open_as_getfd(const struct kv_cred *c)
+{
+	int rep[2], go[2], fd, pidfd, child_fd = -1;
+	pid_t pid;
+	char byte;
+
+	if (pipe(rep))
+		return -errno;
+	if (pipe(go)) {
+		close(rep[0]);
+		close(rep[1]);
+		return -errno;
+	}
+	pid = fork();
+	if (pid == 0) {
+		close(rep[0]);
+		close(go[1]);
+		fd = kv_drop_and_open(c);
+		if (write(rep[1], &fd, sizeof(fd)) != sizeof(fd))
+			_exit(1);
+		/* Keep the fd open until the parent has its copy. */
+		_exit(read(go[0], &byte, 1) < 0);
+	}
+	close(rep[1]);
+	close(go[0]);
+	fd = pid < 0 ? -errno : -EPIPE;
+	if (pid > 0 && read(rep[0], &child_fd, sizeof(child_fd)) == sizeof(child_fd))
+		fd = child_fd;
+	if (fd >= 0) {
+		pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+		fd = pidfd < 0 ? -errno : (int)syscall(SYS_pidfd_getfd, pidfd, child_fd, 0);
+		if (pidfd >= 0 && fd < 0)
+			fd = -errno;
+		if (pidfd >= 0)
+			close(pidfd);
+	}
+	if (write(go[1], "g", 1) != 1 && fd >= 0) {
+		close(fd);
+		fd = -EPIPE;
+	}
+	close(go[1]);
+	close(rep[0]);
+	if (pid > 0)
+		waitpid(pid, NULL, 0);
+	return fd;
+}
+
+/*
  * /dev/kvpool opened by a child dropped to @c and passed here over a unix
  * socket: the fd (its rights are @c's, whoever uses it), or -errno.
  */
@@ -602,7 +671,7 @@ static inline int kv_open_as(const struct kv_cred *c)
 	pid_t pid;
 
 	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sk))
-		return -errno;
+		return errno == ENOSYS || errno == EAFNOSUPPORT ? kv_open_as_getfd(c) : -errno;
 	pid = fork();
 	if (pid < 0) {
 		fd = -errno;

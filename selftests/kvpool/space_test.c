@@ -673,22 +673,27 @@ TEST_F(space, owner_is_openers_fsuid_fsgid)
 static int passed_fd_op_as(const struct kv_cred *c, int fd, const char *name,
 			   __u32 flags, __u32 expect_uid, const char *destroy)
 {
-	int sk[2], ret;
+	int sk[2], ret, inherit = kv_fd_channel(sk);
 	pid_t pid;
 
-	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sk))
+	if (inherit < 0)
 		return 250;
 	pid = fork();
 	if (pid < 0)
 		return 251;
 	if (pid == 0) {
 		struct kvpool_space_open so;
-		int got;
+		int got = fd;
 
-		close(sk[0]);
-		if (close(fd) || kv_drop_to(c))
+		if (!inherit) {
+			close(sk[0]);
+			if (close(fd))
+				_exit(200);
+		}
+		if (kv_drop_to(c))
 			_exit(200);
-		got = kv_recv_fd(sk[1]);
+		if (!inherit)
+			got = kv_recv_fd(sk[1]);
 		if (got < 0)
 			_exit(201);
 		if (!name)
@@ -701,6 +706,8 @@ static int passed_fd_op_as(const struct kv_cred *c, int fd, const char *name,
 			_exit(203);
 		_exit(ret);
 	}
+	if (inherit)
+		return kv_wait(pid);
 	close(sk[1]);
 	ret = kv_send_fd(sk[0], fd);
 	close(sk[0]);
@@ -822,7 +829,8 @@ TEST_F(space, destroyed_when_holder_process_exits)
 
 /* ---- the name index ------------------------------------------------------ */
 
-#define INDEX_SPACES 1500
+/* Spaces the index test creates; the debug kernel's run asks for fewer. */
+#define INDEX_SPACES_MAX 1500
 
 /* Persistent create through a fresh fd; the space id, or -errno. */
 static long create_persistent(const char *name)
@@ -861,27 +869,31 @@ static long join_id(const char *name, char junk)
  */
 TEST_F_TIMEOUT(space, name_index_many_spaces, 300)
 {
-	static long ids[INDEX_SPACES];
+	static long ids[INDEX_SPACES_MAX];
+	int n = (int)kv_cmdline_ulong("kvpool_index_spaces", INDEX_SPACES_MAX);
 	char name[KVPOOL_NAME_MAX], old_max[32];
 	int i;
 
+	if (n < 2 || n > INDEX_SPACES_MAX)
+		n = INDEX_SPACES_MAX;
+
 	ASSERT_LT(0, read_file(KV_SYSFS "/spaces_per_uid_max", old_max, sizeof(old_max)));
 	ASSERT_EQ(0, sysfs_write("spaces_per_uid_max", "0"));
-	for (i = 0; i < INDEX_SPACES; i++) {
+	for (i = 0; i < n; i++) {
 		snprintf(name, sizeof(name), "%.48s.%d", self->name, i);
 		ids[i] = create_persistent(name);
 		if (ids[i] < 0)
 			break;
 	}
-	ASSERT_EQ(INDEX_SPACES, i) TH_LOG("create %d: %s", i, strerror((int)-ids[i]));
-	EXPECT_EQ(self->spaces0 + INDEX_SPACES, sysfs_get("spaces"));
-	for (i = 0; i < INDEX_SPACES; i++) {
+	ASSERT_EQ(n, i) TH_LOG("create %d: %s", i, strerror((int)-ids[i]));
+	EXPECT_EQ(self->spaces0 + n, sysfs_get("spaces"));
+	for (i = 0; i < n; i++) {
 		snprintf(name, sizeof(name), "%.48s.%d", self->name, i);
 		ASSERT_EQ(ids[i], join_id(name, (char)('a' + i % 26))) TH_LOG("%s", name);
 		if (i % 2)
 			ASSERT_EQ(0, kv_destroy_name(name));
 	}
-	for (i = 0; i < INDEX_SPACES; i++) {
+	for (i = 0; i < n; i++) {
 		snprintf(name, sizeof(name), "%.48s.%d", self->name, i);
 		if (i % 2) {
 			ASSERT_EQ(-ENOENT, join_id(name, 0)) TH_LOG("%s", name);
@@ -899,7 +911,8 @@ TEST_F_TIMEOUT(space, name_index_many_spaces, 300)
 /* ---- joins, destroys and cache drops racing one another ------------------- */
 
 #define RACE_NAMES 4
-#define RACE_ROUNDS 200
+/* Rounds of each racer; the debug kernel's run asks for fewer. */
+static unsigned long race_rounds;
 
 static void race_name(char *buf, const char *base, unsigned int i)
 {
@@ -914,7 +927,7 @@ static int race_joiner(const char *base)
 	__u32 id;
 	int i, fd, ret;
 
-	for (i = 0; i < RACE_ROUNDS; i++) {
+	for (i = 0; i < (int)race_rounds; i++) {
 		race_name(name, base, i);
 		fd = kv_open();
 		if (fd < 0)
@@ -939,7 +952,7 @@ static int race_destroyer(const char *base)
 	char name[KVPOOL_NAME_MAX];
 	int i, ret;
 
-	for (i = 0; i < RACE_ROUNDS; i++) {
+	for (i = 0; i < (int)race_rounds; i++) {
 		race_name(name, base, i);
 		ret = kv_destroy_name(name);
 		if (ret && ret != -ENOENT)
@@ -953,7 +966,7 @@ static int race_dropper(const char *base)
 	char name[KVPOOL_NAME_MAX];
 	int i, ret;
 
-	for (i = 0; i < RACE_ROUNDS; i++) {
+	for (i = 0; i < (int)race_rounds; i++) {
 		race_name(name, base, i);
 		ret = sysfs_write("drop_cached", i % 2 ? "*" : name);
 		if (ret && ret != -ENOENT)
@@ -985,7 +998,7 @@ static int race_double_opener(const char *base)
 	pthread_t t[2];
 	int i, j;
 
-	for (i = 0; i < RACE_ROUNDS / 4; i++) {
+	for (i = 0; i < race_rounds / 4; i++) {
 		int fd = kv_open();
 
 		if (fd < 0)
@@ -1019,6 +1032,8 @@ TEST_F_TIMEOUT(space, open_destroy_drop_race, 300)
 	};
 	pid_t pids[ARRAY_SIZE(workers)];
 	unsigned int i;
+
+	race_rounds = kv_cmdline_ulong("kvpool_race_rounds", 200);
 
 	for (i = 0; i < ARRAY_SIZE(workers); i++) {
 		pids[i] = fork();

@@ -612,11 +612,11 @@ struct as_b {
 static pid_t use_as(const struct kv_cred *a, const struct kv_cred *b, int fd,
 		    const char *name, __u32 count, struct as_b *res, int *hold)
 {
-	int sk[2], rep[2], hp[2], ret;
+	int sk[2], rep[2], hp[2], ret, inherit = kv_fd_channel(sk);
 	pid_t pid;
 
-	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sk))
-		return -errno;
+	if (inherit < 0)
+		return inherit;
 	if (pipe(rep) || pipe(hp))
 		return -errno;
 	pid = fork();
@@ -628,7 +628,8 @@ static pid_t use_as(const struct kv_cred *a, const struct kv_cred *b, int fd,
 		int kfd;
 		char c;
 
-		close(sk[0]);
+		if (!inherit)
+			close(sk[0]);
 		close(rep[0]);
 		close(hp[1]);
 		memset(&r, 0, sizeof(r));
@@ -645,10 +646,11 @@ static pid_t use_as(const struct kv_cred *a, const struct kv_cred *b, int fd,
 			if (setresuid(0, 0, 0) || setresgid(0, 0, 0) || kv_drop_to(b))
 				_exit(202);
 		} else {
-			close(fd);
+			if (!inherit)
+				close(fd);
 			if (kv_drop_to(b))
 				_exit(202);
-			kfd = kv_recv_fd(sk[1]);
+			kfd = inherit ? fd : kv_recv_fd(sk[1]);
 			if (kfd < 0)
 				_exit(203);
 		}
@@ -665,11 +667,14 @@ static pid_t use_as(const struct kv_cred *a, const struct kv_cred *b, int fd,
 			;
 		_exit(0);
 	}
-	close(sk[1]);
 	close(rep[1]);
 	close(hp[0]);
-	ret = fd < 0 ? 0 : kv_send_fd(sk[0], fd);
-	close(sk[0]);
+	ret = 0;
+	if (!inherit) {
+		close(sk[1]);
+		ret = fd < 0 ? 0 : kv_send_fd(sk[0], fd);
+		close(sk[0]);
+	}
 	if (!ret && read(rep[0], res, sizeof(*res)) != sizeof(*res))
 		ret = -EPIPE;
 	close(rep[0]);
