@@ -202,6 +202,13 @@ struct kvp_space {
 	unsigned int interleave_next;
 
 	struct kvp_tenant *tenant;	/* the owner uid's usage, held for the space's life */
+	/*
+	 * The space's own address_space (i_mapping), on kvpool's internal
+	 * filesystem: every fd that joins points f_mapping here, so all the
+	 * space's mappings, and only they, are in its i_mmap tree.  Put with
+	 * the space, hence after its last fd and so after its last mapping.
+	 */
+	struct inode *inode;
 	struct kvp_space_kobj *kobj;	/* sysfs space/ID/ */
 
 	struct mutex lock;	/* see DOC: locking */
@@ -252,19 +259,22 @@ void kvp_pool_totals(u64 *reserved, u64 *free, u64 *held);
 bool kvp_chunk_busy(const struct kvp_chunk *chunk);
 
 /* space.c */
+int kvp_spaces_init(void);
 int kvp_space_open(struct kvp_client *client, struct kvpool_space_open *args);
 void kvp_client_init(struct kvp_client *client, struct file *file);
 void kvp_client_release(struct kvp_client *client);
 struct kvp_space *kvp_client_space(struct kvp_client *client);
 int kvp_space_destroy(const char *name, const struct file *file);
 int kvp_space_drop_cached(const char *name);
-int kvp_spaces_init(void);
 void kvp_space_set_serial(u64 serial);
 int kvp_space_set_next_owner(const char *name, u32 next);
 void kvp_spaces_exit(void);
 int kvp_space_back(struct kvp_space *space, u64 start, u64 len);
 void kvp_space_emit_pressure(struct kvp_space *space, unsigned int cause, u32 evicted);
 int kvp_space_mmap(struct kvp_client *client, struct vm_area_struct *vma);
+unsigned long kvp_space_get_unmapped_area(struct kvp_client *client, struct file *file,
+					  unsigned long addr, unsigned long len,
+					  unsigned long pgoff, unsigned long flags);
 long kvp_ioctl_alloc(struct kvp_client *client, struct kvpool_blocks *args);
 long kvp_ioctl_free(struct kvp_client *client, struct kvpool_blocks *args);
 long kvp_ioctl_space_info(struct kvp_client *client, struct kvpool_space_info *info);

@@ -213,6 +213,13 @@ static int kvp_mmap(struct file *file, struct vm_area_struct *vma)
 	return kvp_space_mmap(file->private_data, vma);
 }
 
+static unsigned long kvp_get_unmapped_area(struct file *file, unsigned long addr,
+					   unsigned long len, unsigned long pgoff,
+					   unsigned long flags)
+{
+	return kvp_space_get_unmapped_area(file->private_data, file, addr, len, pgoff, flags);
+}
+
 static const struct file_operations kvp_fops = {
 	.owner = THIS_MODULE,
 	.open = kvp_open,
@@ -220,6 +227,7 @@ static const struct file_operations kvp_fops = {
 	.unlocked_ioctl = kvp_ioctl,
 	.compat_ioctl = compat_ptr_ioctl,
 	.mmap = kvp_mmap,
+	.get_unmapped_area = kvp_get_unmapped_area,
 	.read = kvp_read,
 	.poll = kvp_poll,
 	.llseek = noop_llseek,

@@ -88,9 +88,9 @@ static void kvp_space_detach(struct kvp_space *space, struct kvp_chunk *chunk)
 	list_del_init(&chunk->link);
 	kvp_chunk_leave_space(chunk, space->tenant);
 	/*
-	 * Every fd that can map the space is a client.  Fds opened through
-	 * the same device node share one mapping; zapping it also drops other
-	 * spaces' PTEs at this offset, which simply fault back in.
+	 * Every fd that can map the space is a client, and every client's
+	 * f_mapping is the space's own (kvp_space.inode): one zap, which
+	 * reaches no other space's mappings.
 	 */
 	list_for_each_entry(c, &space->clients, link) {
 		struct address_space *mapping = c->file->f_mapping;

@@ -6,9 +6,12 @@
  */
 #include <linux/capability.h>
 #include <linux/cred.h>
+#include <linux/fs.h>
 #include <linux/highmem.h>
+#include <linux/mount.h>
 #include <linux/pagemap.h>
 #include <linux/rhashtable.h>
+#include <linux/pseudo_fs.h>
 #include <linux/sched/signal.h>
 #include <linux/slab.h>
 #include <linux/string.h>
@@ -38,9 +41,46 @@ static const struct rhashtable_params kvp_space_names_params = {
 	.automatic_shrinking = true,
 };
 
+/*
+ * Each space's mappings live in an address_space of their own: the
+ * i_mapping of an inode on this internal filesystem, as DRM does for a
+ * device.  Every fd that joins points f_mapping at it, so a zap of the
+ * space's range (reclaim) walks the space's mappings alone, under an
+ * i_mmap_rwsem that no other space's mmap, munmap or fork takes.  The
+ * device inode's own mapping, which every fd starts with, maps nothing.
+ *
+ * The filesystem has no owner: the mount's reference on its owner would
+ * pin the module for as long as it is mounted, which is from load to
+ * unload.  kvp_spaces_exit() puts every inode and unmounts before the
+ * module goes, and init_pseudo() leaves only libfs's operations behind.
+ */
+#define KVPOOL_FS_MAGIC 0x6b76706c	/* "kvpl" */
+
+static struct vfsmount *kvp_mnt;
+
+static int kvp_fs_init_fs_context(struct fs_context *fc)
+{
+	return init_pseudo(fc, KVPOOL_FS_MAGIC) ? 0 : -ENOMEM;
+}
+
+static struct file_system_type kvp_fs_type = {
+	.name = "kvpool",
+	.init_fs_context = kvp_fs_init_fs_context,
+	.kill_sb = kill_anon_super,
+};
+
 int kvp_spaces_init(void)
 {
-	return rhashtable_init(&kvp_space_names, &kvp_space_names_params);
+	int ret = rhashtable_init(&kvp_space_names, &kvp_space_names_params);
+
+	if (ret)
+		return ret;
+	kvp_mnt = kern_mount(&kvp_fs_type);
+	if (IS_ERR(kvp_mnt)) {
+		rhashtable_destroy(&kvp_space_names);
+		return PTR_ERR(kvp_mnt);
+	}
+	return 0;
 }
 
 /*
@@ -503,6 +543,12 @@ static struct kvp_space *kvp_space_create(const struct kvpool_space_open *args,
 		ret = PTR_ERR(space->tenant);
 		goto out_free_space;
 	}
+	/* Charged to the creator's memory cgroup, as the space is. */
+	space->inode = alloc_anon_inode(kvp_mnt->mnt_sb);
+	if (IS_ERR(space->inode)) {
+		ret = PTR_ERR(space->inode);
+		goto out_put_tenant;
+	}
 	mutex_init(&space->lock);
 	INIT_LIST_HEAD(&space->chunks);
 	INIT_LIST_HEAD(&space->clients);
@@ -511,7 +557,7 @@ static struct kvp_space *kvp_space_create(const struct kvpool_space_open *args,
 	strscpy_pad(space->name, args->name, sizeof(space->name));
 	ret = rhashtable_insert_fast(&kvp_space_names, &space->name_node, kvp_space_names_params);
 	if (ret)
-		goto out_put_tenant;
+		goto out_put_inode;
 	space->id = kvp_space_next_id();
 	space->serial = kvp_space_serial;
 	space->uid = cred->fsuid;
@@ -528,6 +574,8 @@ static struct kvp_space *kvp_space_create(const struct kvpool_space_open *args,
 		pr_warn_ratelimited("kvpool: no sysfs directory for space %u\n", space->id);
 	return space;
 
+out_put_inode:
+	iput(space->inode);
 out_put_tenant:
 	kvp_tenant_put(space->tenant);
 out_free_space:
@@ -566,10 +614,15 @@ static void kvp_space_unlist(struct kvp_space *space)
 	mutex_unlock(&space->lock);
 }
 
-/* Called after kvp_space_unlist(): nothing maps or references the space. */
+/*
+ * Called after kvp_space_unlist(): nothing maps or references the space.
+ * Its last fd is closed, and every mapping held a reference on its fd, so
+ * the inode's i_mmap tree is empty when it goes.
+ */
 static void kvp_space_destroy_now(struct kvp_space *space)
 {
 	kvp_space_kobj_del(space);
+	iput(space->inode);
 	kvp_residency_destroy(space);
 	xa_destroy(&space->pages);
 	kvc_space_fini(&space->core);
@@ -716,8 +769,17 @@ int kvp_space_open(struct kvp_client *client, struct kvpool_space_open *args)
 		space->nr_clients++;
 		kvp_space_fill_open(space, args, client->file->f_cred);
 		/*
+		 * The fd's mappings go into the space's address_space.  Set
+		 * once, before the space is published: no mapping of this fd
+		 * exists yet (mmap needs the space), and an mmap that finds the
+		 * space finds this f_mapping for its whole course
+		 * (kvp_space_get_unmapped_area()).
+		 */
+		WRITE_ONCE(client->file->f_mapping, space->inode->i_mapping);
+		/*
 		 * Published last; pairs with the acquire in kvp_client_space(),
-		 * so whoever sees the space also sees client->owner.
+		 * so whoever sees the space also sees client->owner and
+		 * f_mapping.
 		 */
 		smp_store_release(&client->space, space);
 	}
@@ -878,6 +940,8 @@ void kvp_spaces_exit(void)
 		mutex_lock(&kvp_spaces_lock);
 	}
 	mutex_unlock(&kvp_spaces_lock);
+	/* Every space's inode is put: nothing is left on the filesystem. */
+	kern_unmount(kvp_mnt);
 	rhashtable_destroy(&kvp_space_names);
 }
 
@@ -948,6 +1012,28 @@ int kvp_space_mmap(struct kvp_client *client, struct vm_area_struct *vma)
 	kvp_vma_set_flags(vma, VM_DONTEXPAND | VM_DONTDUMP, VM_MAYEXEC);
 	vma->vm_ops = &kvp_vm_ops;
 	return 0;
+}
+
+/*
+ * mmap_region() reads file->f_mapping before ->mmap (to count a writable
+ * shared mapping) and again after it.  A join that moved f_mapping in
+ * between would leave that count on the device's mapping and take it from
+ * the space's, and a space whose count goes negative refuses every
+ * writable shared mmap (EPERM).  do_mmap() asks here before either read,
+ * so an mmap that gets past this saw the space and, published before it
+ * and never changed after, the fd's final f_mapping.
+ */
+unsigned long kvp_space_get_unmapped_area(struct kvp_client *client, struct file *file,
+					  unsigned long addr, unsigned long len,
+					  unsigned long pgoff, unsigned long flags)
+{
+	if (!kvp_client_space(client))
+		return -EBADFD;
+#if LINUX_VERSION_CODE >= KERNEL_VERSION(6, 10, 0)
+	return mm_get_unmapped_area(current->mm, file, addr, len, pgoff, flags);
+#else
+	return current->mm->get_unmapped_area(file, addr, len, pgoff, flags);
+#endif
 }
 
 /* Every fd of the space hears that an allocation evicted (count) or found no room (0). */

@@ -1,13 +1,17 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * mmap_test: mapping a space.  The mmap errnos, SIGBUS on pages that are
- * not backed yet, chunks that appear in existing mappings, and proofs that
+ * not backed yet, chunks that appear in existing mappings, the paths that
+ * go through the space's own address_space (and an mmap racing the join
+ * that switches an fd to it), and proofs that
  * the mapping is made of ordinary pages that get_user_pages() accepts:
  * process_vm_readv/process_vm_writev against another process's mapping,
  * and O_DIRECT I/O between a loop block device and the mapping.
  */
 #include "kvpool_util.h"
 
+#include <pthread.h>
+#include <sched.h>
 #include <sys/uio.h>
 #include <linux/loop.h>
 
@@ -234,6 +238,135 @@ TEST_F(map, madvise_dontneed_keeps_data)
 	ASSERT_NE(MAP_FAILED, m);
 	EXPECT_EQ(-1, kv_verify(m, KV_CHUNK, 9, 0));
 	munmap(m, QUOTA);
+}
+
+/* ---- the space's own address_space ---------------------------------------- */
+
+/*
+ * Once it joined, an fd's f_mapping is its space's inode, not the device's:
+ * the paths that use f_mapping or its host on a shared file mapping
+ * (fadvise, readahead, sync_file_range, msync, madvise, mremap, fork)
+ * work, or fail as on any character device, and leave the data alone.
+ */
+TEST_F(map, mapping_paths_through_space_inode)
+{
+	__u32 ids[BPC];
+	char *m, *moved;
+	void *dst;
+	pid_t pid;
+
+	ASSERT_EQ(0, kv_alloc(self->fd, ids, BPC));
+	m = kv_mmap(self->fd, QUOTA, 0);
+	ASSERT_NE(MAP_FAILED, m);
+	kv_fill(m, KV_CHUNK, 31, 0);
+
+	EXPECT_EQ(0, posix_fadvise(self->fd, 0, 0, POSIX_FADV_WILLNEED));
+	EXPECT_EQ(0, posix_fadvise(self->fd, 0, 0, POSIX_FADV_DONTNEED));
+	EXPECT_EQ(0, posix_fadvise(self->fd, 0, KV_CHUNK, POSIX_FADV_NOREUSE));
+	EXPECT_EQ(-1, readahead(self->fd, 0, KV_CHUNK));
+	EXPECT_EQ(-1, sync_file_range(self->fd, 0, 0, SYNC_FILE_RANGE_WRITE));
+	EXPECT_EQ(0, msync(m, KV_CHUNK, MS_ASYNC));
+	EXPECT_EQ(0, msync(m, KV_CHUNK, MS_INVALIDATE));
+	msync(m, KV_CHUNK, MS_SYNC);	/* no fsync: EINVAL, as before */
+	EXPECT_EQ(0, madvise(m, KV_CHUNK, MADV_WILLNEED));
+	EXPECT_EQ(0, madvise(m, KV_CHUNK, MADV_COLD));
+	EXPECT_EQ(0, madvise(m, KV_CHUNK, MADV_PAGEOUT));
+	EXPECT_EQ(-1, madvise(m, KV_CHUNK, MADV_REMOVE));	/* no fallocate */
+	EXPECT_EQ(0, madvise(m, KV_CHUNK, MADV_POPULATE_WRITE));
+	EXPECT_EQ(-1, kv_verify(m, KV_CHUNK, 31, 0));
+
+	/* A child inherits the mapping, splits it, writes and unmaps part of it. */
+	pid = fork();
+	ASSERT_LE(0, pid);
+	if (pid == 0) {
+		if (kv_verify(m, KV_CHUNK, 31, 0) != -1)
+			_exit(1);
+		if (mprotect(m + KV_CHUNK / 2, KV_CHUNK / 2, PROT_READ))
+			_exit(2);
+		kv_fill(m, KV_CHUNK / 2, 32, 0);
+		if (munmap(m + KV_CHUNK / 4, KV_CHUNK / 4) || madvise(m, KV_CHUNK / 4, MADV_DONTNEED))
+			_exit(3);
+		_exit(kv_verify(m, KV_CHUNK / 4, 32, 0) == -1 ? 0 : 4);
+	}
+	ASSERT_EQ(0, kv_wait(pid));
+	EXPECT_EQ(-1, kv_verify(m, KV_CHUNK / 2, 32, 0));
+	EXPECT_EQ(-1, kv_verify(m + KV_CHUNK / 2, KV_CHUNK / 2, 31, KV_CHUNK / 2));
+
+	/* Moving the first chunk's mapping elsewhere keeps it on the same pages. */
+	dst = mmap(NULL, KV_CHUNK, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	ASSERT_NE(MAP_FAILED, dst);
+	moved = mremap(m, KV_CHUNK, KV_CHUNK, MREMAP_MAYMOVE | MREMAP_FIXED, dst);
+	ASSERT_EQ(dst, (void *)moved);
+	EXPECT_EQ(-1, kv_verify(moved, KV_CHUNK / 2, 32, 0));
+	kv_fill(moved + KV_CHUNK / 2, KV_CHUNK / 2, 33, KV_CHUNK / 2);
+	munmap(moved, KV_CHUNK);
+	munmap(m + KV_CHUNK, QUOTA - KV_CHUNK);
+	m = kv_mmap(self->fd, KV_CHUNK, 0);
+	ASSERT_NE(MAP_FAILED, m);
+	EXPECT_EQ(-1, kv_verify(m + KV_CHUNK / 2, KV_CHUNK / 2, 33, KV_CHUNK / 2));
+	munmap(m, KV_CHUNK);
+}
+
+struct join_race {
+	int fd;
+	size_t len;
+	volatile int tries;
+	int bad_errno;		/* an mmap errno other than EBADFD, or 0 */
+	void *map;
+};
+
+/* Map r->fd until that works: EBADFD until the fd has joined, nothing else. */
+static void *join_race_mapper(void *arg)
+{
+	struct join_race *r = arg;
+
+	for (;;) {
+		void *p = mmap(NULL, r->len, PROT_READ | PROT_WRITE, MAP_SHARED, r->fd, 0);
+
+		r->tries++;
+		if (p != MAP_FAILED) {
+			r->map = p;
+			return NULL;
+		}
+		if (errno != EBADFD) {
+			r->bad_errno = errno;
+			return NULL;
+		}
+	}
+}
+
+/*
+ * Joining points the fd's f_mapping at the space's inode, and mmap reads
+ * f_mapping before and after ->mmap to count writable shared mappings: an
+ * mmap that straddled the join would take a count from the space that it
+ * never gave, and a space whose count goes negative refuses writable
+ * shared mappings (EPERM).  A thread maps each new fd while it joins:
+ * every mmap fails with EBADFD or maps, and the space keeps mapping.
+ */
+TEST_F(map, mmap_racing_join_keeps_space_mappable)
+{
+	int round;
+
+	for (round = 0; round < 200; round++) {
+		struct join_race r = { .len = self->page };
+		pthread_t t;
+
+		r.fd = kv_open();
+		ASSERT_LE(0, r.fd);
+		ASSERT_EQ(0, pthread_create(&t, NULL, join_race_mapper, &r));
+		while (r.tries < 1 + round % 4)
+			sched_yield();
+		ASSERT_EQ(0, kv_join(r.fd, self->name, NULL));
+		ASSERT_EQ(0, pthread_join(t, NULL));
+		EXPECT_EQ(0, r.bad_errno) TH_LOG("round %d: mmap failed: %s", round,
+						 strerror(r.bad_errno));
+		if (r.map)
+			munmap(r.map, r.len);
+		close(r.fd);
+		if (r.bad_errno)
+			break;
+	}
+	EXPECT_EQ(0, try_mmap(self->fd, QUOTA, PROT_READ | PROT_WRITE, MAP_SHARED, 0));
 }
 
 /* ---- get_user_pages: process_vm_readv / process_vm_writev ------------------ */

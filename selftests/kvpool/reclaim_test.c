@@ -31,6 +31,9 @@
  *     reclaimed to exhaustion, leave no chunk stranded under a hole.
  *   fault_racing_reclaim_leaves_no_stale_mapping: processes faulting
  *     every page race reclaim; afterwards no page of a hole is readable.
+ *   reclaim_leaves_other_spaces_mapped: reclaiming one space's chunks
+ *     zaps that space's mappings only; another space's mapping of the
+ *     same offsets keeps every page (its Rss in /proc/self/smaps).
  *
  * kswapd gives up on a node for the rest of the boot after 16 runs that
  * cannot balance it, which shrinker_disabled_no_reclaim causes on purpose
@@ -572,6 +575,105 @@ TEST_F_TIMEOUT(reclaim, multi_chunk_blocks_reclaimed_whole, 120)
 	ASSERT_KV_CHECK_OK();
 	close(self->fd);
 	self->fd = -1;
+}
+
+/* Rss in KiB of this process's mapping that starts at addr (smaps), or -1. */
+static long smaps_rss_kib(const void *addr)
+{
+	unsigned long start, end;
+	char line[512];
+	long rss = -1;
+	int in = 0;
+	FILE *f = fopen("/proc/self/smaps", "r");
+
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f)) {
+		if (sscanf(line, "%lx-%lx ", &start, &end) == 2) {
+			if (in)
+				break;
+			in = start == (unsigned long)addr;
+		} else if (in && sscanf(line, "Rss: %ld kB", &rss) == 1) {
+			break;
+		}
+	}
+	fclose(f);
+	return rss;
+}
+
+/*
+ * Issue 14 finding 9: every fd of /dev/kvpool shared the device inode's
+ * address_space, so reclaim's zap of one space's range took the
+ * i_mmap_rwsem that every tenant's mmap and munmap take, and dropped the
+ * PTEs of every other space mapped at the same offsets.  Each space now
+ * maps through an inode of its own.  Space A's owned blocks, mapped and
+ * touched, keep every page mapped while space B's cached blocks at the
+ * same offsets are reclaimed, and B's own mapping is zapped.
+ */
+TEST_F_TIMEOUT(reclaim, reclaim_leaves_other_spaces_mapped, 120)
+{
+	const __u32 nblocks = 4 * CHUNK_BLOCKS;
+	const size_t len = (size_t)nblocks * BLOCK;
+	static __u32 ida[4 * CHUNK_BLOCKS], idb[4 * CHUNK_BLOCKS];
+	long rss_a0, rss_a1, rss_b0, rss_b1;
+	struct kvpool_space_stats sb;
+	char nameb[KVPOOL_NAME_MAX];
+	char *ma, *mb;
+	int fdb, dc;
+
+	RETURN_IF_SKIPPED();
+	/* A: every block owned (never reclaimable), written through the mapping. */
+	self->fd = kv_open();
+	ASSERT_LE(0, self->fd);
+	ASSERT_EQ(0, kv_create(self->fd, self->name, BLOCK, len, NULL));
+	ASSERT_EQ(0, kv_alloc(self->fd, ida, nblocks));
+	ma = kv_mmap(self->fd, len, 0);
+	ASSERT_NE(MAP_FAILED, ma);
+	kv_fill(ma, len, (unsigned int)self->tag, 0);
+	/* B: the same offsets, every block cached, also mapped and touched. */
+	kv_name(nameb, sizeof(nameb), "reclaim-b");
+	fdb = kv_open();
+	ASSERT_LE(0, fdb);
+	ASSERT_EQ(0, kv_create(fdb, nameb, BLOCK, len, NULL));
+	ASSERT_EQ(0, kv_alloc(fdb, idb, nblocks));
+	mb = kv_mmap(fdb, len, 0);
+	ASSERT_NE(MAP_FAILED, mb);
+	kv_fill(mb, len, (unsigned int)self->tag + 1, 0);
+	ASSERT_EQ(0, kv_publish_seq(fdb, idb, nblocks, (__u32)self->tag, 0, NULL));
+	ASSERT_EQ(0, kv_release(fdb, idb, nblocks));
+	rss_a0 = smaps_rss_kib(ma);
+	rss_b0 = smaps_rss_kib(mb);
+	ASSERT_EQ((long)(len / KiB), rss_a0);
+	ASSERT_EQ((long)(len / KiB), rss_b0);
+
+	dc = open("/proc/sys/vm/drop_caches", O_WRONLY);
+	ASSERT_LE(0, dc);
+	ASSERT_EQ(1, write(dc, "2", 1));
+	close(dc);
+	ASSERT_KV_CHECK_OK();
+
+	/* Read before touching anything: a zapped page would fault back in. */
+	rss_a1 = smaps_rss_kib(ma);
+	rss_b1 = smaps_rss_kib(mb);
+	ASSERT_EQ(0, px_stats(fdb, &sb));
+	ksft_print_msg("B: holes %llu of %u, Rss %ld -> %ld KiB; A: Rss %ld -> %ld KiB\n",
+		       (unsigned long long)sb.hole_blocks, nblocks, rss_b0, rss_b1, rss_a0,
+		       rss_a1);
+	fflush(stdout);
+	EXPECT_EQ(nblocks, sb.hole_blocks);
+	/* B's mapping of what it lost was zapped ... */
+	EXPECT_EQ(rss_b0 - (long)(sb.hole_blocks * BLOCK / KiB), rss_b1);
+	EXPECT_EQ(SIGBUS, kv_probe(mb, 0));
+	/* ... and A's mapping of the same offsets was not touched. */
+	EXPECT_EQ(rss_a0, rss_a1);
+	EXPECT_EQ(-1, kv_verify(ma, len, (unsigned int)self->tag, 0));
+
+	munmap(mb, len);
+	close(fdb);
+	munmap(ma, len);
+	close(self->fd);
+	self->fd = -1;
+	ASSERT_KV_CHECK_OK();
 }
 
 /*
