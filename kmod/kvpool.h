@@ -36,7 +36,8 @@
  *    references and interest set, its client list, residency records and
  *    device table, its chunk list and its owner counter.  Growth and refill
  *    allocate, zero and call cond_resched() under it; reclaim zaps user
- *    mappings under it (it nests i_mmap_rwsem).  Teardown empties the
+ *    mappings under it (it nests the page locks of the extent, then the
+ *    space's own i_mmap_rwsem: see kvp_space.inode).  Teardown empties the
  *    chunk list under it too: the space's sysfs directory outlives the
  *    unlisting and its readers walk that list.  Taken killable from
  *    ioctls (but to undo a call whose copy-out failed) and sysfs.  Lookups
@@ -55,7 +56,11 @@
  *    event queue; emitted under 2, read by read()/poll() alone.
  *
  * The shrinker runs inside other allocations, so it only ever trylocks
- * 1, 2 and 3 and skips what is busy.
+ * 1, 2 and 3 and skips what is busy.  The page locks of an extent it
+ * trylocks too; the space's i_mmap_rwsem it probes with a trylock before
+ * it commits to an extent, and unmap_mapping_range() then takes it for
+ * reading (see kvp_mapping_idle() in reclaim.c for what that leaves).
+ * No other space's fds ever take that lock.
  *
  * No lock that outlives one open file is held across an access to user
  * memory, whose fault can last as long as userspace wants (userfaultfd,

@@ -6,9 +6,9 @@
  * a hole, so owned and referenced blocks are never touched; its blocks
  * become holes that ALLOC refills on demand.  A block larger than a chunk
  * goes whole, with every chunk under it.  Mappings of the chunks are
- * zapped; a work item waits a grace period and only then reads the page
- * counts: a chunk still mapped or pinned waits on the held list
- * (invariant 2).
+ * zapped, in the space's own address_space (kvp_space.inode); a work item
+ * waits a grace period and only then reads the page counts: a chunk still
+ * mapped or pinned waits on the held list (invariant 2).
  */
 #include <linux/math64.h>
 #include <linux/mm.h>
@@ -74,12 +74,10 @@ static bool kvp_chunk_dma_pinned(const struct kvp_chunk *chunk)
 	return false;
 }
 
-/* Take a chunk out of its space: no page is findable or mapped afterwards. */
+/* Take a chunk out of its space: no page is findable afterwards (the caller zaps). */
 static void kvp_space_detach(struct kvp_space *space, struct kvp_chunk *chunk)
 {
 	unsigned long first = chunk->offset >> PAGE_SHIFT, i;
-	struct address_space *last = NULL;
-	struct kvp_client *c;
 
 	for (i = 0; i < chunk->nr_pages; i++) {
 		xa_erase(&space->pages, first + i);
@@ -87,19 +85,31 @@ static void kvp_space_detach(struct kvp_space *space, struct kvp_chunk *chunk)
 	}
 	list_del_init(&chunk->link);
 	kvp_chunk_leave_space(chunk, space->tenant);
-	/*
-	 * Every fd that can map the space is a client, and every client's
-	 * f_mapping is the space's own (kvp_space.inode): one zap, which
-	 * reaches no other space's mappings.
-	 */
-	list_for_each_entry(c, &space->clients, link) {
-		struct address_space *mapping = c->file->f_mapping;
+}
 
-		if (mapping == last)
-			continue;
-		unmap_mapping_range(mapping, chunk->offset, kvp_chunk_bytes(chunk), 1);
-		last = mapping;
-	}
+/*
+ * Is nobody changing the space's mappings right now?  Every fd of the
+ * space, and no other, has the space's inode as its f_mapping, so its
+ * i_mmap_rwsem is taken (for writing) only by mmap, munmap, mremap, fork
+ * and exit of this space's mappings.  The shrinker does not wait for
+ * those: a space whose lock is contended keeps its candidates this scan.
+ *
+ * This is a probe, not a hold: unmap_mapping_range() takes the lock for
+ * reading itself, and a second read acquisition under our own would
+ * deadlock behind a writer queued in between.  What remains is the window
+ * from here to the zap (page trylocks, the eviction, xarray erasures): a
+ * writer that arrives in it makes the zap wait for that writer's section,
+ * VMA bookkeeping that takes no lock of ours, page locks included (rmap's
+ * order is page lock, then i_mmap_rwsem).  The kernel's own page reclaim
+ * waits on this lock the same way (try_to_unmap() takes it for reading),
+ * and no other space's mmap or munmap can make this zap wait.
+ */
+static bool kvp_mapping_idle(struct address_space *mapping)
+{
+	if (!i_mmap_trylock_read(mapping))
+		return false;
+	i_mmap_unlock_read(mapping);
+	return true;
 }
 
 /*
@@ -190,21 +200,30 @@ out_unlock:
 	return false;
 }
 
-/* Detach every chunk in [start, end) onto victims; returns their pages. */
+/*
+ * Detach every chunk in [start, end) onto victims and zap the space's
+ * mappings of the extent, once; returns the pages taken.
+ */
 static unsigned long kvp_extent_detach(struct kvp_space *space, u64 start, u64 end,
 				       struct list_head *victims)
 {
 	unsigned long pages = 0, i;
-	struct kvp_chunk *c;
+	struct kvp_chunk *c, *next;
+	LIST_HEAD(taken);
 	u64 off = start;
 
 	while ((c = kvp_extent_next(space, &off, end))) {
 		pages += c->nr_pages;
 		kvp_space_detach(space, c);
-		list_add_tail(&c->link, victims);
+		list_add_tail(&c->link, &taken);
+	}
+	/* The space's mappings only: no other space maps through this inode. */
+	unmap_mapping_range(space->inode->i_mapping, start, end - start, 1);
+	list_for_each_entry_safe(c, next, &taken, link) {
 		/* Zapped: a fault waiting for one of these pages now finds it gone. */
 		for (i = 0; i < c->nr_pages; i++)
 			unlock_page(c->page + i);
+		list_move_tail(&c->link, victims);
 	}
 	return pages;
 }
@@ -225,8 +244,14 @@ static void kvp_space_reclaim(struct kvp_space *space, unsigned long *left, u64 
 
 		if (!chunk || !kvp_reclaim_extent(space, chunk, &start, &end) ||
 		    !kvc_range_reclaimable(core, start, end - start) ||
-		    kvp_extent_dma_pinned(space, start, end) ||
-		    !kvp_extent_trylock(space, start, end)) {
+		    kvp_extent_dma_pinned(space, start, end)) {
+			id = kvc_lru_next(core, id);
+			continue;
+		}
+		/* Its mappings are changing: leave the space for the next scan. */
+		if (!kvp_mapping_idle(space->inode->i_mapping))
+			break;
+		if (!kvp_extent_trylock(space, start, end)) {
 			id = kvc_lru_next(core, id);
 			continue;
 		}
