@@ -25,9 +25,9 @@ static long kvp_ioctl_info(void __user *uarg)
 
 	if (copy_from_user(&info, uarg, sizeof(info)))
 		return -EFAULT;
-	if (info.flags || !kvp_zero(info.reserved, sizeof(info.reserved)))
+	/* flags, reserved and (API 4) every out field: all of it is 0. */
+	if (!kvp_zero(&info, sizeof(info)))
 		return -EINVAL;
-	memset(&info, 0, sizeof(info));
 	info.api_version = KVPOOL_API_VERSION;
 	info.features = KVPOOL_FEATURES;
 	info.page_size = PAGE_SIZE;
@@ -60,6 +60,13 @@ static long kvp_ioctl_space_open(struct kvp_client *client, void __user *uarg)
 	if (!(args.flags & KVPOOL_SPACE_FOREIGN) && args.expect_uid)
 		return -EINVAL;
 	if (!kvp_zero(args.reserved, sizeof(args.reserved)))
+		return -EINVAL;
+	/* API 4: out fields are not inputs, and a plain join has no create fields. */
+	if (args.space_id || args.uid || args.gid || args.nr_blocks || args.map_bytes ||
+	    args.created)
+		return -EINVAL;
+	if (!(args.flags & KVPOOL_SPACE_CREATE) &&
+	    (args.mode || args.quota_bytes || args.node_mask || args.numa_policy))
 		return -EINVAL;
 	ret = kvp_space_open(client, &args);
 	if (ret)
@@ -113,9 +120,9 @@ static long kvp_ioctl_space_info_user(struct kvp_client *client, void __user *ua
 
 	if (copy_from_user(&info, uarg, sizeof(info)))
 		return -EFAULT;
-	if (info.flags || !kvp_zero(info.reserved, sizeof(info.reserved)))
+	/* flags, reserved and (API 4) every out field: all of it is 0. */
+	if (!kvp_zero(&info, sizeof(info)))
 		return -EINVAL;
-	memset(&info, 0, sizeof(info));
 	ret = kvp_ioctl_space_info(client, &info);
 	if (ret)
 		return ret;

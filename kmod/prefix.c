@@ -59,7 +59,8 @@ long kvp_ioctl_publish(struct kvp_client *client, void __user *uarg)
 
 	if (copy_from_user(&args, uarg, sizeof(args)))
 		return -EFAULT;
-	if ((args.flags & ~KVPOOL_PUBLISH_FLAGS) || args.pad ||
+	/* nr_dedup is out only: 0 on the way in (API 4), like pad and reserved. */
+	if ((args.flags & ~KVPOOL_PUBLISH_FLAGS) || args.nr_dedup || args.pad ||
 	    !kvp_zero(args.reserved, sizeof(args.reserved)) || !args.count)
 		return -EINVAL;
 	if (args.count > KVPOOL_MAX_BATCH)
@@ -160,8 +161,9 @@ long kvp_ioctl_lookup(struct kvp_client *client, void __user *uarg)
 
 	if (copy_from_user(&args, uarg, sizeof(args)))
 		return -EFAULT;
-	if (args.flags || args.pad || !kvp_zero(args.reserved, sizeof(args.reserved)) ||
-	    !args.count)
+	/* nr_hits is out only: 0 on the way in (API 4). */
+	if (args.flags || args.nr_hits || args.pad ||
+	    !kvp_zero(args.reserved, sizeof(args.reserved)) || !args.count)
 		return -EINVAL;
 	if (args.count > KVPOOL_MAX_BATCH)
 		return -E2BIG;
@@ -255,11 +257,11 @@ long kvp_ioctl_space_stats(struct kvp_client *client, void __user *uarg)
 
 	if (copy_from_user(&st, uarg, sizeof(st)))
 		return -EFAULT;
-	if (st.flags || !kvp_zero(st.reserved, sizeof(st.reserved)))
+	/* flags, reserved and (API 4) every out field: all of it is 0. */
+	if (!kvp_zero(&st, sizeof(st)))
 		return -EINVAL;
 	if (!space)
 		return -EBADFD;
-	memset(&st, 0, sizeof(st));
 	if (mutex_lock_killable(&space->lock))
 		return -EINTR;
 	c = &space->core;

@@ -183,7 +183,8 @@ long kvp_ioctl_residency(struct kvp_client *client, void __user *uarg)
 
 	if (copy_from_user(&args, uarg, sizeof(args)))
 		return -EFAULT;
-	if (args.flags || !kvp_zero(args.reserved, sizeof(args.reserved)) ||
+	/* device_slot is out only: 0 on the way in (API 4). */
+	if (args.flags || args.device_slot || !kvp_zero(args.reserved, sizeof(args.reserved)) ||
 	    args.op > KVPOOL_RESIDENCY_CLEAR)
 		return -EINVAL;
 	if (args.count > KVPOOL_MAX_BATCH)

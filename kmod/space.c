@@ -643,6 +643,8 @@ static void kvp_space_fill_open(const struct kvp_space *space, struct kvpool_spa
 	args->block_bytes = space->core.block_bytes;
 	args->nr_blocks = space->core.nr_blocks;
 	args->map_bytes = space->core.nr_blocks * space->core.block_bytes;
+	/* API 4: a join reports the create fields the space has, quota in whole blocks. */
+	args->quota_bytes = args->map_bytes;
 	args->mode = space->mode;
 	args->numa_policy = space->numa_policy;
 	args->node_mask = space->node_mask;
@@ -701,7 +703,6 @@ static struct kvp_space *kvp_space_open_pinned(struct kvpool_space_open *args,
 					       const struct file *file)
 {
 	struct kvp_space *space;
-	int ret;
 
 	lockdep_assert_held(&kvp_spaces_lock);
 	space = kvp_space_find(args->name);
@@ -719,10 +720,6 @@ static struct kvp_space *kvp_space_open_pinned(struct kvpool_space_open *args,
 	} else {
 		if (!(args->flags & KVPOOL_SPACE_CREATE))
 			return ERR_PTR(-ENOENT);
-		/* Create fields matter only when creating; a join ignores them. */
-		ret = kvp_space_args_valid(args);
-		if (ret)
-			return ERR_PTR(ret);
 		space = kvp_space_create(args, file->f_cred);
 		if (IS_ERR(space))
 			return space;
@@ -740,6 +737,15 @@ int kvp_space_open(struct kvp_client *client, struct kvpool_space_open *args)
 
 	if (!kvp_name_valid(args->name))
 		return -EINVAL;
+	/*
+	 * API 4: create fields are checked whether the call will create or
+	 * join, so a create-or-join never accepts bad ones by joining.
+	 */
+	if (args->flags & KVPOOL_SPACE_CREATE) {
+		ret = kvp_space_args_valid(args);
+		if (ret)
+			return ret;
+	}
 
 	mutex_lock(&kvp_spaces_lock);
 	if (client->space || client->joining) {

@@ -417,10 +417,13 @@ struct kvrt_space_opts {
  * EXCL or PERSIST without CREATE, reserved fields, name, create fields,
  * block_bytes mismatch on join), -E2BIG (block_bytes > KVRT_MAX_BLOCK_BYTES
  * or quota_bytes > KVRT_MAX_SPACE_BYTES), -ENOENT, -EEXIST, -EACCES,
- * -ENOMEM; plus the mmap errno of the mapping.  PERSIST counts only when
- * the call creates the space; a join ignores it like the other create
- * fields: kvrt_space_info() says whether the open created the space or
- * joined it (created) and who owns it (uid).
+ * -ENOMEM; plus the mmap errno of the mapping.  The create fields (mode,
+ * quota_bytes, node_mask, numa_policy) must be 0 without CREATE; with it
+ * they are checked whether the open creates or joins (kmod API 4; libkvrt
+ * checks for older modules).  PERSIST and the create fields count only
+ * when the call creates the space: kvrt_space_info() says whether the open
+ * created the space or joined it (created), who owns it (uid) and the
+ * space's own mode, policy and geometry.
  *
  * Names are shared (kmod: host-wide), so someone else may hold the name
  * first.  A join lands only in a space owned by the caller (kmod: its

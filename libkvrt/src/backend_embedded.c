@@ -386,28 +386,6 @@ static const struct kvc_space_ops emb_ops = {
 
 /* ---- spaces ---------------------------------------------------------------- */
 
-/* KVPOOL_IOC_SPACE_OPEN's create checks, in its order. */
-static int emb_args_valid(const struct kvrt *k, const struct kvrt_space_opts *o)
-{
-	if (!o->block_bytes || o->block_bytes % k->page_size)
-		return -EINVAL;
-	if (o->block_bytes > KVRT_MAX_BLOCK_BYTES)
-		return -E2BIG;
-	if (o->quota_bytes < o->block_bytes)
-		return -EINVAL;
-	if (o->quota_bytes > KVRT_MAX_SPACE_BYTES)
-		return -E2BIG;
-	if (o->mode & ~0777U)
-		return -EINVAL;
-	if ((unsigned int)o->numa_policy > KVRT_NUMA_INTERLEAVE)
-		return -EINVAL;
-	if (o->node_mask & ~k->node_mask)
-		return -EINVAL;
-	if (o->numa_policy == KVRT_NUMA_BIND && !o->node_mask)
-		return -EINVAL;
-	return 0;
-}
-
 static bool in_group(gid_t gid)
 {
 	gid_t groups[256];
@@ -760,6 +738,12 @@ int emb_space_open(struct kvrt *k, const struct kvrt_space_opts *o, struct kvrt_
 	struct emb_space *es;
 	int ret = 0;
 
+	/* As the module (API 4): create fields are checked for a join too. */
+	if (o->flags & KVRT_SPACE_CREATE) {
+		ret = kvrt_create_args_valid(o, k->page_size, k->node_mask);
+		if (ret)
+			return ret;
+	}
 	pthread_mutex_lock(&k->lock);
 	es = emb_find(k, o->name);
 	if (es) {
@@ -786,9 +770,6 @@ int emb_space_open(struct kvrt *k, const struct kvrt_space_opts *o, struct kvrt_
 			ret = -ENOENT;
 			goto out_unlock;
 		}
-		ret = emb_args_valid(k, o);
-		if (ret)
-			goto out_unlock;
 		ret = emb_create(k, o, &es);
 		if (ret)
 			goto out_unlock;

@@ -102,7 +102,10 @@ int kmod_probe(struct kvrt *k, const char *device)
 	 * API 2 only added ioctls and flags: an API 1 module serves spaces,
 	 * and the calls whose feature bit it lacks return -EOPNOTSUPP.  API 3
 	 * added the owner check on join, which kmod_space_open() makes itself
-	 * for older modules.
+	 * for older modules.  API 4 refuses out fields on input and create
+	 * fields on a plain join (libkvrt passes neither) and checks create
+	 * fields on a create-or-join that joins (kmod_space_open() does that
+	 * for older modules).
 	 */
 	if (info.api_version < 1 || info.api_version > KVPOOL_API_VERSION ||
 	    !(info.features & KVPOOL_FEAT_SPACES)) {
@@ -166,6 +169,17 @@ int kmod_space_open(struct kvrt *k, const struct kvrt_space_opts *o, struct kvrt
 	if (k->api_version < 3) {
 		so->flags &= ~KVPOOL_SPACE_FOREIGN;
 		so->expect_uid = 0;
+	}
+	/* Before API 4 a create-or-join that joins ignored bad create fields. */
+	if (k->api_version < 4 && (o->flags & KVRT_SPACE_CREATE)) {
+		struct kvpool_info info;
+
+		ret = kmod_info(k->ctl_fd, &info);
+		if (ret)
+			return ret;
+		ret = kvrt_create_args_valid(o, info.page_size, info.node_mask);
+		if (ret)
+			return ret;
 	}
 
 	s->fd = open(k->device, O_RDWR | O_CLOEXEC);

@@ -149,6 +149,8 @@ int emb_read_events(struct kvrt_space *s, struct kvrt_event *ev, uint32_t max);
 
 /* The name rule both backends share: [A-Za-z0-9._-]+, < KVRT_NAME_MAX. */
 bool kvrt_name_valid(const char *name);
+int kvrt_create_args_valid(const struct kvrt_space_opts *o, uint32_t page_size,
+			   uint64_t pool_node_mask);
 
 /* Copy thread (copy.c), stopped by kvrt_close(). */
 void kvrt_copy_shutdown(struct kvrt *k);

@@ -231,6 +231,33 @@ int kvrt_pool_info(struct kvrt *k, struct kvrt_pool_info *info)
 
 /* ---- spaces --------------------------------------------------------------- */
 
+/*
+ * KVPOOL_IOC_SPACE_OPEN's create checks, in its order: with CREATE they
+ * apply whether the open creates or joins (kmod API 4; libkvrt makes them
+ * itself for older modules and for the embedded backend).
+ */
+int kvrt_create_args_valid(const struct kvrt_space_opts *o, uint32_t page_size,
+			   uint64_t pool_node_mask)
+{
+	if (!o->block_bytes || o->block_bytes % page_size)
+		return -EINVAL;
+	if (o->block_bytes > KVRT_MAX_BLOCK_BYTES)
+		return -E2BIG;
+	if (o->quota_bytes < o->block_bytes)
+		return -EINVAL;
+	if (o->quota_bytes > KVRT_MAX_SPACE_BYTES)
+		return -E2BIG;
+	if (o->mode & ~0777U)
+		return -EINVAL;
+	if ((unsigned int)o->numa_policy > KVRT_NUMA_INTERLEAVE)
+		return -EINVAL;
+	if (o->node_mask & ~pool_node_mask)
+		return -EINVAL;
+	if (o->numa_policy == KVRT_NUMA_BIND && !o->node_mask)
+		return -EINVAL;
+	return 0;
+}
+
 int kvrt_space_open(struct kvrt *k, const struct kvrt_space_opts *o, struct kvrt_space **out)
 {
 	struct kvrt_space *s;
@@ -249,6 +276,10 @@ int kvrt_space_open(struct kvrt *k, const struct kvrt_space_opts *o, struct kvrt
 	    ((o->flags & KVRT_SPACE_FOREIGN) && (o->flags & KVRT_SPACE_CREATE)) ||
 	    (!(o->flags & KVRT_SPACE_FOREIGN) && o->expect_uid) ||
 	    !all_zero(o->reserved, sizeof(o->reserved)))
+		return -EINVAL;
+	/* As kmod API 4: a plain join has no create fields. */
+	if (!(o->flags & KVRT_SPACE_CREATE) &&
+	    (o->mode || o->quota_bytes || o->node_mask || o->numa_policy))
 		return -EINVAL;
 	if (!kvrt_name_valid(o->name))
 		return -EINVAL;

@@ -108,12 +108,12 @@ TEST(pool_info)
 	CHECK_EQ(p.backend, cur);
 	CHECK(p.features & KVRT_FEAT_SPACES);
 	if (cur == KVRT_BACKEND_EMBEDDED) {
-		CHECK_EQ(p.api_version, 3);
+		CHECK_EQ(p.api_version, 4);
 		/* Everything but reclaim: the embedded pool has no shrinker. */
 		CHECK_EQ(p.features, KVRT_FEAT_SPACES | KVRT_FEAT_NUMA | KVRT_FEAT_PREFIX |
 				     KVRT_FEAT_PERSIST | KVRT_FEAT_RESIDENCY | KVRT_FEAT_EVENTS);
 	} else {
-		CHECK(p.api_version >= 1 && p.api_version <= 3);
+		CHECK(p.api_version >= 1 && p.api_version <= 4);
 		if (p.api_version >= 2)
 			CHECK_EQ(p.features & 0x7f, 0x7f);
 	}
@@ -176,7 +176,7 @@ TEST(space_open_errors)
 	EXPECT(o.node_mask = ~p.node_mask & -~p.node_mask, -EINVAL);	/* lowest absent node */
 	EXPECT(o.numa_policy = KVRT_NUMA_BIND, -EINVAL);			/* BIND, empty mask */
 	/* Nothing was created by any of these. */
-	EXPECT(o.flags = 0, -ENOENT);
+	EXPECT((o.flags = 0, o.mode = 0, o.quota_bytes = 0), -ENOENT);
 	/* A name of 63 characters is fine (nm() truncates to that). */
 	o = create_opts("e-63-chars-are-fine-xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx", BB, 16 * BB);
 	CHECK_EQ(strlen(o.name), KVRT_NAME_MAX - 1);
@@ -211,18 +211,46 @@ TEST(join_rules)
 	o.flags = KVRT_SPACE_CREATE;
 	o.block_bytes = BB;
 	CHECK_EQ(kvrt_space_open(K, &o, &c), -EINVAL);
-	/* A join ignores the create fields, even invalid ones. */
-	o.block_bytes = 0;
+	/* A create-or-join checks the create fields even when it would join (kmod API 4). */
+	o.block_bytes = 2 * BB;
 	o.quota_bytes = 1;
+	CHECK_EQ(kvrt_space_open(K, &o, &c), -EINVAL);
+	o.quota_bytes = 64 * BB;
 	o.mode = 07777;
+	CHECK_EQ(kvrt_space_open(K, &o, &c), -EINVAL);
+	o.mode = 0600;
 	o.numa_policy = (enum kvrt_numa_policy)9;
+	CHECK_EQ(kvrt_space_open(K, &o, &c), -EINVAL);
+	o.numa_policy = KVRT_NUMA_PREFERRED;
+	o.block_bytes = 0;
+	CHECK_EQ(kvrt_space_open(K, &o, &c), -EINVAL);
+	CHECK(c == NULL);
+	/* Valid ones join, and the space's own values stand. */
+	o.block_bytes = 2 * BB;
+	o.quota_bytes = 128 * BB;
+	o.mode = 0600;
+	o.numa_policy = KVRT_NUMA_INTERLEAVE;
 	CHECK_EQ(kvrt_space_open(K, &o, &b), 0);
 	ib = info(b);
 	CHECK_EQ(ib.created, 0);
 	CHECK_EQ(ib.space_id, ia.space_id);
 	CHECK_EQ(ib.nr_blocks, 32);
 	CHECK_EQ(ib.mode, 0640);
+	CHECK_EQ(ib.numa_policy, KVRT_NUMA_PREFERRED);
 	kvrt_space_close(b);
+	/* A plain join has no create fields at all. */
+	c = (struct kvrt_space *)&c;
+	CHECK_EQ(kvrt_space_open(K, &(struct kvrt_space_opts){ .name = nm("j"), .mode = 0640 },
+				 &c), -EINVAL);
+	CHECK(c == NULL);
+	CHECK_EQ(kvrt_space_open(K, &(struct kvrt_space_opts){ .name = nm("j"),
+							      .quota_bytes = 64 * BB }, &c),
+		 -EINVAL);
+	CHECK_EQ(kvrt_space_open(K, &(struct kvrt_space_opts){ .name = nm("j"), .node_mask = 1 },
+				 &c), -EINVAL);
+	CHECK_EQ(kvrt_space_open(K, &(struct kvrt_space_opts){
+					 .name = nm("j"), .numa_policy = KVRT_NUMA_BIND }, &c),
+		 -EINVAL);
 	/* The same space under another handle's name lookup: plain join. */
 	b = join("j");
 	CHECK(b != NULL);
@@ -256,6 +284,9 @@ static int child_open_as(const char *tag, uint32_t flags, uint32_t expect_uid,
 		o.flags = flags;
 		o.expect_uid = expect_uid;
 		o.mode = 0666;
+		if (!(flags & KVRT_SPACE_CREATE))	/* a plain join has no create fields */
+			o = (struct kvrt_space_opts){ .name = o.name, .flags = flags,
+						      .expect_uid = expect_uid };
 		if (setgroups(group0, (gid_t[]){ 0 }) || setgid(65534) || setuid(65534))
 			_exit(100);
 		if (cur == KVRT_BACKEND_KMOD && access(device ? device : "/dev/kvpool", R_OK | W_OK))
@@ -336,7 +367,8 @@ TEST(space_name_squatting)
 	o.flags = KVRT_SPACE_CREATE;
 	o.expect_uid = me + 1;
 	CHECK_EQ(kvrt_space_open(K, &o, &c), -EINVAL);
-	o.flags = KVRT_SPACE_FOREIGN;
+	o = (struct kvrt_space_opts){ .name = nm("sq"), .flags = KVRT_SPACE_FOREIGN,
+				      .expect_uid = me + 1 };
 	CHECK_EQ(kvrt_space_open(K, &o, &c), -ENOENT);
 	CHECK(c == NULL);
 
@@ -346,7 +378,7 @@ TEST(space_name_squatting)
 	ia = info(a);
 	CHECK_EQ(ia.created, 1);
 	CHECK_EQ(ia.uid, me);
-	/* The owner's create-or-join joins and says so; its create fields are not applied. */
+	/* The owner's create-or-join joins and says so; its (valid) create fields are not applied. */
 	o.mode = 0600;
 	o.quota_bytes = 8 * BB;
 	o.flags |= KVRT_SPACE_PERSIST;

@@ -36,8 +36,12 @@ static struct kvrt *open_emb(uint64_t pool_bytes)
 static struct kvrt_space *sopen(struct kvrt *k, const char *name, uint32_t flags, uint64_t block,
 				uint64_t quota)
 {
-	struct kvrt_space_opts o = { .name = name, .flags = flags, .mode = 0600,
-				     .block_bytes = block, .quota_bytes = quota };
+	struct kvrt_space_opts o = { .name = name, .flags = flags, .block_bytes = block,
+				     .quota_bytes = quota };
+
+	/* A plain join has no create fields (kmod API 4). */
+	if (flags & KVRT_SPACE_CREATE)
+		o.mode = 0600;
 	struct kvrt_space *s = NULL;
 
 	return kvrt_space_open(k, &o, &s) ? NULL : s;

@@ -1585,25 +1585,55 @@ static void gen_so(struct worker *w, struct rng *r, struct kvpool_space_open *so
 			so->flags |= KVPOOL_SPACE_FOREIGN;
 			so->expect_uid = chance(r, 3) ? 0 : 1000 + rn(r, 2);
 		}
-		if (chance(r, 2)) {	/* ignored on join */
-			so->quota_bytes = rnd(r);
-			so->mode = rnd(r);
-			so->numa_policy = rnd(r);
-			so->node_mask = rnd(r);
-		}
+		/* A plain join has no create fields (API 4). */
+		so->quota_bytes = 0;
+		so->mode = 0;
+		so->numa_policy = 0;
+		so->node_mask = 0;
 	}
 	if (chance(r, 3)) {	/* bytes after the NUL are not part of the name */
 		l = strlen(so->name);
 		while (++l < sizeof(so->name))
 			so->name[l] = (char)rnd(r);
 	}
-	if (chance(r, 2)) {	/* out fields: anything goes in */
-		so->space_id = rnd(r);
-		so->uid = rnd(r);
-		so->gid = rnd(r);
-		so->nr_blocks = rnd(r);
-		so->map_bytes = rnd(r);
-		so->created = rnd(r);
+}
+
+/* Defects of API 4: an out field set, or a create field on a plain join. */
+static void so_out_or_create_defect(struct rng *r, struct kvpool_space_open *so)
+{
+	u64 v = rnd(r) | 1;
+
+	switch (rn(r, so->flags & KVPOOL_SPACE_CREATE ? 6 : 10)) {
+	case 0:
+		so->space_id = (u32)v;
+		break;
+	case 1:
+		so->uid = (u32)v;
+		break;
+	case 2:
+		so->gid = (u32)v;
+		break;
+	case 3:
+		so->nr_blocks = v;
+		break;
+	case 4:
+		so->map_bytes = v;
+		break;
+	case 5:
+		so->created = (u32)v;
+		break;
+	case 6:
+		so->quota_bytes = v;
+		break;
+	case 7:
+		so->mode = chance(r, 2) ? 0600 : (u32)v;
+		break;
+	case 8:
+		so->numa_policy = chance(r, 2) ? KVPOOL_NUMA_INTERLEAVE : (u32)v;
+		break;
+	default:
+		so->node_mask = v;
+		break;
 	}
 }
 
@@ -1679,13 +1709,16 @@ static void create_defect(struct worker *w, struct rng *r,
 	}
 }
 
-/* Add the create-field defects of @so; 1 when there is any. */
+/*
+ * Add the create-field defects of @so; 1 when there is any.  They are
+ * defects whether the call would create or join (API 4).
+ */
 static int create_defects(struct worker *w, const struct kvpool_space_open *so,
-			  struct fz_exp *e, int excl)
+			  struct fz_exp *e)
 {
 	int n = 0;
 
-#define CD(err) do { n++; if (excl) ex_defect(e, err); else ex_add(e, err); } while (0)
+#define CD(err) do { n++; ex_defect(e, err); } while (0)
 	if (!so->block_bytes || so->block_bytes % w->ps)
 		CD(EINVAL);
 	if (so->block_bytes > KVPOOL_MAX_BLOCK_BYTES)
@@ -1716,6 +1749,16 @@ static int so_reserved(const struct kvpool_space_open *so)
 	return 0;
 }
 
+/* Out fields set on input, or create fields on a plain join (API 4). */
+static int so_api4_bad(const struct kvpool_space_open *so)
+{
+	if (so->space_id || so->uid || so->gid || so->nr_blocks || so->map_bytes ||
+	    so->created)
+		return 1;
+	return !(so->flags & KVPOOL_SPACE_CREATE) &&
+	       (so->mode || so->quota_bytes || so->node_mask || so->numa_policy);
+}
+
 /* expect_uid names the owner a FOREIGN join accepts; FOREIGN never creates. */
 static int so_foreign_bad(const struct kvpool_space_open *so)
 {
@@ -1742,7 +1785,7 @@ static void so_expect(struct worker *w, const struct kvpool_space_open *so,
 		ex_defect(e, EINVAL);
 	if ((so->flags & KVPOOL_SPACE_PERSIST) && !(so->flags & KVPOOL_SPACE_CREATE))
 		ex_defect(e, EINVAL);
-	if (so_reserved(so) || so_foreign_bad(so))
+	if (so_reserved(so) || so_foreign_bad(so) || so_api4_bad(so))
 		ex_defect(e, EINVAL);
 	if (!name_ok(so->name))
 		ex_defect(e, EINVAL);
@@ -1755,7 +1798,7 @@ static void so_expect(struct worker *w, const struct kvpool_space_open *so,
 		ex_add(e, EEXIST);
 		if (!excl)
 			ex_add(e, EINVAL);	/* exists with another block_bytes */
-		*cbad = create_defects(w, so, e, excl);
+		*cbad = create_defects(w, so, e);
 	} else {
 		ex_add(e, ENOENT);
 		ex_add(e, EACCES);	/* the space has an owner not accepted */
@@ -1815,6 +1858,12 @@ static void so_validate(struct worker *w, struct ofile *of,
 		fz_fail(w, "created = %u for flags %#x", out->created, in->flags);
 	if (out->created && cbad)
 		fz_fail(w, "created a space from invalid create fields");
+	if (out->quota_bytes != out->map_bytes)
+		fz_fail(w, "quota_bytes %llu out, map_bytes %llu",
+			(unsigned long long)out->quota_bytes,
+			(unsigned long long)out->map_bytes);
+	if (!out->created && (in->flags & KVPOOL_SPACE_CREATE) && cbad)
+		fz_fail(w, "joined with invalid create fields");
 	if (out->created &&
 	    (out->block_bytes != in->block_bytes ||
 	     out->nr_blocks != in->quota_bytes / in->block_bytes ||
@@ -1889,7 +1938,10 @@ static void op_join(struct worker *w, struct rng *r, int bad)
 		break;
 	}
 	for (n = bad ? 1 + rn(r, 3) : 0; n > 0; n--) {
-		switch (rn(r, 9)) {
+		switch (rn(r, 10)) {
+		case 8:
+			so_out_or_create_defect(r, &so);
+			break;
 		case 0:
 			/*
 			 * Not PERSIST (bit 2) with CREATE: a persistent space
@@ -2665,7 +2717,7 @@ static void pub_expect(struct worker *w, const struct kvpool_publish *p,
 	}
 	ex_add(e, ENOMEM);
 	ex_add(e, EINTR);
-	if ((p->flags & ~KVPOOL_PUBLISH_FLAGS) || p->pad || p->reserved[0] ||
+	if ((p->flags & ~KVPOOL_PUBLISH_FLAGS) || p->nr_dedup || p->pad || p->reserved[0] ||
 	    p->reserved[1] || !p->count)
 		ex_defect(e, EINVAL);
 	if (p->count > KVPOOL_MAX_BATCH)
@@ -2797,7 +2849,7 @@ static void op_publish(struct worker *w, struct rng *r, int bad)
 	p.count = cnt;
 	for (nd = bad ? 1 + rn(r, 3) : 0; nd > 0; nd--) {
 		k = rn(r, cnt);
-		switch (rn(r, 14)) {
+		switch (rn(r, 15)) {
 		case 0:
 			p.flags |= 2u << rn(r, 31);
 			break;
@@ -2847,6 +2899,9 @@ static void op_publish(struct worker *w, struct rng *r, int bad)
 			break;
 		case 12:
 			sk = p_fault_kind(r);
+			break;
+		case 13:	/* out only: 0 on input (API 4) */
+			p.nr_dedup = (u32)rnd(r) | 1;
 			break;
 		default:
 			unjoined = 1;
@@ -2932,7 +2987,7 @@ static void op_lookup(struct worker *w, struct rng *r, int bad)
 	memset(&l, 0, sizeof(l));
 	l.count = cnt;
 	for (nd = bad ? 1 + rn(r, 3) : 0; nd > 0; nd--) {
-		switch (rn(r, 11)) {
+		switch (rn(r, 12)) {
 		case 0:
 			l.flags = (u32)rnd(r) | 1;
 			break;
@@ -2962,6 +3017,9 @@ static void op_lookup(struct worker *w, struct rng *r, int bad)
 		case 9:
 			sk = p_fault_kind(r);
 			break;
+		case 10:	/* out only: 0 on input (API 4) */
+			l.nr_hits = (u32)rnd(r) | 1;
+			break;
 		default:
 			unjoined = 1;
 			break;
@@ -2989,7 +3047,8 @@ static void op_lookup(struct worker *w, struct rng *r, int bad)
 	} else {
 		ex_add(&e, ENOMEM);
 		ex_add(&e, EINTR);
-		if (l.flags || l.pad || l.reserved[0] || l.reserved[1] || !l.count)
+		if (l.flags || l.nr_hits || l.pad || l.reserved[0] || l.reserved[1] ||
+		    !l.count)
 			ex_defect(&e, EINVAL);
 		if (l.count > KVPOOL_MAX_BATCH)
 			ex_defect(&e, E2BIG);
@@ -3232,11 +3291,22 @@ static void op_info(struct worker *w, struct rng *r)
 	char *arg;
 
 	memset(&in, 0, sizeof(in));
-	if (chance(r, 2)) {	/* out fields: anything goes in */
-		in.api_version = rnd(r);
-		in.features = rnd(r);
-		in.pool_bytes = rnd(r);
-		in.node_mask = rnd(r);
+	if (chance(r, 6)) {	/* out fields are 0 on input (API 4) */
+		switch (rn(r, 4)) {
+		case 0:
+			in.api_version = (u32)rnd(r) | 1;
+			break;
+		case 1:
+			in.features = rnd(r) | 1;
+			break;
+		case 2:
+			in.pool_bytes = rnd(r) | 1;
+			break;
+		default:
+			in.node_mask = rnd(r) | 1;
+			break;
+		}
+		defect = 1;
 	}
 	if (chance(r, 3)) {
 		switch (rn(r, 4)) {
@@ -3329,10 +3399,19 @@ static void op_space_info(struct worker *w, struct rng *r)
 	char *arg;
 
 	memset(&in, 0, sizeof(in));
-	if (chance(r, 2)) {
-		in.space_id = rnd(r);
-		in.my_blocks = rnd(r);
-		in.backed_bytes = rnd(r);
+	if (chance(r, 6)) {	/* out fields are 0 on input (API 4) */
+		switch (rn(r, 3)) {
+		case 0:
+			in.space_id = (u32)rnd(r) | 1;
+			break;
+		case 1:
+			in.my_blocks = rnd(r) | 1;
+			break;
+		default:
+			in.backed_bytes = rnd(r) | 1;
+			break;
+		}
+		defect = 1;
 	}
 	if (chance(r, 3)) {
 		switch (rn(r, 5)) {

@@ -713,15 +713,19 @@ TEST_F(space, join_block_bytes_mismatch_einval)
 	EXPECT_EQ(0, so.created);
 }
 
-TEST_F(space, join_reports_space_and_ignores_create_params)
+/*
+ * API 4, issue 14 finding 13: a create-or-join that finds the space joins
+ * it only with create fields that would create a space, and writes the
+ * space's own values over them.
+ */
+TEST_F(space, create_or_join_writes_back_the_spaces_values)
 {
 	struct kvpool_space_open so;
 
-	/* CREATE on a present space joins it; other create fields ignored. */
-	kv_so_init(&so, self->name, KVPOOL_SPACE_CREATE, BLOCK, 4 * QUOTA);
+	kv_so_init(&so, self->name, KVPOOL_SPACE_CREATE, BLOCK, 4 * QUOTA + 4096);
 	so.mode = 0666;
-	so.numa_policy = KVPOOL_NUMA_BIND;
-	so.node_mask = 0x2;
+	so.numa_policy = KVPOOL_NUMA_INTERLEAVE;
+	so.node_mask = 0x1;
 	ASSERT_EQ(0, kv_space_open(self->fd2, &so));
 	EXPECT_EQ(0, so.created);
 	EXPECT_EQ(self->so.space_id, so.space_id);
@@ -730,44 +734,100 @@ TEST_F(space, join_reports_space_and_ignores_create_params)
 	EXPECT_EQ(self->so.map_bytes, so.map_bytes);
 	EXPECT_EQ(self->so.uid, so.uid);
 	EXPECT_EQ(self->so.gid, so.gid);
+	/* What the space has, not what this call asked for. */
+	EXPECT_EQ(QUOTA, so.quota_bytes);
+	EXPECT_EQ(0600, so.mode);
+	EXPECT_EQ(KVPOOL_NUMA_PREFERRED, so.numa_policy);
+	EXPECT_EQ(0, so.node_mask);
 }
 
-TEST_F(space, join_with_create_and_block_bytes_zero)
+/* A create of a non-block-multiple quota reports it in whole blocks. */
+TEST_F(dev, create_reports_quota_in_whole_blocks)
 {
 	struct kvpool_space_open so;
 
-	/* On join, block_bytes 0 means "the space's", CREATE or not. */
-	kv_so_init(&so, self->name, KVPOOL_SPACE_CREATE, 0, QUOTA);
-	EXPECT_EQ(0, kv_space_open(self->fd2, &so));
-	EXPECT_EQ(0, so.created);
-	EXPECT_EQ(self->so.space_id, so.space_id);
-	EXPECT_EQ(BLOCK, so.block_bytes);
+	kv_so_init(&so, self->name, KVPOOL_SPACE_CREATE | KVPOOL_SPACE_EXCL, BLOCK,
+		   QUOTA + BLOCK / 2);
+	ASSERT_EQ(0, kv_space_open(self->fd, &so));
+	EXPECT_EQ(1, so.created);
+	EXPECT_EQ(QUOTA / BLOCK, so.nr_blocks);
+	EXPECT_EQ(QUOTA, so.quota_bytes);
 }
 
-TEST_F(space, join_ignores_invalid_create_params)
+/*
+ * API 4, issue 14 finding 13: create fields are checked whether a
+ * create-or-join creates or joins; bad ones never join.
+ */
+TEST_F(space, create_or_join_checks_create_fields)
 {
 	struct kvpool_space_open so;
-	int fd3;
+	long ps = page_size();
+	static const struct {
+		__u64 block_bytes, quota_bytes, node_mask;
+		__u32 mode, policy;
+		int err;
+		const char *what;
+	} bad[] = {
+		{ 0, QUOTA, 0, 0600, 0, EINVAL, "block_bytes 0" },
+		{ BLOCK, BLOCK - 4096, 0, 0600, 0, EINVAL, "quota below block_bytes" },
+		{ BLOCK, KVPOOL_MAX_SPACE_BYTES + BLOCK, 0, 0600, 0, E2BIG, "quota too big" },
+		{ BLOCK, QUOTA, 0, 01000, 0, EINVAL, "mode beyond 0777" },
+		{ BLOCK, QUOTA, 0, 0600, 3, EINVAL, "unknown policy" },
+		{ BLOCK, QUOTA, 1ULL << 63, 0600, 0, EINVAL, "mask bit without pool pages" },
+		{ BLOCK, QUOTA, 0, 0600, KVPOOL_NUMA_BIND, EINVAL, "BIND, empty mask" },
+	};
+	unsigned int i;
 
-	/* Values that would be EINVAL/E2BIG on create are not checked. */
-	kv_so_init(&so, self->name, KVPOOL_SPACE_CREATE, BLOCK, 0);
-	so.mode = 07777;
-	so.numa_policy = 99;
-	so.node_mask = ~0ULL;
-	EXPECT_EQ(0, kv_space_open(self->fd2, &so));
-	EXPECT_EQ(0, so.created);
-	EXPECT_EQ(self->so.nr_blocks, so.nr_blocks);
+	for (i = 0; i < ARRAY_SIZE(bad); i++) {
+		kv_so_init(&so, self->name, KVPOOL_SPACE_CREATE, bad[i].block_bytes,
+			   bad[i].quota_bytes);
+		so.mode = bad[i].mode;
+		so.numa_policy = bad[i].policy;
+		so.node_mask = bad[i].node_mask;
+		EXPECT_EQ(-bad[i].err, kv_space_open(self->fd2, &so)) TH_LOG("%s", bad[i].what);
+	}
+	kv_so_init(&so, self->name, KVPOOL_SPACE_CREATE, BLOCK + ps / 2, QUOTA);
+	EXPECT_EQ(-EINVAL, kv_space_open(self->fd2, &so)) TH_LOG("block_bytes not a page multiple");
+	/* None of them joined. */
+	EXPECT_EQ(-EBADFD, kv_space_info(self->fd2, &(struct kvpool_space_info){}));
+	EXPECT_EQ(0, kv_join(self->fd2, self->name, &so));
+}
 
-	fd3 = kv_open();
-	ASSERT_LE(0, fd3);
-	kv_so_init(&so, self->name, 0, 0, ~0ULL);
-	so.mode = 0xffffffffu;
-	so.numa_policy = KVPOOL_NUMA_BIND;
-	so.node_mask = 0;
-	EXPECT_EQ(0, kv_space_open(fd3, &so));
-	EXPECT_EQ(0, so.created);
-	EXPECT_EQ(self->so.space_id, so.space_id);
-	close(fd3);
+/*
+ * API 4, issue 14 finding 13: without KVPOOL_SPACE_CREATE the create
+ * fields must be 0 (PERSIST already had to be); a join never ignores them.
+ */
+TEST_F(space, join_create_fields_nonzero_einval)
+{
+	struct kvpool_space_open so;
+	int i;
+
+	for (i = 0; i < 8; i++) {
+		kv_so_init(&so, self->name, i < 4 ? 0 : KVPOOL_SPACE_FOREIGN, 0, 0);
+		so.expect_uid = self->so.uid;
+		if (!(so.flags & KVPOOL_SPACE_FOREIGN))
+			so.expect_uid = 0;
+		switch (i % 4) {
+		case 0:
+			so.mode = 0600;
+			break;
+		case 1:
+			so.quota_bytes = QUOTA;
+			break;
+		case 2:
+			so.node_mask = 1;
+			break;
+		default:
+			so.numa_policy = KVPOOL_NUMA_INTERLEAVE;
+			break;
+		}
+		EXPECT_EQ(-EINVAL, kv_space_open(self->fd2, &so)) TH_LOG("case %d", i);
+	}
+	EXPECT_EQ(-EBADFD, kv_space_info(self->fd2, &(struct kvpool_space_info){}));
+	/* A join without them reports the space's. */
+	ASSERT_EQ(0, kv_join(self->fd2, self->name, &so));
+	EXPECT_EQ(0600, so.mode);
+	EXPECT_EQ(QUOTA, so.quota_bytes);
 }
 
 TEST_F(space, join_without_permission_eacces)
@@ -1843,38 +1903,133 @@ TEST_F(space, event_read_efault_loses_no_event)
 }
 
 /*
- * nr_dedup, nr_hits and device_slot are out fields (the header marks only
- * flags, pad and reserved as "must be 0"): like SPACE_OPEN's and INFO's out
- * fields, whatever they hold on the way in is overwritten, not refused.
+ * API 4, issue 14 finding 13: every out field must be 0 on input, so a
+ * struct that came back from one call is not silently reused as the next
+ * one's input.  Each call fails with EINVAL and changes nothing.
  */
-TEST_F(space, v2_out_fields_are_not_inputs)
+#define OUT_FIELD_EINVAL(fd, cmd, init, field, what) do { \
+	init; \
+	field = 1; \
+	EXPECT_EQ(-EINVAL, kv_ioctl(fd, cmd, &u)) TH_LOG("%s", what); \
+} while (0)
+
+TEST_F(space, out_fields_nonzero_einval)
 {
+	union {
+		struct kvpool_info info;
+		struct kvpool_space_open so;
+		struct kvpool_space_info si;
+		struct kvpool_space_stats st;
+		struct kvpool_publish pub;
+		struct kvpool_lookup lk;
+		struct kvpool_residency res;
+	} u;
 	struct kvpool_publish_entry e[1];
 	struct kvpool_residency_entry re;
-	struct kvpool_residency r;
-	struct kvpool_publish p;
-	struct kvpool_lookup l;
+	struct kvpool_space_stats st;
 	__u8 h[1][KVPOOL_HASH_BYTES];
 	__u32 id, ids[1];
+	int i;
 
+#define OF_INFO(f) OUT_FIELD_EINVAL(self->fd, KVPOOL_IOC_INFO, memset(&u, 0, sizeof(u)), \
+				 u.info.f, "INFO " #f)
+	OF_INFO(api_version);
+	OF_INFO(features);
+	OF_INFO(page_size);
+	OF_INFO(chunk_size);
+	OF_INFO(nr_nodes);
+	OF_INFO(max_batch);
+	OF_INFO(node_mask);
+	OF_INFO(pool_bytes);
+	OF_INFO(free_bytes);
+#undef OF_INFO
+
+#define OF_SO(f) OUT_FIELD_EINVAL(self->fd2, KVPOOL_IOC_SPACE_OPEN, \
+			       kv_so_init(&u.so, self->name, 0, 0, 0), u.so.f, "SPACE_OPEN " #f)
+	OF_SO(space_id);
+	OF_SO(uid);
+	OF_SO(gid);
+	OF_SO(nr_blocks);
+	OF_SO(map_bytes);
+	OF_SO(created);
+#undef OF_SO
+	/* The same on a create, which must not have created anything. */
+	kv_so_init(&u.so, "ioctl-out-fields-never", KVPOOL_SPACE_CREATE, BLOCK, QUOTA);
+	u.so.created = 1;
+	EXPECT_EQ(-EINVAL, kv_ioctl(self->fd2, KVPOOL_IOC_SPACE_OPEN, &u));
+	EXPECT_EQ(-EBADFD, kv_space_info(self->fd2, &u.si));
+	EXPECT_EQ(-ENOENT, kv_join(self->fd2, "ioctl-out-fields-never", &u.so));
+
+#define OF_SI(f) OUT_FIELD_EINVAL(self->fd, KVPOOL_IOC_SPACE_INFO, memset(&u, 0, sizeof(u)), \
+			       u.si.f, "SPACE_INFO " #f)
+	OF_SI(space_id);
+	OF_SI(block_bytes);
+	OF_SI(nr_blocks);
+	OF_SI(backed_blocks);
+	OF_SI(free_blocks);
+	OF_SI(owned_blocks);
+	OF_SI(my_blocks);
+	OF_SI(backed_bytes);
+#undef OF_SI
+
+#define OF_ST(f) OUT_FIELD_EINVAL(self->fd, KVPOOL_IOC_SPACE_STATS, memset(&u, 0, sizeof(u)), \
+			       u.st.f, "SPACE_STATS " #f)
+	OF_ST(space_id);
+	OF_ST(hits);
+	OF_ST(misses);
+	OF_ST(inserts);
+	OF_ST(dedups);
+	for (i = 0; i < KVPOOL_EVICT_CAUSES; i++)
+		OF_ST(evictions[i]);
+	OF_ST(pressure);
+	OF_ST(published_blocks);
+	OF_ST(cached_blocks);
+	OF_ST(hole_blocks);
+	OF_ST(readers);
+	OF_ST(my_refs);
+	OF_ST(allocs);
+	OF_ST(frees);
+#undef OF_ST
+
+	/* PUBLISH's nr_dedup: the block stays OWNED. */
 	ASSERT_EQ(0, kv_alloc(self->fd, &id, 1));
 	entries_init(e, &id, 1);
-	pub_init(&p, e, 1);
-	p.nr_dedup = 77;
-	EXPECT_EQ(0, kv_ioctl(self->fd, KVPOOL_IOC_PUBLISH, &p));
-	EXPECT_EQ(0, p.nr_dedup);
+	pub_init(&u.pub, e, 1);
+	u.pub.nr_dedup = 77;
+	EXPECT_EQ(-EINVAL, kv_ioctl(self->fd, KVPOOL_IOC_PUBLISH, &u));
+	EXPECT_EQ(id, e[0].id);
+	EXPECT_PREFIX(self->fd, 1, 0, 0, 0, 0);
+	pub_init(&u.pub, e, 1);
+	ASSERT_EQ(0, kv_ioctl(self->fd, KVPOOL_IOC_PUBLISH, &u));
+	EXPECT_EQ(0, u.pub.nr_dedup);
+
+	/* LOOKUP's nr_hits: no reference taken. */
 	kv_hash(h[0], V2SEED, 0);
-	lookup_init(&l, h, ids, NULL, 1);
-	l.nr_hits = 77;
-	EXPECT_EQ(0, kv_ioctl(self->fd, KVPOOL_IOC_LOOKUP, &l));
-	EXPECT_EQ(1, l.nr_hits);
+	lookup_init(&u.lk, h, ids, NULL, 1);
+	u.lk.nr_hits = 77;
+	EXPECT_EQ(-EINVAL, kv_ioctl(self->fd, KVPOOL_IOC_LOOKUP, &u));
+	EXPECT_PREFIX(self->fd, 0, 1, 1, 0, 1);
+	lookup_init(&u.lk, h, ids, NULL, 1);
+	ASSERT_EQ(0, kv_ioctl(self->fd, KVPOOL_IOC_LOOKUP, &u));
+	EXPECT_EQ(1, u.lk.nr_hits);
+
+	/* RESIDENCY's device_slot: nothing recorded. */
+	memset(&re, 0, sizeof(re));
 	re.block = id;
 	re.gpu_block = 1;
-	res_init(&r, 1, &re, 1, KVPOOL_RESIDENCY_ADD);
-	r.device_slot = 0xdead;
-	EXPECT_EQ(0, kv_ioctl(self->fd, KVPOOL_IOC_RESIDENCY, &r));
-	EXPECT_GT(KVPOOL_MAX_DEVICES, r.device_slot);
+	res_init(&u.res, 1, &re, 1, KVPOOL_RESIDENCY_ADD);
+	u.res.device_slot = 0xdead;
+	EXPECT_EQ(-EINVAL, kv_ioctl(self->fd, KVPOOL_IOC_RESIDENCY, &u));
+	EXPECT_EQ(0, mask0(self->fd));
+	res_init(&u.res, 1, &re, 1, KVPOOL_RESIDENCY_ADD);
+	EXPECT_EQ(0, kv_ioctl(self->fd, KVPOOL_IOC_RESIDENCY, &u));
+	EXPECT_GT(KVPOOL_MAX_DEVICES, u.res.device_slot);
+
+	/* What a call returned is refused as the next call's input. */
+	ASSERT_EQ(0, kv_space_stats(self->fd, &st));
+	EXPECT_EQ(-EINVAL, kv_ioctl(self->fd, KVPOOL_IOC_SPACE_STATS, &st));
 }
+#undef OUT_FIELD_EINVAL
 
 /* ---- SPACE_STATS ----------------------------------------------------------------- */
 
@@ -1923,10 +2078,7 @@ TEST_F(space, space_stats_of_fresh_space)
 	__u32 ids[3];
 	int i;
 
-	memset(&st, 0xff, sizeof(st));
-	st.flags = 0;
-	memset(st.reserved, 0, sizeof(st.reserved));
-	ASSERT_EQ(0, kv_ioctl(self->fd, KVPOOL_IOC_SPACE_STATS, &st));
+	ASSERT_EQ(0, kv_space_stats(self->fd, &st));
 	EXPECT_EQ(self->so.space_id, st.space_id);
 	EXPECT_EQ(0, st.hits | st.misses | st.inserts | st.dedups | st.pressure |
 		     st.published_blocks | st.cached_blocks | st.hole_blocks |

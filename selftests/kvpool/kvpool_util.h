@@ -82,7 +82,10 @@ static inline void kv_name(char *buf, size_t len, const char *tag)
 	snprintf(buf, len, "%.40s-%d-%u", tag, (int)getpid(), seq++);
 }
 
-/* Fill a SPACE_OPEN request: mode 0600, PREFERRED, empty mask. */
+/*
+ * Fill a SPACE_OPEN request: with CREATE mode 0600, PREFERRED, empty mask;
+ * without, no create fields (API 4 refuses them on a plain join).
+ */
 static inline void kv_so_init(struct kvpool_space_open *so, const char *name,
 			      __u32 flags, __u64 block_bytes, __u64 quota_bytes)
 {
@@ -93,10 +96,12 @@ static inline void kv_so_init(struct kvpool_space_open *so, const char *name,
 		n = sizeof(so->name) - 1;
 	memcpy(so->name, name, n);
 	so->flags = flags;
-	so->mode = 0600;
 	so->block_bytes = block_bytes;
-	so->quota_bytes = quota_bytes;
-	so->numa_policy = KVPOOL_NUMA_PREFERRED;
+	if (flags & KVPOOL_SPACE_CREATE) {
+		so->mode = 0600;
+		so->quota_bytes = quota_bytes;
+		so->numa_policy = KVPOOL_NUMA_PREFERRED;
+	}
 }
 
 static inline int kv_space_open(int fd, struct kvpool_space_open *so)

@@ -475,6 +475,7 @@ static int ioctl_lookup_run(void *c, unsigned long iters)
 	unsigned long it;
 
 	for (it = 0; it < iters; it++) {
+		x->lookup.nr_hits = 0;	/* out only: 0 on the way in (API 4) */
 		if (ioctl(x->fd, KVPOOL_IOC_LOOKUP, &x->lookup))
 			return -errno;
 		if (x->lookup.nr_hits != PREFIX_BLOCKS)

@@ -191,11 +191,14 @@ int pcache_open(struct pcache *pc, struct kvrt *k, struct devcache *dev,
 	so.name = o->space_name;
 	so.flags = o->space_flags;
 	so.expect_uid = o->space_owner;
-	so.mode = o->mode;
 	so.block_bytes = bb;
-	so.quota_bytes = o->quota_bytes / bb * bb;
-	if (so.quota_bytes < bb)
-		so.quota_bytes = bb;
+	/* A plain join has no create fields (kvpool API 4): only a create sends them. */
+	if (so.flags & KVRT_SPACE_CREATE) {
+		so.mode = o->mode;
+		so.quota_bytes = o->quota_bytes / bb * bb;
+		if (so.quota_bytes < bb)
+			so.quota_bytes = bb;
+	}
 	ret = kvrt_space_open(k, &so, &pc->space);
 	if (ret) {
 		snprintf(err, errlen, "kvrt_space_open(%s, block %llu bytes, quota %llu bytes): %s",

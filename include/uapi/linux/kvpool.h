@@ -7,7 +7,10 @@
  * block i lives at offset i * block_bytes.  Every struct is fixed-size,
  * 64-bit aligned and identical for 32- and 64-bit callers; arrays travel
  * through __u64 user pointers.  Reserved fields and unknown flags must be
- * zero, or the ioctl fails with -EINVAL.  See Documentation/kvpool.rst.
+ * zero, or the ioctl fails with -EINVAL.  So must every field marked "out"
+ * (API 4): a struct is passed in zeroed but for its "in" fields, and one
+ * that comes back from a call is not an input to the next.  See
+ * Documentation/kvpool.rst.
  */
 #ifndef _UAPI_LINUX_KVPOOL_H
 #define _UAPI_LINUX_KVPOOL_H
@@ -15,7 +18,7 @@
 #include <linux/ioctl.h>
 #include <linux/types.h>
 
-#define KVPOOL_API_VERSION	3
+#define KVPOOL_API_VERSION	4
 
 /* Feature bits reported by KVPOOL_IOC_INFO. */
 #define KVPOOL_FEAT_SPACES	(1ULL << 0)	/* spaces, alloc/free, mmap */
@@ -35,6 +38,7 @@
 #define KVPOOL_MAX_SPACE_BYTES	(1ULL << 40)	/* largest quota */
 #define KVPOOL_MAX_BLOCK_BYTES	(1ULL << 30)	/* largest block */
 
+/* Every field of kvpool_info, kvpool_space_info and kvpool_space_stats is 0 on input. */
 struct kvpool_info {
 	__u32 flags;		/* in: must be 0 */
 	__u32 api_version;	/* out: KVPOOL_API_VERSION */
@@ -76,22 +80,29 @@ enum kvpool_numa_policy {
  * joins nothing: -EEXIST with KVPOOL_SPACE_CREATE (the name is taken by
  * another owner), -EACCES without.  Root is not exempt.  FOREIGN only
  * joins: with CREATE it is -EINVAL, and expect_uid must be 0 without it.
+ *
+ * The create fields (mode, quota_bytes, node_mask, numa_policy and the
+ * PERSIST flag) must be 0 without KVPOOL_SPACE_CREATE (API 4).  With it
+ * they are checked as for a create whether the call creates or joins.
+ * Every success writes the space's own mode, quota_bytes (nr_blocks *
+ * block_bytes), node_mask, numa_policy and block_bytes back over them, so
+ * a create-or-join that joined sees what the space has.
  */
 
 struct kvpool_space_open {
 	char name[KVPOOL_NAME_MAX];	/* in: NUL-terminated, [A-Za-z0-9._-]+ */
 	__u32 flags;		/* in: KVPOOL_SPACE_* */
-	__u32 mode;		/* in, create: 0777 bits; joining needs r and w */
-	__u64 block_bytes;	/* in: page multiple; on join 0 or the space's value */
-	__u64 quota_bytes;	/* in, create: at least block_bytes */
-	__u64 node_mask;	/* in, create: nodes for the policy */
-	__u32 numa_policy;	/* in, create: enum kvpool_numa_policy */
-	__u32 space_id;		/* out */
-	__u32 uid;		/* out: owner */
-	__u32 gid;		/* out: owner group */
-	__u64 nr_blocks;	/* out: quota_bytes / block_bytes */
-	__u64 map_bytes;	/* out: length of the mmap range */
-	__u32 created;		/* out: 1 when this call created the space, 0 joined */
+	__u32 mode;		/* in, create (else 0): 0777 bits; out: the space's */
+	__u64 block_bytes;	/* in: page multiple; on join 0 or the space's; out */
+	__u64 quota_bytes;	/* in, create (else 0): at least block_bytes; out */
+	__u64 node_mask;	/* in, create (else 0): nodes for the policy; out */
+	__u32 numa_policy;	/* in, create (else 0): enum kvpool_numa_policy; out */
+	__u32 space_id;		/* out (0 on input) */
+	__u32 uid;		/* out (0 on input): owner */
+	__u32 gid;		/* out (0 on input): owner group */
+	__u64 nr_blocks;	/* out (0 on input): quota_bytes / block_bytes */
+	__u64 map_bytes;	/* out (0 on input): length of the mmap range */
+	__u32 created;		/* out (0 on input): 1 when this call created the space */
 	__u32 expect_uid;	/* in, FOREIGN: the owner to accept; else 0 (was pad) */
 	__u64 reserved[4];	/* must be 0 */
 };
@@ -104,7 +115,10 @@ struct kvpool_blocks {
 	__u64 reserved[2];	/* must be 0 */
 };
 
-/* KVPOOL_IOC_SPACE_INFO: the joined space's state. */
+/*
+ * KVPOOL_IOC_SPACE_INFO: the joined space's state; every field but flags
+ * is out (0 on input).
+ */
 struct kvpool_space_info {
 	__u32 flags;		/* in: must be 0 */
 	__u32 space_id;
@@ -153,7 +167,7 @@ struct kvpool_publish {
 	__u64 entries;		/* in: user pointer to struct kvpool_publish_entry[count] */
 	__u32 count;		/* in: 1..KVPOOL_MAX_BATCH */
 	__u32 flags;		/* in: KVPOOL_PUBLISH_* */
-	__u32 nr_dedup;		/* out: entries that found their hash present */
+	__u32 nr_dedup;		/* out (0 on input): entries that found their hash present */
 	__u32 pad;		/* must be 0 */
 	__u64 reserved[2];	/* must be 0 */
 };
@@ -169,7 +183,7 @@ struct kvpool_lookup {
 	__u64 devices;		/* out, optional (0): user pointer to __u64[count] */
 	__u32 count;		/* in: 1..KVPOOL_MAX_BATCH */
 	__u32 flags;		/* in: must be 0 */
-	__u32 nr_hits;		/* out */
+	__u32 nr_hits;		/* out (0 on input) */
 	__u32 pad;		/* must be 0 */
 	__u64 reserved[2];	/* must be 0 */
 };
@@ -214,7 +228,7 @@ struct kvpool_residency {
 	__u64 entries;		/* in: user pointer to struct kvpool_residency_entry[count] */
 	__u32 count;		/* in: 0..KVPOOL_MAX_BATCH */
 	__u32 op;		/* in: enum kvpool_residency_op */
-	__u32 device_slot;	/* out */
+	__u32 device_slot;	/* out (0 on input) */
 	__u32 flags;		/* in: must be 0 */
 	__u64 reserved[2];	/* must be 0 */
 };
@@ -229,7 +243,10 @@ enum kvpool_evict_cause {
 	KVPOOL_EVICT_CAUSES = 5,
 };
 
-/* KVPOOL_IOC_SPACE_STATS: the joined space's prefix-cache figures. */
+/*
+ * KVPOOL_IOC_SPACE_STATS: the joined space's prefix-cache figures; every
+ * field but flags is out (0 on input).
+ */
 struct kvpool_space_stats {
 	__u32 flags;		/* in: must be 0 */
 	__u32 space_id;

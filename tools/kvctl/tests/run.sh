@@ -141,7 +141,7 @@ end
 begin "--version"
 run --version
 want_rc 0
-want_out "^kvctl [0-9.]+ \(kvpool API 3\)"
+want_out "^kvctl [0-9.]+ \(kvpool API 4\)"
 end
 
 # ---- read commands -------------------------------------------------------------
