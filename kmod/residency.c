@@ -180,12 +180,17 @@ long kvp_ioctl_residency(struct kvp_client *client, void __user *uarg)
 	struct kvpool_residency args;
 	long ret;
 	int slot;
+	u32 i;
 
 	if (copy_from_user(&args, uarg, sizeof(args)))
 		return -EFAULT;
-	/* device_slot is out only: 0 on the way in (API 4). */
-	if (args.flags || args.device_slot || !kvp_zero(args.reserved, sizeof(args.reserved)) ||
-	    args.op > KVPOOL_RESIDENCY_CLEAR)
+	/*
+	 * API 4: entries grew a reserved word, and entry_bytes (0 from a
+	 * caller built for API 3, whose entries were 8 bytes) says which
+	 * layout the caller sends; device_slot is out only.
+	 */
+	if (args.flags || args.device_slot || args.pad || args.reserved ||
+	    args.entry_bytes != sizeof(*e) || args.op > KVPOOL_RESIDENCY_CLEAR)
 		return -EINVAL;
 	if (args.count > KVPOOL_MAX_BATCH)
 		return -E2BIG;
@@ -205,6 +210,12 @@ long kvp_ioctl_residency(struct kvp_client *client, void __user *uarg)
 				   (size_t)args.count * sizeof(*e))) {
 			ret = -EFAULT;
 			goto out_free;
+		}
+		for (i = 0; i < args.count; i++) {
+			if (e[i].reserved) {
+				ret = -EINVAL;
+				goto out_free;
+			}
 		}
 	}
 	if (mutex_lock_killable(&space->lock)) {

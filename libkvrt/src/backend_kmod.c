@@ -58,11 +58,17 @@ _Static_assert(sizeof(struct kvrt_event) == sizeof(struct kvpool_event) &&
 	       offsetof(struct kvrt_event, count) == offsetof(struct kvpool_event, count) &&
 	       offsetof(struct kvrt_event, hash) == offsetof(struct kvpool_event, hash),
 	       "struct kvrt_event is struct kvpool_event");
-_Static_assert(sizeof(struct kvrt_residency_entry) == sizeof(struct kvpool_residency_entry) &&
+/* libkvrt's entry is the 8-byte one of API 1..3; API 4 added a reserved word. */
+_Static_assert(sizeof(struct kvrt_residency_entry) ==
+	       sizeof(struct kvpool_residency_entry_api3) &&
 	       offsetof(struct kvrt_residency_entry, block) ==
-	       offsetof(struct kvpool_residency_entry, block) &&
+	       offsetof(struct kvpool_residency_entry_api3, block) &&
 	       offsetof(struct kvrt_residency_entry, gpu_block) ==
-	       offsetof(struct kvpool_residency_entry, gpu_block),
+	       offsetof(struct kvpool_residency_entry_api3, gpu_block) &&
+	       offsetof(struct kvpool_residency_entry, block) ==
+	       offsetof(struct kvpool_residency_entry_api3, block) &&
+	       offsetof(struct kvpool_residency_entry, gpu_block) ==
+	       offsetof(struct kvpool_residency_entry_api3, gpu_block),
 	       "residency entries are the uAPI's");
 
 static int kmod_info(int fd, struct kvpool_info *info)
@@ -103,9 +109,10 @@ int kmod_probe(struct kvrt *k, const char *device)
 	 * and the calls whose feature bit it lacks return -EOPNOTSUPP.  API 3
 	 * added the owner check on join, which kmod_space_open() makes itself
 	 * for older modules.  API 4 refuses out fields on input and create
-	 * fields on a plain join (libkvrt passes neither) and checks create
+	 * fields on a plain join (libkvrt passes neither), checks create
 	 * fields on a create-or-join that joins (kmod_space_open() does that
-	 * for older modules).
+	 * for older modules) and grew residency entries: kmod_residency()
+	 * speaks either version.
 	 */
 	if (info.api_version < 1 || info.api_version > KVPOOL_API_VERSION ||
 	    !(info.features & KVPOOL_FEAT_SPACES)) {
@@ -400,11 +407,27 @@ int kmod_residency(struct kvrt_space *s, uint32_t op, const uint8_t *uuid, uint3
 		.count = count,
 		.op = op,
 	};
+	struct kvpool_residency_entry *e = NULL;
+	int ret;
 
+	/* API 4 entries are 16 bytes; older modules take ours as they are. */
+	if (s->k->api_version >= 4) {
+		r.entry_bytes = sizeof(*e);
+		if (count) {
+			e = calloc(count, sizeof(*e));
+			if (!e)
+				return -ENOMEM;
+			for (uint32_t i = 0; i < count; i++) {
+				e[i].block = entries[i].block;
+				e[i].gpu_block = entries[i].gpu_block;
+			}
+			r.entries = (uintptr_t)e;
+		}
+	}
 	memcpy(r.device_uuid, uuid, sizeof(r.device_uuid));
-	if (ioctl(s->fd, KVPOOL_IOC_RESIDENCY, &r))
-		return -errno;
-	return (int)r.device_slot;
+	ret = ioctl(s->fd, KVPOOL_IOC_RESIDENCY, &r) ? -errno : (int)r.device_slot;
+	free(e);
+	return ret;
 }
 
 int kmod_events_fd(struct kvrt_space *s)

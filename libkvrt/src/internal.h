@@ -34,6 +34,17 @@
 #define KVRT_CHUNK_BYTES (2ULL << 20)
 #define KVRT_DEFAULT_DEVICE "/dev/kvpool"
 
+/*
+ * What API 4 changed in the uAPI, as modules of API 1..3 still speak it:
+ * a residency entry was 8 bytes with no entry_bytes (that word of struct
+ * kvpool_residency was reserved, 0).  The kmod backend uses it with older
+ * modules.
+ */
+struct kvpool_residency_entry_api3 {
+	__u32 block;
+	__u32 gpu_block;
+};
+
 struct emb_space;
 struct copy_job;
 

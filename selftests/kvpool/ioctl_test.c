@@ -97,8 +97,10 @@ TEST(struct_layout_has_no_holes)
 	EXPECT_EQ(40, sizeof(struct kvpool_publish));
 	EXPECT_EQ(56, sizeof(struct kvpool_lookup));
 	EXPECT_EQ(88, sizeof(struct kvpool_space_destroy));
-	EXPECT_EQ(8, sizeof(struct kvpool_residency_entry));
+	EXPECT_EQ(16, sizeof(struct kvpool_residency_entry));	/* API 4 */
+	EXPECT_EQ(8, offsetof(struct kvpool_residency_entry, reserved));
 	EXPECT_EQ(56, sizeof(struct kvpool_residency));
+	EXPECT_EQ(40, offsetof(struct kvpool_residency, entry_bytes));
 	EXPECT_EQ(176, sizeof(struct kvpool_space_stats));
 	EXPECT_EQ(64, sizeof(struct kvpool_event));
 	EXPECT_EQ(32, offsetof(struct kvpool_publish_entry, id));
@@ -1780,6 +1782,7 @@ static void res_init(struct kvpool_residency *r, __u32 dev,
 	r->entries = (uintptr_t)e;
 	r->count = count;
 	r->op = op;
+	r->entry_bytes = sizeof(struct kvpool_residency_entry);
 }
 
 /* Device mask of hash 0 as LOOKUP reports it (reference given back). */
@@ -1797,7 +1800,7 @@ static __u64 mask0(int fd)
 
 TEST_F(dev, residency_unjoined_ebadfd)
 {
-	struct kvpool_residency_entry e = { 0, 0 };
+	struct kvpool_residency_entry e = { 0 };
 	struct kvpool_residency r;
 
 	res_init(&r, 1, NULL, 0, KVPOOL_RESIDENCY_ADD);
@@ -1815,6 +1818,7 @@ TEST_F(space, residency_flags_reserved_op_einval_e2big)
 
 	ASSERT_EQ(0, kv_alloc(self->fd, &pub, 1));
 	ASSERT_EQ(0, kv_publish_seq(self->fd, &pub, 1, V2SEED, 0, NULL));
+	memset(e, 0, sizeof(e));
 	e[0].block = pub;
 	e[0].gpu_block = 3;
 	res_init(&r, 1, e, 1, KVPOOL_RESIDENCY_ADD);
@@ -1822,7 +1826,10 @@ TEST_F(space, residency_flags_reserved_op_einval_e2big)
 	EXPECT_EQ(-EINVAL, kv_ioctl(self->fd, KVPOOL_IOC_RESIDENCY, &r));
 	for (i = 0; i < 2; i++) {
 		res_init(&r, 1, e, 1, KVPOOL_RESIDENCY_ADD);
-		r.reserved[i] = 1;
+		if (i)
+			r.reserved = 1ULL << 40;
+		else
+			r.pad = 1;
 		EXPECT_EQ(-EINVAL, kv_ioctl(self->fd, KVPOOL_IOC_RESIDENCY, &r));
 	}
 	res_init(&r, 1, e, 1, 3);
@@ -1851,6 +1858,7 @@ TEST_F(space, residency_bad_pointers_efault_nothing_recorded)
 	ASSERT_NE(NULL, none);
 	ASSERT_EQ(0, kv_alloc(self->fd, pub, 2));
 	ASSERT_EQ(0, kv_publish_seq(self->fd, pub, 2, V2SEED, 0, NULL));
+	memset(e, 0, sizeof(e));
 	e[0].block = pub[0];
 	e[0].gpu_block = 1;
 	e[1].block = pub[1];
@@ -1876,6 +1884,67 @@ TEST_F(space, residency_bad_pointers_efault_nothing_recorded)
 	EXPECT_EQ(0, mask0(self->fd)) TH_LOG("after the read-only struct");
 	res_init(&r, 1, e, 2, KVPOOL_RESIDENCY_ADD);
 	EXPECT_EQ(0, kv_ioctl(self->fd, KVPOOL_IOC_RESIDENCY, &r));
+	EXPECT_EQ(1ULL << r.device_slot, mask0(self->fd));
+}
+
+/*
+ * API 4, issue 14 finding 13: a residency entry is 16 bytes with a
+ * reserved word, and the call says so in entry_bytes.  A caller built for
+ * API 3 passes 0 there (it was reserved) and 8-byte entries: EINVAL, with
+ * nothing recorded, rather than entries read at the wrong stride.
+ */
+TEST_F(space, residency_entry_bytes_and_reserved_einval)
+{
+	static const __u32 bad_bytes[] = { 0, 8, 12, 24, 32, 0xffffffffu };
+	struct kvpool_residency_entry e[2];
+	struct kvpool_residency r;
+	__u32 api3[4], pub[2];
+	unsigned int i;
+	int op;
+
+	ASSERT_EQ(0, kv_alloc(self->fd, pub, 2));
+	ASSERT_EQ(0, kv_publish_seq(self->fd, pub, 2, V2SEED, 0, NULL));
+	memset(e, 0, sizeof(e));
+	e[0].block = pub[0];
+	e[0].gpu_block = 5;
+	e[1].block = pub[1];
+	e[1].gpu_block = 6;
+	for (op = KVPOOL_RESIDENCY_ADD; op <= KVPOOL_RESIDENCY_CLEAR; op++) {
+		for (i = 0; i < ARRAY_SIZE(bad_bytes); i++) {
+			res_init(&r, 1, op == KVPOOL_RESIDENCY_CLEAR ? NULL : e,
+				 op == KVPOOL_RESIDENCY_CLEAR ? 0 : 2, op);
+			r.entry_bytes = bad_bytes[i];
+			EXPECT_EQ(-EINVAL, kv_ioctl(self->fd, KVPOOL_IOC_RESIDENCY, &r))
+				TH_LOG("op %d entry_bytes %u", op, bad_bytes[i]);
+		}
+	}
+	/* count 0 (register the device only) needs it too. */
+	res_init(&r, 1, NULL, 0, KVPOOL_RESIDENCY_ADD);
+	r.entry_bytes = 0;
+	EXPECT_EQ(-EINVAL, kv_ioctl(self->fd, KVPOOL_IOC_RESIDENCY, &r));
+	/* An API 3 call: { block, gpu_block } pairs, entry_bytes 0. */
+	api3[0] = pub[0];
+	api3[1] = 5;
+	api3[2] = pub[1];
+	api3[3] = 6;
+	res_init(&r, 1, (void *)api3, 2, KVPOOL_RESIDENCY_ADD);
+	r.entry_bytes = 0;
+	EXPECT_EQ(-EINVAL, kv_ioctl(self->fd, KVPOOL_IOC_RESIDENCY, &r));
+	/* An entry's reserved word, in any entry, for ADD and DEL. */
+	for (i = 0; i < 2; i++) {
+		e[i].reserved = 1ULL << (32 * i);
+		res_init(&r, 1, e, 2, KVPOOL_RESIDENCY_ADD);
+		EXPECT_EQ(-EINVAL, kv_ioctl(self->fd, KVPOOL_IOC_RESIDENCY, &r))
+			TH_LOG("ADD, entry %u reserved", i);
+		res_init(&r, 1, e, 2, KVPOOL_RESIDENCY_DEL);
+		EXPECT_EQ(-EINVAL, kv_ioctl(self->fd, KVPOOL_IOC_RESIDENCY, &r))
+			TH_LOG("DEL, entry %u reserved", i);
+		e[i].reserved = 0;
+	}
+	EXPECT_EQ(0, mask0(self->fd));
+	/* The same entries, well formed, are recorded. */
+	res_init(&r, 1, e, 2, KVPOOL_RESIDENCY_ADD);
+	ASSERT_EQ(0, kv_ioctl(self->fd, KVPOOL_IOC_RESIDENCY, &r));
 	EXPECT_EQ(1ULL << r.device_slot, mask0(self->fd));
 }
 

@@ -900,6 +900,7 @@ static inline int kv_residency(int fd, const __u8 *uuid, __u32 op,
 	r.entries = (__u64)(uintptr_t)ents;
 	r.count = count;
 	r.op = op;
+	r.entry_bytes = sizeof(struct kvpool_residency_entry);
 	ret = kv_ioctl(fd, KVPOOL_IOC_RESIDENCY, &r);
 	if (!ret && slot)
 		*slot = r.device_slot;

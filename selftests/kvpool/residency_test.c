@@ -46,6 +46,7 @@ static int res(int fd, __u32 dev, __u32 op, const __u32 *blocks,
 	__u8 uuid[16];
 	__u32 i;
 
+	memset(e, 0, sizeof(e));
 	for (i = 0; i < n && i < 16; i++) {
 		e[i].block = blocks[i];
 		e[i].gpu_block = gpu ? gpu[i] : 1000 + i;
@@ -538,7 +539,9 @@ TEST_F(res, add_errnos_change_nothing)
 
 	/* Bad ops, flags, reserved: EINVAL. */
 	memset(&r, 0, sizeof(r));
+	memset(e, 0, sizeof(e));
 	kv_uuid(r.device_uuid, DEV_A);
+	r.entry_bytes = sizeof(e[0]);
 	e[0].block = self->p[1];
 	e[0].gpu_block = 9;
 	r.entries = (uintptr_t)e;
@@ -551,12 +554,18 @@ TEST_F(res, add_errnos_change_nothing)
 	r.flags = 1;
 	EXPECT_EQ(-EINVAL, kv_ioctl(self->fd, KVPOOL_IOC_RESIDENCY, &r));
 	r.flags = 0;
-	r.reserved[0] = 1;
+	r.pad = 1;
 	EXPECT_EQ(-EINVAL, kv_ioctl(self->fd, KVPOOL_IOC_RESIDENCY, &r));
-	r.reserved[0] = 0;
-	r.reserved[1] = 1ULL << 63;
+	r.pad = 0;
+	r.reserved = 1ULL << 63;
 	EXPECT_EQ(-EINVAL, kv_ioctl(self->fd, KVPOOL_IOC_RESIDENCY, &r));
-	r.reserved[1] = 0;
+	r.reserved = 0;
+	e[0].reserved = 1;
+	EXPECT_EQ(-EINVAL, kv_ioctl(self->fd, KVPOOL_IOC_RESIDENCY, &r));
+	e[0].reserved = 0;
+	r.entry_bytes = 8;	/* an API 3 caller's entries */
+	EXPECT_EQ(-EINVAL, kv_ioctl(self->fd, KVPOOL_IOC_RESIDENCY, &r));
+	r.entry_bytes = sizeof(e[0]);
 	r.count = KVPOOL_MAX_BATCH + 1;
 	EXPECT_EQ(-E2BIG, kv_ioctl(self->fd, KVPOOL_IOC_RESIDENCY, &r));
 	r.count = 0xffffffffu;

@@ -220,7 +220,8 @@ enum kvpool_residency_op {
 
 struct kvpool_residency_entry {
 	__u32 block;		/* host block: owned by or referenced by this fd */
-	__u32 gpu_block;
+	__u32 gpu_block;	/* ADD: the GPU block; DEL: ignored */
+	__u64 reserved;		/* must be 0 (API 4: the entry was 8 bytes) */
 };
 
 struct kvpool_residency {
@@ -230,7 +231,9 @@ struct kvpool_residency {
 	__u32 op;		/* in: enum kvpool_residency_op */
 	__u32 device_slot;	/* out (0 on input) */
 	__u32 flags;		/* in: must be 0 */
-	__u64 reserved[2];	/* must be 0 */
+	__u32 entry_bytes;	/* in: sizeof(struct kvpool_residency_entry) (API 4) */
+	__u32 pad;		/* must be 0 */
+	__u64 reserved;		/* must be 0 */
 };
 
 /* Why a block was evicted (events and statistics). */
