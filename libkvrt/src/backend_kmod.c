@@ -111,8 +111,8 @@ int kmod_probe(struct kvrt *k, const char *device)
 	 * for older modules.  API 4 refuses out fields on input and create
 	 * fields on a plain join (libkvrt passes neither), checks create
 	 * fields on a create-or-join that joins (kmod_space_open() does that
-	 * for older modules) and grew residency entries: kmod_residency()
-	 * speaks either version.
+	 * for older modules), renumbered ALLOC and grew residency entries:
+	 * kmod_alloc() and kmod_residency() speak either version.
 	 */
 	if (info.api_version < 1 || info.api_version > KVPOOL_API_VERSION ||
 	    !(info.features & KVPOOL_FEAT_SPACES)) {
@@ -269,8 +269,9 @@ int kmod_space_info(struct kvrt_space *s, struct kvrt_space_info *info)
 int kmod_alloc(struct kvrt_space *s, uint32_t count, uint32_t *ids)
 {
 	struct kvpool_blocks b = { .ids = (uintptr_t)ids, .count = count };
+	unsigned long cmd = s->k->api_version < 4 ? KVPOOL_IOC_ALLOC_API3 : KVPOOL_IOC_ALLOC;
 
-	if (ioctl(s->fd, KVPOOL_IOC_ALLOC, &b))
+	if (ioctl(s->fd, cmd, &b))
 		return -errno;
 	return 0;
 }

@@ -36,10 +36,11 @@
 
 /*
  * What API 4 changed in the uAPI, as modules of API 1..3 still speak it:
- * a residency entry was 8 bytes with no entry_bytes (that word of struct
- * kvpool_residency was reserved, 0).  The kmod backend uses it with older
- * modules.
+ * ALLOC was _IOWR, and a residency entry was 8 bytes with no entry_bytes
+ * (that word of struct kvpool_residency was reserved, 0).  The kmod
+ * backend uses these with older modules.
  */
+#define KVPOOL_IOC_ALLOC_API3	_IOWR(KVPOOL_IOC_MAGIC, 0x02, struct kvpool_blocks)
 struct kvpool_residency_entry_api3 {
 	__u32 block;
 	__u32 gpu_block;

@@ -51,6 +51,20 @@ static void *rw_then_none(void)
 	return p;
 }
 
+/* A page holding a copy of @len bytes of @src, then made read-only. */
+static void *ro_copy(const void *src, size_t len)
+{
+	void *p = mmap(NULL, page_size(), PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+	if (p == MAP_FAILED)
+		return NULL;
+	memcpy(p, src, len);
+	if (mprotect(p, page_size(), PROT_READ))
+		return NULL;
+	return p;
+}
+
 /* ---- layout --------------------------------------------------------------- */
 
 TEST(struct_sizes_are_multiples_of_8)
@@ -130,6 +144,9 @@ TEST(ioctl_numbers_encode_struct_sizes)
 	EXPECT_EQ(sizeof(struct kvpool_space_info),
 		  _IOC_SIZE(KVPOOL_IOC_SPACE_INFO));
 	EXPECT_EQ(KVPOOL_IOC_MAGIC, _IOC_TYPE(KVPOOL_IOC_INFO));
+	EXPECT_EQ(0x02, _IOC_NR(KVPOOL_IOC_ALLOC));
+	EXPECT_EQ(_IOC_WRITE, _IOC_DIR(KVPOOL_IOC_ALLOC));	/* API 4 */
+	EXPECT_EQ(_IOC_WRITE, _IOC_DIR(KVPOOL_IOC_FREE));
 
 	EXPECT_EQ(sizeof(struct kvpool_publish), _IOC_SIZE(KVPOOL_IOC_PUBLISH));
 	EXPECT_EQ(sizeof(struct kvpool_lookup), _IOC_SIZE(KVPOOL_IOC_LOOKUP));
@@ -1054,6 +1071,28 @@ TEST_F(space, alloc_fresh_space_ids_start_at_zero)
 	expect_my_blocks(_metadata, self->fd, 128, 128);
 }
 
+/*
+ * API 4, issue 14 finding 13: ALLOC never wrote its struct back, so it is
+ * _IOW now.  The API 3 number (_IOWR) is no command any more, and the
+ * struct may sit on a read-only page.
+ */
+TEST_F(space, alloc_is_iow_api3_number_enotty)
+{
+	struct kvpool_blocks b, *ro;
+	__u32 ids[2];
+
+	memset(&b, 0, sizeof(b));
+	b.ids = (uintptr_t)ids;
+	b.count = 2;
+	EXPECT_EQ(-ENOTTY, kv_ioctl(self->fd, _IOWR(KVPOOL_IOC_MAGIC, 0x02,
+						    struct kvpool_blocks), &b));
+	expect_my_blocks(_metadata, self->fd, 0, 0);
+	ro = ro_copy(&b, sizeof(b));
+	ASSERT_NE(NULL, ro);
+	EXPECT_EQ(0, kv_ioctl(self->fd, KVPOOL_IOC_ALLOC, ro));
+	expect_my_blocks(_metadata, self->fd, 2, 2);
+}
+
 /* ---- FREE ----------------------------------------------------------------- */
 
 TEST_F(dev, free_unjoined_ebadfd)
@@ -1302,20 +1341,6 @@ TEST_F(space, space_info_counts)
 /* ---- API v2: helpers ------------------------------------------------------ */
 
 #define V2SEED	0x10c7u
-
-/* A page holding a copy of @len bytes of @src, then made read-only. */
-static void *ro_copy(const void *src, size_t len)
-{
-	void *p = mmap(NULL, page_size(), PROT_READ | PROT_WRITE,
-		       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-
-	if (p == MAP_FAILED)
-		return NULL;
-	memcpy(p, src, len);
-	if (mprotect(p, page_size(), PROT_READ))
-		return NULL;
-	return p;
-}
 
 /* The last @len bytes before a PROT_NONE page, holding a copy of @src. */
 static void *before_guard(const void *src, size_t len)

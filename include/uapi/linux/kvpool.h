@@ -107,7 +107,10 @@ struct kvpool_space_open {
 	__u64 reserved[4];	/* must be 0 */
 };
 
-/* KVPOOL_IOC_ALLOC, KVPOOL_IOC_FREE and KVPOOL_IOC_RELEASE: all ids or none. */
+/*
+ * KVPOOL_IOC_ALLOC, KVPOOL_IOC_FREE and KVPOOL_IOC_RELEASE: all ids or none.
+ * ALLOC writes ids[] but never the struct (_IOW since API 4).
+ */
 struct kvpool_blocks {
 	__u64 ids;		/* in: user pointer to __u32[count] */
 	__u32 count;		/* in: 1..KVPOOL_MAX_BATCH */
@@ -297,7 +300,7 @@ struct kvpool_event {
 #define KVPOOL_IOC_MAGIC	0xB7
 #define KVPOOL_IOC_INFO		_IOWR(KVPOOL_IOC_MAGIC, 0x00, struct kvpool_info)
 #define KVPOOL_IOC_SPACE_OPEN	_IOWR(KVPOOL_IOC_MAGIC, 0x01, struct kvpool_space_open)
-#define KVPOOL_IOC_ALLOC	_IOWR(KVPOOL_IOC_MAGIC, 0x02, struct kvpool_blocks)
+#define KVPOOL_IOC_ALLOC	_IOW(KVPOOL_IOC_MAGIC, 0x02, struct kvpool_blocks)
 #define KVPOOL_IOC_FREE		_IOW(KVPOOL_IOC_MAGIC, 0x03, struct kvpool_blocks)
 #define KVPOOL_IOC_SPACE_INFO	_IOWR(KVPOOL_IOC_MAGIC, 0x04, struct kvpool_space_info)
 #define KVPOOL_IOC_PUBLISH	_IOWR(KVPOOL_IOC_MAGIC, 0x05, struct kvpool_publish)
