@@ -66,7 +66,9 @@
  * memory, whose fault can last as long as userspace wants (userfaultfd,
  * a FUSE mapping).  Ioctls copy their arrays in before taking 2 and out
  * after dropping it; a failed copy-out takes 2 again to undo the call
- * (ALLOC, LOOKUP) or leaves it done (PUBLISH), as kvpool.rst says.
+ * (LOOKUP) or leaves it done (PUBLISH), as kvpool.rst says.  ALLOC pins
+ * its ids array before it takes 2 and writes into the pinned pages, so
+ * its copy-out cannot fail.
  * So 2 is only ever held for kernel work.  Even so, no path that any uid
  * can reach waits for 2 while holding 1: join, destroy and drop_cached pin
  * the space under 1 (nr_pins keeps it listed), drop 1, then take 2

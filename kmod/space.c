@@ -16,6 +16,7 @@
 #include <linux/slab.h>
 #include <linux/string.h>
 #include <linux/topology.h>
+#include <linux/uaccess.h>
 #include <linux/version.h>
 
 #include "kvpool.h"
@@ -1063,25 +1064,76 @@ static u64 kvp_space_evictions(const struct kvc_space *core)
 }
 
 /*
- * Give back an ALLOC batch whose ids never reached the caller.  Other
- * calls on the same fd may have freed or published some of them while the
- * lock was dropped: free one by one what the fd still owns.  The lock is
- * held only for kernel work, so this wait is short; it is not killable
- * because the batch must not stay charged to the fd.
+ * An ALLOC's ids array, pinned before anything changes.  Writing the ids
+ * into pinned pages cannot fault, so once the pin holds, the call cannot
+ * fail with EFAULT after it evicted cached blocks (issue 14, finding 13):
+ * every unwritable array (read-only, PROT_NONE, unmapped in part, a PFN
+ * map) fails the pin, and an array the caller unmaps or remaps during the
+ * call still gets its ids, in pages the caller no longer sees.
  */
-static void kvp_alloc_undo(struct kvp_space *space, u32 owner, u32 count, const u32 *ids)
-{
-	u32 i;
+struct kvp_user_out {
+	struct page **pages;
+	struct page *few[2];	/* pages, when the array spans no more than these */
+	unsigned int nr_pages;
+	unsigned int offset;	/* of the array in its first page */
+};
 
-	mutex_lock(&space->lock);
-	for (i = 0; i < count; i++)
-		kvc_free(&space->core, owner, 1, &ids[i]);
-	mutex_unlock(&space->lock);
+/* Pin [uaddr, uaddr + len) for writing: 0, -EFAULT, -EINTR or -ENOMEM. */
+static int kvp_user_out_pin(struct kvp_user_out *o, u64 uaddr, size_t len)
+{
+	unsigned long first = uaddr & PAGE_MASK;
+	int got;
+
+	if (!len || uaddr + len < uaddr || !access_ok(u64_to_user_ptr(uaddr), len))
+		return -EFAULT;
+	o->nr_pages = (PAGE_ALIGN(uaddr + len) - first) >> PAGE_SHIFT;
+	o->offset = offset_in_page(uaddr);
+	o->pages = o->few;
+	if (o->nr_pages > ARRAY_SIZE(o->few)) {
+		o->pages = kvmalloc_array(o->nr_pages, sizeof(*o->pages), GFP_KERNEL);
+		if (!o->pages)
+			return -ENOMEM;
+	}
+	/* May fault (and wait on userfaultfd): no lock is held yet. */
+	got = pin_user_pages_fast(first, o->nr_pages, FOLL_WRITE, o->pages);
+	if (got == o->nr_pages)
+		return 0;
+	if (got > 0)
+		unpin_user_pages(o->pages, got);
+	if (o->pages != o->few)
+		kvfree(o->pages);
+	return got == -EINTR ? -EINTR : -EFAULT;
+}
+
+static void kvp_user_out_write(const struct kvp_user_out *o, const void *src, size_t len)
+{
+	unsigned int i, off = o->offset;
+
+	for (i = 0; len; i++) {
+		size_t n = min_t(size_t, len, PAGE_SIZE - off);
+		void *dst = kmap_local_page(o->pages[i]);
+
+		memcpy(dst + off, src, n);
+		kunmap_local(dst);
+		flush_dcache_page(o->pages[i]);
+		src += n;
+		len -= n;
+		off = 0;
+	}
+}
+
+static void kvp_user_out_unpin(struct kvp_user_out *o, bool written)
+{
+	unpin_user_pages_dirty_lock(o->pages, o->nr_pages, written);
+	if (o->pages != o->few)
+		kvfree(o->pages);
 }
 
 long kvp_ioctl_alloc(struct kvp_client *client, struct kvpool_blocks *args)
 {
 	struct kvp_space *space = kvp_client_space(client);
+	size_t bytes = (size_t)args->count * sizeof(u32);
+	struct kvp_user_out out;
 	u64 evicted;
 	u32 *ids;
 	long ret;
@@ -1089,16 +1141,17 @@ long kvp_ioctl_alloc(struct kvp_client *client, struct kvpool_blocks *args)
 	if (!space)
 		return -EBADFD;
 	/*
-	 * An unwritable ids array fails before any block or chunk is taken.
-	 * fault_in_safe_writeable() does not write, so a failed call leaves
-	 * the caller's array as it was.
+	 * An unwritable ids array fails before any block or chunk is taken,
+	 * and leaves the caller's array as it was.
 	 */
-	if (fault_in_safe_writeable(u64_to_user_ptr(args->ids),
-				    (size_t)args->count * sizeof(*ids)))
-		return -EFAULT;
-	ids = kvmalloc_array(args->count, sizeof(*ids), GFP_KERNEL);
-	if (!ids)
-		return -ENOMEM;
+	ret = kvp_user_out_pin(&out, args->ids, bytes);
+	if (ret)
+		return ret;
+	ids = kvmalloc(bytes, GFP_KERNEL);
+	if (!ids) {
+		ret = -ENOMEM;
+		goto out_unpin;
+	}
 	if (mutex_lock_killable(&space->lock)) {
 		ret = -EINTR;
 		goto out_free_ids;
@@ -1110,24 +1163,18 @@ long kvp_ioctl_alloc(struct kvp_client *client, struct kvpool_blocks *args)
 		kvp_space_emit_pressure(space, space->core.stats.last_pressure_cause,
 					(u32)evicted);
 	mutex_unlock(&space->lock);
-	/*
-	 * Copy out unlocked: a fault the caller stalls (userfaultfd) must not
-	 * hold a lock that others wait for.  The array was faulted in, so this
-	 * fails only if the caller unmapped it meanwhile; the batch goes back.
-	 */
-	if (!ret && copy_to_user(u64_to_user_ptr(args->ids), ids,
-				 (size_t)args->count * sizeof(*ids))) {
-		kvp_alloc_undo(space, client->owner, args->count, ids);
-		ret = -EFAULT;
-	}
-	if (ret) {
+	/* Written unlocked, as every output, though into pinned pages it cannot fault. */
+	if (!ret) {
+		kvp_user_out_write(&out, ids, bytes);
+		atomic64_add(args->count, &kvp_pool.allocs);
+	} else {
 		atomic64_inc(&kvp_pool.alloc_failures);
-		goto out_free_ids;
 	}
-	atomic64_add(args->count, &kvp_pool.allocs);
 
 out_free_ids:
 	kvfree(ids);
+out_unpin:
+	kvp_user_out_unpin(&out, !ret);
 	return ret;
 }
 

@@ -10,6 +10,8 @@
 #include "kvpool_util.h"
 
 #include <poll.h>
+#include <pthread.h>
+#include <linux/userfaultfd.h>
 
 #define BLOCK	(64 * KiB)
 #define QUOTA	(8 * MiB)	/* 128 blocks, 4 chunks */
@@ -1051,6 +1053,238 @@ TEST_F(space, alloc_ids_partly_unmapped_efault_nothing_allocated)
 	expect_my_blocks(_metadata, self->fd, 0, 0);
 	EXPECT_EQ(0, kv_alloc(self->fd, ids, 2));
 	expect_my_blocks(_metadata, self->fd, 2, 2);
+}
+
+/* Three pages, the middle one unmapped: returns the first. */
+static void *rw_hole_rw(void)
+{
+	long ps = page_size();
+	char *p = mmap(NULL, 3 * ps, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+	if (p == MAP_FAILED)
+		return NULL;
+	if (munmap(p + ps, ps))
+		return NULL;
+	return p;
+}
+
+/* The start of the [vvar] mapping (read-only, VM_PFNMAP), or NULL. */
+static void *vvar_page(void)
+{
+	unsigned long lo = 0, hi;
+	char line[256];
+	FILE *f = fopen("/proc/self/maps", "r");
+
+	if (!f)
+		return NULL;
+	while (fgets(line, sizeof(line), f))
+		if (strstr(line, "[vvar]") && sscanf(line, "%lx-%lx", &lo, &hi) == 2)
+			break;
+	fclose(f);
+	return (void *)lo;
+}
+
+static __u64 evictions(const struct kvpool_space_stats *st)
+{
+	__u64 n = 0;
+	int i;
+
+	for (i = 0; i < KVPOOL_EVICT_CAUSES; i++)
+		n += st->evictions[i];
+	return n;
+}
+
+/*
+ * Issue 14 finding 13: an ALLOC that fails with EFAULT must not have
+ * evicted anything.  A space full of cached blocks makes every ALLOC
+ * evict; each unwritable ids array below must be refused before that,
+ * including the shapes a probe that only faults pages in can miss (a hole
+ * in the middle of the array, a read-only PFN mapping, a writable page
+ * followed by an unwritable one).
+ */
+TEST_F(dev, alloc_efault_keeps_cached_blocks)
+{
+	enum { NR = 2048 };
+	struct kvpool_space_stats st;
+	struct kvpool_space_info si;
+	long ps = page_size();
+	__u32 *ids = calloc(NR, sizeof(*ids));
+	char *p;
+	struct {
+		const char *what;
+		void *ids;
+		__u32 count;
+	} bad[4];
+	int i, n = 0;
+
+	ASSERT_NE(NULL, ids);
+	ASSERT_EQ(0, kv_create(self->fd, self->name, 4096, NR * 4096ULL, NULL));
+	ASSERT_EQ(0, kv_alloc(self->fd, ids, NR));
+	ASSERT_EQ(0, kv_publish_seq(self->fd, ids, NR, 0xefau, 0, NULL));
+	ASSERT_EQ(0, kv_release(self->fd, ids, NR));
+	ASSERT_EQ(0, kv_space_stats(self->fd, &st));
+	ASSERT_EQ(NR, st.cached_blocks);
+	ASSERT_EQ(0, evictions(&st));
+
+	bad[n].what = "read-only page";
+	bad[n].ids = ro_page();
+	bad[n++].count = 1;
+	p = rw_then_none();
+	bad[n].what = "writable page, then PROT_NONE";
+	bad[n].ids = p ? p + ps - 8 : NULL;
+	bad[n++].count = 3;
+	p = rw_hole_rw();
+	bad[n].what = "writable, unmapped, writable";
+	bad[n].ids = p ? p + ps - 8 : NULL;
+	bad[n++].count = (__u32)(ps + 16) / 4;
+	bad[n].what = "[vvar]";
+	bad[n].ids = vvar_page();
+	bad[n++].count = 1;
+	for (i = 0; i < n; i++) {
+		if (!bad[i].ids) {
+			TH_LOG("no %s here: not tried", bad[i].what);
+			continue;
+		}
+		EXPECT_EQ(-EFAULT, kv_alloc(self->fd, bad[i].ids, bad[i].count))
+			TH_LOG("%s", bad[i].what);
+		ASSERT_EQ(0, kv_space_stats(self->fd, &st));
+		EXPECT_EQ(NR, st.cached_blocks) TH_LOG("%s", bad[i].what);
+		EXPECT_EQ(0, evictions(&st)) TH_LOG("%s", bad[i].what);
+		EXPECT_EQ(0, st.pressure) TH_LOG("%s", bad[i].what);
+		EXPECT_EQ(0, kv_space_info(self->fd, &si));
+		EXPECT_EQ(0, si.my_blocks) TH_LOG("%s", bad[i].what);
+	}
+	/* The cache was evictable all along: a good array takes one block. */
+	ASSERT_EQ(0, kv_alloc(self->fd, ids, 1));
+	ASSERT_EQ(0, kv_space_stats(self->fd, &st));
+	EXPECT_EQ(NR - 1, st.cached_blocks);
+	EXPECT_EQ(1, evictions(&st));
+	free(ids);
+}
+
+/*
+ * The ids array taken away during the call, the other way an ALLOC can
+ * meet an unwritable array.  Its two pages are userfaultfd-registered:
+ * the handler serves the first fault of each, and serving the second
+ * page's takes the first page's contents away again (MADV_DONTNEED), so
+ * that the next access to the first page faults anew; that fault, which
+ * can only come once the call is past its checks and has evicted, unmaps
+ * the page.  A call that checked the array by faulting it in and copied
+ * the ids out later fails there with EFAULT, after its evictions (issue
+ * 14, finding 13).  The call must either fail with nothing evicted or
+ * succeed.
+ */
+struct takeaway {
+	int uffd;
+	int stop[2];
+	size_t psz;
+	char *pages;		/* P0, P1 */
+	char *zero;
+	int faults[2];
+	int unmapped;
+};
+
+static void *takeaway_handler(void *arg)
+{
+	struct takeaway *t = arg;
+
+	for (;;) {
+		struct pollfd pfd[2] = { { .fd = t->uffd, .events = POLLIN },
+					 { .fd = t->stop[0], .events = POLLIN } };
+		struct uffdio_range range;
+		struct uffdio_copy copy;
+		struct uffd_msg msg;
+		int pg;
+
+		if (poll(pfd, 2, -1) < 1)
+			continue;
+		if (pfd[1].revents)
+			return NULL;
+		if (read(t->uffd, &msg, sizeof(msg)) != sizeof(msg) ||
+		    msg.event != UFFD_EVENT_PAGEFAULT)
+			continue;
+		pg = msg.arg.pagefault.address >= (unsigned long)t->pages + t->psz;
+		if (++t->faults[pg] > 1 && pg == 0) {
+			munmap(t->pages, t->psz);
+			t->unmapped = 1;
+			range.start = (unsigned long)t->pages;
+			range.len = t->psz;
+			ioctl(t->uffd, UFFDIO_WAKE, &range);
+			continue;
+		}
+		if (pg == 1)
+			madvise(t->pages, t->psz, MADV_DONTNEED);
+		memset(&copy, 0, sizeof(copy));
+		copy.dst = (unsigned long)t->pages + pg * t->psz;
+		copy.src = (unsigned long)t->zero;
+		copy.len = t->psz;
+		ioctl(t->uffd, UFFDIO_COPY, &copy);
+	}
+}
+
+TEST_F(space, alloc_ids_taken_away_mid_call_keeps_cache)
+{
+	struct kvpool_space_stats st;
+	struct kvpool_space_info si;
+	struct uffdio_register reg;
+	struct uffdio_api api;
+	struct takeaway t;
+	__u32 ids[128];
+	pthread_t th;
+	int ret;
+
+	/* The whole quota cached: any ALLOC evicts. */
+	ASSERT_EQ(0, kv_alloc(self->fd, ids, 128));
+	ASSERT_EQ(0, kv_publish_seq(self->fd, ids, 128, 0x7a4e, 0, NULL));
+	ASSERT_EQ(0, kv_release(self->fd, ids, 128));
+	ASSERT_EQ(0, kv_space_stats(self->fd, &st));
+	ASSERT_EQ(128, st.cached_blocks);
+
+	memset(&t, 0, sizeof(t));
+	t.psz = page_size();
+	t.uffd = (int)syscall(__NR_userfaultfd, O_CLOEXEC | O_NONBLOCK);
+	if (t.uffd < 0)
+		SKIP(return, "no userfaultfd: %s", strerror(errno));
+	memset(&api, 0, sizeof(api));
+	api.api = UFFD_API;
+	ASSERT_EQ(0, ioctl(t.uffd, UFFDIO_API, &api));
+	t.pages = mmap(NULL, 2 * t.psz, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	ASSERT_NE(MAP_FAILED, t.pages);
+	t.zero = calloc(1, t.psz);
+	ASSERT_NE(NULL, t.zero);
+	memset(&reg, 0, sizeof(reg));
+	reg.range.start = (unsigned long)t.pages;
+	reg.range.len = 2 * t.psz;
+	reg.mode = UFFDIO_REGISTER_MODE_MISSING;
+	ASSERT_EQ(0, ioctl(t.uffd, UFFDIO_REGISTER, &reg));
+	ASSERT_EQ(0, pipe(t.stop));
+	ASSERT_EQ(0, pthread_create(&th, NULL, takeaway_handler, &t));
+
+	/* 4 ids: two at the end of P0, two at the start of P1. */
+	ret = kv_alloc(self->fd, (__u32 *)(t.pages + t.psz) - 2, 4);
+
+	ASSERT_EQ(1, write(t.stop[1], "x", 1));
+	pthread_join(th, NULL);
+	TH_LOG("ALLOC: %s; faults P0 %d, P1 %d; P0 unmapped: %d",
+	       ret ? strerror(-ret) : "ok", t.faults[0], t.faults[1], t.unmapped);
+	ASSERT_EQ(0, kv_space_stats(self->fd, &st));
+	ASSERT_EQ(0, kv_space_info(self->fd, &si));
+	if (ret == -EFAULT) {
+		EXPECT_EQ(128, st.cached_blocks) TH_LOG("an EFAULT ALLOC evicted");
+		EXPECT_EQ(0, evictions(&st));
+		EXPECT_EQ(0, si.my_blocks);
+	} else {
+		EXPECT_EQ(0, ret);
+		EXPECT_EQ(124, st.cached_blocks);
+		EXPECT_EQ(4, evictions(&st));
+		EXPECT_EQ(4, si.my_blocks);
+	}
+	close(t.stop[0]);
+	close(t.stop[1]);
+	close(t.uffd);
+	free(t.zero);
 }
 
 TEST_F(space, alloc_fresh_space_ids_start_at_zero)

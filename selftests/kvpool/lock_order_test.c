@@ -462,7 +462,9 @@ TEST_F_TIMEOUT(locks, sysfs_read_during_teardown, 240)
  * array is read in between, P2's read fault), P1 is missing and the next
  * fault is the copy-out's.  That one is never served.  Then B opens, uses
  * and closes a space of its own and reads the totals; it must finish in
- * time.
+ * time.  ALLOC pins its array before it takes any lock and writes the ids
+ * into the pinned pages (issue 14, finding 13), so its copy-out never
+ * faults: its stall is P2's fault in the pin, which is never served.
  */
 #define STALL_BLOCK	(64 * KiB)
 #define STALL_QUOTA	(4 * MiB)
@@ -508,6 +510,7 @@ struct stall {
 	char *pages;		/* P1, P2: registered */
 	char *tmpl;		/* what a served fault of each gets */
 	bool reads;		/* the call reads its array before working */
+	bool pins;		/* the call pins its array: stall in the pin */
 	int report;		/* to the test: 'S' at the copy-out */
 };
 
@@ -552,6 +555,13 @@ static void *stall_handler(void *arg)
 		}
 		if (pg == 1 && wr != st->reads)
 			armed = true;
+		if (armed && st->pins) {
+			/* The pin's last fault, before any lock: never served. */
+			if (write(st->report, "S", 1) != 1)
+				_exit(22);
+			for (;;)
+				pause();
+		}
 		stall_serve(st, pg);
 	}
 	return NULL;
@@ -577,6 +587,7 @@ static void stall_tenant(const FIXTURE_VARIANT(stall) *variant, const char *name
 	st.report = report;
 	st.psz = (size_t)sysconf(_SC_PAGESIZE);
 	st.reads = variant->op == STALL_PUBLISH;
+	st.pins = variant->op == STALL_ALLOC;
 	fd = kv_open_create(name, STALL_BLOCK, STALL_QUOTA, NULL);
 	if (fd < 0)
 		_exit(10);
