@@ -33,11 +33,12 @@
  *    serialise here.
  * 2. kvp_space.lock (mutex, may sleep): the space's kvcore state (block
  *    states, free stack, hash index, LRUs, holes), every client's reader
- *    references and interest set, its client list, residency records and
- *    device table, its chunk list and its owner counter.  Growth and refill
- *    allocate, zero and call cond_resched() under it; reclaim zaps user
- *    mappings under it (it nests the page locks of the extent, then the
- *    space's own i_mmap_rwsem: see kvp_space.inode).  Teardown empties the
+ *    references, interest set and residency slot registrations, its
+ *    client list, residency records and device table, its chunk list and
+ *    its owner counter.  Growth and refill allocate, zero and call
+ *    cond_resched() under it; reclaim zaps user mappings under it (it
+ *    nests the page locks of the extent, then the space's own
+ *    i_mmap_rwsem: see kvp_space.inode).  Teardown empties the
  *    chunk list under it too: the space's sysfs directory outlives the
  *    unlisting and its readers walk that list.  Taken killable from
  *    ioctls (but to undo a call whose copy-out failed) and sysfs.  Lookups
@@ -226,8 +227,14 @@ struct kvp_space {
 	bool owners_wrapped;	/* next_owner went past U32_MAX once */
 	struct xarray pages;	/* page index in the range -> struct page * */
 	struct xarray residency;	/* block id -> struct kvp_res_block * */
+	/*
+	 * The residency device table: slot s holds a device while some fd
+	 * has it registered (device_fds[s] of them); a record's slot is
+	 * always registered by the record's fd.
+	 */
 	u8 devices[KVPOOL_MAX_DEVICES][16];
-	unsigned int nr_devices;
+	u64 devices_used;	/* bit s: slot s holds a device */
+	u32 device_fds[KVPOOL_MAX_DEVICES];
 };
 
 /* An fd's event queue: segments of records, read in order. */
@@ -251,6 +258,7 @@ struct kvp_client {
 	struct list_head link;	/* space->clients */
 	struct kvc_refs refs;	/* reader references */
 	struct xarray interest;	/* blocks published or looked up: evictions are reported */
+	u64 res_slots;		/* the space's lock: residency slots this fd registered */
 	struct kvp_events events;
 };
 
@@ -306,7 +314,7 @@ __poll_t kvp_events_poll(struct kvp_client *client, struct file *file, poll_tabl
 /* residency.c */
 long kvp_ioctl_residency(struct kvp_client *client, void __user *uarg);
 void kvp_residency_drop_block(struct kvp_space *space, u32 id);
-void kvp_residency_drop_owner(struct kvp_space *space, u32 owner);
+void kvp_residency_drop_client(struct kvp_space *space, struct kvp_client *client);
 u64 kvp_residency_mask(struct kvp_space *space, u32 id);
 void kvp_residency_destroy(struct kvp_space *space);
 void kvp_residency_show(struct seq_file *m, struct kvp_space *space);

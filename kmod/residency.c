@@ -2,8 +2,9 @@
 /*
  * Residency records: "host block h holds a copy of GPU block g of device
  * d", kept per fd so an engine that dies takes its claims with it.  Each
- * space has a table of up to 64 device UUIDs; LOOKUP reports a hit's
- * devices as bits of that table.  Everything runs under the space's lock.
+ * space has a table of up to 64 device UUIDs, each held by the fds that
+ * registered it; LOOKUP reports a hit's devices as bits of that table.
+ * Everything runs under the space's lock.
  */
 #include <linux/pagemap.h>
 #include <linux/slab.h>
@@ -11,20 +12,54 @@
 
 #include "kvpool.h"
 
-/* The slot of uuid, adding it when add is set; -ENOENT or -ENOSPC. */
-static int kvp_device_slot(struct kvp_space *space, const u8 *uuid, bool add)
+/*
+ * The device table.  A slot holds a device while some fd has the device
+ * registered: an ADD that succeeds registers it for its fd, CLEAR and the
+ * fd's close unregister it, and the last of them frees the slot for
+ * another device.  Records are kept only by fds that have their slot
+ * registered, so a record never outlives its slot.
+ */
+static int kvp_device_find(const struct kvp_space *space, const u8 *uuid)
 {
 	unsigned int i;
 
-	for (i = 0; i < space->nr_devices; i++)
-		if (!memcmp(space->devices[i], uuid, 16))
+	for (i = 0; i < KVPOOL_MAX_DEVICES; i++)
+		if ((space->devices_used & BIT_ULL(i)) && !memcmp(space->devices[i], uuid, 16))
 			return i;
-	if (!add)
-		return -ENOENT;
-	if (space->nr_devices == KVPOOL_MAX_DEVICES)
+	return -ENOENT;
+}
+
+/* The slot a new device would take: the lowest free one, or -ENOSPC. */
+static int kvp_device_free_slot(const struct kvp_space *space)
+{
+	if (space->devices_used == U64_MAX)
 		return -ENOSPC;
-	memcpy(space->devices[space->nr_devices], uuid, 16);
-	return space->nr_devices++;
+	return __ffs64(~space->devices_used);
+}
+
+static void kvp_device_register(struct kvp_space *space, struct kvp_client *client,
+				unsigned int slot, const u8 *uuid)
+{
+	if (!(space->devices_used & BIT_ULL(slot))) {
+		memcpy(space->devices[slot], uuid, 16);
+		space->devices_used |= BIT_ULL(slot);
+	}
+	if (!(client->res_slots & BIT_ULL(slot))) {
+		client->res_slots |= BIT_ULL(slot);
+		space->device_fds[slot]++;
+	}
+}
+
+static void kvp_device_unregister(struct kvp_space *space, struct kvp_client *client,
+				  unsigned int slot)
+{
+	if (!(client->res_slots & BIT_ULL(slot)))
+		return;
+	client->res_slots &= ~BIT_ULL(slot);
+	if (--space->device_fds[slot])
+		return;
+	space->devices_used &= ~BIT_ULL(slot);
+	memset(space->devices[slot], 0, 16);
 }
 
 static struct kvp_res_rec *kvp_res_find(struct kvp_res_block *rb, u32 owner, u8 slot)
@@ -99,8 +134,9 @@ static int kvp_res_validate(struct kvp_space *space, struct kvp_client *client,
 	return 0;
 }
 
+/* ADD: slot is the device's, or the free one it takes when this succeeds. */
 static int kvp_res_add(struct kvp_space *space, struct kvp_client *client, u8 slot,
-		       const struct kvpool_residency_entry *e, u32 count)
+		       const u8 *uuid, const struct kvpool_residency_entry *e, u32 count)
 {
 	u32 i;
 	int ret = kvp_res_validate(space, client, e, count);
@@ -109,13 +145,15 @@ static int kvp_res_add(struct kvp_space *space, struct kvp_client *client, u8 sl
 		return ret;
 	/*
 	 * Reserve room for every record first so the batch cannot fail half
-	 * way; arrays reserved but left unused keep their spare room.
+	 * way; arrays reserved but left unused keep their spare room.  Only
+	 * then is the device registered: a failed ADD takes no slot.
 	 */
 	for (i = 0; i < count; i++) {
 		ret = kvp_res_reserve(space, e[i].block);
 		if (ret)
 			return ret;
 	}
+	kvp_device_register(space, client, slot, uuid);
 	for (i = 0; i < count; i++) {
 		struct kvp_res_block *rb = xa_load(&space->residency, e[i].block);
 		struct kvp_res_rec *rec = kvp_res_find(rb, client->owner, slot);
@@ -222,13 +260,13 @@ long kvp_ioctl_residency(struct kvp_client *client, void __user *uarg)
 		ret = -EINTR;
 		goto out_free;
 	}
-	slot = kvp_device_slot(space, args.device_uuid, false);
+	slot = kvp_device_find(space, args.device_uuid);
 	if (slot == -ENOENT && args.op == KVPOOL_RESIDENCY_ADD) {
-		/* A device gets a slot only with an ADD that will succeed. */
+		/* The entries' errnos come before a full table's. */
 		ret = kvp_res_validate(space, client, e, args.count);
 		if (ret)
 			goto out_unlock;
-		slot = kvp_device_slot(space, args.device_uuid, true);
+		slot = kvp_device_free_slot(space);
 	}
 	if (slot < 0) {
 		ret = slot;
@@ -236,13 +274,15 @@ long kvp_ioctl_residency(struct kvp_client *client, void __user *uarg)
 	}
 	switch (args.op) {
 	case KVPOOL_RESIDENCY_ADD:
-		ret = kvp_res_add(space, client, slot, e, args.count);
+		ret = kvp_res_add(space, client, slot, args.device_uuid, e, args.count);
 		break;
 	case KVPOOL_RESIDENCY_DEL:
 		ret = kvp_res_del(space, client, slot, e, args.count);
 		break;
 	default:
+		/* This fd is done with the device: its records and its registration go. */
 		kvp_res_clear(space, client->owner, slot);
+		kvp_device_unregister(space, client, slot);
 		ret = 0;
 		break;
 	}
@@ -267,9 +307,15 @@ void kvp_residency_drop_block(struct kvp_space *space, u32 id)
 	kfree(xa_erase(&space->residency, id));
 }
 
-void kvp_residency_drop_owner(struct kvp_space *space, u32 owner)
+/* The fd closes: its records and its registrations go, and slots nobody holds. */
+void kvp_residency_drop_client(struct kvp_space *space, struct kvp_client *client)
 {
-	kvp_res_clear(space, owner, -1);
+	unsigned int slot;
+
+	lockdep_assert_held(&space->lock);
+	kvp_res_clear(space, client->owner, -1);
+	for (slot = 0; slot < KVPOOL_MAX_DEVICES; slot++)
+		kvp_device_unregister(space, client, slot);
 }
 
 u64 kvp_residency_mask(struct kvp_space *space, u32 id)
@@ -293,13 +339,32 @@ void kvp_residency_destroy(struct kvp_space *space)
 	xa_destroy(&space->residency);
 }
 
-/* debugfs check: records sit only on blocks someone holds, owned or published. */
+/* The slots the fd with this owner id has registered; 0 for no such fd. */
+static u64 kvp_res_owner_slots(struct kvp_space *space, u32 owner)
+{
+	struct kvp_client *c;
+
+	list_for_each_entry(c, &space->clients, link)
+		if (c->owner == owner)
+			return c->res_slots;
+	return 0;
+}
+
+/*
+ * debugfs check: records sit only on blocks someone holds, owned or
+ * published, and on a slot their fd has registered; a slot holds a device
+ * exactly while some fd has it registered, and device_fds counts them.
+ */
 unsigned int kvp_residency_check(struct seq_file *m, struct kvp_space *space)
 {
+	u32 fds[KVPOOL_MAX_DEVICES] = { 0 };
 	struct kvp_res_block *rb;
+	struct kvp_client *c;
+	unsigned int bad = 0, slot;
 	unsigned long id;
-	unsigned int bad = 0;
+	u32 i;
 
+	lockdep_assert_held(&space->lock);
 	xa_for_each(&space->residency, id, rb) {
 		u8 state = id < space->core.backed_blocks ? space->core.blocks[id].state :
 			   KVC_BLOCK_FREE;
@@ -309,6 +374,28 @@ unsigned int kvp_residency_check(struct seq_file *m, struct kvp_space *space)
 				   space->id, space->name, id, state);
 			bad++;
 		}
+		for (i = 0; i < rb->nr; i++) {
+			const struct kvp_res_rec *rec = &rb->recs[i];
+
+			if (kvp_res_owner_slots(space, rec->owner) & BIT_ULL(rec->slot))
+				continue;
+			seq_printf(m, "space %u (%s): block %lu has a record on slot %u that owner %u has not registered\n",
+				   space->id, space->name, id, rec->slot, rec->owner);
+			bad++;
+		}
+	}
+	list_for_each_entry(c, &space->clients, link)
+		for (slot = 0; slot < KVPOOL_MAX_DEVICES; slot++)
+			fds[slot] += !!(c->res_slots & BIT_ULL(slot));
+	for (slot = 0; slot < KVPOOL_MAX_DEVICES; slot++) {
+		bool used = space->devices_used & BIT_ULL(slot);
+
+		if (fds[slot] == space->device_fds[slot] && used == !!fds[slot])
+			continue;
+		seq_printf(m, "space %u (%s): device slot %u: %u fds registered, %u counted, %s\n",
+			   space->id, space->name, slot, fds[slot], space->device_fds[slot],
+			   used ? "in use" : "free");
+		bad++;
 	}
 	return bad;
 }
@@ -320,8 +407,9 @@ void kvp_residency_show(struct seq_file *m, struct kvp_space *space)
 	unsigned long id;
 	unsigned int i;
 
-	for (i = 0; i < space->nr_devices; i++)
-		seq_printf(m, "  slot=%u uuid=%16phN\n", i, space->devices[i]);
+	for (i = 0; i < KVPOOL_MAX_DEVICES; i++)
+		if (space->devices_used & BIT_ULL(i))
+			seq_printf(m, "  slot=%u uuid=%16phN\n", i, space->devices[i]);
 	xa_for_each(&space->residency, id, rb)
 		for (i = 0; i < rb->nr; i++)
 			seq_printf(m, "  block=%lu slot=%u gpu_block=%u owner=%u\n", id,

@@ -810,7 +810,7 @@ void kvp_client_release(struct kvp_client *client)
 	mutex_lock(&space->lock);
 	freed = kvc_release_owner(&space->core, client->owner);
 	kvc_release_refs(&space->core, &client->refs);
-	kvp_residency_drop_owner(space, client->owner);
+	kvp_residency_drop_client(space, client);
 	list_del_init(&client->link);
 	xa_destroy(&client->interest);
 	mutex_unlock(&space->lock);

@@ -785,9 +785,11 @@ int kvrt_space_stats(struct kvrt_space *space, struct kvrt_space_stats *stats);
 /*
  * Residency records: this handle says host block `block` holds a copy of
  * GPU block `gpu_block` of the device whose UUID (cuDeviceGetUuid) is
- * given.  A device gets a slot 0..KVRT_MAX_DEVICES-1 in the space's device
- * table on first use (slots are never reused while the space lives);
- * kvrt_lookup() reports slots as bits.  Records go when this handle
+ * given.  A successful add registers the device for this handle and gives
+ * it a slot 0..KVRT_MAX_DEVICES-1 in the space's device table if it has
+ * none; the slot is the device's while any handle has it registered, and
+ * clear and close unregister (kmod API 4: a module before it never reuses
+ * a slot); kvrt_lookup() reports slots as bits.  Records go when this handle
  * closes, on del or clear, and when the host block becomes free (freed,
  * deduplicated away, evicted); a block released but still cached keeps
  * them.  Each call returns the device's slot (>= 0) or a negative errno.
@@ -823,8 +825,8 @@ int kvrt_residency_add(struct kvrt_space *space, const uint8_t uuid[KVRT_UUID_BY
 int kvrt_residency_del(struct kvrt_space *space, const uint8_t uuid[KVRT_UUID_BYTES],
 		       uint32_t count, const uint32_t *blocks);
 
-/* Remove all this handle's records on the device.  -ENOENT unknown device;
- * -EINVAL NULL space or uuid. */
+/* Remove all this handle's records on the device, and its registration of
+ * the device.  -ENOENT unknown device; -EINVAL NULL space or uuid. */
 int kvrt_residency_clear(struct kvrt_space *space, const uint8_t uuid[KVRT_UUID_BYTES]);
 
 /*

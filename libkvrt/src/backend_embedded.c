@@ -116,8 +116,10 @@ struct emb_space {
 	struct kvrt_space *sessions;	/* participants joined */
 	struct emb_blk *bx;		/* per block, nbx entries */
 	uint64_t nbx;
-	uint8_t dev[KVRT_MAX_DEVICES][KVRT_UUID_BYTES];	/* residency device table */
-	uint32_t ndev;
+	/* The residency device table: slot s is held by dev_fds[s] participants. */
+	uint8_t dev[KVRT_MAX_DEVICES][KVRT_UUID_BYTES];
+	uint64_t dev_used;		/* bit s: slot s holds a device */
+	uint32_t dev_fds[KVRT_MAX_DEVICES];
 	bool destroyed;			/* SPACE_DESTROYED sent */
 };
 
@@ -804,6 +806,8 @@ out_unlock:
 	return ret;
 }
 
+static void dev_unregister(struct emb_space *es, struct kvrt_space *s, uint32_t slot);
+
 void emb_space_close(struct kvrt_space *s)
 {
 	struct emb_space *es = s->es;
@@ -827,6 +831,8 @@ void emb_space_close(struct kvrt_space *s)
 				break;
 			}
 	}
+	for (uint32_t slot = 0; slot < KVRT_MAX_DEVICES; slot++)
+		dev_unregister(es, s, slot);
 	if (s->sprev)
 		s->sprev->snext = s->snext;
 	else
@@ -1096,12 +1102,41 @@ int emb_space_stats(struct kvrt_space *s, struct kvrt_space_stats *st)
 	return 0;
 }
 
+/*
+ * The device table as the module keeps it: a slot holds a device while a
+ * participant has it registered (a successful add registers it; clear and
+ * close unregister), and is free for another device once none has.
+ */
 static int dev_slot(const struct emb_space *es, const uint8_t *uuid)
 {
-	for (uint32_t i = 0; i < es->ndev; i++)
-		if (!memcmp(es->dev[i], uuid, KVRT_UUID_BYTES))
+	for (uint32_t i = 0; i < KVRT_MAX_DEVICES; i++)
+		if ((es->dev_used & (1ULL << i)) && !memcmp(es->dev[i], uuid, KVRT_UUID_BYTES))
 			return (int)i;
 	return -1;
+}
+
+static void dev_register(struct emb_space *es, struct kvrt_space *s, uint32_t slot,
+			 const uint8_t *uuid)
+{
+	if (!(es->dev_used & (1ULL << slot))) {
+		memcpy(es->dev[slot], uuid, KVRT_UUID_BYTES);
+		es->dev_used |= 1ULL << slot;
+	}
+	if (!(s->res_slots & (1ULL << slot))) {
+		s->res_slots |= 1ULL << slot;
+		es->dev_fds[slot]++;
+	}
+}
+
+static void dev_unregister(struct emb_space *es, struct kvrt_space *s, uint32_t slot)
+{
+	if (!(s->res_slots & (1ULL << slot)))
+		return;
+	s->res_slots &= ~(1ULL << slot);
+	if (--es->dev_fds[slot])
+		return;
+	es->dev_used &= ~(1ULL << slot);
+	memset(es->dev[slot], 0, KVRT_UUID_BYTES);
 }
 
 /*
@@ -1128,9 +1163,9 @@ static int emb_res_add(struct kvrt_space *s, const uint8_t *uuid, uint32_t count
 		    !kvc_refs_count(&s->refs, en[i].block))
 			return -EPERM;
 	}
-	if (slot < 0 && es->ndev == KVRT_MAX_DEVICES)
+	if (slot < 0 && es->dev_used == ~0ULL)
 		return -ENOSPC;
-	want = slot < 0 ? es->ndev : (uint32_t)slot;
+	want = slot < 0 ? (uint32_t)__builtin_ctzll(~es->dev_used) : (uint32_t)slot;
 	ret = bx_cover(es, c->backed_blocks);
 	if (ret)
 		return ret;
@@ -1164,10 +1199,8 @@ next:
 	}
 	if (ret)
 		return ret;
-	if (slot < 0) {
-		memcpy(es->dev[es->ndev], uuid, KVRT_UUID_BYTES);
-		slot = (int)es->ndev++;
-	}
+	slot = (int)want;
+	dev_register(es, s, want, uuid);
 	for (uint32_t i = 0; i < count; i++) {
 		struct emb_blk *b = &es->bx[en[i].block];
 		int r = rec_find(b, s->owner, (uint32_t)slot);
@@ -1220,6 +1253,8 @@ static int emb_res_clear(struct kvrt_space *s, const uint8_t *uuid)
 		if (r >= 0)
 			rec_remove(&es->bx[id], (uint32_t)r);
 	}
+	/* This participant is done with the device: its registration goes too. */
+	dev_unregister(es, s, (uint32_t)slot);
 	return slot;
 }
 

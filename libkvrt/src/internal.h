@@ -110,6 +110,7 @@ struct kvrt_space {
 	uint32_t owner;
 	struct kvrt_space *sprev, *snext;	/* emb_space.sessions */
 	struct kvc_refs refs;		/* reader references */
+	uint64_t res_slots;		/* residency slots this participant registered */
 	struct emb_events ev;
 };
 

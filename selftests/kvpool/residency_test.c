@@ -612,4 +612,110 @@ TEST_F(res, device_table_holds_64_uuids_then_enospc)
 	close(fd);
 }
 
+/* The slots of the space's device table that hold a device (debugfs). */
+static int table_slots(__u32 space, __u64 *used)
+{
+	static char sec[1 << 16];
+	const char *p;
+	int n = 0;
+
+	*used = 0;
+	if (res_section(space, sec, sizeof(sec)) < 0)
+		return -1;
+	for (p = sec; *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : p + strlen(p)) {
+		if (strncmp(p, "slot=", 5))
+			continue;	/* a record: "block=B slot=S ..." */
+		*used |= bit((__u32)strtoul(p + 5, NULL, 10));
+		n++;
+	}
+	return n;
+}
+
+/*
+ * Issue 14, finding 13: slots were never given back, so 64 UUIDs filled a
+ * space's table for good, and any fd that could join could fill it.  Now
+ * a slot is held while some fd has its device registered (a successful
+ * ADD registers it); CLEAR and close unregister, and a slot no fd holds
+ * takes the next new device.
+ */
+TEST_F(res, device_slots_freed_by_clear_and_close)
+{
+	__u32 s, s5 = 99, sa = 99, sa2 = 99, i;
+	__u64 used, dev[1];
+	int fd2;
+
+	fd2 = kv_open_join(self->name, NULL);
+	ASSERT_LE(0, fd2);
+	/* fd2 fills the table. */
+	for (i = 0; i < KVPOOL_MAX_DEVICES; i++) {
+		ASSERT_EQ(0, res(fd2, 100 + i, KVPOOL_RESIDENCY_ADD, NULL, NULL, 0, &s))
+			TH_LOG("device %u", i);
+		if (i == 5)
+			s5 = s;
+	}
+	EXPECT_EQ(-ENOSPC, res(self->fd, 200, KVPOOL_RESIDENCY_ADD, NULL, NULL, 0, NULL));
+	EXPECT_EQ(KVPOOL_MAX_DEVICES, table_slots(self->so.space_id, &used));
+	/* CLEAR gives device 105's slot back: the next new device takes it. */
+	ASSERT_EQ(0, res(fd2, 105, KVPOOL_RESIDENCY_CLEAR, NULL, NULL, 0, &s));
+	EXPECT_EQ(s5, s);
+	EXPECT_EQ(KVPOOL_MAX_DEVICES - 1, table_slots(self->so.space_id, &used));
+	EXPECT_FALSE(used & bit(s5));
+	EXPECT_EQ(-ENOENT, res(fd2, 105, KVPOOL_RESIDENCY_CLEAR, NULL, NULL, 0, NULL));
+	s = 99;
+	ASSERT_EQ(0, res(self->fd, 200, KVPOOL_RESIDENCY_ADD, self->p, NULL, 1, &s));
+	EXPECT_EQ(s5, s);
+	EXPECT_EQ(-ENOSPC, res(self->fd, 201, KVPOOL_RESIDENCY_ADD, NULL, NULL, 0, NULL));
+	/* LOOKUP's bit for that slot is device 200's record now. */
+	ASSERT_EQ(1, masks(self->fd, 0, 1, dev));
+	EXPECT_EQ(bit(s5), dev[0]);
+	/* fd2 closes: its 63 slots go, device 200's (fd's) stays. */
+	close(fd2);
+	EXPECT_EQ(1, table_slots(self->so.space_id, &used));
+	EXPECT_EQ(bit(s5), used);
+	for (i = 0; i < KVPOOL_MAX_DEVICES - 1; i++)
+		ASSERT_EQ(0, res(self->fd, 300 + i, KVPOOL_RESIDENCY_ADD, NULL, NULL, 0, NULL))
+			TH_LOG("device %u after the close", i);
+	EXPECT_EQ(-ENOSPC, res(self->fd, 400, KVPOOL_RESIDENCY_ADD, NULL, NULL, 0, NULL));
+	ASSERT_KV_CHECK_OK();
+
+	/* A device two fds registered keeps its slot until both let go. */
+	for (i = 0; i < KVPOOL_MAX_DEVICES - 1; i++)
+		ASSERT_EQ(0, res(self->fd, 300 + i, KVPOOL_RESIDENCY_CLEAR, NULL, NULL, 0, NULL));
+	fd2 = kv_open_join(self->name, NULL);
+	ASSERT_LE(0, fd2);
+	ASSERT_EQ(0, res(self->fd, DEV_A, KVPOOL_RESIDENCY_ADD, NULL, NULL, 0, &sa));
+	ASSERT_EQ(0, res(fd2, DEV_A, KVPOOL_RESIDENCY_ADD, NULL, NULL, 0, &sa2));
+	EXPECT_EQ(sa, sa2);
+	ASSERT_EQ(0, res(self->fd, DEV_A, KVPOOL_RESIDENCY_CLEAR, NULL, NULL, 0, NULL));
+	s = 99;
+	ASSERT_EQ(0, res(fd2, DEV_A, KVPOOL_RESIDENCY_ADD, NULL, NULL, 0, &s));
+	EXPECT_EQ(sa, s);
+	ASSERT_EQ(0, res(self->fd, DEV_B, KVPOOL_RESIDENCY_ADD, NULL, NULL, 0, &s));
+	EXPECT_NE(sa, s);
+	close(fd2);
+	table_slots(self->so.space_id, &used);
+	EXPECT_FALSE(used & bit(sa));
+	EXPECT_TRUE(used & bit(s));
+	ASSERT_KV_CHECK_OK();
+}
+
+/* Records keep their fd's slot: a block freed, evicted or deduplicated leaves it held. */
+TEST_F(res, slot_outlives_its_records_while_registered)
+{
+	__u32 o, sa, s;
+	__u64 used;
+
+	ASSERT_EQ(0, kv_alloc(self->fd, &o, 1));
+	ASSERT_EQ(0, add1(self->fd, DEV_A, o, 9, &sa));
+	ASSERT_EQ(0, kv_free(self->fd, &o, 1));
+	table_slots(self->so.space_id, &used);
+	EXPECT_TRUE(used & bit(sa));
+	ASSERT_EQ(0, res(self->fd, DEV_A, KVPOOL_RESIDENCY_ADD, NULL, NULL, 0, &s));
+	EXPECT_EQ(sa, s);
+	/* A failed ADD of a new device takes no slot. */
+	EXPECT_EQ(-EPERM, res(self->fd, DEV_B, KVPOOL_RESIDENCY_ADD, &o, NULL, 1, NULL));
+	EXPECT_EQ(1, table_slots(self->so.space_id, &used));
+	ASSERT_KV_CHECK_OK();
+}
+
 TEST_HARNESS_MAIN

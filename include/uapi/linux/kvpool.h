@@ -209,10 +209,13 @@ struct kvpool_space_destroy {
 
 /*
  * Residency records: this fd says host block `block` holds a copy of GPU
- * block `gpu_block` on the device with device_uuid.  A device gets a slot
- * (0..63) in the space's device table on first use; LOOKUP reports slots
- * as bits.  Records go away when the fd closes, on DEL or CLEAR, and when
- * the host block is freed or evicted.
+ * block `gpu_block` on the device with device_uuid.  An ADD that succeeds
+ * registers the device for this fd, giving it a slot (0..63) in the
+ * space's device table if it has none; LOOKUP reports slots as bits.  A
+ * slot is held while any fd has its device registered, and is free for
+ * another device once none has (API 4): CLEAR and close unregister.
+ * Records go away when the fd closes, on DEL or CLEAR, and when the host
+ * block is freed or evicted.
  */
 #define KVPOOL_MAX_DEVICES	64
 enum kvpool_residency_op {
