@@ -62,6 +62,11 @@ class TestLibraryErrors(PoolCase):
                              expect_uid=os.geteuid() + 4242)
         self.assertKvrtError(kvrt.InvalidArgumentError, errno.EINVAL, self.pool.join_space,
                              sp.name, block_bytes=2 * BLOCK)
+        # API 4: a join (no create) names no create field
+        self.assertKvrtError(kvrt.InvalidArgumentError, errno.EINVAL, self.pool.open_space,
+                             sp.name, mode=0o600)
+        self.assertKvrtError(kvrt.InvalidArgumentError, errno.EINVAL, self.pool.open_space,
+                             sp.name, quota_bytes=BLOCK)
         self.assertKvrtError(kvrt.InvalidArgumentError, errno.EINVAL, self.pool.open_space,
                              name(), create=True, block_bytes=BLOCK, quota_bytes=BLOCK,
                              expect_uid=0)

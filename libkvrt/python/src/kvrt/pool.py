@@ -344,12 +344,15 @@ class Pool:
 
     def open_space(self, name: str, *, create: bool = False, exclusive: bool = False,
                    persist: bool = False, block_bytes: int = 0, quota_bytes: int = 0,
-                   mode: int = 0o600, node_mask: int = 0,
+                   mode: Optional[int] = None, node_mask: int = 0,
                    numa_policy: NumaPolicy = NumaPolicy.PREFERRED,
                    expect_uid: Optional[int] = None) -> "Space":
         """``kvrt_space_open``: join (or with ``create`` create) a space and map it.
 
-        ``exclusive`` (EXCL) and ``persist`` (PERSIST) go with ``create``.
+        ``exclusive`` (EXCL) and ``persist`` (PERSIST) go with ``create``, as
+        do the create fields ``mode`` (default 0o600), ``quota_bytes``,
+        ``node_mask`` and ``numa_policy``: a join without ``create`` must
+        leave them at their defaults (API 4; InvalidArgumentError otherwise).
         ``expect_uid`` joins a space owned by that uid (KVRT_SPACE_FOREIGN,
         join only); without it a join lands only in a space the caller owns.
         Errors are the library's: NotFoundError, ExistsError, AccessError,
@@ -373,6 +376,8 @@ class Pool:
             flags |= _SPACE_FOREIGN
             opts.expect_uid = need_uint(expect_uid, "expect_uid")
         opts.flags = flags
+        if mode is None:
+            mode = 0o600 if create else 0
         opts.mode = need_uint(mode, "mode")
         opts.block_bytes = need_uint(block_bytes, "block_bytes", 64)
         opts.quota_bytes = need_uint(quota_bytes, "quota_bytes", 64)
