@@ -6,7 +6,7 @@ import ctypes
 import dataclasses
 import enum
 import weakref
-from typing import Any, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Iterator, List, Optional, Sequence, Tuple, TypeVar, Union
 
 import numpy as np
 
@@ -260,7 +260,29 @@ def _ptr(a: np.ndarray) -> int:
     return a.ctypes.data
 
 
-class Pool:
+_C = TypeVar("_C", bound="_Closable")
+
+
+class _Closable:
+    """What Pool and Space share: ``closed``, and ``with`` closing on exit."""
+
+    _h: Any
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    @property
+    def closed(self) -> bool:
+        return bool(self._h.close_requested)
+
+    def __enter__(self: _C) -> _C:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+class Pool(_Closable):
     """A connection to a pool: ``kvrt_open`` / ``kvrt_close``.
 
     ``backend`` is ``"auto"``, ``"kmod"``, ``"embedded"`` or a
@@ -312,16 +334,6 @@ class Pool:
     def close(self) -> None:
         """Close the pool and its spaces (idempotent)."""
         self._finalizer()
-
-    @property
-    def closed(self) -> bool:
-        return self._h.close_requested
-
-    def __enter__(self) -> "Pool":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
 
     @property
     def backend(self) -> Backend:
@@ -414,7 +426,7 @@ class Pool:
         return f"<kvrt.Pool {self.backend_info!r}>"
 
 
-class Space:
+class Space(_Closable):
     """One participant in a space (``struct kvrt_space``); open it with
     :meth:`Pool.open_space`.  A context manager; :meth:`close` frees this
     participant's blocks and references and unmaps, once no numpy view of
@@ -437,16 +449,6 @@ class Space:
     def close(self) -> None:
         """Leave the space (idempotent); the mapping stays while views exist."""
         self._finalizer()
-
-    @property
-    def closed(self) -> bool:
-        return self._h.close_requested
-
-    def __enter__(self) -> "Space":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"<kvrt.Space {self.name!r}{' closed' if self.closed else ''}>"
