@@ -709,7 +709,7 @@ static void race_faulter(int fd, size_t len, int go)
  * mapping of a page the space no longer has.  Faulters race reclaim to
  * exhaustion three times; afterwards no page may be readable.
  */
-TEST_F_TIMEOUT(reclaim, fault_racing_reclaim_leaves_no_stale_mapping, 180)
+TEST_F_TIMEOUT(reclaim, fault_racing_reclaim_leaves_no_stale_mapping, 300)
 {
 	const __u32 nblocks = 8 * CHUNK_BLOCKS;
 	const size_t len = (size_t)nblocks * BLOCK;
