@@ -9,7 +9,8 @@
 
 See Documentation/python.rst.  The library is found through $KVRT_LIBRARY,
 then the in-tree build, then the loader, then pkg-config (see kvrt._lib).
-GPU calls (kvrt_gpu_*) and torch tensors are not bound yet.
+Block copies take numpy arrays, torch tensors (torch is imported only by
+the caller: ``import kvrt`` never needs it) and raw addresses.
 """
 from . import _lib
 from .errors import (AccessError, BadAddressError, BusyError, ExistsError,
@@ -17,6 +18,7 @@ from .errors import (AccessError, BadAddressError, BusyError, ExistsError,
                      NoDeviceError, NoSpaceError, NotFoundError, NotSupportedError,
                      OutOfBoundsError, OutOfMemoryError, TooBigError, WouldBlockError,
                      error_class)
+from .copy import BlockArray, Copy
 from .hashing import HashInfo, hash_block, hash_info, hash_prompt, hash_prompt_array
 from .layout import DType, Layout, LayoutKind, kv_bytes
 from .pool import (HASH_BYTES, MAX_BATCH, PRIO_DEFAULT, PRIO_MAX, Backend, Event, EventType,
@@ -39,6 +41,7 @@ __all__ = [
     "InvalidArgumentError", "KvrtError", "LimitOverflowError", "NoDeviceError",
     "NoSpaceError", "NotFoundError", "NotSupportedError", "OutOfBoundsError",
     "OutOfMemoryError", "TooBigError", "WouldBlockError", "error_class",
+    "BlockArray", "Copy",
     "HashInfo", "hash_block", "hash_info", "hash_prompt", "hash_prompt_array",
     "DType", "Layout", "LayoutKind", "kv_bytes",
     "HASH_BYTES", "MAX_BATCH", "PRIO_DEFAULT", "PRIO_MAX", "Backend", "Event", "EventType",

@@ -12,7 +12,8 @@ import numpy as np
 
 from . import _handles, _lib
 from ._call import LOG_CALLBACK, LOG_WARNING, call, need_int, need_uint
-from .layout import Layout
+from .copy import BlockArray, Copy, PairsLike, check_copy, pairs_pointer
+from .layout import DType, Layout, LayoutKind
 
 HASH_BYTES = _lib.HASH_BYTES
 MAX_BATCH = _lib.MAX_BATCH
@@ -414,6 +415,40 @@ class Pool(_Closable):
         """Join an existing space (NotFoundError when absent)."""
         return self.open_space(name, block_bytes=block_bytes, expect_uid=expect_uid)
 
+    # ---- block copies ---------------------------------------------------
+
+    def _copy(self, dst: BlockArray, src: BlockArray, pairs: PairsLike,
+              done: Optional[ctypes.c_void_p]) -> np.ndarray:
+        p = check_copy(dst, src, pairs)
+        for a, n in ((dst, "dst"), (src, "src")):
+            if a.is_cuda:
+                raise ValueError(f"{n} is on {a.device}: Pool.copy_blocks copies host memory; "
+                                 "for GPU memory use kvrt.gpu.Gpu(pool).copy_blocks")
+        call("kvrt_copy_blocks", self._ptr(), ctypes.byref(dst._c), ctypes.byref(src._c),
+             pairs_pointer(p), p.shape[0], _COPY_ASYNC if done is not None else 0,
+             ctypes.byref(done) if done is not None else None,
+             detail="ids < num_blocks, no dst twice, no block both src and dst of one "
+                    "array, every pool block inside one space block")
+        return p
+
+    def copy_blocks(self, dst: BlockArray, src: BlockArray, pairs: PairsLike) -> None:
+        """``kvrt_copy_blocks``: copy whole blocks, synchronously, on the CPU.
+
+        ``pairs``: (src, dst) block ids, as a sequence of tuples or an (n, 2)
+        integer array.  All or nothing: the arguments are checked before any
+        byte moves (ValueError/TypeError here; the library's checks, such as
+        the bounds rule, as KvrtError).
+        """
+        self._copy(dst, src, pairs, None)
+
+    def copy_blocks_async(self, dst: BlockArray, src: BlockArray, pairs: PairsLike) -> Copy:
+        """``kvrt_copy_blocks`` with KVRT_COPY_ASYNC: queued on the handle's copy
+        thread (copies complete in submission order); returns a :class:`Copy`
+        to ``poll()``/``wait()``.  The arrays are kept alive until it is done."""
+        done = ctypes.c_void_p()
+        self._copy(dst, src, pairs, done)
+        return Copy(done.value, (dst, src, self))  # type: ignore[arg-type]
+
     def destroy_space(self, name: str) -> None:
         """``kvrt_space_destroy``: unlink a space by name."""
         if not isinstance(name, str):
@@ -608,6 +643,38 @@ class Space(_Closable):
         lay = layout.copy()
         call("kvrt_layout_for_space", ctypes.byref(lay._c), self._ptr())
         return lay
+
+    def block_array(self, layout: Layout) -> BlockArray:
+        """The whole space as a :class:`BlockArray` (``kvrt_layout_for_space``):
+        block id i of the array is block id i of the space.
+
+        ``layout``: the block-major preset of the model's shape (any
+        num_blocks); for fp8 either that preset or it after
+        :meth:`Layout.inline_scales`: the scales go inside each block.  The
+        array keeps the space mapped while it exists, as views do.
+        """
+        if not isinstance(layout, Layout):
+            raise TypeError("layout: pass a kvrt.Layout (Layout.preset(...))")
+        lay = layout.copy()
+        off = None
+        if lay.dtype == DType.FP8_E4M3:
+            plain = Layout.preset(LayoutKind.BLOCK_MAJOR, lay.num_layers, lay.num_kv_heads,
+                                  lay.head_dim, lay.block_tokens, lay.num_blocks, lay.dtype)
+            inl = plain.copy()
+            off = inl.inline_scales()
+            fields = [f for f, _ in _lib.LayoutC._fields_]
+            same = lambda a, b: all(getattr(a, f) == getattr(b, f) for f in fields)  # noqa: E731
+            if same(lay, plain):
+                lay = inl
+            elif not same(lay, inl):
+                raise ValueError("fp8 layout: pass the block-major preset, or it after "
+                                 "inline_scales(): a pool block holds its own scales")
+        lay = self.layout_for(lay)
+        info = self.info()
+        iface = {"version": 3, "data": (self.base_address, False), "shape": (info.map_bytes,),
+                 "strides": None, "typestr": "|u1"}
+        whole = np.asarray(_handles.ViewOwner(self._h, iface))
+        return BlockArray(lay, whole, scales_offset=off)
 
     def _view(self, first: int, count: int, layout: Optional[Layout],
               squeeze: bool) -> np.ndarray:
