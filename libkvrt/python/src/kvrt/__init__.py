@@ -18,7 +18,7 @@ from .errors import (AccessError, BadAddressError, BusyError, ExistsError,
                      NoDeviceError, NoSpaceError, NotFoundError, NotSupportedError,
                      OutOfBoundsError, OutOfMemoryError, TooBigError, WouldBlockError,
                      error_class)
-from .copy import BlockArray, Copy
+from .blocks import BlockArray, Copy
 from .hashing import HashInfo, hash_block, hash_info, hash_prompt, hash_prompt_array
 from .layout import DType, Layout, LayoutKind, kv_bytes
 from .pool import (HASH_BYTES, MAX_BATCH, PRIO_DEFAULT, PRIO_MAX, Backend, Event, EventType,

@@ -12,7 +12,7 @@ import numpy as np
 
 from . import _handles, _lib
 from ._call import LOG_CALLBACK, LOG_WARNING, call, need_int, need_uint
-from .copy import BlockArray, Copy, PairsLike, check_copy, pairs_pointer
+from .blocks import BlockArray, Copy, PairsLike, check_copy, pairs_pointer
 from .layout import DType, Layout, LayoutKind
 
 HASH_BYTES = _lib.HASH_BYTES
