@@ -18,6 +18,8 @@ from .errors import (AccessError, BadAddressError, BusyError, ExistsError,
                      NoDeviceError, NoSpaceError, NotFoundError, NotSupportedError,
                      OutOfBoundsError, OutOfMemoryError, TooBigError, WouldBlockError,
                      error_class)
+from .attention import (AttnImpl, BlockTable, KvCache, Workers, append_kv, attn_decode,
+                        attn_prefill)
 from .blocks import BlockArray, Copy
 from .hashing import HashInfo, hash_block, hash_info, hash_prompt, hash_prompt_array
 from .layout import DType, Layout, LayoutKind, kv_bytes
@@ -41,7 +43,8 @@ __all__ = [
     "InvalidArgumentError", "KvrtError", "LimitOverflowError", "NoDeviceError",
     "NoSpaceError", "NotFoundError", "NotSupportedError", "OutOfBoundsError",
     "OutOfMemoryError", "TooBigError", "WouldBlockError", "error_class",
-    "BlockArray", "Copy",
+    "BlockArray", "Copy", "AttnImpl", "BlockTable", "KvCache", "Workers", "append_kv",
+    "attn_decode", "attn_prefill",
     "HashInfo", "hash_block", "hash_info", "hash_prompt", "hash_prompt_array",
     "DType", "Layout", "LayoutKind", "kv_bytes",
     "HASH_BYTES", "MAX_BATCH", "PRIO_DEFAULT", "PRIO_MAX", "Backend", "Event", "EventType",
