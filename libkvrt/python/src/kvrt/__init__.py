@@ -27,6 +27,8 @@ from .pool import (HASH_BYTES, MAX_BATCH, PRIO_DEFAULT, PRIO_MAX, Backend, Event
                    EvictCause, Feature, MemInfo, NumaPolicy, Pool, PoolInfo, PublishResult,
                    Space, SpaceInfo, SpaceStats)
 
+from . import gpu  # noqa: E402 - kvrt.gpu.probe() etc.; imports no torch
+
 #: Where libkvrt was loaded from, e.g. "$KVRT_LIBRARY=/path/libkvrt.so.0".
 LIBRARY = _lib.where
 
@@ -49,5 +51,5 @@ __all__ = [
     "DType", "Layout", "LayoutKind", "kv_bytes",
     "HASH_BYTES", "MAX_BATCH", "PRIO_DEFAULT", "PRIO_MAX", "Backend", "Event", "EventType",
     "EvictCause", "Feature", "MemInfo", "NumaPolicy", "Pool", "PoolInfo", "PublishResult",
-    "Space", "SpaceInfo", "SpaceStats", "LIBRARY", "library_version",
+    "Space", "SpaceInfo", "SpaceStats", "LIBRARY", "library_version", "gpu",
 ]

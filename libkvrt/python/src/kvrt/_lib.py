@@ -130,6 +130,19 @@ class ResidencyEntryC(ctypes.Structure):
     _fields_ = [("block", c_uint32), ("gpu_block", c_uint32)]
 
 
+class GpuInfoC(ctypes.Structure):
+    _fields_ = [("name", c_char * 128), ("device", c_int32), ("cc_major", c_int32),
+                ("cc_minor", c_int32), ("driver_version", c_int32), ("sm_count", c_uint32),
+                ("batch_memcpy", c_uint32), ("total_mem", c_uint64),
+                ("kernel_copy_max", c_uint64), ("registered_bytes", c_uint64),
+                ("reserved", c_uint64 * 4)]
+
+
+class GpuPlanInfoC(ctypes.Structure):
+    _fields_ = [("num_seqs", c_uint32), ("num_work", c_uint32), ("num_split", c_uint32),
+                ("split_tokens", c_uint32), ("grid", c_uint32), ("reserved", c_uint32 * 3)]
+
+
 HashArray = c_uint8 * HASH_BYTES
 P = c_void_p  # opaque handles travel as void *
 
@@ -189,6 +202,28 @@ _PROTOS = {
     "kvrt_attn_prefill_on": (c_int, [P, POINTER(AttnParamsC), P, P, POINTER(KvCacheC),
                                      POINTER(BlockTableC), P]),
     "kvrt_gpu_probe": (c_int, [c_char_p, c_size_t]),
+    "kvrt_gpu_open": (c_int, [P, c_int, POINTER(P)]),
+    "kvrt_gpu_close": (None, [P]),
+    "kvrt_gpu_info": (c_int, [P, POINTER(GpuInfoC)]),
+    "kvrt_gpu_alloc": (c_int, [P, c_size_t, POINTER(P)]),
+    "kvrt_gpu_free": (c_int, [P, P]),
+    "kvrt_gpu_memcpy": (c_int, [P, P, P, c_size_t]),
+    "kvrt_gpu_sync": (c_int, [P, P]),
+    "kvrt_gpu_register_space": (c_int, [P, P]),
+    "kvrt_gpu_unregister_space": (c_int, [P, P]),
+    "kvrt_gpu_register_host": (c_int, [P, P, c_size_t]),
+    "kvrt_gpu_unregister_host": (c_int, [P, P]),
+    "kvrt_gpu_copy_blocks": (c_int, [P, POINTER(BlockArrayC), POINTER(BlockArrayC), P,
+                                     c_uint32, c_int, P]),
+    "kvrt_gpu_append_kv": (c_int, [P, POINTER(KvCacheC), P, P, c_int, P, c_uint32, P]),
+    "kvrt_gpu_plan_create": (c_int, [P, c_uint32, c_uint32, POINTER(P)]),
+    "kvrt_gpu_plan_destroy": (None, [P]),
+    "kvrt_gpu_plan_decode": (c_int, [P, POINTER(AttnParamsC), POINTER(LayoutC), c_uint32, P]),
+    "kvrt_gpu_plan_prefill": (c_int, [P, POINTER(AttnParamsC), POINTER(LayoutC), c_uint32, P,
+                                      P]),
+    "kvrt_gpu_plan_info": (c_int, [P, POINTER(GpuPlanInfoC)]),
+    "kvrt_gpu_attn_decode": (c_int, [P, P, POINTER(KvCacheC), POINTER(BlockTableC), P, P]),
+    "kvrt_gpu_attn_prefill": (c_int, [P, P, P, POINTER(KvCacheC), POINTER(BlockTableC), P, P]),
 }
 
 
