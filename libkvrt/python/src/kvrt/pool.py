@@ -561,7 +561,13 @@ class Space(_Closable):
 
         The handle takes one reader reference per hit; :meth:`release` them.
         """
-        return self.lookup_with_devices(hashes)[0]
+        h = hashes_array(hashes)
+        if h.shape[0] == 0:
+            raise ValueError("hashes: pass at least one hash")
+        ids = np.zeros(h.shape[0], dtype=np.uint32)
+        # devices NULL: the library then skips gathering residency bits
+        n = call("kvrt_lookup", self._ptr(), h.shape[0], _ptr(h), _ptr(ids), None)
+        return ids[:n].copy()
 
     def lookup_with_devices(self, hashes: HashesLike) -> Tuple[np.ndarray, np.ndarray]:
         """:meth:`lookup`, plus each hit's residency device bits (uint64)."""
