@@ -93,9 +93,11 @@ check-tools: deps lib tools
 
 # The kvrt Python package (libkvrt/python): pip-install it offline into a
 # throwaway venv that sees Debian's numpy, then run its unittests against
-# the installed copy (from outside the source tree) and the in-tree build.
+# the installed copy (from outside the source tree) and the in-tree build,
+# then again against the library built with ASan+UBSan (libkvrt asan-so).
 PYTHON ?= /usr/bin/python3
 check-python: deps lib
+	$(MAKE) -C libkvrt asan-so
 	bash libkvrt/python/tests/check.sh $(PYTHON)
 
 check-install: deps lib tools

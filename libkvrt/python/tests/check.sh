@@ -5,7 +5,11 @@
 # run its unittests against the installed copy, from outside the source
 # tree, with the library named by KVRT_LIBRARY (the in-tree build).
 # Also checks that the documentation's example runs as written.
-# Ends with one "N passed, N failed" line.
+# Then the same again against libkvrt built with ASan+UBSan
+# (libkvrt/build/asan/libkvrt.so.0, make -C libkvrt asan-so), the runtime
+# preloaded into python; leak detection is off, as CPython keeps memory
+# to the end by design.  KVRT_PYTHON_ASAN=0 leaves that pass out.
+# Ends with one "N passed, N failed" line per pass.
 set -eo pipefail
 PY=${1:-/usr/bin/python3}
 HERE=$(cd "$(dirname "$0")/.." && pwd)        # libkvrt/python
@@ -25,20 +29,46 @@ mkdir "$WORK/src" && cp -r "$HERE/pyproject.toml" "$HERE/README.md" "$HERE/src" 
 	"$WORK/src" 2>&1 | grep -v "^$" || true
 cp -r "$HERE/tests" "$WORK/tests"
 cd "$WORK"
-export KVRT_LIBRARY="$LIB" KVRT_BACKEND=embedded
-# the installed copy, not the source tree
-"$VPY" -c 'import kvrt, sys; assert "site-packages" in kvrt.__file__, kvrt.__file__; print("kvrt", kvrt.__file__, "on", kvrt.LIBRARY)'
-"$VPY" -c 'import importlib.resources as r; assert r.files("kvrt").joinpath("py.typed").is_file()'
-rc=0
-"$VPY" -m unittest discover -s tests -t . -v 2>&1 | tee "$WORK/log" || rc=1
-# the documentation's example, as written
+export KVRT_BACKEND=embedded
 sed -n '/^.. python-example-begin/,/^.. python-example-end/p' "$TOP/Documentation/python.rst" |
 	sed -n 's/^    //p' > "$WORK/example.py"
-ex_bad=0
-"$VPY" "$WORK/example.py" > "$WORK/example.out" && echo "doc example: ok" ||
-	{ echo "doc example: FAILED"; ex_bad=1; rc=1; }
-ran=$(sed -n 's/^Ran \([0-9]*\) tests\? .*/\1/p' "$WORK/log")
-bad=$(grep -cE '\.\.\. (FAIL|ERROR)$' "$WORK/log" || true)
-skipped=$(grep -cE '\.\.\. skipped' "$WORK/log" || true)
-echo "$(( ${ran:-0} - bad - skipped + 1 - ex_bad )) passed, $(( bad + ex_bad )) failed, $skipped skipped"
+
+# run_pass LABEL LIBRARY [ENV...]: the unittests and the example; one summary line
+run_pass() {
+	local label=$1 lib=$2 log="$WORK/log.$1" prc=0 ex_bad=0 ran bad skipped
+	shift 2
+	echo "== $label pass: $lib"
+	env KVRT_LIBRARY="$lib" "$@" "$VPY" -c 'import kvrt, sys; assert "site-packages" in kvrt.__file__, kvrt.__file__; print("kvrt", kvrt.__file__, "on", kvrt.LIBRARY)' || return 1
+	env KVRT_LIBRARY="$lib" "$@" "$VPY" -m unittest discover -s tests -t . -v 2>&1 | tee "$log" || prc=1
+	env KVRT_LIBRARY="$lib" "$@" "$VPY" "$WORK/example.py" > "$WORK/example.out.$label" 2>&1 &&
+		echo "doc example: ok" ||
+		{ echo "doc example: FAILED"; cat "$WORK/example.out.$label"; ex_bad=1; prc=1; }
+	ran=$(sed -n 's/^Ran \([0-9]*\) tests\? .*/\1/p' "$log")
+	bad=$(grep -cE '\.\.\. (FAIL|ERROR)$' "$log" || true)
+	skipped=$(grep -cE '\.\.\. skipped' "$log" || true)
+	# a sanitizer report ends the process: no "Ran" line, count it as a failure
+	[ -n "$ran" ] || { bad=$((bad + 1)); prc=1; }
+	SUMMARY+="$label: $(( ${ran:-0} - bad - skipped + 1 - ex_bad )) passed, $(( bad + ex_bad )) failed, $skipped skipped"$'\n'
+	return $prc
+}
+
+# the installed copy, not the source tree
+KVRT_LIBRARY="$LIB" "$VPY" -c 'import importlib.resources as r; assert r.files("kvrt").joinpath("py.typed").is_file()'
+rc=0
+SUMMARY=
+run_pass plain "$LIB" || rc=1
+if [ "${KVRT_PYTHON_ASAN:-1}" != 0 ]; then
+	ASAN_LIB=$(cd "$HERE/.." && pwd)/build/asan/libkvrt.so.0
+	ASAN_RT=$(${CC:-gcc} -print-file-name=libasan.so)
+	UBSAN_RT=$(${CC:-gcc} -print-file-name=libubsan.so)
+	if [ ! -e "$ASAN_LIB" ]; then
+		echo "check-python: $ASAN_LIB is not built (make -C libkvrt asan-so)" >&2
+		SUMMARY+="asan: 0 passed, 1 failed, 0 skipped"$'\n'; rc=1
+	else
+		run_pass asan "$ASAN_LIB" LD_PRELOAD="$ASAN_RT $UBSAN_RT" \
+			ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:halt_on_error=1 \
+			UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 || rc=1
+	fi
+fi
+printf '%s' "$SUMMARY"
 exit $rc
