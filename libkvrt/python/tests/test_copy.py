@@ -143,6 +143,47 @@ class TestCopy(PoolCase):
         self.assertEqual(_handles.counters["spaces_closed"], closed + 1)
 
 
+class TestCustomLayouts(PoolCase):
+    def test_per_layer_caches_into_pool_blocks(self):
+        # an engine keeping one tensor per layer, [K/V][block][token][head][dim]
+        # (vLLM's flash-attention shape): layer l of each goes to layer l of
+        # the pool block, through a one-layer layout over the pool's memory
+        nb, es = 5, 2
+        sp = self.space()
+        ids = sp.alloc(2)
+        whole = sp.blocks_view(0, sp.info().backed_blocks)
+        bm = kvrt.Layout.preset(BM, L, H, D, T, 1, "f16")
+        rng = np.random.default_rng(11)
+        layers = [rng.standard_normal((2, nb, T, H, D)).astype(np.float16) for _ in range(L)]
+        plane = T * H * D * es
+        for li, t in enumerate(layers):
+            src = kvrt.BlockArray(kvrt.Layout.preset(LM, 1, H, D, T, nb, "f16"), t)
+            dst_lay = kvrt.Layout.custom(1, H, D, T, sp.info().backed_blocks, "f16",
+                                         layer_stride=2 * plane, kv_stride=plane,
+                                         block_stride=BLOCK, token_stride=H * D * es,
+                                         head_stride=D * es)
+            dst = kvrt.BlockArray(dst_lay, sp.base_address + li * bm.layer_stride,
+                                  owner=whole)
+            self.pool.copy_blocks(dst, src, [(3, int(ids[1])), (0, int(ids[0]))])
+        for li, t in enumerate(layers):
+            np.testing.assert_array_equal(sp.block_view(int(ids[1]), bm)[li], t[:, 3])
+            np.testing.assert_array_equal(sp.block_view(int(ids[0]), bm)[li], t[:, 0])
+
+    def test_custom_checks(self):
+        with self.assertRaisesRegex(ValueError, "non-negative stride"):
+            kvrt.Layout.custom(1, 1, 64, 16, 2, "f16", layer_stride=0, kv_stride=-1,
+                               block_stride=0, token_stride=0, head_stride=0)
+        # no KV heads: the library's check
+        with self.assertRaises(kvrt.InvalidArgumentError):
+            kvrt.Layout.custom(1, 0, 64, 16, 2, "f16", layer_stride=8192, kv_stride=4096,
+                               block_stride=16384, token_stride=256, head_stride=128)
+        p = kvrt.Layout.preset(LM, 2, 2, 64, 16, 4, "bf16")
+        c = kvrt.Layout.custom(2, 2, 64, 16, 4, "bf16", layer_stride=p.layer_stride,
+                               kv_stride=p.kv_stride, block_stride=p.block_stride,
+                               token_stride=p.token_stride, head_stride=p.head_stride)
+        self.assertEqual(repr(c), repr(p))
+
+
 class TestCopyErrors(PoolCase):
     def setUp(self):
         super().setUp()

@@ -9,7 +9,7 @@ from typing import Optional, Tuple, Union
 import numpy as np
 
 from . import _lib
-from ._call import check, need_uint
+from ._call import check, need_int, need_uint
 
 
 class DType(enum.IntEnum):
@@ -104,6 +104,37 @@ class Layout:
                                              (num_blocks, "num_blocks"))]
         check(_lib.lib.kvrt_layout_init(ctypes.byref(lay._c), int(kind), *args, int(d)),
               "kvrt_layout_init")
+        return lay
+
+    @classmethod
+    def custom(cls, num_layers: int, num_kv_heads: int, head_dim: int, block_tokens: int,
+               num_blocks: int, kv_dtype: DTypeLike, *, layer_stride: int, kv_stride: int,
+               block_stride: int, token_stride: int, head_stride: int,
+               scale_layer_stride: int = 0, scale_kv_stride: int = 0,
+               scale_block_stride: int = 0) -> "Layout":
+        """A layout with explicit strides (bytes; scale strides in floats, fp8
+        only), e.g. one layer of an engine's cache, or one layer's slice of
+        each pool block.  The library checks the sizes and that the extent
+        fits in 63 bits (``kvrt_layout_block_bytes``: InvalidArgumentError,
+        LimitOverflowError); strides that make elements overlap are the
+        caller's to avoid."""
+        lay = cls()
+        c = lay._c
+        for f, v in (("num_layers", num_layers), ("num_kv_heads", num_kv_heads),
+                     ("head_dim", head_dim), ("block_tokens", block_tokens),
+                     ("num_blocks", num_blocks)):
+            setattr(c, f, need_uint(v, f))
+        c.kv_dtype = int(as_dtype(kv_dtype))
+        for f, v in (("layer_stride", layer_stride), ("kv_stride", kv_stride),
+                     ("block_stride", block_stride), ("token_stride", token_stride),
+                     ("head_stride", head_stride), ("scale_layer_stride", scale_layer_stride),
+                     ("scale_kv_stride", scale_kv_stride),
+                     ("scale_block_stride", scale_block_stride)):
+            i = need_int(v, f)
+            if i < 0 or i >= 1 << 63:
+                raise ValueError(f"{f} {i}: pass a non-negative stride below 2**63")
+            setattr(c, f, i)
+        lay.block_bytes  # noqa: B018 - the library's consistency check
         return lay
 
     def copy(self) -> "Layout":
