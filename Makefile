@@ -99,6 +99,7 @@ PYTHON ?= /usr/bin/python3
 check-python: deps lib
 	$(MAKE) -C libkvrt asan-so
 	bash libkvrt/python/tests/check.sh $(PYTHON)
+	bash libkvrt/python/tests/check-torch.sh "$$(bash libkvrt/python/engines/venv.sh vllm)/bin/python"
 
 check-install: deps lib tools
 	bash packaging/test-install.sh
