@@ -1,0 +1,616 @@
+# SPDX-License-Identifier: MIT
+"""KvpoolStorage: SGLang's ``HiCacheStorage`` (0.5.23) over one kvpool space.
+
+SGLang keeps a host (L2) copy of KV pages in its host memory pool
+(``MHATokenToKVPoolHost``: one pinned CPU tensor, ``kv_buffer``) and asks an
+L3 storage backend to keep pages under their page hash.  This backend keeps
+each page in one kvpool block, published in the space's prefix cache under
+the page hash, so that engines on one machine (or participants of one
+space) find each other's pages, and kvpool's quota evicts the oldest.
+
+Pages move between the host pool and the space with libkvrt's batched block
+copy (``Pool.copy_blocks``, no staging buffer): the host tensor is one
+``kvrt.BlockArray`` whose ``kvrt.Layout`` carries its own byte strides
+(the four MHA host layouts, ``layer_first``, ``page_first``,
+``page_first_direct`` and ``page_head``, are all expressible), the space's
+blocks are the block-major preset.  Not taken: ``page_unified`` (K and V
+interleaved per head group inside a page, no per-element stride formula)
+and MLA pools (one latent row per token, no V).  A block therefore holds a page in one
+canonical order whatever the host layout, and engines with different host
+layouts but the same model geometry share pages.
+
+Call pattern (SGLang's cache controller): the prefetch thread asks
+``batch_exists`` for the longest stored prefix, the ranks agree on the
+minimum, and later ``batch_get_v1`` loads that prefix; a request may be
+cancelled between the two, with no call back to the backend.  So
+``batch_exists`` releases every reference it took, and ``batch_get_v1``
+looks the pages up again, holding them only while it copies; a page
+evicted in between is reported False (SGLang then loads the shorter
+prefix).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import re
+import threading
+import time
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+import torch
+from sglang.srt.mem_cache.hicache_storage import (HiCacheStorage, HiCacheStorageConfig,
+                                                  HiCacheStorageExtraInfo)
+
+import kvrt
+from kvrt.layout import DType, Layout, LayoutKind
+
+logger = logging.getLogger("kvrt.sglang")
+
+#: The ``--hicache-storage-backend-extra-config`` keys this backend reads,
+#: besides SGLang's own (backend_name, module_path, class_name, interface_v1).
+CONFIG_KEYS: Dict[str, str] = {
+    "kvpool_backend": "'auto' (default), 'kmod' or 'embedded': which pool libkvrt opens",
+    "kvpool_device": "the kvpool device path for kmod (default: libkvrt's, /dev/kvpool)",
+    "kvpool_pool_bytes": "embedded only: cap of the in-process pool in bytes (default 0: "
+                         "libkvrt's)",
+    "kvpool_quota_bytes": "quota of the space when this instance creates it (default 8 GiB); "
+                          "pages past it evict the least recently used",
+    "kvpool_tenant": "a string that separates tenants: same model, different tenant, "
+                     "different space (default '')",
+    "kvpool_space_prefix": "first part of the space name, [A-Za-z0-9._-]{1,16} "
+                           "(default 'sgl')",
+    "kvpool_mode": "permission bits of a space this instance creates (default 0o600; "
+                   "0o660 lets the group's engines join)",
+}
+
+_DEFAULT_QUOTA = 8 << 30
+_HEX64 = re.compile(r"[0-9a-fA-F]{64}")
+_NAME_PART = re.compile(r"[A-Za-z0-9._-]{1,16}")
+_LAYOUTS = ("layer_first", "page_first", "page_first_direct", "page_head")
+_KVRT_DTYPE = {torch.float32: DType.F32, torch.float16: DType.F16,
+               torch.bfloat16: DType.BF16}
+_NAME_MAX = 63  # KVPOOL_NAME_MAX less the NUL
+
+
+# ---- one pool connection per process ---------------------------------------
+
+_pools: Dict[Tuple[str, Optional[str], int], List[Any]] = {}
+_pools_lock = threading.Lock()
+
+
+def _pool_get(backend: str, device: Optional[str], pool_bytes: int) -> kvrt.Pool:
+    """The process's Pool for these options, opened on first use.
+
+    One connection per process: with the embedded backend the pool is the
+    process's memory, so every storage instance of the process must use the
+    same one to share a space (as separate processes do through kmod).
+    """
+    key = (backend, device, pool_bytes)
+    with _pools_lock:
+        ent = _pools.get(key)
+        if ent is None or ent[0].closed:
+            ent = [kvrt.Pool(backend, device=device, pool_bytes=pool_bytes), 0]
+            _pools[key] = ent
+        ent[1] += 1
+        return ent[0]
+
+
+def _pool_put(pool: kvrt.Pool) -> None:
+    with _pools_lock:
+        for key, ent in list(_pools.items()):
+            if ent[0] is pool:
+                ent[1] -= 1
+                if ent[1] <= 0:
+                    del _pools[key]
+                    pool.close()
+                return
+
+
+# ---- layouts ----------------------------------------------------------------
+
+def _axes(host_layout: str, shape: Sequence[int], strides: Sequence[int], page_size: int
+          ) -> Tuple[int, Dict[str, int]]:
+    """(number of pages, byte strides by axis) of a K/V tensor in one of
+    SGLang's MHA host layouts; ``strides`` in bytes, shape starting with 2 (K, V)."""
+    s = list(strides)
+    if host_layout == "layer_first":        # [kv][layer][token][head][dim]
+        st = dict(kv=s[0], layer=s[1], token=s[2], head=s[3], block=page_size * s[2])
+        pages = shape[2] // page_size
+    elif host_layout == "page_first":       # [kv][token][layer][head][dim]
+        st = dict(kv=s[0], token=s[1], layer=s[2], head=s[3], block=page_size * s[1])
+        pages = shape[1] // page_size
+    elif host_layout == "page_first_direct":  # [kv][page][layer][slot][head][dim]
+        st = dict(kv=s[0], block=s[1], layer=s[2], token=s[3], head=s[4])
+        pages = shape[1]
+    elif host_layout == "page_head":        # [kv][page][head][slot][layer][dim]
+        st = dict(kv=s[0], block=s[1], head=s[2], token=s[3], layer=s[4])
+        pages = shape[1]
+    else:
+        raise ValueError(f"host layout {host_layout!r}: kvpool storage takes "
+                         f"{', '.join(_LAYOUTS)} (pass --hicache-mem-layout with one)")
+    return pages, st
+
+
+def _flat_page_shape(host_layout: str, layers: int, heads: int, dim: int, page: int
+                     ) -> Tuple[int, ...]:
+    """The shape SGLang's ``get_data_page`` gives one page (before flattening)."""
+    return {"layer_first": (2, layers, page, heads, dim),
+            "page_first": (2, page, layers, heads, dim),
+            "page_first_direct": (2, 1, layers, page, heads, dim),
+            "page_head": (2, 1, heads, page, layers, dim)}[host_layout]
+
+
+def _contiguous_strides(shape: Sequence[int], itemsize: int) -> List[int]:
+    out, acc = [], itemsize
+    for n in reversed(shape):
+        out.append(acc)
+        acc *= n
+    return out[::-1]
+
+
+class _Geometry:
+    """What one page is: layers, heads, head dim, tokens, dtype; and how
+    kvrt sees it (its dtype, and head_dim in units of that dtype)."""
+
+    def __init__(self, layers: int, heads: int, head_dim: int, page_size: int,
+                 dtype: torch.dtype) -> None:
+        self.layers, self.heads, self.head_dim = layers, heads, head_dim
+        self.page_size, self.dtype = page_size, dtype
+        self.itemsize = torch.empty((), dtype=dtype).element_size()
+        if dtype in _KVRT_DTYPE:
+            self.kdtype, self.kdim = _KVRT_DTYPE[dtype], head_dim
+        else:
+            # fp8/uint8 pools: kvrt's fp8 carries per-block scales SGLang does
+            # not have; the copy moves bytes, so carry them as 2-byte units.
+            row = head_dim * self.itemsize
+            if row % 2:
+                raise ValueError(f"dtype {dtype} with head_dim {head_dim}: a head row of "
+                                 f"{row} bytes is odd; kvpool storage takes f32, f16, "
+                                 "bf16, or 1-byte types with an even head_dim")
+            self.kdtype, self.kdim = DType.F16, row // 2
+        self.page_bytes = 2 * layers * heads * head_dim * page_size * self.itemsize
+
+    def layout(self, num_blocks: int, st: Optional[Dict[str, int]] = None) -> Layout:
+        """A kvrt layout of ``num_blocks`` pages: block-major, or with strides ``st``."""
+        lay = Layout.preset(LayoutKind.BLOCK_MAJOR, self.layers, self.heads, self.kdim,
+                            self.page_size, num_blocks, self.kdtype)
+        if st is not None:
+            c = lay._c
+            c.layer_stride, c.kv_stride, c.block_stride = st["layer"], st["kv"], st["block"]
+            c.token_stride, c.head_stride = st["token"], st["head"]
+        return lay
+
+    def identity(self) -> Dict[str, Any]:
+        return {"layers": self.layers, "heads": self.heads, "head_dim": self.head_dim,
+                "page_size": self.page_size, "dtype": str(self.dtype).replace("torch.", "")}
+
+
+def _host_geometry(host: Any) -> Tuple[_Geometry, int, Dict[str, int]]:
+    """Check an SGLang host pool; its geometry, page count and byte strides."""
+    kind = type(host).__name__
+    if getattr(host, "kv_lora_rank", None) is not None or "MLA" in kind:
+        raise ValueError(f"host pool {kind}: MLA pools keep one latent row per token and "
+                         "no V; kvpool storage takes MHA host pools (MHATokenToKVPoolHost)")
+    for attr in ("layout", "kv_buffer", "page_size", "layer_num", "head_num", "head_dim",
+                 "dtype"):
+        if not hasattr(host, attr):
+            raise TypeError(f"host pool {kind} has no {attr!r}: pass SGLang's "
+                            "MHATokenToKVPoolHost")
+    if getattr(host, "v_head_dim", host.head_dim) != host.head_dim:
+        raise ValueError(f"host pool: v_head_dim {host.v_head_dim} != head_dim "
+                         f"{host.head_dim}; kvpool storage takes equal K and V widths")
+    if getattr(host, "dcp_size", 1) != 1:
+        raise ValueError("host pool: decode context parallel (dcp_size > 1) is not supported")
+    buf = host.kv_buffer
+    if not isinstance(buf, torch.Tensor) or buf.device.type != "cpu":
+        raise TypeError("host pool kv_buffer: expected one CPU tensor (SGLang's host pool "
+                        "memory)")
+    if host.layout not in _LAYOUTS:
+        raise ValueError(f"host layout {host.layout!r}: kvpool storage takes "
+                         f"{', '.join(_LAYOUTS)} (pass --hicache-mem-layout with one)")
+    geo = _Geometry(int(host.layer_num), int(host.head_num), int(host.head_dim),
+                    int(host.page_size), buf.dtype)
+    if buf.dim() < 5 or buf.shape[0] != 2 or buf.shape[-1] != geo.head_dim \
+            or buf.stride(-1) != 1:
+        raise ValueError(f"host pool kv_buffer shape {tuple(buf.shape)} strides "
+                         f"{tuple(buf.stride())}: not SGLang's {host.layout} K/V layout")
+    es = buf.element_size()
+    pages, st = _axes(host.layout, tuple(buf.shape), [x * es for x in buf.stride()],
+                      geo.page_size)
+    return geo, pages, st
+
+
+def space_name(config: HiCacheStorageConfig, identity: Dict[str, Any], tenant: str = "",
+               prefix: str = "sgl") -> str:
+    """The kvpool space of one model shard and page geometry.
+
+    ``prefix-model-digest``: the model's last path part (sanitised, at most
+    24 characters) for people, and 16 hex digits of SHA-256 over everything
+    that decides a page's bytes (model, tenant, page geometry and dtype, TP
+    rank and size, PP stage, attention CP rank) so that incompatible pages
+    never meet.  The host layout is not part of it: blocks are block-major
+    whatever the host layout.  Fits kvpool's 63 characters [A-Za-z0-9._-].
+    """
+    model = config.model_name or ""
+    ident = dict(identity, v=1, model=model, tenant=tenant,
+                 tp=[config.tp_rank, config.tp_size], pp=[config.pp_rank, config.pp_size],
+                 cp=[config.attn_cp_rank, config.attn_cp_size])
+    digest = hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
+    tail = re.sub(r"[^A-Za-z0-9._-]", "_", model.rstrip("/").rsplit("/", 1)[-1])[:24]
+    name = f"{prefix}-{tail}-{digest}" if tail else f"{prefix}-{digest}"
+    assert len(name) <= _NAME_MAX
+    return name
+
+
+# ---- the backend --------------------------------------------------------------
+
+def _opt(extra: Dict[str, Any], key: str, kind: type, default: Any) -> Any:
+    v = extra.get(key, default)
+    if v is None or (kind is int and isinstance(v, bool)) or not isinstance(v, kind):
+        if v is None and default is None:
+            return None
+        raise TypeError(f"extra_config {key}: pass a {kind.__name__} ({CONFIG_KEYS[key]}), "
+                        f"not {type(v).__name__}")
+    return v
+
+
+class KvpoolStorage(HiCacheStorage):
+    """HiCache L3 storage in a kvpool space (see the module's docstring).
+
+    SGLang's dynamic backend constructs it as ``KvpoolStorage(storage_config,
+    kwargs)`` and then calls :meth:`register_mem_pool_host`, which opens the
+    space (its name and block size come from the host pool's geometry).
+    Configuration: :data:`CONFIG_KEYS` in ``storage_config.extra_config``.
+    """
+
+    def __init__(self, storage_config: HiCacheStorageConfig,
+                 kwargs: Optional[Dict[str, Any]] = None) -> None:
+        if not isinstance(storage_config, HiCacheStorageConfig):
+            raise TypeError("storage_config: pass SGLang's HiCacheStorageConfig, not "
+                            f"{type(storage_config).__name__}")
+        if storage_config.is_mla_model:
+            raise ValueError("kvpool storage takes MHA models; this one is MLA "
+                             "(is_mla_model): use another HiCache backend for it")
+        if storage_config.should_split_heads:
+            raise ValueError("kvpool storage does not split heads across TP sizes: "
+                             "remove tp_lcm_size from the extra config")
+        extra = storage_config.extra_config or {}
+        if not isinstance(extra, dict):
+            raise TypeError("extra_config: pass a dict (the JSON object of "
+                            "--hicache-storage-backend-extra-config)")
+        unknown = sorted(k for k in extra if isinstance(k, str) and k.startswith("kvpool_")
+                         and k not in CONFIG_KEYS)
+        if unknown:
+            raise ValueError(f"extra_config: unknown key(s) {unknown}; kvpool storage "
+                             f"reads {sorted(CONFIG_KEYS)}")
+        self.config = storage_config
+        self._backend = _opt(extra, "kvpool_backend", str, "auto")
+        self._device = _opt(extra, "kvpool_device", str, None)
+        self._pool_bytes = _opt(extra, "kvpool_pool_bytes", int, 0)
+        self._quota = _opt(extra, "kvpool_quota_bytes", int, _DEFAULT_QUOTA)
+        self._tenant = _opt(extra, "kvpool_tenant", str, "")
+        self._prefix = _opt(extra, "kvpool_space_prefix", str, "sgl")
+        self._mode = _opt(extra, "kvpool_mode", int, 0o600)
+        if self._pool_bytes < 0:
+            raise ValueError(f"extra_config kvpool_pool_bytes {self._pool_bytes}: pass >= 0")
+        if self._quota <= 0:
+            raise ValueError(f"extra_config kvpool_quota_bytes {self._quota}: pass a "
+                             "positive byte count")
+        if not _NAME_PART.fullmatch(self._prefix):
+            raise ValueError(f"extra_config kvpool_space_prefix {self._prefix!r}: pass 1-16 "
+                             "characters of [A-Za-z0-9._-]")
+        if not 0 <= self._mode <= 0o777:
+            raise ValueError(f"extra_config kvpool_mode {self._mode:#o}: pass permission "
+                             "bits, 0 to 0o777")
+        self._lock = threading.RLock()
+        self._pool: Optional[kvrt.Pool] = _pool_get(self._backend, self._device,
+                                                    self._pool_bytes)
+        self._space: Optional[kvrt.Space] = None
+        self._metrics: Dict[str, List[float]] = {"get": [], "set": [], "get_bw": [],
+                                                 "set_bw": []}
+
+    # ---- setup ----------------------------------------------------------
+
+    def register_mem_pool_host(self, mem_pool_host: Any) -> None:
+        """Take SGLang's host pool and open (or create) the space its pages go to."""
+        geo, pages, st = _host_geometry(mem_pool_host)
+        name = space_name(self.config, geo.identity(), self._tenant, self._prefix)
+        with self._lock:
+            pool = self._need_pool()
+            block = geo.layout(1)
+            page = pool.info().page_size or 4096
+            block_bytes = -(-block.block_bytes // page) * page
+            try:
+                space = pool.create_space(name, block_bytes=block_bytes,
+                                          quota_bytes=max(self._quota, block_bytes),
+                                          mode=self._mode)
+                got = space.info().block_bytes
+                if got != block_bytes:
+                    space.close()
+            except kvrt.InvalidArgumentError:
+                # a join with other block_bytes is EINVAL: say which and why
+                with pool.join_space(name) as other:
+                    got = other.info().block_bytes
+                if got == block_bytes:
+                    raise
+            if got != block_bytes:
+                raise ValueError(f"space {name!r} holds {got}-byte blocks, this model's "
+                                 f"pages need {block_bytes}: another page geometry uses "
+                                 "the name; set kvpool_space_prefix or kvpool_tenant")
+            if self._space is not None:
+                self._space.close()
+            super().register_mem_pool_host(mem_pool_host)
+            self._space, self._geo, self._host_pages = space, geo, pages
+            # the host pool's tensor and the space, as libkvrt block arrays
+            self._host_array = kvrt.BlockArray(geo.layout(pages, st), mem_pool_host.kv_buffer)
+            self._space_array = space.block_array(block)
+            fshape = _flat_page_shape(mem_pool_host.layout, geo.layers, geo.heads,
+                                      geo.head_dim, geo.page_size)
+            _n, fst = _axes(mem_pool_host.layout, fshape,
+                            _contiguous_strides(fshape, geo.itemsize), geo.page_size)
+            self._flat_layout = geo.layout(1, fst)
+            self.space_name = name
+        logger.info("kvpool storage: space %s (%s), host layout %s, %d-byte pages",
+                    name, pool.backend_info, mem_pool_host.layout, geo.page_bytes)
+
+    def _need_pool(self) -> kvrt.Pool:
+        if self._pool is None:
+            raise ValueError("kvpool storage is closed: construct a new KvpoolStorage")
+        return self._pool
+
+    def _need_space(self) -> kvrt.Space:
+        if self._space is None:
+            self._need_pool()
+            raise ValueError("kvpool storage has no host pool yet: call "
+                             "register_mem_pool_host(host_pool) first (SGLang does)")
+        return self._space
+
+    def close(self) -> None:
+        """Leave the space and drop this instance's pool reference (idempotent)."""
+        with self._lock:
+            if self._space is not None:
+                self._space_array = None  # it keeps the space mapped
+                self._space.close()
+                self._space = None
+            if self._pool is not None:
+                _pool_put(self._pool)
+                self._pool = None
+
+    # ---- argument checks ------------------------------------------------
+
+    @staticmethod
+    def _hashes(keys: Sequence[str]) -> np.ndarray:
+        if isinstance(keys, (str, bytes)):
+            raise TypeError("keys: pass a list of page hashes (hex str), not one "
+                            f"{type(keys).__name__}")
+        rows = []
+        for i, k in enumerate(keys):
+            if not isinstance(k, str):
+                raise TypeError(f"keys[{i}]: pass SGLang's page hash as a hex str, not "
+                                f"{type(k).__name__}")
+            if not _HEX64.fullmatch(k):
+                raise ValueError(f"keys[{i}] {k[:80]!r}: pass SGLang's page hash, 64 hex "
+                                 "digits (a SHA-256 digest)")
+            rows.append(bytes.fromhex(k))
+        return np.frombuffer(b"".join(rows), dtype=np.uint8).reshape(-1, kvrt.HASH_BYTES)
+
+    def _pages(self, host_indices: Any, n: int, distinct: bool) -> np.ndarray:
+        """Host page numbers of ``n`` pages from SGLang's token indices."""
+        if not isinstance(host_indices, torch.Tensor):
+            raise TypeError("host_indices: pass a torch tensor of host token indices, not "
+                            f"{type(host_indices).__name__}")
+        ps = self._geo.page_size
+        if host_indices.dtype.is_floating_point or host_indices.dtype == torch.bool:
+            raise TypeError(f"host_indices: dtype {host_indices.dtype}; pass integer indices")
+        idx = host_indices.detach().reshape(-1).to("cpu", torch.int64)
+        if idx.numel() != n * ps:
+            raise ValueError(f"host_indices: {idx.numel()} indices for {n} keys; pass "
+                             f"page_size ({ps}) token indices per key")
+        rows = idx.view(n, ps)
+        first = rows[:, 0]
+        bad = (first < 0) | (first % ps != 0) | (first >= self._host_pages * ps)
+        if bool(bad.any()):
+            i = int(bad.nonzero()[0, 0])
+            raise ValueError(f"host_indices: page {i} starts at token {int(first[i])}; pass "
+                             f"page-aligned indices below {self._host_pages * ps}")
+        if ps > 1 and not torch.equal(rows - first[:, None],
+                                      torch.arange(ps).expand(n, ps)):
+            raise ValueError("host_indices: a page's token indices are not consecutive; "
+                             "pass whole host pages")
+        pages = (first // ps).numpy().astype(np.uint32)
+        if distinct and len(np.unique(pages)) != n:
+            raise ValueError("host_indices: the same host page twice in one get; pass "
+                             "distinct pages")
+        return pages
+
+    def _page_tensor(self, t: Any, what: str) -> torch.Tensor:
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{what}: pass a torch tensor (a flat host page), not "
+                            f"{type(t).__name__}")
+        if t.device.type != "cpu" or not t.is_contiguous():
+            raise ValueError(f"{what}: pass a contiguous CPU tensor")
+        if t.numel() * t.element_size() != self._geo.page_bytes:
+            raise ValueError(f"{what}: {t.numel() * t.element_size()} bytes; a page is "
+                             f"{self._geo.page_bytes} (get_dummy_flat_data_page())")
+        return t
+
+    # ---- copies ---------------------------------------------------------
+
+    def _copy(self, dst: kvrt.BlockArray, src: kvrt.BlockArray, pairs: np.ndarray) -> None:
+        """libkvrt's batched block copy; ``pairs`` rows are (src, dst) block ids."""
+        self._need_pool().copy_blocks(dst, src, pairs)
+
+    def _lookup(self, h: np.ndarray) -> np.ndarray:
+        """Ids of the longest present prefix; the caller releases them."""
+        sp = self._need_space()
+        out: List[np.ndarray] = []
+        for i in range(0, len(h), kvrt.MAX_BATCH):
+            part = h[i:i + kvrt.MAX_BATCH]
+            ids = sp.lookup(part)
+            out.append(ids)
+            if len(ids) < len(part):
+                break
+        return np.concatenate(out) if out else np.zeros(0, np.uint32)
+
+    def _release(self, ids: np.ndarray) -> None:
+        for i in range(0, len(ids), kvrt.MAX_BATCH):
+            self._space.release(ids[i:i + kvrt.MAX_BATCH])  # type: ignore[union-attr]
+
+    def _read(self, h: np.ndarray, dst: kvrt.BlockArray, dst_blocks: np.ndarray) -> int:
+        """Copy the stored prefix of ``h`` into dst's blocks; how many pages."""
+        with self._lock:
+            ids = self._lookup(h)
+            try:
+                if len(ids):
+                    pairs = np.stack([ids, dst_blocks[:len(ids)]], axis=1)
+                    self._copy(dst, self._space_array, pairs)
+            finally:
+                if len(ids):
+                    self._release(ids)
+        return len(ids)
+
+    def _write(self, h: np.ndarray, src: kvrt.BlockArray, src_blocks: np.ndarray) -> int:
+        """Store src's blocks under ``h``; how many (a prefix) are stored."""
+        n = len(h)
+        with self._lock:
+            sp = self._need_space()
+            have = self._lookup(h)
+            if len(have):
+                self._release(have)
+            k = len(have)
+            if k == n:
+                return n
+            # all or none per alloc: halve until it fits, keeping a prefix
+            m = min(n - k, kvrt.MAX_BATCH)
+            while True:
+                try:
+                    ids = sp.alloc(m)
+                    break
+                except kvrt.NoSpaceError:
+                    if m == 1:
+                        logger.warning("kvpool storage: space %s is full (quota or pool); "
+                                       "%d page(s) not stored", self.space_name, n - k)
+                        return k
+                    m //= 2
+            try:
+                self._copy(self._space_array, src,
+                           np.stack([src_blocks[k:k + m], ids], axis=1))
+                res = sp.publish(ids, h[k:k + m])
+            except BaseException:
+                sp.free(ids)
+                raise
+            sp.release(res.ids)
+            return k + m
+
+    # ---- HiCacheStorage: zero-copy (interface_v1) ------------------------
+
+    def batch_exists(self, keys: List[str],
+                     extra_info: Optional[HiCacheStorageExtraInfo] = None) -> int:
+        """How many leading ``keys`` are stored (no reference is kept)."""
+        h = self._hashes(keys)
+        if len(h) == 0:
+            return 0
+        with self._lock:
+            ids = self._lookup(h)
+            if len(ids):
+                self._release(ids)
+        return len(ids)
+
+    def batch_get_v1(self, keys: List[str], host_indices: torch.Tensor,
+                     extra_info: Optional[HiCacheStorageExtraInfo] = None) -> List[bool]:
+        """Load the stored prefix of ``keys`` into the host pages at ``host_indices``."""
+        h = self._hashes(keys)
+        self._need_space()
+        if len(h) == 0:
+            return []
+        pages = self._pages(host_indices, len(h), distinct=True)
+        t0 = time.perf_counter()
+        got = self._read(h, self._host_array, pages)
+        self._account("get", got, t0)
+        return [i < got for i in range(len(h))]
+
+    def batch_set_v1(self, keys: List[str], host_indices: torch.Tensor,
+                     extra_info: Optional[HiCacheStorageExtraInfo] = None) -> List[bool]:
+        """Store the host pages at ``host_indices`` under ``keys``."""
+        h = self._hashes(keys)
+        self._need_space()
+        if len(h) == 0:
+            return []
+        pages = self._pages(host_indices, len(h), distinct=False)
+        t0 = time.perf_counter()
+        done = self._write(h, self._host_array, pages)
+        self._account("set", done, t0)
+        return [i < done for i in range(len(h))]
+
+    # ---- HiCacheStorage: one page at a time (without interface_v1) ---------
+
+    def exists(self, key: str) -> bool:
+        return self.batch_exists([key]) == 1
+
+    def get(self, key: str, target_location: Optional[Any] = None,
+            target_sizes: Optional[Any] = None) -> Optional[torch.Tensor]:
+        """Load page ``key`` into a flat page tensor (SGLang's flat page order
+        for its host layout); None when it is not stored."""
+        h = self._hashes([key])
+        self._need_space()
+        if target_location is None:
+            target_location = self.mem_pool_host.get_dummy_flat_data_page()
+        t = self._page_tensor(target_location, "target_location")
+        got = self._read(h, kvrt.BlockArray(self._flat_layout, t), np.zeros(1, np.uint32))
+        return t if got else None
+
+    def batch_get(self, keys: List[str], target_locations: Optional[Any] = None,
+                  target_sizes: Optional[Any] = None) -> List[Optional[torch.Tensor]]:
+        targets = target_locations if target_locations is not None else [None] * len(keys)
+        if len(targets) != len(keys):
+            raise ValueError(f"target_locations: {len(targets)} for {len(keys)} keys; pass "
+                             "one each")
+        return [self.get(k, t) for k, t in zip(keys, targets)]
+
+    def set(self, key: str, value: Optional[Any] = None, target_location: Optional[Any] = None,
+            target_sizes: Optional[Any] = None) -> bool:
+        """Store one flat page tensor (as ``get_data_page(i, flat=True)`` gives it)."""
+        h = self._hashes([key])
+        self._need_space()
+        t = self._page_tensor(value, "value")
+        return self._write(h, kvrt.BlockArray(self._flat_layout, t), np.zeros(1, np.uint32)) == 1
+
+    def batch_set(self, keys: List[str], values: Optional[Any] = None,
+                  target_locations: Optional[Any] = None,
+                  target_sizes: Optional[Any] = None) -> bool:
+        if values is None or len(values) != len(keys):
+            raise ValueError("values: pass one flat page tensor per key")
+        return all(self.set(k, v) for k, v in zip(keys, values))
+
+    # ---- the rest -------------------------------------------------------
+
+    def clear(self) -> None:
+        """Leaves the space alone: it is shared with every engine of this
+        geometry, and kvpool drops pages by its quota.  To empty it, destroy
+        the space (``kvrt.Pool().destroy_space(name)``) with the engines stopped."""
+        logger.warning("kvpool storage: clear() keeps the shared space %s; destroy it "
+                       "with the engines stopped to empty it",
+                       getattr(self, "space_name", "(none)"))
+
+    def _account(self, op: str, pages: int, t0: float) -> None:
+        dt = time.perf_counter() - t0
+        with self._lock:
+            self._metrics[op].append(pages)
+            if pages and dt > 0:
+                self._metrics[op + "_bw"].append(pages * self._geo.page_bytes / dt / 1e9)
+
+    def get_stats(self) -> Any:
+        """SGLang's StorageMetrics for the calls since the last get_stats
+        (pages per call, GB/s); the space's own figures are in :meth:`space_stats`."""
+        from sglang.srt.observability.metrics_collector import StorageMetrics
+        with self._lock:
+            m, self._metrics = self._metrics, {k: [] for k in self._metrics}
+        return StorageMetrics(prefetch_pgs=m["get"], backup_pgs=m["set"],
+                              prefetch_bandwidth=m["get_bw"], backup_bandwidth=m["set_bw"])
+
+    def space_stats(self) -> kvrt.SpaceStats:
+        """The space's prefix-cache figures (hits, inserts, evictions, ...)."""
+        with self._lock:
+            return self._need_space().stats()
