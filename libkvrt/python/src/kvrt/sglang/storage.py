@@ -61,8 +61,8 @@ CONFIG_KEYS: Dict[str, str] = {
                      "different space (default '')",
     "kvpool_space_prefix": "first part of the space name, [A-Za-z0-9._-]{1,16} "
                            "(default 'sgl')",
-    "kvpool_mode": "permission bits of a space this instance creates (default 0o600; "
-                   "0o660 lets the group's engines join)",
+    "kvpool_mode": "permission bits of a space this instance creates, an int (default "
+                   "0o600 = 384; 0o660 = 432 lets the group's engines join)",
 }
 
 _DEFAULT_QUOTA = 8 << 30
