@@ -1,0 +1,188 @@
+# SPDX-License-Identifier: MIT
+"""The scheduler side: vLLM's OffloadingManager over a kvpool space."""
+from __future__ import annotations
+
+import hashlib
+from collections import defaultdict
+from typing import Callable, Collection, Dict, List, Optional, Sequence
+
+import numpy as np
+from vllm.v1.kv_offload.base import (BlockIDsLoadStoreSpec, LookupResult, OffloadingManager,
+                                     OffloadKey, PrepareStoreOutput, ReqContext,
+                                     RequestOffloadingContext)
+
+import kvrt
+
+_PERSON = b"kvrt.vllm.v1"  # blake2b personalisation: a domain of its own
+
+
+def offload_hash(key: bytes) -> bytes:
+    """The kvpool hash (32 bytes) of a vLLM OffloadKey.
+
+    The key is vLLM's block hash followed by the 4-byte KV group index, so
+    every group gets its own kvpool hash; the derivation is deterministic
+    and the same in every process (vLLM's own hashes are only equal across
+    processes when PYTHONHASHSEED is set: see Documentation/python.rst).
+    """
+    return hashlib.blake2b(bytes(key), digest_size=32, person=_PERSON).digest()
+
+
+class KvpoolLoadStoreSpec(BlockIDsLoadStoreSpec):
+    """kvpool block ids of a load or a store, in the order of the keys."""
+
+
+class KvpoolOffloadingManager(OffloadingManager):
+    """lookup/prepare_*/complete_* as kvpool calls; kvpool does the eviction.
+
+    References held, and when they go:
+
+    * a lookup HIT pins the block (one reader reference) until the
+      prepare_load of the same step takes it over, else until
+      on_schedule_end: nothing can evict a block between HIT and load;
+    * prepare_load holds one reference per key until complete_load;
+    * prepare_store allocates blocks owned by this handle; complete_store
+      publishes them (and drops the reference publish leaves) or frees them.
+    """
+
+    def __init__(self, space: kvrt.Space, priority: int = kvrt.PRIO_DEFAULT,
+                 on_shutdown: Optional[Callable[[], None]] = None) -> None:
+        self.space = space
+        self.priority = priority
+        self._on_shutdown = on_shutdown
+        self._step_pins: Dict[OffloadKey, List[int]] = defaultdict(list)
+        self._loads: Dict[OffloadKey, List[int]] = defaultdict(list)
+        self._pending: Dict[OffloadKey, int] = {}
+        # Blocks of jobs in flight at reset_cache, let go at on_reset_flushed.
+        self._reset_free: List[int] = []
+        self._reset_release: List[int] = []
+        self._closed = False
+
+    # ---- lookups and loads ---------------------------------------------------
+
+    def on_new_request(self, req_context: ReqContext) -> RequestOffloadingContext:
+        return RequestOffloadingContext()
+
+    def lookup(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:
+        if self._step_pins.get(key):
+            return LookupResult.HIT
+        if key in self._pending:
+            return LookupResult.HIT_PENDING
+        ids = self.space.lookup(offload_hash(key))
+        if ids.size == 0:
+            return LookupResult.MISS
+        self._step_pins[key].append(int(ids[0]))
+        return LookupResult.HIT
+
+    def _take(self, key: OffloadKey) -> Optional[int]:
+        pins = self._step_pins.get(key)
+        if pins:
+            return pins.pop()
+        ids = self.space.lookup(offload_hash(key))
+        return int(ids[0]) if ids.size else None
+
+    def prepare_load(self, keys: Collection[OffloadKey],
+                     req_context: ReqContext) -> KvpoolLoadStoreSpec:
+        keys = list(keys)
+        got: List[int] = []
+        for key in keys:
+            bid = self._take(key)
+            if bid is None:
+                if got:
+                    self.space.release(got)
+                raise RuntimeError(f"kvpool: block {key.hex()} was not looked up as a HIT "
+                                   "in this step; call lookup() first")
+            got.append(bid)
+        for key, bid in zip(keys, got):
+            self._loads[key].append(bid)
+        return KvpoolLoadStoreSpec(got)
+
+    def complete_load(self, keys: Collection[OffloadKey], req_context: ReqContext) -> None:
+        ids = [self._loads[k].pop() for k in keys if self._loads.get(k)]
+        for k in keys:
+            if k in self._loads and not self._loads[k]:
+                del self._loads[k]
+        self._release(ids)
+
+    def _release(self, ids: Sequence[int]) -> None:
+        for i in range(0, len(ids), kvrt.MAX_BATCH):
+            self.space.release(ids[i:i + kvrt.MAX_BATCH])
+
+    # ---- stores --------------------------------------------------------------
+
+    def prepare_store(self, keys: Collection[OffloadKey],
+                      req_context: ReqContext) -> Optional[PrepareStoreOutput]:
+        todo = [k for k in dict.fromkeys(keys) if k not in self._pending]
+        if todo:
+            # kvpool answers the longest present prefix; what lies past a gap
+            # is stored again and deduplicated by publish.
+            hits = self.space.lookup([offload_hash(k) for k in todo])
+            if hits.size:
+                self.space.release(hits)
+            todo = todo[hits.size:]
+        if not todo:
+            return PrepareStoreOutput(keys_to_store=[], store_spec=KvpoolLoadStoreSpec([]),
+                                      evicted_keys=[])
+        try:
+            ids = self.space.alloc(len(todo))  # kvpool evicts cached blocks to make room
+        except kvrt.NoSpaceError:
+            return None  # everything is referenced: vLLM skips this store
+        for k, bid in zip(todo, ids.tolist()):
+            self._pending[k] = bid
+        # Evictions are kvpool's; vLLM only uses evicted_keys for KV events.
+        return PrepareStoreOutput(keys_to_store=todo, store_spec=KvpoolLoadStoreSpec(ids),
+                                  evicted_keys=[])
+
+    def complete_store(self, keys: Collection[OffloadKey], req_context: ReqContext,
+                       success: bool = True) -> None:
+        done = [k for k in keys if k in self._pending]
+        if not done:
+            return
+        ids = np.array([self._pending.pop(k) for k in done], dtype=np.uint32)
+        for i in range(0, len(done), kvrt.MAX_BATCH):
+            part, pk = ids[i:i + kvrt.MAX_BATCH], done[i:i + kvrt.MAX_BATCH]
+            if success:
+                res = self.space.publish(part, [offload_hash(k) for k in pk],
+                                         [self.priority] * len(pk))
+                self.space.release(res.ids)  # the cache keeps them; we need no pin
+            else:
+                self.space.free(part)
+
+    # ---- step and lifetime -----------------------------------------------------
+
+    def on_schedule_end(self, context: object) -> None:
+        pins = [b for ids in self._step_pins.values() for b in ids]
+        self._step_pins.clear()
+        self._release(pins)
+
+    def reset_cache(self) -> None:
+        # The space is shared: only this engine's references go, not others' blocks.
+        self.on_schedule_end(None)
+        self._reset_free += list(self._pending.values())
+        self._reset_release += [b for ids in self._loads.values() for b in ids]
+        self._pending.clear()
+        self._loads.clear()
+
+    def on_reset_flushed(self) -> None:
+        free, self._reset_free = self._reset_free, []
+        rel, self._reset_release = self._reset_release, []
+        for i in range(0, len(free), kvrt.MAX_BATCH):
+            self.space.free(free[i:i + kvrt.MAX_BATCH])
+        self._release(rel)
+
+    def held_blocks(self) -> Dict[str, int]:
+        """What this manager holds now: pins, load refs, pending stores."""
+        return {"pins": sum(len(v) for v in self._step_pins.values()),
+                "loads": sum(len(v) for v in self._loads.values()),
+                "pending": len(self._pending)}
+
+    def shutdown(self) -> None:
+        """Leave the space: closing the last handle frees blocks and references."""
+        if self._closed:
+            return
+        self._closed = True
+        if not self.space.closed:
+            self.on_schedule_end(None)
+            self.reset_cache()
+            self.on_reset_flushed()
+        if self._on_shutdown is not None:
+            self._on_shutdown()
