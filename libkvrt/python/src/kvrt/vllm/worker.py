@@ -2,7 +2,6 @@
 """The worker side: copies between vLLM's KV tensors and the kvpool space."""
 from __future__ import annotations
 
-import ctypes
 import time
 from collections import deque
 from typing import Any, Callable, Deque, List, Optional, Sequence, Tuple
@@ -14,8 +13,6 @@ from vllm.v1.kv_offload.base import (BlockIDsLoadStoreSpec, CanonicalKVCaches,
                                      TransferResult)
 
 import kvrt
-from kvrt import _lib
-from kvrt._call import call
 
 
 def _page_layout(layers: int, layer_stride: int, page: int, num_blocks: int,
@@ -40,29 +37,13 @@ def _page_layout(layers: int, layer_stride: int, page: int, num_blocks: int,
 class _Plan:
     """One copy call: a run of tensors (layers) with equal pages and spacing."""
 
-    __slots__ = ("torch_lay", "torch_base", "pool_lay", "pool_base", "bytes_per_block")
+    __slots__ = ("torch_side", "pool_side", "bytes_per_block")
 
-    def __init__(self, torch_lay: kvrt.Layout, torch_base: int, pool_lay: kvrt.Layout,
-                 pool_base: int, bytes_per_block: int) -> None:
-        self.torch_lay, self.torch_base = torch_lay, torch_base
-        self.pool_lay, self.pool_base = pool_lay, pool_base
+    def __init__(self, torch_side: kvrt.BlockArray, pool_side: kvrt.BlockArray,
+                 bytes_per_block: int) -> None:
+        self.torch_side = torch_side
+        self.pool_side = pool_side
         self.bytes_per_block = bytes_per_block
-
-
-def _copy(pool: kvrt.Pool, dst: Tuple[kvrt.Layout, int], src: Tuple[kvrt.Layout, int],
-          pairs: np.ndarray) -> None:
-    """kvrt_copy_blocks for all ``pairs`` ((n, 2) uint32 of (src, dst)) at once."""
-    block_array = getattr(kvrt, "BlockArray", None)
-    if block_array is not None and hasattr(pool, "copy_blocks"):
-        pool.copy_blocks(block_array(dst[0], dst[1]), block_array(src[0], src[1]),
-                         [tuple(p) for p in pairs.tolist()])
-        return
-    # Until the binding has copies: the same call through ctypes.
-    d = _lib.BlockArrayC(ctypes.pointer(dst[0]._c), dst[1], None)
-    s = _lib.BlockArrayC(ctypes.pointer(src[0]._c), src[1], None)
-    pr = np.ascontiguousarray(pairs, dtype=np.uint32)
-    call("kvrt_copy_blocks", pool._ptr(), ctypes.byref(d), ctypes.byref(s),
-         pr.ctypes.data, pr.shape[0], 0, None)
 
 
 class KvpoolOffloadingWorker(OffloadingWorker):
@@ -71,8 +52,9 @@ class KvpoolOffloadingWorker(OffloadingWorker):
     Rank ``rank`` owns bytes ``[rank * worker_bytes, +worker_bytes)`` of each
     kvpool block; inside them, the offloaded tensors' pages follow each
     other in the order of ``kv_caches.tensors``.  Host tensors are copied by
-    ``kvrt_copy_blocks`` in the caller (the job is finished on return);
-    CUDA tensors need the GPU binding (``kvrt.gpu``).
+    :meth:`kvrt.Pool.copy_blocks` in the caller (the job is finished on
+    return); CUDA tensors by :meth:`kvrt.gpu.Gpu.copy_blocks` on a stream
+    that waits for the compute stream, finished when its event is.
     """
 
     def __init__(self, space: kvrt.Space, kv_caches: CanonicalKVCaches, rank: int,
@@ -91,13 +73,10 @@ class KvpoolOffloadingWorker(OffloadingWorker):
         self.device_type = devs.pop()
         self._gpu: Any = None
         if self.device_type == "cuda":
-            try:
-                from kvrt import gpu as kgpu  # type: ignore[attr-defined]
-            except ImportError:
-                raise RuntimeError("kvpool worker: CUDA KV tensors need kvrt.gpu (the GPU "
-                                   "binding); this kvrt has none") from None
-            self._gpu = kgpu.Gpu(space._pool, tensors[0].tensor.device)
-            self._gpu.register_space(space)
+            from kvrt import gpu as kgpu
+            dev = tensors[0].tensor.device
+            self._gpu = kgpu.Gpu(space._pool, dev.index if dev.index is not None
+                                 else torch.cuda.current_device())
         elif self.device_type != "cpu":
             raise ValueError(f"kvpool worker: KV tensors on {self.device_type!r}; kvpool "
                              "copies to and from 'cpu' and 'cuda' tensors")
@@ -122,12 +101,14 @@ class KvpoolOffloadingWorker(OffloadingWorker):
         slice_base = space.base_address + rank * worker_bytes
         pool_blocks = info.nr_blocks
         self.bytes_per_block = sum(pages)
+        self._backed = 0
         self._plans = self._make_plans(tensors, pages, slice_base, pool_blocks,
-                                       info.block_bytes)
+                                       info.block_bytes, space, self.device_type)
 
     @staticmethod
     def _make_plans(tensors: Sequence[Any], pages: List[int], slice_base: int,
-                    pool_blocks: int, block_bytes: int) -> List[_Plan]:
+                    pool_blocks: int, block_bytes: int, space: kvrt.Space,
+                    device: str) -> List[_Plan]:
         plans: List[_Plan] = []
         off = 0
         i = 0
@@ -150,7 +131,11 @@ class KvpoolOffloadingWorker(OffloadingWorker):
             n = j - i
             tl = _page_layout(n, step or 0, page, nblocks, page)
             pl = _page_layout(n, page, page, pool_blocks, block_bytes)
-            plans.append(_Plan(tl, base, pl, slice_base + off, n * page))
+            # Addresses, not tensors: one array spans several layer tensors.
+            owner = tensors[i].tensor
+            plans.append(_Plan(kvrt.BlockArray(tl, base, owner=owner, device=device),
+                               kvrt.BlockArray(pl, slice_base + off, owner=space),
+                               n * page))
             off += n * page
             i = j
         return plans
@@ -171,17 +156,18 @@ class KvpoolOffloadingWorker(OffloadingWorker):
     def _transfer(self, job_id: int, pairs: np.ndarray, store: bool, stream: Any = None) -> bool:
         t0 = time.perf_counter()
         if pairs.shape[0]:
+            if self._gpu is not None:
+                backed = self.space.info().backed_blocks
+                if backed != self._backed:  # pin what the space grew by
+                    self._gpu.register_space(self.space)
+                    self._backed = backed
             for plan in self._plans:
-                torch_side = (plan.torch_lay, plan.torch_base)
-                pool_side = (plan.pool_lay, plan.pool_base)
-                dst, src = (pool_side, torch_side) if store else (torch_side, pool_side)
+                dst, src = ((plan.pool_side, plan.torch_side) if store
+                            else (plan.torch_side, plan.pool_side))
                 if self._gpu is not None:
-                    ba = kvrt.BlockArray  # type: ignore[attr-defined]
-                    self._gpu.copy_blocks(ba(*dst), ba(*src),
-                                          [tuple(x) for x in pairs.tolist()],
-                                          stream=stream)
+                    self._gpu.copy_blocks(dst, src, pairs, stream=stream)
                 else:
-                    _copy(self.space._pool, dst, src, pairs)
+                    self.space._pool.copy_blocks(dst, src, pairs)
         nbytes = int(pairs.shape[0]) * self.bytes_per_block
         if self._gpu is not None:
             ev = torch.cuda.Event()
@@ -232,6 +218,10 @@ class KvpoolOffloadingWorker(OffloadingWorker):
         """Drain GPU jobs and leave the space."""
         for _job, ev, _n, _t in self._pending_gpu:
             ev.synchronize()
+        self._pending_gpu.clear()
+        if self._gpu is not None:
+            self._gpu.close()  # unregisters the space
+            self._gpu = None
         if self._on_shutdown is not None:
             cb, self._on_shutdown = self._on_shutdown, None
             cb()
