@@ -298,6 +298,13 @@ class HashTest(unittest.TestCase):
         self.assertEqual(offload_hash(k0), offload_hash(make_offload_key(h, 0)))
         self.assertNotEqual(offload_hash(k0), offload_hash(k1))
 
+    def test_embedded_with_several_workers(self) -> None:
+        from kvrt.vllm.spec import check_backend
+        check_backend(kvrt.Backend.EMBEDDED, 1)
+        check_backend(kvrt.Backend.KMOD, 8)
+        with self.assertRaisesRegex(ValueError, "kvpool_backend 'kmod'"):
+            check_backend(kvrt.Backend.EMBEDDED, 2)
+
     def test_settings_defaults(self) -> None:
         s = KvpoolSettings.from_extra_config({"kvpool_quota_bytes": 1 << 20})
         self.assertEqual((s.backend, s.space_prefix, s.priority), ("auto", "vllm", 50))

@@ -21,8 +21,8 @@ def offload_hash(key: bytes) -> bytes:
 
     The key is vLLM's block hash followed by the 4-byte KV group index, so
     every group gets its own kvpool hash; the derivation is deterministic
-    and the same in every process (vLLM's own hashes are only equal across
-    processes when PYTHONHASHSEED is set: see Documentation/python.rst).
+    and the same in every process (vLLM's own hashes are equal across
+    processes when their root seed is: see Documentation/python.rst).
     """
     return hashlib.blake2b(bytes(key), digest_size=32, person=_PERSON).digest()
 

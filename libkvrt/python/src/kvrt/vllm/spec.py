@@ -165,7 +165,18 @@ def _pool_key(s: KvpoolSettings) -> Tuple[str, Optional[str], int]:
     return (s.backend, s.device, s.pool_bytes)
 
 
-def open_shared_space(settings: KvpoolSettings, name: str, block_bytes: int) -> kvrt.Space:
+def check_backend(backend: kvrt.Backend, world_size: int) -> None:
+    """An embedded pool is private to its process: with several workers
+    (TP/PP > 1, each its own process) the scheduler and the workers would
+    each see a space of their own, and loads would read blocks nobody wrote."""
+    if backend == kvrt.Backend.EMBEDDED and world_size > 1:
+        raise ValueError(f"kvpool: the embedded pool lives in one process, and this engine "
+                         f"has {world_size} worker processes: load the kvpool module and "
+                         "pass kvpool_backend 'kmod' (or run with one worker)")
+
+
+def open_shared_space(settings: KvpoolSettings, name: str, block_bytes: int,
+                      world_size: int = 1) -> kvrt.Space:
     """Create or join ``name`` through this process's shared Pool; counted."""
     quota = settings.quota_bytes or settings.quota_blocks * block_bytes
     if quota < block_bytes:
@@ -185,6 +196,7 @@ def open_shared_space(settings: KvpoolSettings, name: str, block_bytes: int) -> 
             pool = kvrt.Pool(settings.backend, device=settings.device,
                              pool_bytes=settings.pool_bytes)
             _pools[pk] = pool
+        check_backend(pool.backend, world_size)
         try:
             sp = pool.create_space(name, block_bytes=block_bytes, quota_bytes=quota)
         except kvrt.InvalidArgumentError as e:
@@ -262,7 +274,8 @@ class KvpoolOffloadingSpec(OffloadingSpec):
 
     def open_space(self) -> kvrt.Space:
         """This process's (counted) handle on the engine's space."""
-        return open_shared_space(self.settings, self.space_name, self.block_bytes)
+        return open_shared_space(self.settings, self.space_name, self.block_bytes,
+                                 self.config.parallel.world_size)
 
     def close_space(self) -> None:
         """Undo one :meth:`open_space`."""
