@@ -2,6 +2,7 @@
 """The scheduler side: vLLM's OffloadingManager over a kvpool space."""
 from __future__ import annotations
 
+import ctypes
 import hashlib
 from collections import defaultdict
 from typing import Callable, Collection, Dict, List, Optional, Sequence
@@ -12,6 +13,8 @@ from vllm.v1.kv_offload.base import (BlockIDsLoadStoreSpec, LookupResult, Offloa
                                      RequestOffloadingContext)
 
 import kvrt
+from kvrt import _lib
+from kvrt._call import check
 
 _PERSON = b"kvrt.vllm.v1"  # blake2b personalisation: a domain of its own
 
@@ -56,6 +59,17 @@ class KvpoolOffloadingManager(OffloadingManager):
         self._reset_free: List[int] = []
         self._reset_release: List[int] = []
         self._closed = False
+        # vLLM looks keys up one at a time: a direct call, no arrays per key
+        self._lookup_fn = _lib.lib.kvrt_lookup
+        self._one_id = ctypes.c_uint32()
+
+    def _lookup_one(self, key: OffloadKey) -> Optional[int]:
+        """kvrt_lookup of one key: its block (with a reader reference) or None."""
+        n = self._lookup_fn(self.space._ptr(), 1, offload_hash(key),
+                            ctypes.byref(self._one_id), None)
+        if n < 0:
+            check(n, "kvrt_lookup", f"space {self.space.name!r}")
+        return self._one_id.value if n else None
 
     # ---- lookups and loads ---------------------------------------------------
 
@@ -67,18 +81,17 @@ class KvpoolOffloadingManager(OffloadingManager):
             return LookupResult.HIT
         if key in self._pending:
             return LookupResult.HIT_PENDING
-        ids = self.space.lookup(offload_hash(key))
-        if ids.size == 0:
+        bid = self._lookup_one(key)
+        if bid is None:
             return LookupResult.MISS
-        self._step_pins[key].append(int(ids[0]))
+        self._step_pins[key].append(bid)
         return LookupResult.HIT
 
     def _take(self, key: OffloadKey) -> Optional[int]:
         pins = self._step_pins.get(key)
         if pins:
             return pins.pop()
-        ids = self.space.lookup(offload_hash(key))
-        return int(ids[0]) if ids.size else None
+        return self._lookup_one(key)
 
     def prepare_load(self, keys: Collection[OffloadKey],
                      req_context: ReqContext) -> KvpoolLoadStoreSpec:
