@@ -289,6 +289,62 @@ class WorkerTest(unittest.TestCase):
                                    worker_bytes=self.spec.worker_bytes)
 
 
+class ManagerTest(unittest.TestCase):
+    """Paths the scheduler scenarios do not take: failed stores, reset, shutdown."""
+
+    def setUp(self) -> None:
+        from vllm.v1.kv_offload.base import ReqContext, make_offload_key
+        self.sched = vu.make_scheduler(vu.kvpool_extra(kvpool_tenant=tenant()))
+        self.m = self.sched.connector.connector_scheduler.manager
+        self.ctx = ReqContext(req_id="x")
+        self.keys = [make_offload_key(bytes([i]) * 32, 0) for i in range(1, 6)]
+
+    def tearDown(self) -> None:
+        self.sched.connector.shutdown()
+
+    def test_failed_store_frees(self) -> None:
+        from vllm.v1.kv_offload.base import LookupResult
+        out = self.m.prepare_store(self.keys, self.ctx)
+        self.assertEqual(out.keys_to_store, self.keys)
+        self.assertEqual(self.m.lookup(self.keys[0], self.ctx), LookupResult.HIT_PENDING)
+        self.m.complete_store(self.keys, self.ctx, success=False)
+        st = self.m.space.stats()
+        self.assertEqual((st.allocs, st.frees), (5, 5))
+        self.assertEqual(self.m.lookup(self.keys[0], self.ctx), LookupResult.MISS)
+
+    def test_store_skips_present_prefix(self) -> None:
+        self.m.complete_store(self.m.prepare_store(self.keys[:3], self.ctx).keys_to_store,
+                              self.ctx)
+        out = self.m.prepare_store(self.keys, self.ctx)
+        self.assertEqual(out.keys_to_store, self.keys[3:])
+        self.assertEqual(len(out.store_spec.block_ids), 2)
+        self.m.complete_store(out.keys_to_store, self.ctx)
+        self.assertEqual(cached(self.m.space), 5)
+        self.assertEqual(self.m.space.stats().my_refs, 0)
+
+    def test_reset_waits_for_flush(self) -> None:
+        from vllm.v1.kv_offload.base import LookupResult
+        self.m.complete_store(self.m.prepare_store(self.keys[:2], self.ctx).keys_to_store,
+                              self.ctx)
+        self.assertEqual(self.m.lookup(self.keys[0], self.ctx), LookupResult.HIT)
+        self.m.prepare_load([self.keys[0]], self.ctx)
+        self.m.prepare_store(self.keys[2:], self.ctx)
+        self.m.reset_cache()
+        st = self.m.space.stats()
+        self.assertEqual(st.my_refs, 1)  # the load's block: a worker may still read it
+        self.assertEqual(st.allocs - st.frees, 2 + 3)  # 2 published, 3 still written
+        self.m.on_reset_flushed()
+        st = self.m.space.stats()
+        self.assertEqual(st.my_refs, 0)
+        self.assertEqual(st.allocs - st.frees, 2)
+        self.assertEqual(self.m.held_blocks(), {"pins": 0, "loads": 0, "pending": 0})
+
+    def test_unpinned_prepare_load_is_an_error(self) -> None:
+        with self.assertRaisesRegex(RuntimeError, "lookup"):
+            self.m.prepare_load([self.keys[4]], self.ctx)
+        self.assertEqual(self.m.space.stats().my_refs, 0)
+
+
 class HashTest(unittest.TestCase):
     def test_group_and_determinism(self) -> None:
         from vllm.v1.kv_offload.base import make_offload_key
