@@ -19,7 +19,7 @@ CFLAGS_USER := -O2 -g -Wall -Wextra -Werror -I$(SRC)/include/uapi -I$(SRC)/kmod/
 export CFLAGS_USER
 
 .PHONY: all module lib tools selftests deps check check-core check-lib check-kmod check-debug \
-	check-tools check-install check-python check-sglang check-quick check-cuda lint demo demo-vm bench-pool clean help
+	check-tools check-install check-python check-vllm check-sglang check-quick check-cuda lint demo demo-vm bench-pool clean help
 
 all: module lib tools
 
@@ -30,6 +30,7 @@ help:
 	@echo "make check-core kvcore unit tests under ASan+UBSan, then the fuzzer (FUZZ_SECONDS=60)"
 	@echo "make check-lib  libkvrt tests, plain and under ASan+UBSan (embedded backend)"
 	@echo "make check-python the kvrt Python package: pip-installed into a throwaway venv, its unittests"
+	@echo "make check-vllm   kvrt.vllm, the offloading spec, driven by vLLM's own Scheduler"
 	@echo "make check-sglang kvrt.sglang, the HiCache storage backend, against SGLang's own classes"
 	@echo "make check-cuda the GPU kernels without a GPU: fatbin check (nvcc), CPU emulator run, the GPU run's dry run"
 	@echo "make check-tools host tests of the tools (kvctl on a fake sysfs tree)"
@@ -104,6 +105,9 @@ check-python: deps lib
 
 # kvpool as the KV tier of the engines themselves, pinned in
 # libkvrt/python/engines/ (venvs cached outside the clone).
+check-vllm: deps lib
+	bash libkvrt/python/engines/vllm/check.sh
+
 check-sglang: deps lib
 	bash libkvrt/python/engines/sglang/check.sh
 
@@ -112,7 +116,7 @@ check-install: deps lib tools
 
 # Each suite's log goes to $(LOGDIR); the summary sums their closing lines.
 LOGDIR ?= $(or $(TMPDIR),/tmp)/kvpool-check
-CHECK_SUITES ?= check-core check-lib check-cuda check-tools check-python check-sglang check-kmod check-debug lint check-install
+CHECK_SUITES ?= check-core check-lib check-cuda check-tools check-python check-vllm check-sglang check-kmod check-debug lint check-install
 
 check: deps
 	@mkdir -p $(LOGDIR); rc=0; times=""; \
