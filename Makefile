@@ -106,10 +106,10 @@ check-python: deps lib
 # kvpool as the KV tier of the engines themselves, pinned in
 # libkvrt/python/engines/ (venvs cached outside the clone).
 check-vllm: deps lib
-	bash libkvrt/python/engines/vllm/check.sh
+	bash libkvrt/python/engines/check.sh vllm
 
 check-sglang: deps lib
-	bash libkvrt/python/engines/sglang/check.sh
+	bash libkvrt/python/engines/check.sh sglang
 
 check-install: deps lib tools
 	bash packaging/test-install.sh
