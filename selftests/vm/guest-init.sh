@@ -7,7 +7,8 @@
 # KUnit: the debug kernel), the static selftests (/tests/*_test) and the tools
 # (/kvbench, /kvpool-demo).
 #
-# The mode comes from the kernel command line (kvpool_mode=check|demo|bench);
+# The mode comes from the kernel command line (kvpool_mode=check|demo|bench|
+# exec); exec runs the shell command in /etc/kvpool-vm.exec (run-vm.sh exec).
 # the rest of the settings from /etc/kvpool-vm.conf, written by run-vm.sh.
 # Whatever happens, the last thing printed is the line
 #	KVPOOL-VM-RESULT: <rc>
@@ -406,6 +407,17 @@ mode_bench() {
 	return $rc
 }
 
+# run-vm.sh exec: the caller's command, with the module loaded and /bin/host-run
+# there to start host programs; its status is the result.
+mode_exec() {
+	t0=$(now_cs)
+	cd /tmp && sh /etc/kvpool-vm.exec
+	st=$?
+	log "exec: status $st ($(elapsed "$t0"))"
+	unload || st=1
+	return $st
+}
+
 # --- main ------------------------------------------------------------------
 
 mount -t proc proc /proc
@@ -428,7 +440,7 @@ log "kernel $(uname -r), $(nproc) cpus"
 grep -h MemTotal /sys/devices/system/node/node*/meminfo | sed 's/^/vm: /'
 
 case $mode in
-check|faults|demo|bench) ;;
+check|faults|demo|bench|exec) ;;
 *)	log "FAIL: unknown kvpool_mode '$mode'"; finish 2 ;;
 esac
 
@@ -465,7 +477,7 @@ if ! insmod /kvpool.ko $KVPOOL_MODARGS; then
 	finish 1
 fi
 log "insmod kvpool.ko $KVPOOL_MODARGS: ok"
-if [ "$mode" != demo ] && [ "$mode" != bench ] && ! invariant_ok "insmod"; then
+if [ "$mode" != demo ] && [ "$mode" != bench ] && [ "$mode" != exec ] && ! invariant_ok "insmod"; then
 	failed=$((failed + 1))
 fi
 

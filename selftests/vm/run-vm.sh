@@ -10,6 +10,13 @@
 #   run-vm.sh demo    tools/kvpool-demo, then the sysfs and debugfs files
 #   run-vm.sh bench   kvbench pool --json; lines go to bench/results/
 #   run-vm.sh accel   only print the accelerator that would be used
+#   run-vm.sh exec 'CMD'   run the shell command CMD in the guest (busybox sh,
+#                     module loaded, hostfs on: 'host-run python3 ...' runs
+#                     the host's programs); its exit status is the result
+#
+# check runs the static selftests of selftests/kvpool and the host tests of
+# selftests/vm/host-tests: guest scripts that run host programs (python3)
+# through host-run, which needs the host's / exported to the guest (hostfs.sh).
 #
 # The console streams to stdout.  The exit status is the guest's verdict
 # (its "KVPOOL-VM-RESULT: rc" line), or 1 when the guest never printed one.
@@ -28,7 +35,12 @@
 #   KVPOOL_VM_TESTDIR        where the *_test binaries are (selftests/kvpool)
 #   KVPOOL_VM_DEMO, KVPOOL_VM_KVBENCH   the tool binaries (tools/*/); every
 #                            static tools/NAME/NAME is also in the guest's /bin
-#   KVPOOL_TESTS             run only these test binaries (names, space-separated)
+#   KVPOOL_TESTS             run only these tests (names of selftests/kvpool or
+#                            selftests/vm/host-tests, space-separated)
+#   KVPOOL_VM_HOST_TESTS=0   leave the host tests out of the default set (a
+#                            kernel without 9p modules: the debug lane)
+#   KVPOOL_VM_HOSTFS=1       export the host's / even when no host test runs
+#   KVPOOL_VM_MEM_MB         guest memory, split over its 2 nodes (default 2048)
 #   KVPOOL_VM_DEBUG_TESTS=1  also run the *_dbgtest binaries (debug kernel only)
 #   KVPOOL_VM_APPEND         extra kernel command line
 #   KVPOOL_VM_KEEP=1         keep the work directory (initramfs, console log)
@@ -47,8 +59,11 @@ say() { echo "run-vm: $*"; }
 
 case $MODE in
 check | faults | demo | bench | accel) ;;
-*) die "usage: $0 check|faults|demo|bench|accel" ;;
+exec) [ -n "${2:-}" ] || die "usage: $0 exec 'shell command run in the guest'" ;;
+*) die "usage: $0 check|faults|demo|bench|accel|exec CMD" ;;
 esac
+# shellcheck source=selftests/vm/hostfs.sh
+. "$VMDIR/hostfs.sh"
 
 # --- what to boot ------------------------------------------------------------
 
@@ -266,6 +281,10 @@ TESTDIR=${KVPOOL_VM_TESTDIR:-$ROOT/selftests/kvpool}
 MODARGS=${KVPOOL_VM_MODARGS:-pool_mb_per_node=64}
 TEST_TIMEOUT=${KVPOOL_VM_TEST_TIMEOUT:-300}
 VM_TIMEOUT=${KVPOOL_VM_TIMEOUT:-900}
+MEM_MB=${KVPOOL_VM_MEM_MB:-2048}
+HOSTTESTDIR=$VMDIR/host-tests
+HOSTFS=${KVPOOL_VM_HOSTFS:-0}
+[ "$MODE" = exec ] && HOSTFS=1
 
 [ -f "$MODULE" ] || die "${MODULE#"$ROOT"/} missing: run 'make module' first"
 if [ -n "$modver" ] && [ -z "${KVPOOL_VM_KERNEL:-}" ] && [ "$modver" != "$KVER" ]; then
@@ -274,6 +293,8 @@ fi
 case $MODARGS in *[!A-Za-z0-9_=,.\ -]*) die "KVPOOL_VM_MODARGS has unexpected characters" ;; esac
 [[ $TEST_TIMEOUT =~ ^[0-9]+$ ]] || die "KVPOOL_VM_TEST_TIMEOUT must be seconds"
 [[ $VM_TIMEOUT =~ ^[0-9]+$ ]] || die "KVPOOL_VM_TIMEOUT must be seconds"
+{ [[ $MEM_MB =~ ^[0-9]+$ ]] && [ "$MEM_MB" -ge 512 ] && [ $((MEM_MB % 2)) = 0 ]; } ||
+	die "KVPOOL_VM_MEM_MB must be an even number of MiB, at least 512"
 
 LOOP=
 for f in /lib/modules/"$KVER"/kernel/drivers/block/loop.ko{,.xz,.zst,.gz}; do
@@ -299,13 +320,23 @@ if [ "$MODE" = check ]; then
 	[ -d "$TESTDIR" ] || die "${TESTDIR#"$ROOT"/} missing: run 'make selftests' first"
 	if [ -n "${KVPOOL_TESTS:-}" ]; then
 		for n in $KVPOOL_TESTS; do
-			[ -x "$TESTDIR/$n" ] || die "KVPOOL_TESTS names $n, which is not in ${TESTDIR#"$ROOT"/}"
-			TESTS+=("$TESTDIR/$n")
+			if [ -x "$TESTDIR/$n" ]; then
+				TESTS+=("$TESTDIR/$n")
+			elif [ -x "$HOSTTESTDIR/$n" ]; then
+				TESTS+=("$HOSTTESTDIR/$n")
+			else
+				die "KVPOOL_TESTS names $n, which is in neither ${TESTDIR#"$ROOT"/} nor ${HOSTTESTDIR#"$ROOT"/}"
+			fi
 		done
 	else
 		for f in "$TESTDIR"/*_test; do
 			[ -f "$f" ] && [ -x "$f" ] && TESTS+=("$f")
 		done
+		if [ "${KVPOOL_VM_HOST_TESTS:-1}" = 1 ]; then
+			for f in "$HOSTTESTDIR"/*_test; do
+				[ -f "$f" ] && [ -x "$f" ] && TESTS+=("$f")
+			done
+		fi
 		# *_dbgtest need debug-kernel features; the debug lane asks for them.
 		if [ "${KVPOOL_VM_DEBUG_TESTS:-0}" = 1 ]; then
 			for f in "$TESTDIR"/*_dbgtest; do
@@ -314,11 +345,21 @@ if [ "$MODE" = check ]; then
 		fi
 	fi
 	[ ${#TESTS[@]} -gt 0 ] || die "no *_test binaries in ${TESTDIR#"$ROOT"/}: run 'make selftests' first"
-	for f in "${TESTS[@]}"; do need_static "$f" "make selftests"; done
+	for f in "${TESTS[@]}"; do
+		case $f in
+		"$HOSTTESTDIR"/*) HOSTFS=1 ;;
+		*) need_static "$f" "make selftests" ;;
+		esac
+	done
 elif [ "$MODE" = faults ]; then
 	# Needs a FAULT_INJECTION kernel: selftests/debug/check-debug.sh runs it.
 	TESTS=("$TESTDIR/fault_inject")
 	need_static "${TESTS[0]}" "make selftests"
+fi
+
+# The host tests import kvrt from the tree, over the in-tree libkvrt.
+if [ "$HOSTFS" = 1 ] && [ "$MODE" = check ]; then
+	[ -f "$ROOT/libkvrt/build/libkvrt.so.0" ] || die "libkvrt/build/libkvrt.so.0 missing (the host tests load it): run 'make lib' first"
 fi
 
 DEMO=${KVPOOL_VM_DEMO:-$ROOT/tools/kvpool-demo/kvpool-demo}
@@ -380,7 +421,16 @@ done
 cat >"$R/etc/kvpool-vm.conf" <<EOF
 KVPOOL_MODARGS='$MODARGS'
 KVPOOL_TEST_TIMEOUT=$TEST_TIMEOUT
+KVPOOL_HOST_ROOT='$ROOT'
 EOF
+[ "$MODE" != exec ] || printf '%s\n' "$2" >"$R/etc/kvpool-vm.exec"
+HOSTFS_ARGS=()
+if [ "$HOSTFS" = 1 ]; then
+	case $ROOT in *\'*) die "hostfs: the tree's path $ROOT has a quote" ;; esac
+	hostfs_install "$R"
+	mapfile -t HOSTFS_ARGS < <(hostfs_qemu_args)
+	say "hostfs: the host's / goes to the guest read-only (9p; $(find "$R/hostfs" -name '*.ko' | wc -l) modules)"
+fi
 (cd "$R" && find . | LC_ALL=C sort | cpio -o -H newc -R 0:0 --quiet) | gzip -1 >"$WORK/initrd.gz"
 t_built=$(date +%s%N)
 say "initramfs: $(du -h "$WORK/initrd.gz" | cut -f1) (${#TESTS[@]} tests) in $(((t_built - t_start) / 1000000)) ms"
@@ -391,10 +441,10 @@ say "initramfs: $(du -h "$WORK/initrd.gz" | cut -f1) (${#TESTS[@]} tests) in $((
 # check, and the kernel panics ("IO-APIC + timer doesn't work").
 APPEND="console=ttyS0 panic=-1 quiet cryptomgr.notests no_timer_check kvpool_mode=$MODE ${KVPOOL_VM_APPEND:-}"
 # shellcheck disable=SC2054	# the commas are QEMU's
-QARGS=(-name kvpool-vm -machine pc "${ACCEL_ARGS[@]}" -m 2G -smp 2,sockets=2,cores=1,threads=1
-	-object memory-backend-ram,id=m0,size=1G -numa node,nodeid=0,cpus=0,memdev=m0
-	-object memory-backend-ram,id=m1,size=1G -numa node,nodeid=1,cpus=1,memdev=m1
-	-kernel "$BOOTIMG" -initrd "$WORK/initrd.gz" -append "$APPEND"
+QARGS=(-name kvpool-vm -machine pc "${ACCEL_ARGS[@]}" -m "${MEM_MB}M" -smp 2,sockets=2,cores=1,threads=1
+	-object memory-backend-ram,id=m0,size=$((MEM_MB / 2))M -numa node,nodeid=0,cpus=0,memdev=m0
+	-object memory-backend-ram,id=m1,size=$((MEM_MB / 2))M -numa node,nodeid=1,cpus=1,memdev=m1
+	-kernel "$BOOTIMG" -initrd "$WORK/initrd.gz" -append "$APPEND" "${HOSTFS_ARGS[@]}"
 	# Like -nographic, minus the firmware's escape codes on the serial line.
 	-nodefaults -display none -monitor none -serial stdio -no-reboot)
 LOG=$WORK/console.log
