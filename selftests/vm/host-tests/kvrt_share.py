@@ -48,6 +48,12 @@ PAGE = os.sysconf("SC_PAGE_SIZE")
 WAIT_S = 120.0
 
 
+def need(ok: bool, what: str) -> None:
+    """Fail the mode (an assert would vanish under python -O)."""
+    if not ok:
+        raise AssertionError(what)
+
+
 def prompt_tokens(extra_blocks: int = 0) -> List[int]:
     """The prompt: PREFIX_BLOCKS full blocks (+ extra_blocks never published)."""
     return list(range(1000, 1000 + (PREFIX_BLOCKS + extra_blocks) * BLOCK_TOKENS))
@@ -70,24 +76,25 @@ def pfns(view: np.ndarray) -> List[int]:
         raw = f.read(n * 8)
     out = []
     for e in np.frombuffer(raw, dtype="<u8").tolist():
-        if not e >> 63:
-            raise AssertionError("a page of the view is not present after it was touched")
+        need(bool(e >> 63), "a page of the view is not present after it was touched")
         pfn = e & ((1 << 55) - 1)
-        if pfn == 0:
-            raise AssertionError("pagemap hides the PFNs (not CAP_SYS_ADMIN?)")
+        need(pfn != 0, "pagemap hides the PFNs (not CAP_SYS_ADMIN?)")
         out.append(pfn)
     return out
 
 
 def prefix_view(space: kvrt.Space, ids: np.ndarray) -> List[np.ndarray]:
+    """Zero-copy uint8 views of the blocks ``ids``, in order."""
     return [space.block_view(int(i)) for i in ids]
 
 
 def used(pool: kvrt.Pool) -> int:
+    """Bytes of the pool held by spaces (the module's accounting)."""
     return pool.info().used_bytes
 
 
 def write_json(path: str, obj: Dict[str, Any]) -> None:
+    """Write ``obj`` to ``path`` so that a poller never sees half of it."""
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
         json.dump(obj, f)
@@ -97,6 +104,8 @@ def write_json(path: str, obj: Dict[str, Any]) -> None:
 # ---- children -------------------------------------------------------------
 
 def mode_writer(a: Dict[str, Any]) -> None:
+    """Publish the prefix in a new space ``a["space"]``; report to ``a["out"]``;
+    hold it until the file ``a["done"]`` exists."""
     with kvrt.Pool("kmod") as pool:
         u0 = used(pool)
         # 0666: the foreign check must be refused by the owner check, not the mode.
@@ -108,9 +117,9 @@ def mode_writer(a: Dict[str, Any]) -> None:
         for v, row in zip(views, pat):
             v[:] = row
         hashes = kvrt.hash_prompt(prompt_tokens(), BLOCK_TOKENS)
-        assert len(hashes) == PREFIX_BLOCKS, len(hashes)
+        need(len(hashes) == PREFIX_BLOCKS, f"hash_prompt gave {len(hashes)} hashes")
         res = sp.publish(ids, hashes)
-        assert res.dedups == 0 and list(res.ids) == list(ids), res
+        need(res.dedups == 0 and list(res.ids) == list(ids), f"publish: {res}")
         u1 = used(pool)
         st = sp.stats()
         write_json(a["out"], {
@@ -132,18 +141,19 @@ def mode_writer(a: Dict[str, Any]) -> None:
 
 
 def mode_reader(a: Dict[str, Any]) -> None:
+    """Join ``a["space"]``, read the prefix back; cost a second tier; report."""
     with kvrt.Pool("kmod") as pool:
         u0 = used(pool)
         sp = pool.join_space(a["space"])
         # One more block than was published: the lookup must stop at the prefix.
         hashes = kvrt.hash_prompt(prompt_tokens(extra_blocks=1), BLOCK_TOKENS)
         hit = sp.lookup(hashes)
-        assert len(hit) == PREFIX_BLOCKS, f"lookup hit {len(hit)} of {PREFIX_BLOCKS} blocks"
+        need(len(hit) == PREFIX_BLOCKS, f"lookup hit {len(hit)} of {PREFIX_BLOCKS} blocks")
         views = prefix_view(sp, hit)
         got = np.stack([v.copy() for v in views])
         want = pattern()
         bad = int(np.count_nonzero((got != want).any(axis=1)))
-        assert bad == 0, f"{bad} of {PREFIX_BLOCKS} blocks differ from the writer's bytes"
+        need(bad == 0, f"{bad} of {PREFIX_BLOCKS} blocks differ from the writer's bytes")
         my_pfns = [p for v in views for p in pfns(v)]
         u1 = used(pool)
         st = sp.stats()
@@ -167,6 +177,7 @@ def mode_reader(a: Dict[str, Any]) -> None:
 
 
 def mode_foreign(a: Dict[str, Any]) -> None:
+    """As uid FOREIGN_UID: try ``a["space"]`` without, then with expect_uid; report."""
     uid = FOREIGN_UID
     # kvpool fixes rights when the device is opened: drop first, then open.
     os.setgroups([])
@@ -201,6 +212,8 @@ def mode_foreign(a: Dict[str, Any]) -> None:
 # ---- the run ----------------------------------------------------------------
 
 class Tap:
+    """TAP lines, one per check; a failed check's reason follows as comments."""
+
     def __init__(self) -> None:
         self.n = 0
         self.failed = 0
@@ -282,6 +295,7 @@ def load(path: str) -> Dict[str, Any]:
 
 
 def mode_run() -> int:
+    """The test: writer, then reader, then foreign; TAP out, 0 when all passed."""
     tap = Tap()
     print("TAP version 13\n1..7", flush=True)
     tmp = tempfile.mkdtemp(prefix="kvrt-share.")
@@ -324,9 +338,9 @@ def mode_run() -> int:
         shared = w["used_after"] - w["used_before"]
         joined = r.get("used_after", -1) - w["used_before"]
         second = r.get("copy_used_after", 0) - r.get("copy_used_before", 0)
-        print(f"# prefix {prefix} bytes; pool used: writer +{shared}, after the reader "
-              f"joined and read +{joined} (one copy for 2 processes); a separate tier "
-              f"+{second}, two tiers +{shared + second}", flush=True)
+        print(f"# prefix {prefix} bytes; pool used: writer +{shared}, with the reader "
+              f"joined and read too +{joined}; a separate tier +{second}, so two tiers "
+              f"would hold +{shared + second}", flush=True)
         tap.check(ok and shared >= prefix and joined == shared and second >= prefix
                   and r["backed_bytes"] == w["backed_bytes"]
                   and r["published"] == w["published"] == PREFIX_BLOCKS,
@@ -336,12 +350,13 @@ def mode_run() -> int:
                                        if k not in ("pfns", "ids")}))
 
         # Another uid may open the device here, but not the space.
+        dev_mode = os.stat(DEVICE).st_mode & 0o7777
         os.chmod(DEVICE, 0o666)
         try:
             f_out = Child("foreign", {"space": space, "out": files["foreign"]},
                           logs["foreign"]).finish()
         finally:
-            os.chmod(DEVICE, 0o660)
+            os.chmod(DEVICE, dev_mode)
         ok = os.path.exists(files["foreign"])
         fo = load(files["foreign"]) if ok else {}
         tap.check(ok and fo["uid"] == FOREIGN_UID and fo["join"] == "AccessError"
