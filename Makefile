@@ -36,7 +36,7 @@ help:
 	@echo "make check-tools host tests of the tools (kvctl on a fake sysfs tree)"
 	@echo "make check-kmod the VM selftests against the real module (libkvrt's kmod backend too)"
 	@echo "make check-debug the VM suite on a KASAN/lockdep/kmemleak debug kernel (built once, cached)"
-	@echo "make check-quick check-core (10 s of fuzzing) and check-kmod: the fast loop"
+	@echo "make check-quick check-core, check-lib and check-kmod (fuzzers 10 s): the fast loop"
 	@echo "make lint       checkpatch --strict, sparse, -Werror userspace"
 	@echo "make check-install  make install/install-dkms into a scratch DESTDIR, then use what it put there"
 	@echo "make install    libkvrt, kvrt.h, kvrt.pc, the tools, man pages, udev rule (PREFIX, DESTDIR)"

@@ -2,8 +2,10 @@
 /*
  * kvpool: /dev/kvpool, a host-wide pool of pinned pages handed out as
  * KV-cache blocks.  This file holds the module glue and the ioctl
- * dispatcher; every ioctl validates flags, reserved fields and counts here,
- * before anything is allocated.
+ * dispatcher.  Every ioctl validates flags, reserved fields and counts
+ * before anything is allocated: here, except PUBLISH, LOOKUP and
+ * SPACE_STATS (prefix.c) and RESIDENCY (residency.c), which check their own
+ * arguments where they are used.
  */
 #include <linux/fs.h>
 #include <linux/miscdevice.h>
