@@ -2,7 +2,8 @@
 /*
  * The pool: pinned chunks reserved per NUMA node.  Chunks are allocated at
  * load and on sysfs growth, handed to spaces whole, and given back to the
- * page allocator only when free and unreferenced (design invariant 2).
+ * page allocator only when free and unreferenced: no page that a user
+ * mapping or a DMA pin still holds is freed (Documentation/kvpool.rst, Pool).
  */
 #include <linux/gfp.h>
 #include <linux/mm.h>

@@ -8,7 +8,8 @@
  * goes whole, with every chunk under it.  Mappings of the chunks are
  * zapped, in the space's own address_space (kvp_space.inode); a work item
  * waits a grace period and only then reads the page counts: a chunk still
- * mapped or pinned waits on the held list (invariant 2).
+ * mapped or pinned waits on the held list, since no mapped or pinned page
+ * is ever freed or reused (Documentation/kvpool.rst, Pool).
  */
 #include <linux/math64.h>
 #include <linux/mm.h>

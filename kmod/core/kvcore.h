@@ -27,7 +27,8 @@
  *
  * Reader references are counted per holder in a struct kvc_refs, which the
  * host keeps per owner so that closing an owner drops exactly its
- * references (design invariant 4).
+ * references: everything a descriptor holds is released when it closes,
+ * and nothing else releases it (Documentation/kvpool.rst).
  */
 #ifndef KVCORE_H
 #define KVCORE_H

@@ -912,7 +912,7 @@ static bool readable(struct kvrt_space *s)
 	return p.fd >= 0 && poll(&p, 1, 0) == 1 && (p.revents & POLLIN);
 }
 
-/* Blocks in each state add up (design invariant 1, as the library sees it). */
+/* Accounting closes: free + owned + published + cached + holes == backed. */
 static void check_accounting(struct kvrt_space *s)
 {
 	struct kvrt_space_info i = info(s);
