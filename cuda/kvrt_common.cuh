@@ -4,7 +4,7 @@
  *
  *   - the execution-model shim: CUDA proper, or (KVRT_EMU) the host
  *     emulator in test/emu.h that runs the same source on the CPU;
- *   - dtype conversions that are bit-exact with libkvrt/src/dtype.c
+ *   - dtype conversions that are bit-exact with libkvrt/src/kv/dtype.c
  *     (round-to-nearest-even, the same saturation and NaN handling), so
  *     appended bytes and written outputs match the CPU's;
  *   - fast fp8 e4m3 decoding (hardware cvt on sm_89+, a shift trick else);

@@ -35,7 +35,7 @@
 
 extern "C" {
 #include "kvrt.h"
-#include "dtype.h"
+#include "kv/dtype.h"
 }
 #include "../kvrt_gpu_abi.h"
 #include "emu.h"

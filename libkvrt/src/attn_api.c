@@ -28,7 +28,7 @@
 #include <stdint.h>
 
 #include "internal.h"
-#include "dtype.h"
+#include "kv/dtype.h"
 #include "attn_internal.h"
 
 static int qo_dtype_ok(enum kvrt_dtype d)

@@ -42,7 +42,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "dtype.h"
+#include "kv/dtype.h"
 #include "attn_internal.h"
 
 typedef float vf __attribute__((vector_size(VL * 4)));

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 
 #include "kvrt.h"
-#include "dtype.h"
+#include "kv/dtype.h"
 #include "attn_internal.h"
 
 /* Element d of K (kv = 0) or V (kv = 1) at position p, dequantised. */

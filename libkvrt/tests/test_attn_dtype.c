@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * test_attn_dtype: the element conversions of src/dtype.c, and the
+ * test_attn_dtype: the element conversions of src/kv/dtype.c, and the
  * attention kernels' own vectorised decoders.
  *
  * dtype.c (a copy of the source: its functions are not exported):
@@ -49,7 +49,7 @@
 #define kvrt_f32_to_fp8e4m3 copy_f32_to_fp8e4m3
 #define kvrt_load_f32 copy_load_f32
 #define kvrt_store_f32 copy_store_f32
-#include "../src/dtype.c"
+#include "../src/kv/dtype.c"
 #undef kvrt_dtype_size
 
 static int tap_n, tap_fail;
