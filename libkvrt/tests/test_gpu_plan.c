@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * The GPU host planning (src/gpu_plan.h), executed on the CPU: every plan
+ * The GPU host planning (src/gpu/gpu_plan.h), executed on the CPU: every plan
  * the planner makes is run task by task in float64 with the semantics the
  * kernels implement (kvrt_gpu_abi.h: a task's keys, its causal and window
  * mask, unnormalised partials merged by max-rescaling), and the result is
@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gpu_plan.h"
+#include "gpu/gpu_plan.h"
 #include "tap.h"
 
 static uint64_t rng = 0x9e3779b97f4a7c15ULL;
