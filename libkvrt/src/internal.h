@@ -3,6 +3,18 @@
  * internal.h: what libkvrt's source files share.  Nothing here is exported
  * (the library builds with -fvisibility=hidden and kvrt.map).
  *
+ * Where things live (basenames are unique across folders):
+ *   kvrt.c              the handle, backend choice, the space and prefix
+ *                       cache calls, dispatched to one of:
+ *   backend_kmod.c      spaces on /dev/kvpool
+ *   backend_embedded.c  spaces in this process, on kmod/core's kvcore
+ *   kv/                 layouts, dtypes, append, block copies, prefix
+ *                       hashing, and the bounds rule of layouts on mappings
+ *   attn/               CPU paged attention, its SIMD kernels and workers
+ *   gpu/                the GPU backend: driver loader and declarations,
+ *                       host registration, planning, attention, append,
+ *                       copies, the embedded kernels (gpu_fatbin.S)
+ *
  * Locking, outermost first:
  *   kvrt.lock         the handle's list of open spaces and, for the embedded
  *                     backend, its namespace (list of spaces, their refs,
