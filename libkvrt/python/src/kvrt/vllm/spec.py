@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 import re
 import threading
 from typing import Any, Dict, Mapping, Optional, Tuple
@@ -210,6 +211,18 @@ def open_shared_space(settings: KvpoolSettings, name: str, block_bytes: int,
             if have != block_bytes:
                 raise ValueError(_mismatch(name, have, block_bytes)) from None
             raise
+        except (kvrt.ExistsError, kvrt.AccessError) as e:
+            # kmod: the name is taken by a space another uid owns (or its mode
+            # keeps this uid out); say so instead of a bare EEXIST/EACCES.
+            err = type(e)(e.errno, f"kvpool space {name!r} exists and this process (uid "
+                                   f"{os.geteuid()}) may not join it: a space belongs to "
+                                   "the uid that created it; run this engine as that "
+                                   "user, or pass another kvpool_tenant (or "
+                                   "kvpool_space_name) for a space of its own "
+                                   f"[{e.strerror}]")
+            err.function = e.function
+            err.library_message = e.library_message
+            raise err from None
         _spaces[(pk, name)] = (sp, 1)
         return sp
 
