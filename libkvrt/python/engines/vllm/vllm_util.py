@@ -167,6 +167,9 @@ class Engine:
         self.loaded_blocks: List[Tuple[int, int]] = []  # (pool id, vLLM block)
         self.stored_blocks: List[Tuple[int, int]] = []
         self.scheduled: Dict[str, int] = {}  # request id -> tokens computed here
+        # What the scheduler itself reported (its stats): connector queries and hits.
+        self.connector_queries = 0
+        self.connector_hits = 0
 
     def external_tokens(self, req: Request) -> int:
         """Prompt tokens this engine did not compute: loaded from kvpool."""
@@ -200,7 +203,11 @@ class Engine:
                                     finished_sending=sending or None,
                                     finished_recving=recving or None,
                                     kv_connector_worker_meta=wmeta))
-        self.sched.update_from_output(out, mro)
+        for eco in self.sched.update_from_output(out, mro).values():
+            cs = eco.scheduler_stats.connector_prefix_cache_stats if eco.scheduler_stats else None
+            if cs is not None:
+                self.connector_queries += cs.queries
+                self.connector_hits += cs.hits
         return out
 
     def run(self, req: Request, max_steps: int = 20) -> Request:
