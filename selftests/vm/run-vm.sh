@@ -42,6 +42,11 @@
 #   KVPOOL_VM_HOSTFS=1       export the host's / even when no host test runs
 #   KVPOOL_VM_MEM_MB         guest memory, split over its 2 nodes (default 2048)
 #   KVPOOL_VM_DEBUG_TESTS=1  also run the *_dbgtest binaries (debug kernel only)
+#   KVPOOL_VM_VLLM_PYTHON    python of the pinned vLLM venv, for the engine host
+#                            tests (*_engtest: never in the default set; see
+#                            check-engines-vm.sh)
+#   KVPOOL_VM_VLLM_CACHE     a VLLM_CACHE_ROOT on the host whose model-info
+#                            cache the guest starts from (check-engines-vm.sh)
 #   KVPOOL_VM_APPEND         extra kernel command line
 #   KVPOOL_VM_KEEP=1         keep the work directory (initramfs, console log)
 
@@ -291,6 +296,7 @@ if [ -n "$modver" ] && [ -z "${KVPOOL_VM_KERNEL:-}" ] && [ "$modver" != "$KVER" 
 	die "${MODULE#"$ROOT"/} was built for $modver, which has no /boot/vmlinuz-$modver: install linux-image-$modver, or rebuild with 'make module KDIR=/usr/src/linux-headers-$KVER'"
 fi
 case $MODARGS in *[!A-Za-z0-9_=,.\ -]*) die "KVPOOL_VM_MODARGS has unexpected characters" ;; esac
+case ${KVPOOL_VM_VLLM_PYTHON:-}${KVPOOL_VM_VLLM_CACHE:-} in *[!A-Za-z0-9_/.+-]*) die "KVPOOL_VM_VLLM_PYTHON, KVPOOL_VM_VLLM_CACHE: pass plain paths (letters, digits, _/.+-)" ;; esac
 [[ $TEST_TIMEOUT =~ ^[0-9]+$ ]] || die "KVPOOL_VM_TEST_TIMEOUT must be seconds"
 [[ $VM_TIMEOUT =~ ^[0-9]+$ ]] || die "KVPOOL_VM_TIMEOUT must be seconds"
 { [[ $MEM_MB =~ ^[0-9]+$ ]] && [ "$MEM_MB" -ge 512 ] && [ $((MEM_MB % 2)) = 0 ]; } ||
@@ -422,6 +428,8 @@ cat >"$R/etc/kvpool-vm.conf" <<EOF
 KVPOOL_MODARGS='$MODARGS'
 KVPOOL_TEST_TIMEOUT=$TEST_TIMEOUT
 KVPOOL_HOST_ROOT='$ROOT'
+KVPOOL_VLLM_PYTHON='${KVPOOL_VM_VLLM_PYTHON:-}'
+KVPOOL_VLLM_CACHE='${KVPOOL_VM_VLLM_CACHE:-}'
 EOF
 [ "$MODE" != exec ] || printf '%s\n' "$2" >"$R/etc/kvpool-vm.exec"
 HOSTFS_ARGS=()
