@@ -19,7 +19,7 @@ CFLAGS_USER := -O2 -g -Wall -Wextra -Werror -I$(SRC)/include/uapi -I$(SRC)/kmod/
 export CFLAGS_USER
 
 .PHONY: all module lib tools selftests deps check check-core check-lib check-kmod check-debug \
-	check-tools check-install check-python check-vllm check-sglang check-quick check-cuda lint demo demo-vm bench-pool clean help
+	check-tools check-install check-python check-vllm check-sglang check-engines-vm check-quick check-cuda lint demo demo-vm bench-pool clean help
 
 all: module lib tools
 
@@ -31,6 +31,7 @@ help:
 	@echo "make check-lib  libkvrt tests, plain and under ASan+UBSan (embedded backend)"
 	@echo "make check-python the kvrt Python package: pip-installed into a throwaway venv, its unittests"
 	@echo "make check-vllm   kvrt.vllm, the offloading spec, driven by vLLM's own Scheduler"
+	@echo "make check-engines-vm two vLLM engines share a prefix through the module in a VM (~25 min)"
 	@echo "make check-sglang kvrt.sglang, the HiCache storage backend, against SGLang's own classes"
 	@echo "make check-cuda the GPU kernels without a GPU: fatbin check (nvcc), CPU emulator run, the GPU run's dry run"
 	@echo "make check-tools host tests of the tools (kvctl on a fake sysfs tree)"
@@ -110,6 +111,11 @@ check-vllm: deps lib
 
 check-sglang: deps lib
 	bash libkvrt/python/engines/check.sh sglang
+
+# Two vLLM engine processes sharing a prefix through the module, in the VM.
+# Not in make check: importing vLLM under TCG alone takes about 8 minutes.
+check-engines-vm: deps module lib
+	bash selftests/vm/check-engines-vm.sh
 
 check-install: deps lib tools
 	bash packaging/test-install.sh
