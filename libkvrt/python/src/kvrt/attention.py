@@ -23,6 +23,7 @@ from ._buffer import as_buffer, is_torch_tensor
 from ._call import call, need_int, need_uint
 from .blocks import BlockArray
 from .layout import DType, DTypeLike, Layout, as_dtype
+from .pool import _Closable
 
 IntsLike = Union[Sequence[int], np.ndarray, Any]
 
@@ -368,7 +369,7 @@ def append_args(cache: KvCache, k: Any, v: Any, slots: IntsLike,
 # ---- attention --------------------------------------------------------------
 
 
-class Workers:
+class Workers(_Closable):
     """``kvrt_workers_create``: threads kept between attention calls.
 
     ``num_threads`` in all, the calling thread included (0: one per CPU of
@@ -401,12 +402,6 @@ class Workers:
     @property
     def closed(self) -> bool:
         return self._ptr is None
-
-    def __enter__(self) -> "Workers":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
 
     def __del__(self) -> None:
         try:

@@ -35,7 +35,7 @@ from .attention import (AttnImpl, BlockTable, IntsLike, KvCache, append_args, at
 from .blocks import BlockArray, PairsLike, check_copy, pairs_pointer
 from .errors import KvrtError, make_error
 from .layout import DTypeLike
-from .pool import Pool, Space
+from .pool import Pool, Space, _Closable
 
 
 def probe() -> Tuple[bool, str]:
@@ -174,7 +174,7 @@ class Plan:
         return PlanInfo(c.num_seqs, c.num_work, c.num_split, c.split_tokens, c.grid)
 
 
-class Gpu:
+class Gpu(_Closable):
     """``kvrt_gpu_open``: device ordinal ``device`` for ``pool``; a context
     manager (``kvrt_gpu_close`` on exit, which unregisters what is still
     registered).  Raises :class:`kvrt.NoDeviceError` with the library's
@@ -216,16 +216,6 @@ class Gpu:
             plan.close()
         self._plans.clear()
         h.request_close()
-
-    @property
-    def closed(self) -> bool:
-        return self._h.close_requested
-
-    def __enter__(self) -> "Gpu":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
 
     def __del__(self) -> None:
         try:

@@ -265,7 +265,7 @@ _C = TypeVar("_C", bound="_Closable")
 
 
 class _Closable:
-    """What Pool and Space share: ``closed``, and ``with`` closing on exit."""
+    """What every handle class shares: ``closed``, and ``with`` closing on exit."""
 
     _h: Any
 
