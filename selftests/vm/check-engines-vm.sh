@@ -19,7 +19,9 @@ venv=$(bash "$ROOT/libkvrt/python/engines/venv.sh" vllm) ||
 export KVPOOL_VM_VLLM_PYTHON=$venv/bin/python
 # vLLM's model-info cache for the test's tiny Llama, made here (seconds) so
 # that the guest need not inspect the model in a second interpreter (minutes).
-export KVPOOL_VM_VLLM_CACHE=${TMPDIR:-/tmp}/kvpool-vllm-cache.$(id -u)
+# Not under /tmp: the guest mounts its own tmpfs over the host's /tmp.
+KVPOOL_VM_VLLM_CACHE=${KVPOOL_CACHE:-$HOME/.cache/kvpool}/vm-vllm-cache
+export KVPOOL_VM_VLLM_CACHE
 VLLM_CACHE_ROOT=$KVPOOL_VM_VLLM_CACHE PYTHONPATH="$ROOT/libkvrt/python/src" \
 	KVRT_LIBRARY="$ROOT/libkvrt/build/libkvrt.so.0" "$KVPOOL_VM_VLLM_PYTHON" -c '
 import sys; sys.path.insert(0, sys.argv[1])

@@ -219,8 +219,8 @@ def mode_run() -> int:
             and not set(r["own_sha_before"]) & set(w["tensor_sha"].values())
         tap.check(same, "the load filled the reader's own KV tensors with exactly the "
                   "writer's bytes (and they held other bytes before)",
-                  "" if not ok else f"{sum(r['tensor_sha'].get(p) != s for p, s in w['tensor_sha'].items())}"
-                  " blocks differ")
+                  "" if not ok else str(sum(r["tensor_sha"].get(p) != s for p, s in
+                                            w["tensor_sha"].items())) + " blocks differ")
         wpf = dict(zip(w["ids"], zip(w["pool_sha"], w["pfns"])))
         rpf = dict(zip(r.get("ids", []), zip(r.get("pool_sha", []), r.get("pfns", []))))
         tap.check(ok and bool(rpf) and rpf == {k: wpf.get(k) for k in rpf},
