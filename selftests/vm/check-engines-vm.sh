@@ -9,7 +9,7 @@
 # the suite's "N passed, N failed" line; the exit status is the guest's.
 #
 # Environment: KVPOOL_VM_MEM_MB (default 4096 here), KVPOOL_VM_TEST_TIMEOUT
-# (1800), KVPOOL_VM_TIMEOUT (2400), and the others of run-vm.sh.
+# (2700), KVPOOL_VM_TIMEOUT (3300), and the others of run-vm.sh.
 set -eo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 venv=$(bash "$ROOT/libkvrt/python/engines/venv.sh" vllm) ||
@@ -31,6 +31,6 @@ import vllm_util as vu; vu.make_vllm_config(vu.kvpool_extra())' \
 export KVPOOL_TESTS=${KVPOOL_TESTS:-vllm_share_engtest}
 export KVPOOL_VM_MEM_MB=${KVPOOL_VM_MEM_MB:-4096}
 # import ~6 min, each engine's set-up and run a minute or more, on a loaded host
-export KVPOOL_VM_TEST_TIMEOUT=${KVPOOL_VM_TEST_TIMEOUT:-1800}
-export KVPOOL_VM_TIMEOUT=${KVPOOL_VM_TIMEOUT:-2400}
+export KVPOOL_VM_TEST_TIMEOUT=${KVPOOL_VM_TEST_TIMEOUT:-2700}
+export KVPOOL_VM_TIMEOUT=${KVPOOL_VM_TIMEOUT:-3300}
 exec bash "$ROOT/selftests/vm/run-vm.sh" check
