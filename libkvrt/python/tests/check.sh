@@ -9,7 +9,8 @@
 # (libkvrt/build/asan/libkvrt.so.0, make -C libkvrt asan-so), the runtime
 # preloaded into python; leak detection is off, as CPython keeps memory
 # to the end by design.  KVRT_PYTHON_ASAN=0 leaves that pass out.
-# Ends with one "N passed, N failed" line per pass.
+# Ends with one "N passed, N failed" line per pass (each after a "# NAME pass:"
+# line: make check's summary adds up lines that start with the count).
 set -eo pipefail
 PY=${1:-/usr/bin/python3}
 HERE=$(cd "$(dirname "$0")/.." && pwd)        # libkvrt/python
@@ -48,7 +49,7 @@ run_pass() {
 	skipped=$(grep -cE '\.\.\. skipped' "$log" || true)
 	# a sanitizer report ends the process: no "Ran" line, count it as a failure
 	[ -n "$ran" ] || { bad=$((bad + 1)); prc=1; }
-	SUMMARY+="$label: $(( ${ran:-0} - bad - skipped + 1 - ex_bad )) passed, $(( bad + ex_bad )) failed, $skipped skipped"$'\n'
+	SUMMARY+="# $label pass:"$'\n'"$(( ${ran:-0} - bad - skipped + 1 - ex_bad )) passed, $(( bad + ex_bad )) failed, $skipped skipped"$'\n'
 	return $prc
 }
 
@@ -63,7 +64,7 @@ if [ "${KVRT_PYTHON_ASAN:-1}" != 0 ]; then
 	UBSAN_RT=$(${CC:-gcc} -print-file-name=libubsan.so)
 	if [ ! -e "$ASAN_LIB" ]; then
 		echo "check-python: $ASAN_LIB is not built (make -C libkvrt asan-so)" >&2
-		SUMMARY+="asan: 0 passed, 1 failed, 0 skipped"$'\n'; rc=1
+		SUMMARY+="# asan pass:"$'\n'"0 passed, 1 failed, 0 skipped"$'\n'; rc=1
 	else
 		run_pass asan "$ASAN_LIB" LD_PRELOAD="$ASAN_RT $UBSAN_RT" \
 			ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:halt_on_error=1 \
