@@ -174,13 +174,13 @@ class _Geometry:
 
     def layout(self, num_blocks: int, st: Optional[Dict[str, int]] = None) -> Layout:
         """A kvrt layout of ``num_blocks`` pages: block-major, or with strides ``st``."""
-        lay = Layout.preset(LayoutKind.BLOCK_MAJOR, self.layers, self.heads, self.kdim,
-                            self.page_size, num_blocks, self.kdtype)
-        if st is not None:
-            c = lay._c
-            c.layer_stride, c.kv_stride, c.block_stride = st["layer"], st["kv"], st["block"]
-            c.token_stride, c.head_stride = st["token"], st["head"]
-        return lay
+        if st is None:
+            return Layout.preset(LayoutKind.BLOCK_MAJOR, self.layers, self.heads, self.kdim,
+                                 self.page_size, num_blocks, self.kdtype)
+        return Layout.custom(self.layers, self.heads, self.kdim, self.page_size, num_blocks,
+                             self.kdtype, layer_stride=st["layer"], kv_stride=st["kv"],
+                             block_stride=st["block"], token_stride=st["token"],
+                             head_stride=st["head"])
 
     def identity(self) -> Dict[str, Any]:
         return {"layers": self.layers, "heads": self.heads, "head_dim": self.head_dim,
