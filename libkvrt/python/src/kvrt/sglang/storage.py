@@ -44,6 +44,7 @@ from sglang.srt.mem_cache.hicache_storage import (HiCacheStorage, HiCacheStorage
                                                   HiCacheStorageExtraInfo)
 
 import kvrt
+from kvrt import process_pool
 from kvrt.layout import DType, Layout, LayoutKind
 
 logger = logging.getLogger("kvrt.sglang")
@@ -72,40 +73,6 @@ _LAYOUTS = ("layer_first", "page_first", "page_first_direct", "page_head")
 _KVRT_DTYPE = {torch.float32: DType.F32, torch.float16: DType.F16,
                torch.bfloat16: DType.BF16}
 _NAME_MAX = 63  # KVPOOL_NAME_MAX less the NUL
-
-
-# ---- one pool connection per process ---------------------------------------
-
-_pools: Dict[Tuple[str, Optional[str], int], List[Any]] = {}
-_pools_lock = threading.Lock()
-
-
-def _pool_get(backend: str, device: Optional[str], pool_bytes: int) -> kvrt.Pool:
-    """The process's Pool for these options, opened on first use.
-
-    One connection per process: with the embedded backend the pool is the
-    process's memory, so every storage instance of the process must use the
-    same one to share a space (as separate processes do through kmod).
-    """
-    key = (backend, device, pool_bytes)
-    with _pools_lock:
-        ent = _pools.get(key)
-        if ent is None or ent[0].closed:
-            ent = [kvrt.Pool(backend, device=device, pool_bytes=pool_bytes), 0]
-            _pools[key] = ent
-        ent[1] += 1
-        return ent[0]
-
-
-def _pool_put(pool: kvrt.Pool) -> None:
-    with _pools_lock:
-        for key, ent in list(_pools.items()):
-            if ent[0] is pool:
-                ent[1] -= 1
-                if ent[1] <= 0:
-                    del _pools[key]
-                    pool.close()
-                return
 
 
 # ---- layouts ----------------------------------------------------------------
@@ -305,8 +272,8 @@ class KvpoolStorage(HiCacheStorage):
             raise ValueError(f"extra_config kvpool_mode {self._mode:#o}: pass permission "
                              "bits, 0 to 0o777")
         self._lock = threading.RLock()
-        self._pool: Optional[kvrt.Pool] = _pool_get(self._backend, self._device,
-                                                    self._pool_bytes)
+        self._pool: Optional[kvrt.Pool] = process_pool.acquire(self._backend, self._device,
+                                                            self._pool_bytes)
         self._space: Optional[kvrt.Space] = None
         self._metrics: Dict[str, List[float]] = {"get": [], "set": [], "get_bw": [],
                                                  "set_bw": []}
@@ -375,7 +342,7 @@ class KvpoolStorage(HiCacheStorage):
                 self._space.close()
                 self._space = None
             if self._pool is not None:
-                _pool_put(self._pool)
+                process_pool.release(self._pool)
                 self._pool = None
 
     # ---- argument checks ------------------------------------------------

@@ -15,6 +15,7 @@ from vllm.v1.kv_offload.base import (CanonicalKVCaches, OffloadingManager, Offlo
 from vllm.v1.kv_offload.config import OffloadingConfig
 
 import kvrt
+from kvrt import process_pool
 
 PAGE_BYTES = 4096
 NAME_MAX = 63  # KVRT_NAME_MAX (64) less the NUL
@@ -151,15 +152,14 @@ def space_name_for(settings: KvpoolSettings, fingerprint: Mapping[str, Any]) -> 
     return name
 
 
-# ---- one Pool per process and backend, one Space per name ---------------------------
+# ---- one Space per name in this process, counted --------------------------------
 #
-# Embedded spaces live in the struct kvrt that created them, so the scheduler
-# and the worker of one process (TP=1) must share one Pool to meet; kmod
-# spaces are host-wide anyway.
+# The Pool comes from kvrt.process_pool: embedded spaces live in the struct
+# kvrt that created them, so the scheduler and the worker of one process
+# (TP=1) must share it to meet; kmod spaces are host-wide anyway.
 
 _lock = threading.Lock()
-_pools: Dict[Tuple[str, Optional[str], int], kvrt.Pool] = {}
-_spaces: Dict[Tuple[Tuple[str, Optional[str], int], str], Tuple[kvrt.Space, int]] = {}
+_spaces: Dict[Tuple[Tuple[str, Optional[str], int], str], Tuple[kvrt.Space, int, kvrt.Pool]] = {}
 
 
 def _pool_key(s: KvpoolSettings) -> Tuple[str, Optional[str], int]:
@@ -187,44 +187,51 @@ def open_shared_space(settings: KvpoolSettings, name: str, block_bytes: int,
         pk = _pool_key(settings)
         entry = _spaces.get((pk, name))
         if entry is not None:
-            sp, n = entry
+            sp, n, pool = entry
             if sp.info().block_bytes != block_bytes:
                 raise ValueError(_mismatch(name, sp.info().block_bytes, block_bytes))
-            _spaces[(pk, name)] = (sp, n + 1)
+            _spaces[(pk, name)] = (sp, n + 1, pool)
             return sp
-        pool = _pools.get(pk)
-        if pool is None or pool.closed:
-            pool = kvrt.Pool(settings.backend, device=settings.device,
-                             pool_bytes=settings.pool_bytes)
-            _pools[pk] = pool
-        check_backend(pool.backend, world_size)
+        pool = process_pool.acquire(settings.backend, settings.device, settings.pool_bytes)
         try:
-            sp = pool.create_space(name, block_bytes=block_bytes, quota_bytes=quota)
-        except kvrt.InvalidArgumentError as e:
-            # A join with another block_bytes is EINVAL: say which geometry differs.
-            try:
-                other = pool.join_space(name)
-            except kvrt.KvrtError:
-                raise e from None
-            have = other.info().block_bytes
-            other.close()
-            if have != block_bytes:
-                raise ValueError(_mismatch(name, have, block_bytes)) from None
+            sp = _create_or_join(pool, name, block_bytes, quota, world_size)
+        except BaseException:
+            process_pool.release(pool)
             raise
-        except (kvrt.ExistsError, kvrt.AccessError) as e:
-            # kmod: the name is taken by a space another uid owns (or its mode
-            # keeps this uid out); say so instead of a bare EEXIST/EACCES.
-            err = type(e)(e.errno, f"kvpool space {name!r} exists and this process (uid "
-                                   f"{os.geteuid()}) may not join it: a space belongs to "
-                                   "the uid that created it; run this engine as that "
-                                   "user, or pass another kvpool_tenant (or "
-                                   "kvpool_space_name) for a space of its own "
-                                   f"[{e.strerror}]")
-            err.function = e.function
-            err.library_message = e.library_message
-            raise err from None
-        _spaces[(pk, name)] = (sp, 1)
+        _spaces[(pk, name)] = (sp, 1, pool)
         return sp
+
+
+def _create_or_join(pool: kvrt.Pool, name: str, block_bytes: int, quota: int,
+                    world_size: int) -> kvrt.Space:
+    """Create or join ``name`` in ``pool``, with errors that say what differs."""
+    check_backend(pool.backend, world_size)
+    try:
+        sp = pool.create_space(name, block_bytes=block_bytes, quota_bytes=quota)
+    except kvrt.InvalidArgumentError as e:
+        # A join with another block_bytes is EINVAL: say which geometry differs.
+        try:
+            other = pool.join_space(name)
+        except kvrt.KvrtError:
+            raise e from None
+        have = other.info().block_bytes
+        other.close()
+        if have != block_bytes:
+            raise ValueError(_mismatch(name, have, block_bytes)) from None
+        raise
+    except (kvrt.ExistsError, kvrt.AccessError) as e:
+        # kmod: the name is taken by a space another uid owns (or its mode
+        # keeps this uid out); say so instead of a bare EEXIST/EACCES.
+        err = type(e)(e.errno, f"kvpool space {name!r} exists and this process (uid "
+                               f"{os.geteuid()}) may not join it: a space belongs to "
+                               "the uid that created it; run this engine as that "
+                               "user, or pass another kvpool_tenant (or "
+                               "kvpool_space_name) for a space of its own "
+                               f"[{e.strerror}]")
+        err.function = e.function
+        err.library_message = e.library_message
+        raise err from None
+    return sp
 
 
 def _mismatch(name: str, have: int, want: int) -> str:
@@ -240,12 +247,13 @@ def close_shared_space(settings: KvpoolSettings, name: str) -> None:
         entry = _spaces.get(key)
         if entry is None:
             return
-        sp, n = entry
+        sp, n, pool = entry
         if n > 1:
-            _spaces[key] = (sp, n - 1)
+            _spaces[key] = (sp, n - 1, pool)
             return
         del _spaces[key]
         sp.close()
+        process_pool.release(pool)
 
 
 def _round_up(n: int, to: int) -> int:
