@@ -24,15 +24,10 @@ WORK=$(mktemp -d "${TMPDIR:-/tmp}/kvrt-torch.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
 
 mkdir "$WORK/src" && cp -r "$HERE/pyproject.toml" "$HERE/README.md" "$HERE/src" "$WORK/src/"
-# The wheel is built by Debian's python (its setuptools and wheel), since a
-# venv made from a pip freeze lock has setuptools without bdist_wheel (pip
-# freeze leaves out setuptools and wheel); the package is pure Python, so
-# that wheel installs into any venv.
-SYSPY=${SYSTEM_PYTHON:-/usr/bin/python3}
-"$SYSPY" -m pip wheel -q --no-deps --no-index --no-build-isolation --disable-pip-version-check \
-	-w "$WORK/dist" "$WORK/src" 2>&1 | grep -v "^$" || true
-"$VPY" -m pip install -q --no-deps --no-index --force-reinstall --disable-pip-version-check \
-	"$WORK"/dist/kvrt-*.whl 2>&1 | grep -v "^$" || true
+# As engines/check.sh installs it: the venv's own setuptools (the engine
+# locks pin one that builds wheels), nothing fetched.
+"$VPY" -m pip install -q --no-deps --no-build-isolation --force-reinstall \
+	--disable-pip-version-check "$WORK/src" 2>&1 | grep -v "^$" || true
 cp -r "$HERE/tests" "$WORK/tests"
 cd "$WORK"
 export KVRT_LIBRARY="$LIB" KVRT_BACKEND=embedded
