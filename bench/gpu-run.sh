@@ -8,7 +8,9 @@
 #       builds libkvrt with its fatbin, test_gpu, kvbench and kvrt-demo, and
 #       copies what the run needs into DIR (default build/gpu-bundle): the
 #       programs, libkvrt.so.0, libcrypto.so.3 as a fallback, the SDPA peer
-#       script, and MANIFEST (commit, sha256, the glibc and sonames needed).
+#       script, the kvrt Python package with its tests, the wheels in
+#       GPU_RUN_WHEELS if set (numpy, for a machine whose python lacks it),
+#       and MANIFEST (commit, sha256, the glibc and sonames needed).
 #   bench/gpu-run.sh run BUNDLE OUTDIR   on the GPU machine (builds nothing):
 #       preflight (what the bundle needs and the machine lacks, said before
 #       anything runs), then the steps, most important first, each writing
@@ -17,6 +19,8 @@
 #                   and the CPU library                  (test_gpu.tap)
 #         memcheck  compute-sanitizer --tool memcheck on a short test_gpu
 #                                                        (memcheck.log)
+#         python    the kvrt package's torch tests, GPU ones required, with
+#                   the machine's python3 and torch       (python.log)
 #         attn      kvbench gpu-attn, with the SDPA peer (gpu-attn.jsonl, .log)
 #         copy      kvbench gpu-copy                     (gpu-copy.jsonl, .log)
 #         demo      kvrt-demo --device gpu                (demo.json, .log)
@@ -34,7 +38,7 @@
 #   GPU_RUN_DEADLINE seconds the whole run may take (default 420): a step
 #                    gets at most what is left, and one that cannot get its
 #                    minimum is skipped and says so
-#   GPU_RUN_STEPS    comma-separated steps (default test,memcheck,attn,copy,demo,profile)
+#   GPU_RUN_STEPS    comma-separated steps (default test,memcheck,python,attn,copy,demo,profile)
 #   GPU_RUN_PACK     a .tar file rewritten after every step with all of OUTDIR
 #                    (for a caller that brings back few files)
 #   GPU_RUN_ATTN_ARGS  more kvbench gpu-attn options (e.g. --batches 1,8,32,64)
@@ -86,6 +90,11 @@ bundle() {
 	cp libkvrt/build/plain/test_gpu tools/kvbench/kvbench tools/kvrt-demo/kvrt-demo "$dir/bin/"
 	cp -L libkvrt/build/libkvrt.so.0 "$dir/lib/libkvrt.so.0"
 	cp bench/sdpa_peer.py "$dir/"
+	mkdir -p "$dir/python" "$dir/wheels"
+	cp -r libkvrt/python/pyproject.toml libkvrt/python/README.md libkvrt/python/src \
+		libkvrt/python/tests "$dir/python/"
+	find "$dir/python" -name __pycache__ -prune -exec rm -rf {} +
+	[ -n "${GPU_RUN_WHEELS:-}" ] && cp "$GPU_RUN_WHEELS"/*.whl "$dir/wheels/"
 	crypto=$(soname_path libcrypto.so.3)
 	[ -n "$crypto" ] && cp -L "$crypto" "$dir/fallback/libcrypto.so.3"
 	# debug info stays here; the copies travel (the call carries 64 MiB at most)
@@ -101,7 +110,7 @@ bundle() {
 			echo "needs $(basename "$f"): $(objdump -p "$f" | awk '/NEEDED/ { printf "%s ", $2 }')"
 		done
 		echo "fatbin $(tr -d '\0' < cuda/build/kvrt_kernels.fatbin | grep -ao 'sm_[0-9a]*\|compute_[0-9a]*' | sort -u | tr '\n' ' ')"
-		(cd "$dir" && sha256sum bin/* lib/* fallback/* sdpa_peer.py)
+		(cd "$dir" && sha256sum bin/* lib/* fallback/* sdpa_peer.py wheels/* 2>/dev/null)
 	} > "$dir/MANIFEST"
 	say "bundle in $dir ($(du -sh "$dir" | cut -f1)):"
 	sed 's/^/    /' "$dir/MANIFEST"
@@ -117,7 +126,7 @@ run() {
 	out=$(cd "$out" && pwd)
 	profile=${GPU_RUN_PROFILE:-full}
 	case $profile in full|tiny) ;; *) echo "gpu-run: GPU_RUN_PROFILE is full or tiny, not '$profile'" >&2; exit 2;; esac
-	steps=${GPU_RUN_STEPS:-test,memcheck,attn,copy,demo,profile}
+	steps=${GPU_RUN_STEPS:-test,memcheck,python,attn,copy,demo,profile}
 	t0=$(date +%s)
 	deadline=$((t0 + ${GPU_RUN_DEADLINE:-420}))
 	status=0
@@ -135,11 +144,12 @@ run() {
 		case $s in
 		test) step test 30 240 test_gpu.tap step_test ;;
 		memcheck) step memcheck 30 150 memcheck.log step_memcheck ;;
+		python) step python 20 150 python.log step_python ;;
 		attn) step attn 30 150 gpu-attn.jsonl step_attn ;;
 		copy) step copy 20 90 gpu-copy.jsonl step_copy ;;
 		demo) step demo 20 90 demo.json step_demo ;;
 		profile) step profile 40 120 decode-ncu.txt step_profile ;;
-		*) echo "gpu-run: unknown step '$s' (test, memcheck, attn, copy, demo, profile)" >&2; exit 2 ;;
+		*) echo "gpu-run: unknown step '$s' (test, memcheck, python, attn, copy, demo, profile)" >&2; exit 2 ;;
 		esac
 		record
 	done
@@ -274,6 +284,36 @@ step_memcheck() {
 	grep -E '^(=========.*ERROR SUMMARY|not ok|# test_gpu:)' "$1" | sed 's/^/    /'
 	[ $rc = 86 ] && step_note="memcheck found errors"
 	[ $rc != 0 ] && [ $rc != 86 ] && step_note="test_gpu under memcheck failed"
+	return $rc
+}
+
+# the machine's python3 and torch (nothing installed into it): the package
+# from the bundle on PYTHONPATH, numpy from the bundle's wheels if missing
+step_python() {
+	local py=${GPU_RUN_PYTHON:-python3} deps=/tmp/gpu-run-pydeps.$$ rc
+	if ! "$py" -c 'import torch' > /dev/null 2>&1; then
+		step_note="$py has no torch"
+		echo "$step_note" > "$1"
+		[ "$profile" = tiny ] && return 77
+		return 1
+	fi
+	if ! "$py" -c 'import numpy' > /dev/null 2>&1; then
+		if ls "$b"/wheels/numpy-*.whl > /dev/null 2>&1; then
+			# a wheel is a zip to unpack onto the path: no pip needed
+			"$py" -m zipfile -e "$(ls "$b"/wheels/numpy-*.whl | head -1)" "$deps" >> "$1" 2>&1
+			export PYTHONPATH="$deps${PYTHONPATH:+:$PYTHONPATH}"
+		else
+			step_note="$py has no numpy and the bundle no numpy wheel (GPU_RUN_WHEELS)"
+			echo "$step_note" > "$1"
+			return 1
+		fi
+	fi
+	step_cmd="KVRT_REQUIRE_GPU=1 KVRT_TORCH_INSTALL=0 KVRT_LIBRARY=$b/lib/libkvrt.so.0 bash $b/python/tests/check-torch.sh $py"
+	KVRT_REQUIRE_GPU=1 KVRT_TORCH_INSTALL=0 KVRT_LIBRARY="$b/lib/libkvrt.so.0" \
+		timeout -k 5 "$limit" bash "$b/python/tests/check-torch.sh" "$py" >> "$1" 2>&1
+	rc=$?
+	grep -E '^(FAIL|ERROR):|passed, .* failed' "$1" | sed 's/^/    /'
+	[ $rc = 0 ] || step_note="kvrt's torch tests failed"
 	return $rc
 }
 

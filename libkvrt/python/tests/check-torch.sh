@@ -10,6 +10,9 @@
 # The GPU module (tests/gpu_test*.py) runs when kvrt.gpu.probe() finds a
 # usable GPU, or when KVRT_REQUIRE_GPU=1, which makes a host without one
 # fail instead of leaving the GPU tests out: use it on a GPU machine.
+# KVRT_TORCH_INSTALL=0 imports the package from a copy on PYTHONPATH
+# instead of installing it (a machine whose python refuses pip installs,
+# such as the GPU machine's system python).
 # Ends with one "N passed, N failed, N skipped" line.
 set -eo pipefail
 VPY=${1:?usage: check-torch.sh VENV_PYTHON}
@@ -24,14 +27,20 @@ WORK=$(mktemp -d "${TMPDIR:-/tmp}/kvrt-torch.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
 
 mkdir "$WORK/src" && cp -r "$HERE/pyproject.toml" "$HERE/README.md" "$HERE/src" "$WORK/src/"
-# As engines/check.sh installs it: the venv's own setuptools (the engine
-# locks pin one that builds wheels), nothing fetched.
-"$VPY" -m pip install -q --no-deps --no-build-isolation --force-reinstall \
-	--disable-pip-version-check "$WORK/src" 2>&1 | grep -v "^$" || true
+where=site-packages
+if [ "${KVRT_TORCH_INSTALL:-1}" = 0 ]; then
+	export PYTHONPATH="$WORK/src/src${PYTHONPATH:+:$PYTHONPATH}"
+	where=$WORK/src/src
+else
+	# As engines/check.sh installs it: the venv's own setuptools (the engine
+	# locks pin one that builds wheels), nothing fetched.
+	"$VPY" -m pip install -q --no-deps --no-build-isolation --force-reinstall \
+		--disable-pip-version-check "$WORK/src" 2>&1 | grep -v "^$" || true
+fi
 cp -r "$HERE/tests" "$WORK/tests"
 cd "$WORK"
 export KVRT_LIBRARY="$LIB" KVRT_BACKEND=embedded
-"$VPY" -c 'import kvrt, torch; assert "site-packages" in kvrt.__file__, kvrt.__file__; print("kvrt", kvrt.__file__, "on", kvrt.LIBRARY, "torch", torch.__version__)'
+KVRT_WHERE=$where "$VPY" -c 'import os, kvrt, torch; assert os.environ["KVRT_WHERE"] in kvrt.__file__, kvrt.__file__; print("kvrt", kvrt.__file__, "on", kvrt.LIBRARY, "torch", torch.__version__)'
 pattern='torch_test*.py'
 gpu=$("$VPY" -c 'import kvrt; ok, why = kvrt.gpu.probe(); print("ok" if ok else why)')
 if [ "$gpu" = ok ] || [ "${KVRT_REQUIRE_GPU:-0}" = 1 ]; then
