@@ -420,6 +420,9 @@ for f in "${TESTS[@]}"; do install -m 755 "$f" "$R/tests/"; done
 if [ -f "$DEMO" ] && is_static "$DEMO"; then install -m 755 "$DEMO" "$R/"; fi
 # kvbench itself is dynamic (it loads libcuda); the VM gets its static twin.
 if [ -f "$BENCH" ] && is_static "$BENCH"; then install -m 755 "$BENCH" "$R/kvbench"; fi
+# kvrt-demo too (it loads libcuda for --device gpu): its static twin, by its name.
+DEMO_STATIC=$ROOT/tools/kvrt-demo/kvrt-demo-static
+if [ -f "$DEMO_STATIC" ] && is_static "$DEMO_STATIC"; then install -m 755 "$DEMO_STATIC" "$R/bin/kvrt-demo"; fi
 for d in "$ROOT"/tools/*/; do
 	f=$d$(basename "$d")
 	if [ -f "$f" ] && [ -x "$f" ] && is_static "$f"; then install -m 755 "$f" "$R/bin/"; fi

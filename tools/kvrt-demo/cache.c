@@ -12,11 +12,13 @@
 #include <unistd.h>
 
 #include "cache.h"
+#include "devgpu.h"
 
 /* ---- device cache -------------------------------------------------------------- */
 
 int devcache_init(struct devcache *d, uint32_t layers, uint32_t kv_heads, uint32_t head_dim,
-		  uint32_t block_tokens, uint32_t blocks, enum kvrt_dtype dtype)
+		  uint32_t block_tokens, uint32_t blocks, enum kvrt_dtype dtype,
+		  struct devgpu *gpu)
 {
 	uint32_t i;
 	int ret;
@@ -27,12 +29,25 @@ int devcache_init(struct devcache *d, uint32_t layers, uint32_t kv_heads, uint32
 	if (ret)
 		return ret;
 	d->bytes = (uint64_t)d->layout.layer_stride * layers;
-	/* zeroed: slots past a sequence's length are never read, but keep them defined */
-	d->base = calloc(1, d->bytes);
 	d->free_ids = malloc(sizeof(uint32_t) * blocks);
-	if (!d->base || !d->free_ids) {
+	if (!d->free_ids) {
 		devcache_fini(d);
 		return -ENOMEM;
+	}
+	/* zeroed: slots past a sequence's length are never read, but keep them defined */
+	if (gpu) {
+		ret = devgpu_alloc_cache(gpu, d->bytes, &d->base);
+		if (ret) {
+			devcache_fini(d);
+			return ret;
+		}
+		d->gpu = gpu;
+	} else {
+		d->base = calloc(1, d->bytes);
+		if (!d->base) {
+			devcache_fini(d);
+			return -ENOMEM;
+		}
 	}
 	/* low ids on top of the stack: the first allocations get 0, 1, 2... */
 	for (i = 0; i < blocks; i++)
@@ -43,7 +58,10 @@ int devcache_init(struct devcache *d, uint32_t layers, uint32_t kv_heads, uint32
 
 void devcache_fini(struct devcache *d)
 {
-	free(d->base);
+	if (d->gpu)
+		devgpu_free(d->gpu, d->base);
+	else
+		free(d->base);
 	free(d->free_ids);
 	memset(d, 0, sizeof(*d));
 }
@@ -213,6 +231,15 @@ int pcache_open(struct pcache *pc, struct kvrt *k, struct devcache *dev,
 			 strerror(-ret));
 		goto out_close;
 	}
+	if (dev->gpu) {
+		/* once: every copy after this runs at the link's speed */
+		ret = kvrt_gpu_register_space(dev->gpu->gpu, pc->space);
+		if (ret) {
+			snprintf(err, errlen, "kvrt_gpu_register_space(%s): %s", o->space_name,
+				 strerror(-ret));
+			goto out_close;
+		}
+	}
 	pc->pool_arr = (struct kvrt_block_array){ .layout = &pc->layout,
 						  .base = kvrt_space_base(pc->space) };
 	pc->dev_arr = (struct kvrt_block_array){ .layout = &dev->layout, .base = dev->base };
@@ -240,6 +267,8 @@ out_free:
 void pcache_close(struct pcache *pc)
 {
 	pcache_wait_all(pc);
+	if (pc->dev->gpu)
+		kvrt_gpu_unregister_space(pc->dev->gpu->gpu, pc->space);
 	kvrt_space_close(pc->space);
 	hs_free(pc->mine);
 	hs_free(pc->shared);
@@ -295,6 +324,24 @@ static struct kvrt_block_pair *make_pairs(uint32_t n, const uint32_t *src, const
 	return p;
 }
 
+/*
+ * Blocks between the tiers, done when it returns.  On the GPU one
+ * kvrt_gpu_copy_blocks (AUTO: the copy kernel or batched copies), then a
+ * wait for the stream.
+ */
+static int copy_now(struct pcache *pc, const struct kvrt_block_array *dst,
+		    const struct kvrt_block_array *src, const struct kvrt_block_pair *pairs,
+		    uint32_t n)
+{
+	int ret;
+
+	if (!pc->dev->gpu)
+		return kvrt_copy_blocks(pc->k, dst, src, pairs, n, 0, NULL);
+	ret = kvrt_gpu_copy_blocks(pc->dev->gpu->gpu, dst, src, pairs, n, KVRT_GPU_COPY_AUTO,
+				   NULL);
+	return ret ? ret : kvrt_gpu_sync(pc->dev->gpu->gpu, NULL);
+}
+
 int pcache_publish(struct pcache *pc, uint32_t n, const uint32_t *dev_ids,
 		   const uint8_t (*hashes)[KVRT_HASH_BYTES], uint32_t *pool_ids)
 {
@@ -318,7 +365,7 @@ int pcache_publish(struct pcache *pc, uint32_t n, const uint32_t *dev_ids,
 		goto out_free_blocks;
 	}
 	/* the data must be in the block before the hash names it */
-	ret = kvrt_copy_blocks(pc->k, &pc->pool_arr, &pc->dev_arr, pairs, n, 0, NULL);
+	ret = copy_now(pc, &pc->pool_arr, &pc->dev_arr, pairs, n);
 	if (ret)
 		goto out_free_blocks;
 	ret = kvrt_publish(pc->space, n, pool_ids, hashes, NULL, flags);
@@ -375,9 +422,15 @@ int pcache_offload(struct pcache *pc, uint32_t n, const uint32_t *dev_ids, uint3
 		ret = -ENOMEM;
 		goto out_free;
 	}
-	/* asynchronous: the engine goes on while the copy thread moves the blocks */
-	ret = kvrt_copy_blocks(pc->k, &pc->pool_arr, &pc->dev_arr, pairs, n, KVRT_COPY_ASYNC,
-			       &pc_entry->copy);
+	/*
+	 * Asynchronous on the host: the engine goes on while the copy thread
+	 * moves the blocks.  On the GPU it is done at once (copy stays NULL).
+	 */
+	if (pc->dev->gpu)
+		ret = copy_now(pc, &pc->pool_arr, &pc->dev_arr, pairs, n);
+	else
+		ret = kvrt_copy_blocks(pc->k, &pc->pool_arr, &pc->dev_arr, pairs, n,
+				       KVRT_COPY_ASYNC, &pc_entry->copy);
 	if (ret)
 		goto out_free;
 	memcpy(pc_entry->dev_ids, dev_ids, sizeof(uint32_t) * n);
@@ -408,7 +461,12 @@ out_free:
 static void corrupt_block(struct pcache *pc, uint32_t dev_id)
 {
 	const struct kvrt_layout *l = &pc->dev->layout;
-	unsigned char *p = (unsigned char *)pc->dev->base + (size_t)dev_id * l->block_stride;
+	unsigned char *where = (unsigned char *)pc->dev->base + (size_t)dev_id * l->block_stride;
+	unsigned char word[4], *p = pc->dev->gpu ? word : where;
+
+	/* on the GPU: the word down, a bit flipped, the word back up */
+	if (pc->dev->gpu && kvrt_gpu_memcpy(pc->dev->gpu->gpu, word, where, sizeof(word)))
+		return;
 
 	switch (l->kv_dtype) {
 	case KVRT_DTYPE_F16:
@@ -421,6 +479,8 @@ static void corrupt_block(struct pcache *pc, uint32_t dev_id)
 		p[2] ^= 0x80;	/* bit 23 */
 		break;
 	}
+	if (pc->dev->gpu)
+		kvrt_gpu_memcpy(pc->dev->gpu->gpu, where, word, sizeof(word));
 }
 
 int pcache_fetch(struct pcache *pc, uint32_t n, const uint32_t *pool_ids,
@@ -434,7 +494,7 @@ int pcache_fetch(struct pcache *pc, uint32_t n, const uint32_t *pool_ids,
 	pairs = make_pairs(n, pool_ids, dev_ids);
 	if (!pairs)
 		return -ENOMEM;
-	ret = kvrt_copy_blocks(pc->k, &pc->dev_arr, &pc->pool_arr, pairs, n, 0, NULL);
+	ret = copy_now(pc, &pc->dev_arr, &pc->pool_arr, pairs, n);
 	free(pairs);
 	if (ret)
 		return ret;
@@ -464,10 +524,11 @@ static int retire(struct pcache *pc, int wait)
 	int ret;
 
 	while ((e = pc->pending)) {
-		ret = wait ? kvrt_copy_wait(e->copy) : kvrt_copy_poll(e->copy);
+		ret = !e->copy ? 0 : wait ? kvrt_copy_wait(e->copy) : kvrt_copy_poll(e->copy);
 		if (ret == -EAGAIN)
 			return 0;	/* copies complete in submission order */
-		kvrt_copy_free(e->copy);
+		if (e->copy)
+			kvrt_copy_free(e->copy);
 		devcache_free(pc->dev, e->n, e->dev_ids);
 		pc->pending = e->next;
 		if (!pc->pending)

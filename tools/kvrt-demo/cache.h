@@ -1,11 +1,13 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
  * cache.h: the two KV tiers.  The "device" cache is what attention reads:
- * a layer-major paged cache (as GPU engines keep one), here a host array.
+ * a layer-major paged cache (as GPU engines keep one), a host array or,
+ * with --device gpu, GPU memory.
  * The pool is a libkvrt space (kvpool.ko's pages, or the embedded pool):
  * block-major, one pool block per device block, where full prompt blocks
  * are published for reuse by content and idle sequences' private blocks
- * are offloaded.  Blocks move between the tiers only by kvrt_copy_blocks.
+ * are offloaded.  Blocks move between the tiers only by kvrt_copy_blocks,
+ * or kvrt_gpu_copy_blocks against the registered space on the GPU.
  */
 #ifndef KVRT_DEMO_CACHE_H
 #define KVRT_DEMO_CACHE_H
@@ -14,16 +16,20 @@
 
 #include <kvrt.h>
 
+struct devgpu;
+
 struct devcache {
 	struct kvrt_layout layout;	/* layer-major */
-	void *base;
+	void *base;			/* GPU memory when gpu is set */
+	struct devgpu *gpu;
 	uint64_t bytes;
 	uint32_t *free_ids;		/* a stack of free block ids */
 	uint32_t n_free;
 };
 
 int devcache_init(struct devcache *d, uint32_t layers, uint32_t kv_heads, uint32_t head_dim,
-		  uint32_t block_tokens, uint32_t blocks, enum kvrt_dtype dtype);
+		  uint32_t block_tokens, uint32_t blocks, enum kvrt_dtype dtype,
+		  struct devgpu *gpu);
 void devcache_fini(struct devcache *d);
 int devcache_alloc(struct devcache *d, uint32_t n, uint32_t *ids);
 void devcache_free(struct devcache *d, uint32_t n, const uint32_t *ids);
@@ -82,7 +88,8 @@ struct pool_opts {
 
 /*
  * Join or create the space for this geometry (block_bytes: the pool
- * layout's block rounded up to a page).  err gets a sentence on failure.
+ * layout's block rounded up to a page), registered with the GPU when the
+ * device cache is on one.  err gets a sentence on failure.
  */
 int pcache_open(struct pcache *pc, struct kvrt *k, struct devcache *dev,
 		const struct pool_opts *o, const void *model_id, size_t model_id_len,

@@ -11,6 +11,7 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <math.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +22,7 @@
 
 #include "cache.h"
 #include "checkpoint.h"
+#include "devgpu.h"
 #include "model.h"
 #include "report.h"
 #include "scheduler.h"
@@ -62,6 +64,9 @@ struct opts {
 	uint64_t pool_bytes;
 	enum decode_kernel decode_kernel;
 	int reference, progress, expect_hits, expect_shared, json, quiet, inject_fault;
+	enum device_choice { DEVICE_AUTO, DEVICE_CPU, DEVICE_GPU } device;
+	int gpu_check;			/* each GPU attention call against the CPU's */
+	int inject_gpu_fault;
 };
 
 /* Presets: tiny runs in a TCG VM in seconds; default is what `make demo` shows. */
@@ -111,6 +116,7 @@ static void defaults(struct opts *o)
 	o->backend = KVRT_BACKEND_AUTO;
 	o->reference = 1;
 	o->progress = 1;
+	o->gpu_check = 1;
 }
 
 static void usage(FILE *f)
@@ -147,7 +153,9 @@ static void usage(FILE *f)
 	      "  --kv-dtype f32|f16|bf16  KV cache element type (f16)\n"
 	      "  --decode-kernel prefill|decode  attention of decoding rows (prefill)\n"
 	      "  --threads N            threads (the CPUs this process may use)\n"
-	      "  --device cpu|gpu|auto  where attention runs (auto: cpu)\n"
+	      "  --device cpu|gpu|auto  where the KV cache lives and attention runs (auto: the\n"
+	      "                         GPU when libkvrt finds one and the model fits it)\n"
+	      "  --no-gpu-check         gpu: do not hold each attention call to the CPU's\n"
 	      "pool:\n"
 	      "  --backend auto|embedded|kmod  libkvrt backend (auto: as kvrt_open decides)\n"
 	      "  --space NAME           the space (default kvrt-demo-PID)\n"
@@ -164,6 +172,8 @@ static void usage(FILE *f)
 	      "  --quiet                no progress line, no description of the run\n"
 	      "  --json                 print one JSON object instead of the text report\n"
 	      "  --inject-fault         test the check: corrupt the first fetched block\n"
+	      "  --inject-gpu-fault     test the GPU check: move one output of the first GPU\n"
+	      "                         attention call (by 1% plus 0.01)\n"
 	      "  --help, --version\n", f);
 }
 
@@ -198,7 +208,7 @@ enum {
 	O_SEQ, O_PRESET, O_REQ, O_SYS, O_USER, O_GENTOK, O_TURNS, O_MULTI, O_RATE, O_THINK,
 	O_WSEED, O_BT, O_BATCH, O_SEQS, O_DEVBLK, O_DTYPE, O_DECK, O_THREADS, O_DEVICE,
 	O_BACKEND, O_SPACE, O_ROLE, O_KEEP, O_POOL, O_NOREF, O_EXPH, O_EXPS, O_NOPROG, O_HELP,
-	O_VERSION, O_JSON, O_QUIET, O_FAULT, O_OWNER,
+	O_VERSION, O_JSON, O_QUIET, O_FAULT, O_OWNER, O_NOGPUCHK, O_GPUFAULT,
 };
 
 static const struct option longopts[] = {
@@ -223,7 +233,8 @@ static const struct option longopts[] = {
 	{ "no-progress", 0, NULL, O_NOPROG }, { "help", 0, NULL, O_HELP },
 	{ "version", 0, NULL, O_VERSION }, { "json", 0, NULL, O_JSON },
 	{ "quiet", 0, NULL, O_QUIET }, { "inject-fault", 0, NULL, O_FAULT },
-	{ "space-owner", 1, NULL, O_OWNER },
+	{ "space-owner", 1, NULL, O_OWNER }, { "no-gpu-check", 0, NULL, O_NOGPUCHK },
+	{ "inject-gpu-fault", 0, NULL, O_GPUFAULT },
 	{ NULL, 0, NULL, 0 },
 };
 
@@ -334,15 +345,17 @@ static int parse(int argc, char **argv, struct opts *o)
 				return bad(name, optarg, "prefill or decode");
 			break;
 		case O_DEVICE:
-			if (!strcmp(optarg, "gpu")) {
-				fprintf(stderr, "kvrt-demo: --device gpu: kvrt-demo runs its model "
-					"on the CPU only (libkvrt %s's GPU calls are not wired "
-					"into it yet); use --device cpu\n", kvrt_version());
-				return EXIT_USAGE;
-			}
-			if (strcmp(optarg, "cpu") && strcmp(optarg, "auto"))
+			if (!strcmp(optarg, "gpu"))
+				o->device = DEVICE_GPU;
+			else if (!strcmp(optarg, "cpu"))
+				o->device = DEVICE_CPU;
+			else if (!strcmp(optarg, "auto"))
+				o->device = DEVICE_AUTO;
+			else
 				return bad(name, optarg, "cpu, gpu or auto");
 			break;
+		case O_NOGPUCHK: o->gpu_check = 0; break;
+		case O_GPUFAULT: o->inject_gpu_fault = 1; break;
 		case O_BACKEND:
 			if (!strcmp(optarg, "auto"))
 				o->backend = KVRT_BACKEND_AUTO;
@@ -508,13 +521,46 @@ static void print_equivalence(const struct equivalence *eq)
 		       eq->tokens - eq->same_logits, eq->tokens);
 }
 
+/* Why this model or cache cannot run on libkvrt's GPU path, or NULL. */
+static const char *gpu_unfit(const struct opts *o, uint32_t head_dim)
+{
+	if (head_dim != 64 && head_dim != 128 && head_dim != 256)
+		return "the GPU kernels take head dim 64, 128 or 256 (this model's is dim / "
+		       "heads); pick --dim and --heads to match";
+	if (o->kv_dtype != KVRT_DTYPE_F16 && o->kv_dtype != KVRT_DTYPE_BF16)
+		return "the GPU KV cache is f16 or bf16: pass --kv-dtype f16 or bf16";
+	if (o->decode_kernel != DECODE_WITH_PREFILL)
+		return "on the GPU every row goes through the planned prefill kernel: drop "
+		       "--decode-kernel decode";
+	if (o->block_tokens > 128)
+		return "the GPU kernels take blocks of up to 128 tokens (--block-tokens)";
+	return NULL;
+}
+
+static void print_gpu(const struct devgpu *g, int check)
+{
+	char b1[32], b2[32];
+
+	printf("gpu: %" PRIu64 " steps planned, %" PRIu64 " attention calls; activations up %s, "
+	       "attention output down %s\n", g->st.steps, g->st.calls,
+	       fmt_bytes(b1, sizeof(b1), g->st.up_bytes), fmt_bytes(b2, sizeof(b2), g->st.down_bytes));
+	if (!check)
+		printf("gpu check: skipped (--no-gpu-check)\n");
+	else
+		printf("gpu check: %s: %" PRIu64 " rows of %" PRIu64 " calls against the CPU attention "
+		       "over the same K/V; largest error %.3g of the tolerance (call %" PRIu64 ")\n",
+		       g->st.worst <= 1 ? "PASS" : "FAIL", g->st.rows_checked, g->st.calls,
+		       g->st.worst, g->st.worst_call);
+}
+
 int main(int argc, char **argv)
 {
 	struct opts o;
 	struct checkpoint ck;
 	struct model m;
 	struct workload wl;
-	struct devcache dev;
+	struct devcache dev, gdev, *run_dev = &dev;
+	struct devgpu g;
 	struct pcache pc;
 	struct pass_result cached = { 0 }, ref = { 0 };
 	struct kvrt *k = NULL;
@@ -528,6 +574,8 @@ int main(int argc, char **argv)
 	uint32_t hd, max_blocks, joined_cached = 0, n_multi = 0, c;
 	uint64_t fp;
 	int rc, ret, have_pc = 0, created = 0, have_mi = 0, destroyed = 0;
+	int use_gpu = 0, have_g = 0, have_gdev = 0, gpu_bad = 0;
+	char device_why[300] = "";
 	uint32_t owner = 0;
 	struct equivalence eq = { 0 };
 
@@ -589,7 +637,7 @@ int main(int argc, char **argv)
 		goto out_wl;
 	}
 	ret = devcache_init(&dev, (uint32_t)ck.cfg.n_layers, (uint32_t)ck.cfg.n_kv_heads, hd,
-			    o.block_tokens, o.device_blocks, o.kv_dtype);
+			    o.block_tokens, o.device_blocks, o.kv_dtype, NULL);
 	if (ret) {
 		fprintf(stderr, "kvrt-demo: device KV cache of %u blocks: %s\n", o.device_blocks,
 			strerror(-ret));
@@ -605,6 +653,57 @@ int main(int argc, char **argv)
 			"");
 		goto out_dev;
 	}
+	/* --- the device ------------------------------------------------------------ */
+	if (o.device != DEVICE_CPU) {
+		const char *unfit = gpu_unfit(&o, hd);
+
+		if (unfit && o.device == DEVICE_GPU) {
+			fprintf(stderr, "kvrt-demo: --device gpu: %s\n", unfit);
+			rc = EXIT_USAGE;
+			goto out_kvrt;
+		}
+		if (unfit) {
+			snprintf(device_why, sizeof(device_why), "%s", unfit);
+		} else if (kvrt_gpu_probe(device_why, sizeof(device_why))) {
+			if (o.device == DEVICE_GPU) {
+				fprintf(stderr, "kvrt-demo: --device gpu: no usable GPU: %s\n",
+					device_why);
+				goto out_kvrt;
+			}
+		} else {
+			use_gpu = 1;
+		}
+	}
+	if (use_gpu) {
+		struct kvrt_attn_params ap = {
+			.num_q_heads = (uint32_t)ck.cfg.n_heads,
+			.sm_scale = 1.0f / sqrtf((float)hd),	/* as model.c's attention */
+			.window_left = -1,
+			.q_dtype = KVRT_DTYPE_F32,
+			.o_dtype = KVRT_DTYPE_F32,
+			.num_threads = o.threads,
+		};
+
+		ret = devgpu_open(&g, k, 0, &ap, (uint32_t)ck.cfg.n_layers,
+				  (uint32_t)ck.cfg.n_kv_heads, hd, o.batch_tokens, o.max_seqs,
+				  o.device_blocks, o.gpu_check, err, sizeof(err));
+		if (ret) {
+			fprintf(stderr, "kvrt-demo: %s\n", err);
+			goto out_kvrt;
+		}
+		have_g = 1;
+		g.inject_fault = o.inject_gpu_fault;
+		ret = devcache_init(&gdev, (uint32_t)ck.cfg.n_layers, (uint32_t)ck.cfg.n_kv_heads,
+				    hd, o.block_tokens, o.device_blocks, o.kv_dtype, &g);
+		if (ret) {
+			fprintf(stderr, "kvrt-demo: device KV cache of %u blocks on the GPU: %s\n",
+				o.device_blocks, strerror(-ret));
+			goto out_kvrt;
+		}
+		have_gdev = 1;
+		run_dev = &gdev;
+	}
+
 	if (o.space)
 		snprintf(space_name, sizeof(space_name), "%s", o.space);
 	else
@@ -622,7 +721,7 @@ int main(int argc, char **argv)
 	snprintf(model_id, sizeof(model_id),
 		 "kvrt-demo model %016" PRIx64 " kv %s block %u", fp, dtype_name(o.kv_dtype),
 		 o.block_tokens);
-	ret = pcache_open(&pc, k, &dev, &po, model_id, strlen(model_id), err, sizeof(err));
+	ret = pcache_open(&pc, k, run_dev, &po, model_id, strlen(model_id), err, sizeof(err));
 	if (ret) {
 		fprintf(stderr, "kvrt-demo: %s\n", err);
 		if (ret == -ENOENT && kvrt_backend(k) == KVRT_BACKEND_EMBEDDED)
@@ -655,10 +754,23 @@ int main(int argc, char **argv)
 			printf("          (seed %" PRIu64 "; fingerprint %016" PRIx64 ")\n",
 			       o.model_seed, fp);
 		printf("backend   %s\n", kvrt_backend_info(k));
-		printf("device    cpu: the device KV cache is a host array, layer-major %s, %u "
-		       "blocks of %u tokens (%s); kvrt-demo has no GPU path yet\n",
-		       dtype_name(o.kv_dtype), o.device_blocks, o.block_tokens,
-		       fmt_bytes(b1, sizeof(b1), dev.bytes));
+		if (use_gpu)
+			printf("device    gpu %s (compute %d.%d, %u SMs): the device KV cache is GPU "
+			       "memory, layer-major %s, %u blocks of %u tokens (%s); append and "
+			       "attention on the GPU (one plan per step, one run per layer; the "
+			       "dense math stays on the CPU); pool copies by kvrt_gpu_copy_blocks to "
+			       "the registered space; %s\n", g.info.name, g.info.cc_major,
+			       g.info.cc_minor, g.info.sm_count, dtype_name(o.kv_dtype),
+			       o.device_blocks, o.block_tokens,
+			       fmt_bytes(b1, sizeof(b1), gdev.bytes), o.gpu_check ?
+			       "each attention call held to the CPU's (--no-gpu-check skips)" :
+			       "no check of the calls (--no-gpu-check)");
+		else
+			printf("device    cpu: the device KV cache is a host array, layer-major %s, "
+			       "%u blocks of %u tokens (%s)%s%s%s\n", dtype_name(o.kv_dtype),
+			       o.device_blocks, o.block_tokens, fmt_bytes(b1, sizeof(b1), dev.bytes),
+			       *device_why ? " (auto: not the GPU: " : "", device_why,
+			       *device_why ? ")" : "");
 		printf("pool      space %s (%s%s, owner uid %u): %u blocks of %s, block-major; %u "
 		       "blocks cached there already\n", space_name, created ? "created" : "joined",
 		       po.space_flags & KVRT_SPACE_PERSIST && created ? ", persistent" : "", owner,
@@ -681,7 +793,9 @@ int main(int argc, char **argv)
 	/* --- the passes ------------------------------------------------------------- */
 	eo = (struct engine_opts){ .max_batch_tokens = o.batch_tokens, .max_seqs = o.max_seqs,
 				   .progress = o.progress, .label = "prefix cache + offload" };
-	ret = engine_run(&m, &dev, &pc, &wl, &eo, &cached, err, sizeof(err));
+	m.gpu = use_gpu ? &g : NULL;
+	ret = engine_run(&m, run_dev, &pc, &wl, &eo, &cached, err, sizeof(err));
+	m.gpu = NULL;	/* the reference recomputes on the CPU */
 	if (ret) {
 		fprintf(stderr, "kvrt-demo: %s\n", err);
 		goto out_pass;
@@ -693,7 +807,8 @@ int main(int argc, char **argv)
 			fprintf(stderr, "kvrt-demo: %s\n", err);
 			goto out_pass;
 		}
-		equivalence(&cached, &ref, o.decode_kernel == DECODE_WITH_PREFILL, &eq);
+		/* GPU and CPU attention round differently: tokens must agree, logits may not */
+		equivalence(&cached, &ref, !use_gpu && o.decode_kernel == DECODE_WITH_PREFILL, &eq);
 	}
 	have_mi = !kvrt_space_mem_info(pc.space, &mi);
 	pcache_close(&pc);
@@ -709,6 +824,9 @@ int main(int argc, char **argv)
 
 	/* --- the report ---------------------------------------------------------------- */
 	rc = eq.checked && !eq.ok ? EXIT_MISMATCH : EXIT_OK;
+	gpu_bad = use_gpu && o.gpu_check && !(g.st.worst <= 1);
+	if (gpu_bad)
+		rc = EXIT_MISMATCH;
 	if (o.json) {
 		struct json_info ji = {
 			.version = DEMO_VERSION, .backend = kvrt_backend(k) == KVRT_BACKEND_KMOD ?
@@ -723,6 +841,8 @@ int main(int argc, char **argv)
 			.eq_requests = eq.requests, .eq_tokens = eq.tokens,
 			.eq_same_logits = eq.same_logits, .eq_why = eq.why,
 			.tokens_digest = token_digest(&cached),
+			.device = use_gpu ? "gpu" : "cpu", .gpu = use_gpu ? &g.st : NULL,
+			.gpu_name = use_gpu ? g.info.name : NULL, .gpu_check = o.gpu_check,
 		};
 
 		report_json(stdout, &ji, &cached, o.reference ? &ref : NULL);
@@ -741,6 +861,8 @@ int main(int argc, char **argv)
 		else if (o.role == ROLE_FIRST)
 			printf("space %s persists for a --role second process\n", space_name);
 		print_equivalence(&eq);
+		if (use_gpu)
+			print_gpu(&g, o.gpu_check);
 		printf("summary: backend=%s hits=%" PRIu64 " lookups=%" PRIu64 " shared_hits=%"
 		       PRIu64 " shared_blocks=%" PRIu64 " inserted=%" PRIu64 " offloaded_bytes=%"
 		       PRIu64 " fetched_bytes=%" PRIu64 " tokens=%016" PRIx64 " equivalence=%s\n",
@@ -771,6 +893,10 @@ out_pass:
 	if (have_pc)
 		pcache_close(&pc);
 out_kvrt:
+	if (have_gdev)
+		devcache_fini(&gdev);
+	if (have_g)
+		devgpu_close(&g);
 	kvrt_close(k);
 out_dev:
 	devcache_fini(&dev);

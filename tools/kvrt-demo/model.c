@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "devgpu.h"
 #include "model.h"
 
 /* ---- a small persistent thread pool --------------------------------------- */
@@ -484,6 +485,11 @@ int model_forward(struct model *m, const struct kvrt_layout *cache_layout, void 
 		memcpy(m->x + (size_t)t * D, ck->tok_emb + (size_t)b->tokens[t] * D,
 		       sizeof(float) * D);
 	}
+	if (m->gpu) {
+		ret = devgpu_step(m->gpu, cache_layout, b);
+		if (ret)
+			return ret;
+	}
 	for (l = 0; l < (uint32_t)m->cfg.n_layers; l++) {
 		struct kvrt_kv_cache kv = { .layout = cache_layout, .base = cache_base,
 					    .layer = l };
@@ -501,10 +507,13 @@ int model_forward(struct model *m, const struct kvrt_layout *cache_layout, void 
 			rope_apply(m->q + (size_t)t * D, D, m->head_dim, c, s);
 			rope_apply(m->k + (size_t)t * KV, KV, m->head_dim, c, s);
 		}
-		ret = kvrt_append_kv(&kv, m->k, m->v, KVRT_DTYPE_F32, b->slots, T);
-		if (ret)
-			return ret;
-		ret = attention(m, &kv, b);
+		if (m->gpu) {
+			ret = devgpu_layer(m->gpu, &kv, m->k, m->v, m->q, b, m->att);
+		} else {
+			ret = kvrt_append_kv(&kv, m->k, m->v, KVRT_DTYPE_F32, b->slots, T);
+			if (!ret)
+				ret = attention(m, &kv, b);
+		}
 		if (ret)
 			return ret;
 		matmul(m->pool, m->xo, m->att, ck->wo + (size_t)l * D * D, T, D, D);

@@ -16,6 +16,7 @@
 #define MODEL_RMS_EPS 1e-5f
 
 struct tpool;
+struct devgpu;
 
 /*
  * Which libkvrt call computes the attention of a decoding sequence.
@@ -37,6 +38,7 @@ struct model {
 	float *rope_cos, *rope_sin;	/* [seq_len][head_dim / 2] */
 	struct tpool *pool;
 	struct kvrt_workers *attn_workers;	/* libkvrt's kept threads for attention */
+	struct devgpu *gpu;		/* set: the KV cache and attention are on the GPU */
 	/* scratch for max_tokens rows */
 	float *x, *xb, *q, *k, *v, *att, *hb, *hb2, *xo;
 	int32_t *tmp_i32;		/* rebased CSR arrays for split attention */

@@ -298,8 +298,19 @@ void report_json(FILE *f, const struct json_info *ji, const struct pass_result *
 		"\"system_tokens\": %u},\n", ji->wl->n_requests, ji->wl->n_convs, ji->n_multi,
 		ji->wl->n_system);
 	fprintf(f, "  \"engine\": {\"block_tokens\": %u, \"kv_dtype\": \"%s\", \"threads\": %u, "
-		"\"decode_kernel\": \"%s\"},\n", ji->block_tokens, ji->kv_dtype, ji->threads,
-		ji->decode_kernel);
+		"\"decode_kernel\": \"%s\", \"device\": \"%s\"},\n", ji->block_tokens, ji->kv_dtype,
+		ji->threads, ji->decode_kernel, ji->device);
+	if (ji->gpu) {
+		fprintf(f, "  \"gpu\": {\"name\": ");
+		json_str(f, ji->gpu_name);
+		fprintf(f, ", \"steps\": %llu, \"attention_calls\": %llu, \"check\": %s, "
+			"\"rows_checked\": %llu, \"worst_in_tolerances\": %.4g, \"up_bytes\": %llu, "
+			"\"down_bytes\": %llu},\n", (unsigned long long)ji->gpu->steps,
+			(unsigned long long)ji->gpu->calls, ji->gpu_check ? "true" : "false",
+			(unsigned long long)ji->gpu->rows_checked,
+			ji->gpu->worst < 1e300 ? ji->gpu->worst : 1e300,	/* NaN was made inf */
+			(unsigned long long)ji->gpu->up_bytes, (unsigned long long)ji->gpu->down_bytes);
+	}
 	json_pass(f, "cached", c, 0);
 	if (ref)
 		json_pass(f, "reference", ref, 0);

@@ -9,6 +9,7 @@
 #include <stdio.h>
 
 #include "checkpoint.h"
+#include "devgpu.h"
 #include "scheduler.h"
 #include "workload.h"
 
@@ -45,6 +46,10 @@ struct json_info {
 	uint64_t eq_tokens, eq_same_logits;
 	const char *eq_why;
 	uint64_t tokens_digest;
+	const char *device;		/* cpu or gpu */
+	const struct devgpu_stats *gpu;	/* NULL on the CPU */
+	const char *gpu_name;
+	int gpu_check;
 };
 
 /* One JSON object with everything the table shows. */

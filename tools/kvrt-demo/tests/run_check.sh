@@ -64,8 +64,30 @@ run --preset tiny --inject-fault --decode-kernel decode
 result $([ $rc != 0 ] || ! grep -q 'logits were bitwise identical' "$TMP/out"; echo $?) \
 	"with --decode-kernel decode (tokens only) the corruption still shows in the logits line"
 
+# The GPU path on the emulated driver (cuda/test/emu_libcuda.cpp): head dim
+# 64, as the GPU kernels need.  The check must pass, and fail on a wrong output.
+EMU=${KVRT_DEMO_EMU:-$(cd "$(dirname "$0")/../../../cuda" && pwd)/build/emu/libcuda-emu.so}
+GPU_TINY=(--preset tiny --dim 128 --heads 2 --kv-heads 1 --device gpu)
+if [ -f "$EMU" ]; then
+	KVRT_LIBCUDA=$EMU run "${GPU_TINY[@]}" --expect-hits
+	result $([ $rc = 0 ] && grep -q '^equivalence: PASS' "$TMP/out" &&
+		grep -q '^gpu check: PASS' "$TMP/out" && grep -q '^device    gpu' "$TMP/out"; echo $?) \
+		"--device gpu (emulated driver): equivalence PASS, $(grep -o '^gpu check: PASS: [0-9]* rows' "$TMP/out")"
+	KVRT_LIBCUDA=$EMU run "${GPU_TINY[@]}" --inject-gpu-fault
+	result $([ $rc = 1 ] && grep -q '^gpu check: FAIL' "$TMP/out"; echo $?) \
+		"a wrong GPU attention output is caught: exit 1, $(grep -o '^gpu check: FAIL: .*tolerance' "$TMP/out" | tail -c 60)"
+else
+	result 1 "the emulated driver $EMU is not built (make -C cuda build/emu/libcuda-emu.so)"
+fi
+KVRT_LIBCUDA=/nonexistent/libcuda.so.1 run "${GPU_TINY[@]}"
+result $([ $rc = 3 ] && grep -q 'no usable GPU' "$TMP/err"; echo $?) \
+	"--device gpu without a driver: exit 3, $(head -c 70 "$TMP/err")"
+KVRT_LIBCUDA=/nonexistent/libcuda.so.1 run "${GPU_TINY[@]/gpu/auto}"
+result $([ $rc = 0 ] && grep -q '^device    cpu.*auto: not the GPU' "$TMP/out"; echo $?) \
+	"--device auto without a driver runs on the CPU and says why"
 run --preset tiny --device gpu
-result $([ $rc = 2 ]; echo $?) "--device gpu: exit 2 (kvrt-demo has no GPU path): $(head -c 80 "$TMP/err")"
+result $([ $rc = 2 ] && grep -q 'head dim 64, 128 or 256' "$TMP/err"; echo $?) \
+	"--device gpu with head dim 16: exit 2, $(head -c 80 "$TMP/err")"
 run --preset tiny --kv-dtype fp4
 result $([ $rc = 2 ]; echo $?) "bad --kv-dtype: exit 2"
 run --preset tiny --role second --space "kvrt-demo-check-$$"

@@ -376,7 +376,7 @@ static void test_forward_invariance(void)
 	ckpt_generate(&ck, &c, 3, err, sizeof(err));
 	model_init(&m1, &ck, 128, 1, DECODE_WITH_PREFILL);
 	model_init(&m2, &ck, 128, 2, DECODE_WITH_PREFILL);
-	devcache_init(&dev, 2, 2, 16, 16, 16, KVRT_DTYPE_F16);
+	devcache_init(&dev, 2, 2, 16, 16, 16, KVRT_DTYPE_F16, NULL);
 	ret = run_chunks(&m1, &dev, tok, 100, 100, NULL, a);
 	ok(ret == 0, "forward, one chunk of 100 tokens: %d", ret);
 	ret = run_chunks(&m2, &dev, tok, 100, 7, other, b);
