@@ -67,6 +67,7 @@ struct opts {
 	enum device_choice { DEVICE_AUTO, DEVICE_CPU, DEVICE_GPU } device;
 	int gpu_check;			/* each GPU attention call against the CPU's */
 	int inject_gpu_fault;
+	int reference_on_gpu;		/* --reference-device gpu */
 };
 
 /* Presets: tiny runs in a TCG VM in seconds; default is what `make demo` shows. */
@@ -156,6 +157,7 @@ static void usage(FILE *f)
 	      "  --device cpu|gpu|auto  where the KV cache lives and attention runs (auto: the\n"
 	      "                         GPU when libkvrt finds one and the model fits it)\n"
 	      "  --no-gpu-check         gpu: do not hold each attention call to the CPU's\n"
+	      "  --reference-device cpu|gpu  gpu: where the reference pass recomputes (cpu)\n"
 	      "pool:\n"
 	      "  --backend auto|embedded|kmod  libkvrt backend (auto: as kvrt_open decides)\n"
 	      "  --space NAME           the space (default kvrt-demo-PID)\n"
@@ -208,7 +210,7 @@ enum {
 	O_SEQ, O_PRESET, O_REQ, O_SYS, O_USER, O_GENTOK, O_TURNS, O_MULTI, O_RATE, O_THINK,
 	O_WSEED, O_BT, O_BATCH, O_SEQS, O_DEVBLK, O_DTYPE, O_DECK, O_THREADS, O_DEVICE,
 	O_BACKEND, O_SPACE, O_ROLE, O_KEEP, O_POOL, O_NOREF, O_EXPH, O_EXPS, O_NOPROG, O_HELP,
-	O_VERSION, O_JSON, O_QUIET, O_FAULT, O_OWNER, O_NOGPUCHK, O_GPUFAULT,
+	O_VERSION, O_JSON, O_QUIET, O_FAULT, O_OWNER, O_NOGPUCHK, O_GPUFAULT, O_REFDEV,
 };
 
 static const struct option longopts[] = {
@@ -234,7 +236,7 @@ static const struct option longopts[] = {
 	{ "version", 0, NULL, O_VERSION }, { "json", 0, NULL, O_JSON },
 	{ "quiet", 0, NULL, O_QUIET }, { "inject-fault", 0, NULL, O_FAULT },
 	{ "space-owner", 1, NULL, O_OWNER }, { "no-gpu-check", 0, NULL, O_NOGPUCHK },
-	{ "inject-gpu-fault", 0, NULL, O_GPUFAULT },
+	{ "inject-gpu-fault", 0, NULL, O_GPUFAULT }, { "reference-device", 1, NULL, O_REFDEV },
 	{ NULL, 0, NULL, 0 },
 };
 
@@ -356,6 +358,11 @@ static int parse(int argc, char **argv, struct opts *o)
 			break;
 		case O_NOGPUCHK: o->gpu_check = 0; break;
 		case O_GPUFAULT: o->inject_gpu_fault = 1; break;
+		case O_REFDEV:
+			if (strcmp(optarg, "cpu") && strcmp(optarg, "gpu"))
+				return bad(name, optarg, "cpu or gpu");
+			o->reference_on_gpu = !strcmp(optarg, "gpu");
+			break;
 		case O_BACKEND:
 			if (!strcmp(optarg, "auto"))
 				o->backend = KVRT_BACKEND_AUTO;
@@ -537,12 +544,13 @@ static const char *gpu_unfit(const struct opts *o, uint32_t head_dim)
 	return NULL;
 }
 
-static void print_gpu(const struct devgpu *g, int check)
+static void print_gpu(const struct devgpu *g, int check, int both_passes)
 {
 	char b1[32], b2[32];
 
-	printf("gpu: %" PRIu64 " steps planned, %" PRIu64 " attention calls; activations up %s, "
-	       "attention output down %s\n", g->st.steps, g->st.calls,
+	printf("gpu: %" PRIu64 " steps planned, %" PRIu64 " attention calls (%s); activations up "
+	       "%s, attention output down %s\n", g->st.steps, g->st.calls,
+	       both_passes ? "both passes" : "the cached pass; the reference ran on the CPU",
 	       fmt_bytes(b1, sizeof(b1), g->st.up_bytes), fmt_bytes(b2, sizeof(b2), g->st.down_bytes));
 	if (!check)
 		printf("gpu check: skipped (--no-gpu-check)\n");
@@ -795,14 +803,20 @@ int main(int argc, char **argv)
 				   .progress = o.progress, .label = "prefix cache + offload" };
 	m.gpu = use_gpu ? &g : NULL;
 	ret = engine_run(&m, run_dev, &pc, &wl, &eo, &cached, err, sizeof(err));
-	m.gpu = NULL;	/* the reference recomputes on the CPU */
+	m.gpu = NULL;
 	if (ret) {
 		fprintf(stderr, "kvrt-demo: %s\n", err);
 		goto out_pass;
 	}
 	if (o.reference) {
 		eo.label = "reference (no cache)";
-		ret = engine_run(&m, &dev, NULL, &wl, &eo, &ref, err, sizeof(err));
+		/* on the CPU unless asked: the GPU pass against an independent one */
+		if (use_gpu && o.reference_on_gpu) {
+			m.gpu = &g;
+			eo.label = "reference (no cache, GPU)";
+		}
+		ret = engine_run(&m, m.gpu ? &gdev : &dev, NULL, &wl, &eo, &ref, err, sizeof(err));
+		m.gpu = NULL;
 		if (ret) {
 			fprintf(stderr, "kvrt-demo: %s\n", err);
 			goto out_pass;
@@ -843,6 +857,7 @@ int main(int argc, char **argv)
 			.tokens_digest = token_digest(&cached),
 			.device = use_gpu ? "gpu" : "cpu", .gpu = use_gpu ? &g.st : NULL,
 			.gpu_name = use_gpu ? g.info.name : NULL, .gpu_check = o.gpu_check,
+			.reference_on_gpu = o.reference_on_gpu,
 		};
 
 		report_json(stdout, &ji, &cached, o.reference ? &ref : NULL);
@@ -862,7 +877,7 @@ int main(int argc, char **argv)
 			printf("space %s persists for a --role second process\n", space_name);
 		print_equivalence(&eq);
 		if (use_gpu)
-			print_gpu(&g, o.gpu_check);
+			print_gpu(&g, o.gpu_check, o.reference && o.reference_on_gpu);
 		printf("summary: backend=%s hits=%" PRIu64 " lookups=%" PRIu64 " shared_hits=%"
 		       PRIu64 " shared_blocks=%" PRIu64 " inserted=%" PRIu64 " offloaded_bytes=%"
 		       PRIu64 " fetched_bytes=%" PRIu64 " tokens=%016" PRIx64 " equivalence=%s\n",

@@ -303,6 +303,7 @@ void report_json(FILE *f, const struct json_info *ji, const struct pass_result *
 	if (ji->gpu) {
 		fprintf(f, "  \"gpu\": {\"name\": ");
 		json_str(f, ji->gpu_name);
+		fprintf(f, ", \"reference_device\": \"%s\"", ji->reference_on_gpu ? "gpu" : "cpu");
 		fprintf(f, ", \"steps\": %llu, \"attention_calls\": %llu, \"check\": %s, "
 			"\"rows_checked\": %llu, \"worst_in_tolerances\": %.4g, \"up_bytes\": %llu, "
 			"\"down_bytes\": %llu},\n", (unsigned long long)ji->gpu->steps,

@@ -50,6 +50,7 @@ struct json_info {
 	const struct devgpu_stats *gpu;	/* NULL on the CPU */
 	const char *gpu_name;
 	int gpu_check;
+	int reference_on_gpu;
 };
 
 /* One JSON object with everything the table shows. */
