@@ -950,7 +950,10 @@ int kvrt_gpu_sync(struct kvrt_gpu *gpu, void *stream);
  * copy kernel can read and write it.  A space: the mapping's blocks
  * [0, nr_blocks), in pieces of at most 64 GiB that start and end on block
  * boundaries; called again after the space grew, it registers only what
- * is new (0 when nothing is).  The space must stay open until
+ * is new (0 when nothing is).  Blocks backed after the registration are
+ * registered by the first kvrt_gpu_copy_blocks() that touches them, so an
+ * engine may register a space once, before it holds any block.  The space
+ * must stay open until
  * kvrt_gpu_unregister_space() or kvrt_gpu_close().  kmod: the module's
  * pages are registered like any other mapping (the driver pins them).
  * -EINVAL, -EBUSY another kvrt_gpu registered it, -ENOMEM, -EIO.
@@ -977,6 +980,7 @@ int kvrt_gpu_unregister_host(struct kvrt_gpu *gpu, void *addr);
  * Never one call per layer per block unless the layouts leave nothing
  * larger.  Host memory must be registered (KERNEL needs it; the others
  * would fall back to slow staged copies).  -EINVAL, -ERANGE (as kvrt_copy_blocks),
+ * -EFAULT a block of a registered space that has no pages,
  * -ENOTSUP BATCH without driver support or KERNEL without unified
  * addressing, -ENOMEM, -EIO.
  */

@@ -2432,7 +2432,7 @@ static int pool_open(struct pool *p, const char *name, enum kvrt_dtype dt, uint3
 	r = kvrt_layout_for_space(&p->lo, p->sp);
 	if (r)
 		return r;
-	r = kvrt_alloc_blocks(p->sp, nalloc, p->ids);
+	r = nalloc ? kvrt_alloc_blocks(p->sp, nalloc, p->ids) : 0;
 	if (r)
 		return r;
 	p->nids = nalloc;
@@ -2820,6 +2820,48 @@ out:
 	free(h);
 }
 
+/*
+ * A space registered before its blocks had pages (an engine registers it
+ * once, at start): the first copy into blocks backed later registers them
+ * (the copy kernel would fault on unregistered memory and end the
+ * context), and the blocks hold what the CPU's copy gives.
+ */
+TEST(copy_into_blocks_backed_after_registration)
+{
+	struct kvrt_gpu_info a, b;
+	struct darr s;
+	struct pool p;
+	uint64_t i, j;
+	int r;
+
+	REQUIRE(pool_open(&p, "test_gpu_late", KVRT_DTYPE_BF16, 0) == 0);
+	REQUIRE(darr_make(&s, KVRT_LAYOUT_LAYER_MAJOR, KVRT_DTYPE_BF16) == 0);
+	REQUIRE(kvrt_gpu_info(G, &a) == 0);
+	EXPECT((r = kvrt_gpu_register_space(G, p.sp)) == 0, "register_space, no block backed = %d",
+	       r);
+	r = kvrt_alloc_blocks(p.sp, 8, p.ids);
+	EXPECT(!r, "kvrt_alloc_blocks = %d", r);
+	if (!r) {
+		p.nids = 8;
+		for (i = 0; i < p.nids; i++) {
+			uint8_t *blk = kvrt_block_addr(p.sp, p.ids[i]);
+
+			for (j = 0; j < p.block_bytes; j++)
+				blk[j] = (uint8_t)rnd();
+		}
+		r = copy_check(KVRT_GPU_COPY_KERNEL, &p, NULL, NULL, &s, 8, "late blocks");
+		EXPECT(!r, "kernel copy into blocks backed after registration = %d", r);
+		kvrt_gpu_info(G, &b);
+		EXPECT(b.registered_bytes >= a.registered_bytes + 8 * p.block_bytes,
+		       "registered_bytes %llu -> %llu: the copy did not register the new blocks",
+		       (unsigned long long)a.registered_bytes,
+		       (unsigned long long)b.registered_bytes);
+	}
+	EXPECT((r = kvrt_gpu_unregister_space(G, p.sp)) == 0, "unregister_space = %d", r);
+	darr_free(&s);
+	pool_close(&p);
+}
+
 TEST(copy_method_auto)
 {
 	copy_method(KVRT_GPU_COPY_AUTO);
@@ -2982,6 +3024,7 @@ int main(void)
 		RUN(append_out_of_range_slots_skipped);
 		RUN(append_errors_match_cpu);
 		RUN(register_space_and_host);
+		RUN(copy_into_blocks_backed_after_registration);
 		RUN(copy_method_auto);
 		RUN(copy_method_batch);
 		RUN(copy_method_kernel);

@@ -152,9 +152,10 @@ static int reg_add(struct kvrt_gpu *g, struct kvrt_space *space, void *addr, uin
 		gpu_leave(g);
 	}
 	/* A fresh entry keeps what was registered before a failure, so that
-	 * unregister (or close) undoes it. */
+	 * unregister (or close) undoes it; a space's entry stays even with no
+	 * pages yet, so that copies can extend it as blocks are backed. */
 	if (fresh) {
-		if (r->num_pieces) {
+		if (r->num_pieces || (space && !ret)) {
 			r->next = g->regs;
 			g->regs = r;
 		} else {
@@ -518,6 +519,56 @@ static int copy_auto(struct kvrt_gpu *g, struct kvrt_gk_copy_run *runs, uint32_t
 	return ret;
 }
 
+/*
+ * Blocks of a registered space that were backed after its registration
+ * are registered before a copy touches them (what kvrt_gpu_register_space
+ * does when called again): the copy kernel reaching unregistered memory
+ * would fault and end the context.  end: one past the last byte the runs
+ * touch on this side.  -EFAULT: a block the space has no pages for.
+ */
+static int reg_cover(struct kvrt_gpu *g, const void *base, uint64_t end)
+{
+	struct kvrt_space *space = NULL;
+	struct gpu_reg *r;
+	uint64_t have = 0;
+	int ret;
+
+	pthread_mutex_lock(&g->lock);
+	for (r = g->regs; r; r = r->next)
+		if (r->space && r->addr == (const char *)base) {
+			space = r->space;
+			have = r->bytes;
+		}
+	pthread_mutex_unlock(&g->lock);
+	if (!space || end <= (uint64_t)(uintptr_t)base + have)
+		return 0;
+	ret = kvrt_gpu_register_space(g, space);
+	if (ret)
+		return ret;
+	pthread_mutex_lock(&g->lock);
+	r = reg_find(g, NULL, space);
+	have = r ? r->bytes : 0;
+	pthread_mutex_unlock(&g->lock);
+	return end <= (uint64_t)(uintptr_t)base + have ? 0 : -EFAULT;
+}
+
+static int reg_cover_runs(struct kvrt_gpu *g, const struct kvrt_block_array *dst,
+			  const struct kvrt_block_array *src, const struct run_list *l)
+{
+	uint64_t dend = 0, send = 0;
+	uint32_t i;
+	int ret;
+
+	for (i = 0; i < l->n; i++) {
+		if (l->runs[i].dst + l->runs[i].bytes > dend)
+			dend = l->runs[i].dst + l->runs[i].bytes;
+		if (l->runs[i].src + l->runs[i].bytes > send)
+			send = l->runs[i].src + l->runs[i].bytes;
+	}
+	ret = reg_cover(g, dst->base, dend);
+	return ret ? ret : reg_cover(g, src->base, send);
+}
+
 int kvrt_gpu_copy_blocks(struct kvrt_gpu *g, const struct kvrt_block_array *dst,
 			 const struct kvrt_block_array *src, const struct kvrt_block_pair *pairs,
 			 uint32_t count, enum kvrt_gpu_copy_method method, void *stream)
@@ -541,6 +592,9 @@ int kvrt_gpu_copy_blocks(struct kvrt_gpu *g, const struct kvrt_block_array *dst,
 		free(l.runs);
 		return l.err;
 	}
+	ret = reg_cover_runs(g, dst, src, &l);
+	if (ret)
+		goto out_free;
 	ret = gpu_enter(g);
 	if (ret)
 		goto out_free;
