@@ -8,7 +8,7 @@
 #include <linux/seq_file.h>
 #include <linux/uaccess.h>
 
-#include "kvpool.h"
+#include "kvpool_internal.h"
 
 static struct dentry *kvp_debugfs_dir;
 

@@ -16,7 +16,7 @@
 #include <linux/slab.h>
 #include <linux/uaccess.h>
 
-#include "kvpool.h"
+#include "kvpool_internal.h"
 
 #define KVP_SEG_EVENTS ((PAGE_SIZE - 2 * sizeof(struct list_head)) / sizeof(struct kvpool_event))
 

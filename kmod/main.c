@@ -13,7 +13,7 @@
 #include <linux/slab.h>
 #include <linux/uaccess.h>
 
-#include "kvpool.h"
+#include "kvpool_internal.h"
 
 static unsigned int pool_mb_per_node = 64;
 module_param(pool_mb_per_node, uint, 0444);

@@ -12,7 +12,7 @@
 #include <linux/slab.h>
 #include <linux/workqueue.h>
 
-#include "kvpool.h"
+#include "kvpool_internal.h"
 
 struct kvp_pool kvp_pool;
 

@@ -12,7 +12,7 @@
 #include <linux/string.h>
 #include <linux/uaccess.h>
 
-#include "kvpool.h"
+#include "kvpool_internal.h"
 
 static_assert(sizeof(struct kvc_publish_entry) == sizeof(struct kvpool_publish_entry));
 static_assert(offsetof(struct kvc_publish_entry, id) ==

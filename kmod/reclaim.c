@@ -20,7 +20,7 @@
 #include <linux/version.h>
 #include <linux/workqueue.h>
 
-#include "kvpool.h"
+#include "kvpool_internal.h"
 
 /* Candidates looked at per space and scan, so a busy space cannot stall reclaim. */
 #define KVP_RECLAIM_SCAN_MAX 1024

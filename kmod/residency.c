@@ -10,7 +10,7 @@
 #include <linux/slab.h>
 #include <linux/uaccess.h>
 
-#include "kvpool.h"
+#include "kvpool_internal.h"
 
 /*
  * The device table.  A slot holds a device while some fd has the device

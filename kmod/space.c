@@ -19,7 +19,7 @@
 #include <linux/uaccess.h>
 #include <linux/version.h>
 
-#include "kvpool.h"
+#include "kvpool_internal.h"
 
 /* kvp_spaces, kvp_nr_spaces, ids and each nr_clients: see DOC: locking */
 DEFINE_MUTEX(kvp_spaces_lock);

@@ -10,7 +10,7 @@
 #include <linux/string.h>
 #include <linux/sysfs.h>
 
-#include "kvpool.h"
+#include "kvpool_internal.h"
 
 static ssize_t pool_bytes_show(struct device *dev, struct device_attribute *attr, char *buf)
 {

@@ -10,7 +10,7 @@
 #include <linux/slab.h>
 #include <linux/sysfs.h>
 
-#include "kvpool.h"
+#include "kvpool_internal.h"
 
 struct kvp_space_kobj {
 	struct kobject kobj;

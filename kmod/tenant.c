@@ -7,7 +7,7 @@
 #include <linux/slab.h>
 #include <linux/sysfs.h>
 
-#include "kvpool.h"
+#include "kvpool_internal.h"
 
 struct kvp_tenant {
 	struct list_head link;	/* kvp_tenants */

@@ -242,7 +242,7 @@ else
 	sed 's/^/# /' "$SCRATCH/dkms-install.log"
 fi
 missing=""
-for f in dkms.conf Kbuild kmod/Kbuild kmod/main.c kmod/kvpool.h kmod/core/kvcore.c \
+for f in dkms.conf Kbuild kmod/Kbuild kmod/main.c kmod/kvpool_internal.h kmod/core/kvcore.c \
 	kmod/core/kvcore.h kmod/core/kvc_shim.h include/uapi/linux/kvpool.h; do
 	[ -f "$T/$f" ] || missing="$missing $f"
 done
