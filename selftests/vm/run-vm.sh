@@ -47,6 +47,9 @@
 #                            check-engines-vm.sh)
 #   KVPOOL_VM_VLLM_CACHE     a VLLM_CACHE_ROOT on the host whose model-info
 #                            cache the guest starts from (check-engines-vm.sh)
+#   KVPOOL_VM_SGLANG_PYTHON  python of the pinned SGLang venv, for the same
+#   KVPOOL_VM_SGLANG_CACHE   a TORCH_EXTENSIONS_DIR on the host holding SGLang's
+#                            built hash extension, for the guest to start from
 #   KVPOOL_VM_APPEND         extra kernel command line
 #   KVPOOL_VM_KEEP=1         keep the work directory (initramfs, console log)
 
@@ -296,7 +299,9 @@ if [ -n "$modver" ] && [ -z "${KVPOOL_VM_KERNEL:-}" ] && [ "$modver" != "$KVER" 
 	die "${MODULE#"$ROOT"/} was built for $modver, which has no /boot/vmlinuz-$modver: install linux-image-$modver, or rebuild with 'make module KDIR=/usr/src/linux-headers-$KVER'"
 fi
 case $MODARGS in *[!A-Za-z0-9_=,.\ -]*) die "KVPOOL_VM_MODARGS has unexpected characters" ;; esac
-case ${KVPOOL_VM_VLLM_PYTHON:-}${KVPOOL_VM_VLLM_CACHE:-} in *[!A-Za-z0-9_/.+-]*) die "KVPOOL_VM_VLLM_PYTHON, KVPOOL_VM_VLLM_CACHE: pass plain paths (letters, digits, _/.+-)" ;; esac
+case ${KVPOOL_VM_VLLM_PYTHON:-}${KVPOOL_VM_VLLM_CACHE:-}${KVPOOL_VM_SGLANG_PYTHON:-}${KVPOOL_VM_SGLANG_CACHE:-} in
+*[!A-Za-z0-9_/.+-]*) die "KVPOOL_VM_VLLM_PYTHON, KVPOOL_VM_VLLM_CACHE, KVPOOL_VM_SGLANG_PYTHON, KVPOOL_VM_SGLANG_CACHE: pass plain paths (letters, digits, _/.+-)" ;;
+esac
 [[ $TEST_TIMEOUT =~ ^[0-9]+$ ]] || die "KVPOOL_VM_TEST_TIMEOUT must be seconds"
 [[ $VM_TIMEOUT =~ ^[0-9]+$ ]] || die "KVPOOL_VM_TIMEOUT must be seconds"
 { [[ $MEM_MB =~ ^[0-9]+$ ]] && [ "$MEM_MB" -ge 512 ] && [ $((MEM_MB % 2)) = 0 ]; } ||
@@ -433,6 +438,8 @@ KVPOOL_TEST_TIMEOUT=$TEST_TIMEOUT
 KVPOOL_HOST_ROOT='$ROOT'
 KVPOOL_VLLM_PYTHON='${KVPOOL_VM_VLLM_PYTHON:-}'
 KVPOOL_VLLM_CACHE='${KVPOOL_VM_VLLM_CACHE:-}'
+KVPOOL_SGLANG_PYTHON='${KVPOOL_VM_SGLANG_PYTHON:-}'
+KVPOOL_SGLANG_CACHE='${KVPOOL_VM_SGLANG_CACHE:-}'
 EOF
 [ "$MODE" != exec ] || printf '%s\n' "$2" >"$R/etc/kvpool-vm.exec"
 HOSTFS_ARGS=()
