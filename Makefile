@@ -31,7 +31,7 @@ help:
 	@echo "make check-lib  libkvrt tests, plain and under ASan+UBSan (embedded backend)"
 	@echo "make check-python the kvrt Python package: pip-installed into a throwaway venv, its unittests"
 	@echo "make check-vllm   kvrt.vllm, the offloading spec, driven by vLLM's own Scheduler"
-	@echo "make check-engines-vm two vLLM engines share a prefix through the module in a VM (~25 min)"
+	@echo "make check-engines-vm vLLM engines, then SGLang storage processes, share KV through the module in a VM (~35 min)"
 	@echo "make check-sglang kvrt.sglang, the HiCache storage backend, against SGLang's own classes"
 	@echo "make check-cuda the GPU kernels without a GPU: fatbin check (nvcc), CPU emulator run, the GPU run's dry run"
 	@echo "make check-tools host tests of the tools (kvctl on a fake sysfs tree)"
