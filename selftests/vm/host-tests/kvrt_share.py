@@ -280,8 +280,9 @@ class Child:
         return f"exit status {self.returncode}\n{out}{note}"
 
 
-def wait_file(path: str, child: Child) -> bool:
-    deadline = time.monotonic() + WAIT_S
+def wait_file(path: str, child: Child, wait_s: float = WAIT_S) -> bool:
+    """Whether path appeared before child ended or wait_s passed."""
+    deadline = time.monotonic() + wait_s
     while not os.path.exists(path):
         if child.poll() is not None or time.monotonic() > deadline:
             return False

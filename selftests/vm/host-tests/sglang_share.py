@@ -218,15 +218,6 @@ def sysfs_space(name: str) -> Optional[Dict[str, int]]:
     return None
 
 
-def wait_file(path: str, child: ks.Child) -> bool:
-    deadline = time.monotonic() + WAIT_S
-    while not os.path.exists(path):
-        if child.poll() is not None or time.monotonic() > deadline:
-            return False
-        time.sleep(0.2)
-    return True
-
-
 def mode_run() -> int:
     tap = ks.Tap()
     print(f"TAP version 13\n1..9\n# import of SGLang (with torch, kvrt) took {IMPORT_S:.0f}s; "
@@ -252,7 +243,7 @@ def mode_run() -> int:
     w: Dict[str, Any] = {}
     r: Dict[str, Any] = {}
     try:
-        ok = wait_file(f["writer"], writer)
+        ok = ks.wait_file(f["writer"], writer, WAIT_S)
         if not tap.check(ok, f"process A (pid {writer.pid}) stored {PAGES} pages with "
                          "batch_set_v1", "" if ok else writer.finish(1)):
             return 1
@@ -262,7 +253,7 @@ def mode_run() -> int:
         t = time.monotonic()
         reader = ks.Child("sglang_reader", {"out": f["reader"], "done": done["reader"]},
                           logs["reader"])
-        ok = wait_file(f["reader"], reader)
+        ok = ks.wait_file(f["reader"], reader, WAIT_S)
         r = ks.load(f["reader"]) if ok else {}
         print(f"# B: {time.monotonic() - t:.0f}s", flush=True)
         tap.check(ok and r["pid"] != w["pid"] and r["space"] == w["space"]

@@ -155,15 +155,6 @@ def mode_foreign(a: Dict[str, Any]) -> None:
 ks.MODES.update(vllm_writer=mode_writer, vllm_reader=mode_reader, vllm_foreign=mode_foreign)
 
 
-def wait_file(path: str, child: ks.Child) -> bool:
-    deadline = time.monotonic() + WAIT_S
-    while not os.path.exists(path):
-        if child.poll() is not None or time.monotonic() > deadline:
-            return False
-        time.sleep(0.2)
-    return True
-
-
 def mode_run() -> int:
     tap = ks.Tap()
     print(f"TAP version 13\n1..8\n# import of vLLM (with torch, kvrt) took {IMPORT_S:.0f}s; "
@@ -193,7 +184,7 @@ def mode_run() -> int:
     writer = ks.Child("vllm_writer", {"out": f["writer"], "done": done}, logs["writer"])
     w: Dict[str, Any] = {}
     try:
-        ok = wait_file(f["writer"], writer)
+        ok = ks.wait_file(f["writer"], writer, WAIT_S)
         if not tap.check(ok, f"writer engine (pid {writer.pid}) stored {PREFIX_BLOCKS} "
                          "blocks through the connector", "" if ok else writer.finish(1)):
             return 1
