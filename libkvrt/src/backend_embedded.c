@@ -53,6 +53,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "pool/backend.h"
 
 #ifndef MAP_HUGE_SHIFT
 #define MAP_HUGE_SHIFT 26
@@ -155,8 +156,10 @@ static uint64_t online_nodes(void)
 	return mask ? mask : 1;
 }
 
-int emb_init(struct kvrt *k)
+/* Nothing to open: device names the module, which this backend stands in for. */
+static int emb_probe(struct kvrt *k, const char *device)
 {
+	(void)device;
 	k->node_mask = online_nodes();
 	/* Everything but RECLAIM: the embedded pool has no shrinker. */
 	k->features = KVPOOL_FEAT_SPACES | KVPOOL_FEAT_NUMA | KVPOOL_FEAT_PREFIX |
@@ -182,7 +185,7 @@ static void pool_put(struct kvrt *k, uint64_t bytes)
 	__atomic_fetch_sub(&k->pool_used, bytes, __ATOMIC_RELAXED);
 }
 
-int emb_pool_info(struct kvrt *k, struct kvrt_pool_info *info)
+static int emb_pool_info(struct kvrt *k, struct kvrt_pool_info *info)
 {
 	uint64_t used = __atomic_load_n(&k->pool_used, __ATOMIC_RELAXED);
 
@@ -735,7 +738,7 @@ static void emb_evicted(struct kvc_space *core, kvc_u32 id, const kvc_u8 *hash,
 
 /* ---- joining and leaving -------------------------------------------------------- */
 
-int emb_space_open(struct kvrt *k, const struct kvrt_space_opts *o, struct kvrt_space *s)
+static int emb_space_open(struct kvrt *k, const struct kvrt_space_opts *o, struct kvrt_space *s)
 {
 	struct emb_space *es;
 	int ret = 0;
@@ -808,7 +811,7 @@ out_unlock:
 
 static void dev_unregister(struct emb_space *es, struct kvrt_space *s, uint32_t slot);
 
-void emb_space_close(struct kvrt_space *s)
+static void emb_space_close(struct kvrt_space *s)
 {
 	struct emb_space *es = s->es;
 	struct kvrt *k = s->k;
@@ -848,7 +851,7 @@ void emb_space_close(struct kvrt_space *s)
 }
 
 /* kvrt_close(): the persistent spaces left in the namespace (none is joined). */
-void emb_close(struct kvrt *k)
+static void emb_close(struct kvrt *k)
 {
 	struct emb_space *es;
 
@@ -864,7 +867,7 @@ void emb_close(struct kvrt *k)
 	}
 }
 
-int emb_space_destroy(struct kvrt *k, const char *name)
+static int emb_space_destroy(struct kvrt *k, const char *name)
 {
 	struct emb_space *es, **pp;
 	uid_t euid = geteuid();
@@ -900,7 +903,7 @@ int emb_space_destroy(struct kvrt *k, const char *name)
 	return 0;
 }
 
-int emb_space_info(struct kvrt_space *s, struct kvrt_space_info *info)
+static int emb_space_info(struct kvrt_space *s, struct kvrt_space_info *info)
 {
 	struct emb_space *es = s->es;
 
@@ -940,7 +943,7 @@ static uint64_t emb_evictions(const struct kvc_space *c)
  * events, sent from the callback) or found no room tells every participant,
  * with the cause kvcore found.
  */
-int emb_alloc(struct kvrt_space *s, uint32_t count, uint32_t *ids)
+static int emb_alloc(struct kvrt_space *s, uint32_t count, uint32_t *ids)
 {
 	struct emb_space *es = s->es;
 	struct kvrt_event e = { .type = KVRT_EVENT_QUOTA_PRESSURE };
@@ -960,7 +963,7 @@ int emb_alloc(struct kvrt_space *s, uint32_t count, uint32_t *ids)
 	return ret;
 }
 
-int emb_free(struct kvrt_space *s, uint32_t count, const uint32_t *ids)
+static int emb_free(struct kvrt_space *s, uint32_t count, const uint32_t *ids)
 {
 	struct emb_space *es = s->es;
 	int ret;
@@ -976,8 +979,8 @@ int emb_free(struct kvrt_space *s, uint32_t count, const uint32_t *ids)
 
 /* ---- prefix cache ------------------------------------------------------------------ */
 
-int emb_publish(struct kvrt_space *s, uint32_t count, uint32_t *ids,
-		const uint8_t (*hashes)[KVRT_HASH_BYTES], const uint32_t *prio, uint32_t *flags)
+static int emb_publish(struct kvrt_space *s, uint32_t count, uint32_t *ids,
+		       const uint8_t (*hashes)[KVRT_HASH_BYTES], const uint32_t *prio, uint32_t *flags)
 {
 	struct emb_space *es = s->es;
 	struct kvc_publish_entry *e;
@@ -1027,8 +1030,8 @@ int emb_publish(struct kvrt_space *s, uint32_t count, uint32_t *ids,
 	return ret;
 }
 
-int emb_lookup(struct kvrt_space *s, uint32_t count, const uint8_t (*hashes)[KVRT_HASH_BYTES],
-	       uint32_t *ids, uint64_t *devices)
+static int emb_lookup(struct kvrt_space *s, uint32_t count,
+		      const uint8_t (*hashes)[KVRT_HASH_BYTES], uint32_t *ids, uint64_t *devices)
 {
 	struct emb_space *es = s->es;
 	uint32_t small[64], *got = small;
@@ -1066,7 +1069,7 @@ int emb_lookup(struct kvrt_space *s, uint32_t count, const uint8_t (*hashes)[KVR
 	return ret;
 }
 
-int emb_release(struct kvrt_space *s, uint32_t count, const uint32_t *ids)
+static int emb_release(struct kvrt_space *s, uint32_t count, const uint32_t *ids)
 {
 	struct emb_space *es = s->es;
 	int ret;
@@ -1077,7 +1080,7 @@ int emb_release(struct kvrt_space *s, uint32_t count, const uint32_t *ids)
 	return ret;
 }
 
-int emb_space_stats(struct kvrt_space *s, struct kvrt_space_stats *st)
+static int emb_space_stats(struct kvrt_space *s, struct kvrt_space_stats *st)
 {
 	struct emb_space *es = s->es;
 	const struct kvc_space_stats *c = &es->core.stats;
@@ -1258,8 +1261,8 @@ static int emb_res_clear(struct kvrt_space *s, const uint8_t *uuid)
 	return slot;
 }
 
-int emb_residency(struct kvrt_space *s, uint32_t op, const uint8_t *uuid, uint32_t count,
-		  const struct kvrt_residency_entry *entries)
+static int emb_residency(struct kvrt_space *s, uint32_t op, const uint8_t *uuid, uint32_t count,
+			 const struct kvrt_residency_entry *entries)
 {
 	struct emb_space *es = s->es;
 	int ret;
@@ -1283,7 +1286,7 @@ int emb_residency(struct kvrt_space *s, uint32_t op, const uint8_t *uuid, uint32
 	return ret;
 }
 
-int emb_events_fd(struct kvrt_space *s)
+static int emb_events_fd(struct kvrt_space *s)
 {
 	struct emb_space *es = s->es;
 	int ret;
@@ -1304,7 +1307,7 @@ out_unlock:
 	return ret;
 }
 
-int emb_read_events(struct kvrt_space *s, struct kvrt_event *ev, uint32_t max)
+static int emb_read_events(struct kvrt_space *s, struct kvrt_event *ev, uint32_t max)
 {
 	struct emb_space *es = s->es;
 	struct emb_events *q = &s->ev;
@@ -1426,7 +1429,7 @@ static void fmt(char *buf, size_t len, const char *f, ...)
 	va_end(ap);
 }
 
-int emb_mem_info(struct kvrt_space *s, struct kvrt_mem_info *m)
+static int emb_mem_info(struct kvrt_space *s, struct kvrt_mem_info *m)
 {
 	struct emb_space *es = s->es;
 	struct kvrt *k = s->k;
@@ -1496,3 +1499,24 @@ int emb_mem_info(struct kvrt_space *s, struct kvrt_mem_info *m)
 	    w[2], w[3]);
 	return 0;
 }
+
+const struct kvrt_backend_ops kvrt_embedded_ops = {
+	.backend = KVRT_BACKEND_EMBEDDED,
+	.probe = emb_probe,
+	.close = emb_close,
+	.pool_info = emb_pool_info,
+	.space_open = emb_space_open,
+	.space_close = emb_space_close,
+	.space_info = emb_space_info,
+	.mem_info = emb_mem_info,
+	.space_destroy = emb_space_destroy,
+	.alloc = emb_alloc,
+	.free = emb_free,
+	.publish = emb_publish,
+	.lookup = emb_lookup,
+	.release = emb_release,
+	.space_stats = emb_space_stats,
+	.residency = emb_residency,
+	.events_fd = emb_events_fd,
+	.read_events = emb_read_events,
+};

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "pool/backend.h"
 
 _Static_assert(KVRT_SPACE_CREATE == KVPOOL_SPACE_CREATE, "flag values are the uAPI's");
 _Static_assert(KVRT_SPACE_EXCL == KVPOOL_SPACE_EXCL, "flag values are the uAPI's");
@@ -84,7 +85,7 @@ static int kmod_info(int fd, struct kvpool_info *info)
  * "DEVICE: reason" and the return is -ENODEV (absent, or not kvpool), or
  * the open errno when it exists but may not be opened.
  */
-int kmod_probe(struct kvrt *k, const char *device)
+static int kmod_probe(struct kvrt *k, const char *device)
 {
 	struct kvpool_info info;
 	int fd, ret;
@@ -130,14 +131,14 @@ int kmod_probe(struct kvrt *k, const char *device)
 	return 0;
 }
 
-void kmod_close(struct kvrt *k)
+static void kmod_close(struct kvrt *k)
 {
 	if (k->ctl_fd >= 0)
 		close(k->ctl_fd);
 	k->ctl_fd = -1;
 }
 
-int kmod_pool_info(struct kvrt *k, struct kvrt_pool_info *out)
+static int kmod_pool_info(struct kvrt *k, struct kvrt_pool_info *out)
 {
 	struct kvpool_info info;
 	int ret = kmod_info(k->ctl_fd, &info);
@@ -157,7 +158,7 @@ int kmod_pool_info(struct kvrt *k, struct kvrt_pool_info *out)
 	return 0;
 }
 
-int kmod_space_open(struct kvrt *k, const struct kvrt_space_opts *o, struct kvrt_space *s)
+static int kmod_space_open(struct kvrt *k, const struct kvrt_space_opts *o, struct kvrt_space *s)
 {
 	struct kvpool_space_open *so = &s->so;
 	void *base;
@@ -224,7 +225,7 @@ out_close:
 	return ret;
 }
 
-void kmod_space_close(struct kvrt_space *s)
+static void kmod_space_close(struct kvrt_space *s)
 {
 	if (s->base)
 		munmap(s->base, s->map_bytes);
@@ -241,7 +242,7 @@ static int kmod_raw_info(struct kvrt_space *s, struct kvpool_space_info *si)
 	return 0;
 }
 
-int kmod_space_info(struct kvrt_space *s, struct kvrt_space_info *info)
+static int kmod_space_info(struct kvrt_space *s, struct kvrt_space_info *info)
 {
 	struct kvpool_space_info si;
 	int ret = kmod_raw_info(s, &si);
@@ -266,7 +267,7 @@ int kmod_space_info(struct kvrt_space *s, struct kvrt_space_info *info)
 	return 0;
 }
 
-int kmod_alloc(struct kvrt_space *s, uint32_t count, uint32_t *ids)
+static int kmod_alloc(struct kvrt_space *s, uint32_t count, uint32_t *ids)
 {
 	struct kvpool_blocks b = { .ids = (uintptr_t)ids, .count = count };
 	unsigned long cmd = s->k->api_version < 4 ? KVPOOL_IOC_ALLOC_API3 : KVPOOL_IOC_ALLOC;
@@ -276,7 +277,7 @@ int kmod_alloc(struct kvrt_space *s, uint32_t count, uint32_t *ids)
 	return 0;
 }
 
-int kmod_free(struct kvrt_space *s, uint32_t count, const uint32_t *ids)
+static int kmod_free(struct kvrt_space *s, uint32_t count, const uint32_t *ids)
 {
 	struct kvpool_blocks b = { .ids = (uintptr_t)ids, .count = count };
 
@@ -285,7 +286,7 @@ int kmod_free(struct kvrt_space *s, uint32_t count, const uint32_t *ids)
 	return 0;
 }
 
-int kmod_mem_info(struct kvrt_space *s, struct kvrt_mem_info *m)
+static int kmod_mem_info(struct kvrt_space *s, struct kvrt_mem_info *m)
 {
 	struct kvpool_space_info si;
 	struct kvpool_info pi;
@@ -309,8 +310,8 @@ int kmod_mem_info(struct kvrt_space *s, struct kvrt_mem_info *m)
 
 /* ---- prefix cache ---------------------------------------------------------------- */
 
-int kmod_publish(struct kvrt_space *s, uint32_t count, uint32_t *ids,
-		 const uint8_t (*hashes)[KVRT_HASH_BYTES], const uint32_t *prio, uint32_t *flags)
+static int kmod_publish(struct kvrt_space *s, uint32_t count, uint32_t *ids,
+			const uint8_t (*hashes)[KVRT_HASH_BYTES], const uint32_t *prio, uint32_t *flags)
 {
 	struct kvpool_publish_entry *e = calloc(count, sizeof(*e));
 	struct kvpool_publish p = { .count = count };
@@ -340,8 +341,8 @@ out_free:
 	return ret;
 }
 
-int kmod_lookup(struct kvrt_space *s, uint32_t count, const uint8_t (*hashes)[KVRT_HASH_BYTES],
-		uint32_t *ids, uint64_t *devices)
+static int kmod_lookup(struct kvrt_space *s, uint32_t count,
+		       const uint8_t (*hashes)[KVRT_HASH_BYTES], uint32_t *ids, uint64_t *devices)
 {
 	struct kvpool_lookup l = {
 		.hashes = (uintptr_t)hashes,
@@ -355,7 +356,7 @@ int kmod_lookup(struct kvrt_space *s, uint32_t count, const uint8_t (*hashes)[KV
 	return (int)l.nr_hits;
 }
 
-int kmod_release(struct kvrt_space *s, uint32_t count, const uint32_t *ids)
+static int kmod_release(struct kvrt_space *s, uint32_t count, const uint32_t *ids)
 {
 	struct kvpool_blocks b = { .ids = (uintptr_t)ids, .count = count };
 
@@ -364,7 +365,7 @@ int kmod_release(struct kvrt_space *s, uint32_t count, const uint32_t *ids)
 	return 0;
 }
 
-int kmod_space_destroy(struct kvrt *k, const char *name)
+static int kmod_space_destroy(struct kvrt *k, const char *name)
 {
 	struct kvpool_space_destroy d;
 
@@ -375,7 +376,7 @@ int kmod_space_destroy(struct kvrt *k, const char *name)
 	return 0;
 }
 
-int kmod_space_stats(struct kvrt_space *s, struct kvrt_space_stats *st)
+static int kmod_space_stats(struct kvrt_space *s, struct kvrt_space_stats *st)
 {
 	struct kvpool_space_stats ks;
 
@@ -400,8 +401,8 @@ int kmod_space_stats(struct kvrt_space *s, struct kvrt_space_stats *st)
 	return 0;
 }
 
-int kmod_residency(struct kvrt_space *s, uint32_t op, const uint8_t *uuid, uint32_t count,
-		   const struct kvrt_residency_entry *entries)
+static int kmod_residency(struct kvrt_space *s, uint32_t op, const uint8_t *uuid, uint32_t count,
+			  const struct kvrt_residency_entry *entries)
 {
 	struct kvpool_residency r = {
 		.entries = (uintptr_t)entries,
@@ -431,7 +432,7 @@ int kmod_residency(struct kvrt_space *s, uint32_t op, const uint8_t *uuid, uint3
 	return ret;
 }
 
-int kmod_events_fd(struct kvrt_space *s)
+static int kmod_events_fd(struct kvrt_space *s)
 {
 	return s->fd;
 }
@@ -441,7 +442,7 @@ int kmod_events_fd(struct kvrt_space *s)
  * after poll() said POLLIN, under ev_lock so that no other libkvrt reader
  * takes the events in between (callers only poll the descriptor).
  */
-int kmod_read_events(struct kvrt_space *s, struct kvrt_event *ev, uint32_t max)
+static int kmod_read_events(struct kvrt_space *s, struct kvrt_event *ev, uint32_t max)
 {
 	struct pollfd p = { .fd = s->fd, .events = POLLIN };
 	ssize_t n;
@@ -475,3 +476,24 @@ out_unlock:
 	pthread_mutex_unlock(&s->ev_lock);
 	return ret;
 }
+
+const struct kvrt_backend_ops kvrt_kmod_ops = {
+	.backend = KVRT_BACKEND_KMOD,
+	.probe = kmod_probe,
+	.close = kmod_close,
+	.pool_info = kmod_pool_info,
+	.space_open = kmod_space_open,
+	.space_close = kmod_space_close,
+	.space_info = kmod_space_info,
+	.mem_info = kmod_mem_info,
+	.space_destroy = kmod_space_destroy,
+	.alloc = kmod_alloc,
+	.free = kmod_free,
+	.publish = kmod_publish,
+	.lookup = kmod_lookup,
+	.release = kmod_release,
+	.space_stats = kmod_space_stats,
+	.residency = kmod_residency,
+	.events_fd = kmod_events_fd,
+	.read_events = kmod_read_events,
+};

@@ -5,7 +5,8 @@
  *
  * Where things live (basenames are unique across folders):
  *   kvrt.c              the handle, backend choice, the space and prefix
- *                       cache calls, dispatched to one of:
+ *                       cache calls, made through the backend's ops table
+ *                       (pool/backend.h), one of:
  *   backend_kmod.c      spaces on /dev/kvpool
  *   backend_embedded.c  spaces in this process, on kmod/core's kvcore
  *   kv/                 layouts, dtypes, append, block copies, prefix
@@ -60,9 +61,11 @@ struct kvpool_residency_entry_api3 {
 
 struct emb_space;
 struct copy_job;
+struct kvrt_backend_ops;
 
 struct kvrt {
-	enum kvrt_backend backend;
+	const struct kvrt_backend_ops *ops;	/* the chosen backend (pool/backend.h) */
+	enum kvrt_backend backend;		/* ops->backend */
 	uint32_t flags;			/* KVRT_OPEN_* */
 	char info[320];			/* kvrt_backend_info() */
 	char device[256];
@@ -128,49 +131,6 @@ struct kvrt_space {
 
 __attribute__((format(printf, 3, 4)))
 void kvrt_log(const struct kvrt *k, int level, const char *fmt, ...);
-
-/* Backends.  *_space_open fill space->base, geometry, created. */
-int kmod_probe(struct kvrt *k, const char *device);
-void kmod_close(struct kvrt *k);
-int kmod_pool_info(struct kvrt *k, struct kvrt_pool_info *info);
-int kmod_space_open(struct kvrt *k, const struct kvrt_space_opts *o, struct kvrt_space *s);
-void kmod_space_close(struct kvrt_space *s);
-int kmod_space_info(struct kvrt_space *s, struct kvrt_space_info *info);
-int kmod_alloc(struct kvrt_space *s, uint32_t count, uint32_t *ids);
-int kmod_free(struct kvrt_space *s, uint32_t count, const uint32_t *ids);
-int kmod_mem_info(struct kvrt_space *s, struct kvrt_mem_info *m);
-int kmod_publish(struct kvrt_space *s, uint32_t count, uint32_t *ids,
-		 const uint8_t (*hashes)[KVRT_HASH_BYTES], const uint32_t *prio, uint32_t *flags);
-int kmod_lookup(struct kvrt_space *s, uint32_t count, const uint8_t (*hashes)[KVRT_HASH_BYTES],
-		uint32_t *ids, uint64_t *devices);
-int kmod_release(struct kvrt_space *s, uint32_t count, const uint32_t *ids);
-int kmod_space_destroy(struct kvrt *k, const char *name);
-int kmod_space_stats(struct kvrt_space *s, struct kvrt_space_stats *st);
-int kmod_residency(struct kvrt_space *s, uint32_t op, const uint8_t *uuid, uint32_t count,
-		   const struct kvrt_residency_entry *entries);
-int kmod_events_fd(struct kvrt_space *s);
-int kmod_read_events(struct kvrt_space *s, struct kvrt_event *ev, uint32_t max);
-
-int emb_init(struct kvrt *k);
-int emb_pool_info(struct kvrt *k, struct kvrt_pool_info *info);
-int emb_space_open(struct kvrt *k, const struct kvrt_space_opts *o, struct kvrt_space *s);
-void emb_space_close(struct kvrt_space *s);
-int emb_space_info(struct kvrt_space *s, struct kvrt_space_info *info);
-int emb_alloc(struct kvrt_space *s, uint32_t count, uint32_t *ids);
-int emb_free(struct kvrt_space *s, uint32_t count, const uint32_t *ids);
-int emb_mem_info(struct kvrt_space *s, struct kvrt_mem_info *m);
-void emb_close(struct kvrt *k);
-int emb_publish(struct kvrt_space *s, uint32_t count, uint32_t *ids,
-		const uint8_t (*hashes)[KVRT_HASH_BYTES], const uint32_t *prio, uint32_t *flags);
-int emb_lookup(struct kvrt_space *s, uint32_t count, const uint8_t (*hashes)[KVRT_HASH_BYTES],
-	       uint32_t *ids, uint64_t *devices);
-int emb_release(struct kvrt_space *s, uint32_t count, const uint32_t *ids);
-int emb_space_destroy(struct kvrt *k, const char *name);
-int emb_space_stats(struct kvrt_space *s, struct kvrt_space_stats *st);
-int emb_residency(struct kvrt_space *s, uint32_t op, const uint8_t *uuid, uint32_t count,
-		  const struct kvrt_residency_entry *entries);
-int emb_events_fd(struct kvrt_space *s);
-int emb_read_events(struct kvrt_space *s, struct kvrt_event *ev, uint32_t max);
 
 /* The name rule both backends share: [A-Za-z0-9._-]+, < KVRT_NAME_MAX. */
 bool kvrt_name_valid(const char *name);

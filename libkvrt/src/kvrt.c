@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: MIT
 /*
  * kvrt.c: the handle, backend choice, logging, and the space and prefix
- * cache calls that dispatch to the kmod (backend_kmod.c) or embedded
- * (backend_embedded.c) backend.  Arguments that never reach the module
- * (NULL pointers, counts) are checked here, with the errno the module
- * gives for the same mistake, so both backends fail alike.
+ * cache calls, which call through the chosen backend's ops table
+ * (pool/backend.h): kmod (backend_kmod.c) or embedded (backend_embedded.c).
+ * Arguments that never reach the module (NULL pointers, counts) are checked
+ * here, with the errno the module gives for the same mistake, so both
+ * backends fail alike.
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -14,6 +15,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "pool/backend.h"
 
 #define KVRT_STR2(x) #x
 #define KVRT_STR(x) KVRT_STR2(x)
@@ -148,9 +150,10 @@ int kvrt_open(struct kvrt **out, const struct kvrt_open_opts *opts)
 	pthread_cond_init(&k->qcond, NULL);
 
 	if (want != KVRT_BACKEND_EMBEDDED) {
-		ret = kmod_probe(k, device);
+		ret = kvrt_kmod_ops.probe(k, device);
 		if (!ret) {
-			k->backend = KVRT_BACKEND_KMOD;
+			k->ops = &kvrt_kmod_ops;
+			k->backend = k->ops->backend;
 			if (why) {
 				size_t n = strlen(k->info);
 
@@ -173,10 +176,11 @@ int kvrt_open(struct kvrt **out, const struct kvrt_open_opts *opts)
 		memcpy(reason, k->info, sizeof(reason));
 		snprintf(k->info, sizeof(k->info), "embedded: %.300s", reason);
 	}
-	ret = emb_init(k);
+	ret = kvrt_embedded_ops.probe(k, device);
 	if (ret)
 		goto out_free;
-	k->backend = KVRT_BACKEND_EMBEDDED;
+	k->ops = &kvrt_embedded_ops;
+	k->backend = k->ops->backend;
 
 out_opened:
 	kvrt_log(k, KVRT_LOG_INFO, "libkvrt %s: %s", kvrt_version(), k->info);
@@ -198,10 +202,7 @@ void kvrt_close(struct kvrt *k)
 	kvrt_copy_shutdown(k);
 	while (k->spaces)
 		kvrt_space_close(k->spaces);
-	if (k->backend == KVRT_BACKEND_KMOD)
-		kmod_close(k);
-	else
-		emb_close(k);
+	k->ops->close(k);
 	pthread_cond_destroy(&k->qcond);
 	pthread_mutex_destroy(&k->qlock);
 	pthread_mutex_destroy(&k->lock);
@@ -224,9 +225,7 @@ int kvrt_pool_info(struct kvrt *k, struct kvrt_pool_info *info)
 		return -EINVAL;
 	memset(info, 0, sizeof(*info));
 	info->backend = k->backend;
-	if (k->backend == KVRT_BACKEND_KMOD)
-		return kmod_pool_info(k, info);
-	return emb_pool_info(k, info);
+	return k->ops->pool_info(k, info);
 }
 
 /* ---- spaces --------------------------------------------------------------- */
@@ -290,10 +289,7 @@ int kvrt_space_open(struct kvrt *k, const struct kvrt_space_opts *o, struct kvrt
 	s->fd = -1;
 	s->ev.efd = -1;
 	pthread_mutex_init(&s->ev_lock, NULL);
-	if (k->backend == KVRT_BACKEND_KMOD)
-		ret = kmod_space_open(k, o, s);
-	else
-		ret = emb_space_open(k, o, s);
+	ret = k->ops->space_open(k, o, s);
 	if (ret) {
 		pthread_mutex_destroy(&s->ev_lock);
 		free(s);
@@ -329,10 +325,7 @@ void kvrt_space_close(struct kvrt_space *s)
 		s->next->prev = s->prev;
 	pthread_mutex_unlock(&k->lock);
 	kvrt_bounds_remove(s);
-	if (k->backend == KVRT_BACKEND_KMOD)
-		kmod_space_close(s);
-	else
-		emb_space_close(s);
+	k->ops->space_close(s);
 	pthread_mutex_destroy(&s->ev_lock);
 	free(s);
 }
@@ -342,9 +335,7 @@ int kvrt_space_info(struct kvrt_space *s, struct kvrt_space_info *info)
 	if (!s || !info)
 		return -EINVAL;
 	memset(info, 0, sizeof(*info));
-	if (s->k->backend == KVRT_BACKEND_KMOD)
-		return kmod_space_info(s, info);
-	return emb_space_info(s, info);
+	return s->k->ops->space_info(s, info);
 }
 
 /* The checks the kvpool ioctl dispatcher makes before it looks at a space. */
@@ -367,9 +358,7 @@ int kvrt_alloc_blocks(struct kvrt_space *s, uint32_t count, uint32_t *ids)
 
 	if (ret)
 		return ret;
-	if (s->k->backend == KVRT_BACKEND_KMOD)
-		return kmod_alloc(s, count, ids);
-	return emb_alloc(s, count, ids);
+	return s->k->ops->alloc(s, count, ids);
 }
 
 int kvrt_free_blocks(struct kvrt_space *s, uint32_t count, const uint32_t *ids)
@@ -378,9 +367,7 @@ int kvrt_free_blocks(struct kvrt_space *s, uint32_t count, const uint32_t *ids)
 
 	if (ret)
 		return ret;
-	if (s->k->backend == KVRT_BACKEND_KMOD)
-		return kmod_free(s, count, ids);
-	return emb_free(s, count, ids);
+	return s->k->ops->free(s, count, ids);
 }
 
 void *kvrt_space_base(const struct kvrt_space *s)
@@ -401,9 +388,7 @@ int kvrt_space_mem_info(struct kvrt_space *s, struct kvrt_mem_info *m)
 		return -EINVAL;
 	memset(m, 0, sizeof(*m));
 	m->chunk_bytes = (uint32_t)KVRT_CHUNK_BYTES;
-	if (s->k->backend == KVRT_BACKEND_KMOD)
-		return kmod_mem_info(s, m);
-	return emb_mem_info(s, m);
+	return s->k->ops->mem_info(s, m);
 }
 
 /* ---- prefix cache ------------------------------------------------------------- */
@@ -441,9 +426,7 @@ int kvrt_publish(struct kvrt_space *s, uint32_t count, uint32_t *ids,
 		return ret;
 	if (!ids || !hashes)
 		return -EFAULT;
-	if (s->k->backend == KVRT_BACKEND_KMOD)
-		return kmod_publish(s, count, ids, hashes, priorities, flags);
-	return emb_publish(s, count, ids, hashes, priorities, flags);
+	return s->k->ops->publish(s, count, ids, hashes, priorities, flags);
 }
 
 int kvrt_lookup(struct kvrt_space *s, uint32_t count, const uint8_t (*hashes)[KVRT_HASH_BYTES],
@@ -455,9 +438,7 @@ int kvrt_lookup(struct kvrt_space *s, uint32_t count, const uint8_t (*hashes)[KV
 		return ret;
 	if (!ids || !hashes)
 		return -EFAULT;
-	if (s->k->backend == KVRT_BACKEND_KMOD)
-		return kmod_lookup(s, count, hashes, ids, devices);
-	return emb_lookup(s, count, hashes, ids, devices);
+	return s->k->ops->lookup(s, count, hashes, ids, devices);
 }
 
 int kvrt_release(struct kvrt_space *s, uint32_t count, const uint32_t *ids)
@@ -468,9 +449,7 @@ int kvrt_release(struct kvrt_space *s, uint32_t count, const uint32_t *ids)
 		return ret;
 	if (!ids)
 		return -EFAULT;
-	if (s->k->backend == KVRT_BACKEND_KMOD)
-		return kmod_release(s, count, ids);
-	return emb_release(s, count, ids);
+	return s->k->ops->release(s, count, ids);
 }
 
 int kvrt_space_destroy(struct kvrt *k, const char *name)
@@ -484,9 +463,7 @@ int kvrt_space_destroy(struct kvrt *k, const char *name)
 		return ret;
 	if (!kvrt_name_valid(name))
 		return -EINVAL;
-	if (k->backend == KVRT_BACKEND_KMOD)
-		return kmod_space_destroy(k, name);
-	return emb_space_destroy(k, name);
+	return k->ops->space_destroy(k, name);
 }
 
 int kvrt_space_stats(struct kvrt_space *s, struct kvrt_space_stats *st)
@@ -499,17 +476,7 @@ int kvrt_space_stats(struct kvrt_space *s, struct kvrt_space_stats *st)
 	if (ret)
 		return ret;
 	memset(st, 0, sizeof(*st));
-	if (s->k->backend == KVRT_BACKEND_KMOD)
-		return kmod_space_stats(s, st);
-	return emb_space_stats(s, st);
-}
-
-static int residency(struct kvrt_space *s, uint32_t op, const uint8_t *uuid, uint32_t count,
-		     const struct kvrt_residency_entry *entries)
-{
-	if (s->k->backend == KVRT_BACKEND_KMOD)
-		return kmod_residency(s, op, uuid, count, entries);
-	return emb_residency(s, op, uuid, count, entries);
+	return s->k->ops->space_stats(s, st);
 }
 
 static int residency_args(const struct kvrt_space *s, const uint8_t *uuid, uint32_t count,
@@ -536,7 +503,7 @@ int kvrt_residency_add(struct kvrt_space *s, const uint8_t uuid[KVRT_UUID_BYTES]
 
 	if (ret)
 		return ret;
-	return residency(s, KVPOOL_RESIDENCY_ADD, uuid, count, entries);
+	return s->k->ops->residency(s, KVPOOL_RESIDENCY_ADD, uuid, count, entries);
 }
 
 int kvrt_residency_del(struct kvrt_space *s, const uint8_t uuid[KVRT_UUID_BYTES],
@@ -554,7 +521,7 @@ int kvrt_residency_del(struct kvrt_space *s, const uint8_t uuid[KVRT_UUID_BYTES]
 		return -ENOMEM;
 	for (uint32_t i = 0; i < count; i++)
 		e[i].block = blocks[i];
-	ret = residency(s, KVPOOL_RESIDENCY_DEL, uuid, count, e);
+	ret = s->k->ops->residency(s, KVPOOL_RESIDENCY_DEL, uuid, count, e);
 	free(e);
 	return ret;
 }
@@ -565,7 +532,7 @@ int kvrt_residency_clear(struct kvrt_space *s, const uint8_t uuid[KVRT_UUID_BYTE
 
 	if (ret)
 		return ret;
-	return residency(s, KVPOOL_RESIDENCY_CLEAR, uuid, 0, NULL);
+	return s->k->ops->residency(s, KVPOOL_RESIDENCY_CLEAR, uuid, 0, NULL);
 }
 
 int kvrt_events_fd(struct kvrt_space *s)
@@ -577,9 +544,7 @@ int kvrt_events_fd(struct kvrt_space *s)
 	ret = need(s->k, KVPOOL_FEAT_EVENTS);
 	if (ret)
 		return ret;
-	if (s->k->backend == KVRT_BACKEND_KMOD)
-		return kmod_events_fd(s);
-	return emb_events_fd(s);
+	return s->k->ops->events_fd(s);
 }
 
 /* More than any queue holds (the module's event_queue_max is at most 2^20). */
@@ -598,7 +563,5 @@ int kvrt_read_events(struct kvrt_space *s, struct kvrt_event *events, uint32_t m
 		return -EFAULT;
 	if (max > KVRT_READ_EVENTS_MAX)
 		max = KVRT_READ_EVENTS_MAX;
-	if (s->k->backend == KVRT_BACKEND_KMOD)
-		return kmod_read_events(s, events, max);
-	return emb_read_events(s, events, max);
+	return s->k->ops->read_events(s, events, max);
 }
