@@ -6,9 +6,10 @@
  * Where things live (basenames are unique across folders):
  *   kvrt.c              the handle, backend choice, the space and prefix
  *                       cache calls, made through the backend's ops table
- *                       (pool/backend.h), one of:
- *   backend_kmod.c      spaces on /dev/kvpool
- *   backend_embedded.c  spaces in this process, on kmod/core's kvcore
+ *   pool/               the pool backends: backend.h (the ops table),
+ *                       backend_kmod.c (spaces on /dev/kvpool),
+ *                       backend_embedded.c (spaces in this process, on
+ *                       kmod/core's kvcore)
  *   kv/                 layouts, dtypes, append, block copies, prefix
  *                       hashing, and the bounds rule of layouts on mappings
  *   attn/               CPU paged attention, its SIMD kernels and workers
