@@ -22,7 +22,7 @@
  *                     backend, its namespace (list of spaces, their refs,
  *                     owner ids).  Never held across a backend call that
  *                     may block on memory.
- *   kvrt_space.ev_lock  kmod: one space handle's event reads (so that a
+ *   kmod_space.ev_lock  one kmod space handle's event reads (so that a
  *                     read after poll never blocks).  Taken alone.
  *   emb_space.lock    one embedded space: its kvcore state, chunks and
  *                     memory counters (the kvcore contract: the caller
@@ -97,17 +97,11 @@ struct kvrt {
 	pthread_t worker;
 };
 
-/* An embedded participant's event queue: a ring, grown up to max. */
-struct emb_events {
-	struct kvrt_event *ring;
-	uint32_t head, len, cap;
-	uint64_t seq;			/* last seq given out, dropped ones included */
-	uint64_t lost;			/* dropped since the last OVERFLOW */
-	int efd;			/* eventfd, -1 until kvrt_events_fd() */
-	bool signalled;			/* efd's counter is 1 */
-};
-
-/* One participant in a space. */
+/*
+ * One participant in a space: what every backend's space has.  A backend
+ * embeds it in its own (struct kmod_space, struct emb_part) and reaches
+ * that with kvrt_container_of (pool/backend.h).
+ */
 struct kvrt_space {
 	struct kvrt *k;
 	struct kvrt_space *prev, *next;	/* kvrt.spaces */
@@ -117,17 +111,6 @@ struct kvrt_space {
 	uint64_t nr_blocks;
 	uint64_t map_bytes;
 	uint32_t created;
-	/* kmod */
-	int fd;
-	struct kvpool_space_open so;	/* what SPACE_OPEN returned */
-	pthread_mutex_t ev_lock;	/* kmod: event reads */
-	/* embedded (the fields below: emb_space.lock) */
-	struct emb_space *es;
-	uint32_t owner;
-	struct kvrt_space *sprev, *snext;	/* emb_space.sessions */
-	struct kvc_refs refs;		/* reader references */
-	uint64_t res_slots;		/* residency slots this participant registered */
-	struct emb_events ev;
 };
 
 __attribute__((format(printf, 3, 4)))

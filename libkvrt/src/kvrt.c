@@ -282,19 +282,9 @@ int kvrt_space_open(struct kvrt *k, const struct kvrt_space_opts *o, struct kvrt
 		return -EINVAL;
 	if (!kvrt_name_valid(o->name))
 		return -EINVAL;
-	s = calloc(1, sizeof(*s));
-	if (!s)
-		return -ENOMEM;
-	s->k = k;
-	s->fd = -1;
-	s->ev.efd = -1;
-	pthread_mutex_init(&s->ev_lock, NULL);
-	ret = k->ops->space_open(k, o, s);
-	if (ret) {
-		pthread_mutex_destroy(&s->ev_lock);
-		free(s);
+	ret = k->ops->space_open(k, o, &s);
+	if (ret)
 		return ret;
-	}
 	pthread_mutex_lock(&k->lock);
 	s->next = k->spaces;
 	if (k->spaces)
@@ -326,8 +316,6 @@ void kvrt_space_close(struct kvrt_space *s)
 	pthread_mutex_unlock(&k->lock);
 	kvrt_bounds_remove(s);
 	k->ops->space_close(s);
-	pthread_mutex_destroy(&s->ev_lock);
-	free(s);
 }
 
 int kvrt_space_info(struct kvrt_space *s, struct kvrt_space_info *info)

@@ -11,7 +11,16 @@
 #ifndef KVRT_POOL_BACKEND_H
 #define KVRT_POOL_BACKEND_H
 
+#include <stddef.h>
+
 #include "internal.h"
+
+/*
+ * A backend's space embeds struct kvrt_space; its calls get the common
+ * part and reach their own with this.
+ */
+#define kvrt_container_of(ptr, type, member) \
+	((type *)((char *)(ptr) - offsetof(type, member)))
 
 struct kvrt_backend_ops {
 	/* What kvrt_backend() and kvrt_pool_info() report for this table. */
@@ -31,11 +40,16 @@ struct kvrt_backend_ops {
 
 	/*
 	 * Create or join o->name (flags, reserved fields and name already
-	 * checked): fill s->base, block_bytes, nr_blocks, map_bytes and
-	 * created.  On failure s is freed by the caller and must hold nothing.
+	 * checked): allocate the backend's space, fill its struct kvrt_space
+	 * (k, base, block_bytes, nr_blocks, map_bytes, created) and return
+	 * that in *out.  On failure nothing is left allocated or joined.
 	 */
-	int (*space_open)(struct kvrt *k, const struct kvrt_space_opts *o, struct kvrt_space *s);
-	/* Leave the space: the handle's blocks, references and records go with it. */
+	int (*space_open)(struct kvrt *k, const struct kvrt_space_opts *o,
+			  struct kvrt_space **out);
+	/*
+	 * Leave the space and free s (kvrt.c has unlinked it): the handle's
+	 * blocks, references and records go with it.
+	 */
 	void (*space_close)(struct kvrt_space *s);
 	int (*space_info)(struct kvrt_space *s, struct kvrt_space_info *info);
 	/* m->chunk_bytes holds the default chunk size; the backend may correct it. */

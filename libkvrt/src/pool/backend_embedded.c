@@ -114,7 +114,7 @@ struct emb_space {
 	const char *hugetlb_step;	/* which call the hugetlb errno came from */
 
 	/* Prefix cache side state. */
-	struct kvrt_space *sessions;	/* participants joined */
+	struct emb_part *sessions;	/* participants joined */
 	struct emb_blk *bx;		/* per block, nbx entries */
 	uint64_t nbx;
 	/* The residency device table: slot s is held by dev_fds[s] participants. */
@@ -123,6 +123,32 @@ struct emb_space {
 	uint32_t dev_fds[KVRT_MAX_DEVICES];
 	bool destroyed;			/* SPACE_DESTROYED sent */
 };
+
+/* A participant's event queue: a ring, grown up to max. */
+struct emb_events {
+	struct kvrt_event *ring;
+	uint32_t head, len, cap;
+	uint64_t seq;			/* last seq given out, dropped ones included */
+	uint64_t lost;			/* dropped since the last OVERFLOW */
+	int efd;			/* eventfd, -1 until kvrt_events_fd() */
+	bool signalled;			/* efd's counter is 1 */
+};
+
+/* One participant: a space handle joined to an emb_space (fields: es->lock). */
+struct emb_part {
+	struct kvrt_space space;
+	struct emb_space *es;
+	uint32_t owner;
+	struct emb_part *sprev, *snext;	/* emb_space.sessions */
+	struct kvc_refs refs;		/* reader references */
+	uint64_t res_slots;		/* residency slots this participant registered */
+	struct emb_events ev;
+};
+
+static struct emb_part *to_emb(struct kvrt_space *space)
+{
+	return kvrt_container_of(space, struct emb_part, space);
+}
 
 /* "0-3,5" as /sys/devices/system/node/online writes it. */
 static uint64_t online_nodes(void)
@@ -598,7 +624,7 @@ static void ev_flush_lost(struct emb_events *q)
  * does not fit (queue full, or no memory) is dropped and counted, and the
  * OVERFLOW that replaces the dropped ones comes before anything later.
  */
-static void ev_push(struct kvrt_space *s, const struct kvrt_event *e)
+static void ev_push(struct emb_part *s, const struct kvrt_event *e)
 {
 	struct emb_events *q = &s->ev;
 	struct kvrt_event x = *e;
@@ -614,13 +640,13 @@ static void ev_push(struct kvrt_space *s, const struct kvrt_event *e)
 
 static void ev_broadcast(struct emb_space *es, const struct kvrt_event *e)
 {
-	for (struct kvrt_space *s = es->sessions; s; s = s->snext)
+	for (struct emb_part *s = es->sessions; s; s = s->snext)
 		ev_push(s, e);
 }
 
-static struct kvrt_space *emb_session(struct emb_space *es, uint32_t owner)
+static struct emb_part *emb_session(struct emb_space *es, uint32_t owner)
 {
-	struct kvrt_space *s;
+	struct emb_part *s;
 
 	for (s = es->sessions; s; s = s->snext)
 		if (s->owner == owner)
@@ -728,7 +754,7 @@ static void emb_evicted(struct kvc_space *core, kvc_u32 id, const kvc_u8 *hash,
 	memcpy(e.hash, hash, KVRT_HASH_BYTES);
 	if (id < es->nbx)
 		for (uint32_t i = 0; i < es->bx[id].nwatch; i++) {
-			struct kvrt_space *s = emb_session(es, es->bx[id].watch[i]);
+			struct emb_part *s = emb_session(es, es->bx[id].watch[i]);
 
 			if (s)
 				ev_push(s, &e);
@@ -738,7 +764,7 @@ static void emb_evicted(struct kvc_space *core, kvc_u32 id, const kvc_u8 *hash,
 
 /* ---- joining and leaving -------------------------------------------------------- */
 
-static int emb_space_open(struct kvrt *k, const struct kvrt_space_opts *o, struct kvrt_space *s)
+static int emb_join(struct kvrt *k, const struct kvrt_space_opts *o, struct emb_part *s)
 {
 	struct emb_space *es;
 	int ret = 0;
@@ -769,7 +795,7 @@ static int emb_space_open(struct kvrt *k, const struct kvrt_space_opts *o, struc
 			ret = -EACCES;
 			goto out_unlock;
 		}
-		s->created = 0;
+		s->space.created = 0;
 	} else {
 		if (!(o->flags & KVRT_SPACE_CREATE)) {
 			ret = -ENOENT;
@@ -782,15 +808,15 @@ static int emb_space_open(struct kvrt *k, const struct kvrt_space_opts *o, struc
 		es->linked = true;
 		es->next = k->emb_spaces;
 		k->emb_spaces = es;
-		s->created = 1;
+		s->space.created = 1;
 	}
 	es->refs++;
 	s->es = es;
 	s->owner = es->next_owner++;
-	s->base = es->base;
-	s->block_bytes = es->core.block_bytes;
-	s->nr_blocks = es->core.nr_blocks;
-	s->map_bytes = es->core.nr_blocks * es->core.block_bytes;
+	s->space.base = es->base;
+	s->space.block_bytes = es->core.block_bytes;
+	s->space.nr_blocks = es->core.nr_blocks;
+	s->space.map_bytes = es->core.nr_blocks * es->core.block_bytes;
 	pthread_mutex_unlock(&k->lock);
 
 	/* Join the participants; a destroy that came in between is told. */
@@ -809,12 +835,32 @@ out_unlock:
 	return ret;
 }
 
-static void dev_unregister(struct emb_space *es, struct kvrt_space *s, uint32_t slot);
-
-static void emb_space_close(struct kvrt_space *s)
+static int emb_space_open(struct kvrt *k, const struct kvrt_space_opts *o,
+			  struct kvrt_space **out)
 {
+	struct emb_part *s = calloc(1, sizeof(*s));
+	int ret;
+
+	if (!s)
+		return -ENOMEM;
+	s->space.k = k;
+	s->ev.efd = -1;
+	ret = emb_join(k, o, s);
+	if (ret) {
+		free(s);
+		return ret;
+	}
+	*out = &s->space;
+	return 0;
+}
+
+static void dev_unregister(struct emb_space *es, struct emb_part *s, uint32_t slot);
+
+static void emb_space_close(struct kvrt_space *space)
+{
+	struct emb_part *s = to_emb(space);
 	struct emb_space *es = s->es;
-	struct kvrt *k = s->k;
+	struct kvrt *k = s->space.k;
 
 	pthread_mutex_lock(&es->lock);
 	/* References first (published blocks may become cached), then blocks. */
@@ -848,6 +894,7 @@ static void emb_space_close(struct kvrt_space *s)
 	if (s->ev.efd >= 0)
 		close(s->ev.efd);
 	emb_put(k, es);
+	free(s);
 }
 
 /* kvrt_close(): the persistent spaces left in the namespace (none is joined). */
@@ -903,12 +950,13 @@ static int emb_space_destroy(struct kvrt *k, const char *name)
 	return 0;
 }
 
-static int emb_space_info(struct kvrt_space *s, struct kvrt_space_info *info)
+static int emb_space_info(struct kvrt_space *space, struct kvrt_space_info *info)
 {
+	struct emb_part *s = to_emb(space);
 	struct emb_space *es = s->es;
 
 	info->space_id = es->id;
-	info->created = s->created;
+	info->created = s->space.created;
 	info->uid = es->uid;
 	info->gid = es->gid;
 	info->mode = es->mode;
@@ -917,7 +965,7 @@ static int emb_space_info(struct kvrt_space *s, struct kvrt_space_info *info)
 	pthread_mutex_lock(&es->lock);
 	info->block_bytes = es->core.block_bytes;
 	info->nr_blocks = es->core.nr_blocks;
-	info->map_bytes = s->map_bytes;
+	info->map_bytes = s->space.map_bytes;
 	info->backed_blocks = es->core.backed_blocks;
 	info->free_blocks = es->core.nr_free;
 	info->owned_blocks = es->core.nr_owned;
@@ -943,8 +991,9 @@ static uint64_t emb_evictions(const struct kvc_space *c)
  * events, sent from the callback) or found no room tells every participant,
  * with the cause kvcore found.
  */
-static int emb_alloc(struct kvrt_space *s, uint32_t count, uint32_t *ids)
+static int emb_alloc(struct kvrt_space *space, uint32_t count, uint32_t *ids)
 {
+	struct emb_part *s = to_emb(space);
 	struct emb_space *es = s->es;
 	struct kvrt_event e = { .type = KVRT_EVENT_QUOTA_PRESSURE };
 	uint64_t evicted;
@@ -963,8 +1012,9 @@ static int emb_alloc(struct kvrt_space *s, uint32_t count, uint32_t *ids)
 	return ret;
 }
 
-static int emb_free(struct kvrt_space *s, uint32_t count, const uint32_t *ids)
+static int emb_free(struct kvrt_space *space, uint32_t count, const uint32_t *ids)
 {
+	struct emb_part *s = to_emb(space);
 	struct emb_space *es = s->es;
 	int ret;
 
@@ -979,9 +1029,10 @@ static int emb_free(struct kvrt_space *s, uint32_t count, const uint32_t *ids)
 
 /* ---- prefix cache ------------------------------------------------------------------ */
 
-static int emb_publish(struct kvrt_space *s, uint32_t count, uint32_t *ids,
+static int emb_publish(struct kvrt_space *space, uint32_t count, uint32_t *ids,
 		       const uint8_t (*hashes)[KVRT_HASH_BYTES], const uint32_t *prio, uint32_t *flags)
 {
+	struct emb_part *s = to_emb(space);
 	struct emb_space *es = s->es;
 	struct kvc_publish_entry *e;
 	int ret = 0;
@@ -1030,9 +1081,10 @@ static int emb_publish(struct kvrt_space *s, uint32_t count, uint32_t *ids,
 	return ret;
 }
 
-static int emb_lookup(struct kvrt_space *s, uint32_t count,
+static int emb_lookup(struct kvrt_space *space, uint32_t count,
 		      const uint8_t (*hashes)[KVRT_HASH_BYTES], uint32_t *ids, uint64_t *devices)
 {
+	struct emb_part *s = to_emb(space);
 	struct emb_space *es = s->es;
 	uint32_t small[64], *got = small;
 	int ret;
@@ -1069,8 +1121,9 @@ static int emb_lookup(struct kvrt_space *s, uint32_t count,
 	return ret;
 }
 
-static int emb_release(struct kvrt_space *s, uint32_t count, const uint32_t *ids)
+static int emb_release(struct kvrt_space *space, uint32_t count, const uint32_t *ids)
 {
+	struct emb_part *s = to_emb(space);
 	struct emb_space *es = s->es;
 	int ret;
 
@@ -1080,8 +1133,9 @@ static int emb_release(struct kvrt_space *s, uint32_t count, const uint32_t *ids
 	return ret;
 }
 
-static int emb_space_stats(struct kvrt_space *s, struct kvrt_space_stats *st)
+static int emb_space_stats(struct kvrt_space *space, struct kvrt_space_stats *st)
 {
+	struct emb_part *s = to_emb(space);
 	struct emb_space *es = s->es;
 	const struct kvc_space_stats *c = &es->core.stats;
 
@@ -1118,7 +1172,7 @@ static int dev_slot(const struct emb_space *es, const uint8_t *uuid)
 	return -1;
 }
 
-static void dev_register(struct emb_space *es, struct kvrt_space *s, uint32_t slot,
+static void dev_register(struct emb_space *es, struct emb_part *s, uint32_t slot,
 			 const uint8_t *uuid)
 {
 	if (!(es->dev_used & (1ULL << slot))) {
@@ -1131,7 +1185,7 @@ static void dev_register(struct emb_space *es, struct kvrt_space *s, uint32_t sl
 	}
 }
 
-static void dev_unregister(struct emb_space *es, struct kvrt_space *s, uint32_t slot)
+static void dev_unregister(struct emb_space *es, struct emb_part *s, uint32_t slot)
 {
 	if (!(s->res_slots & (1ULL << slot)))
 		return;
@@ -1148,7 +1202,7 @@ static void dev_unregister(struct emb_space *es, struct kvrt_space *s, uint32_t 
  * room for every new record, and only then any change: a failed call
  * registers no device.
  */
-static int emb_res_add(struct kvrt_space *s, const uint8_t *uuid, uint32_t count,
+static int emb_res_add(struct emb_part *s, const uint8_t *uuid, uint32_t count,
 		       const struct kvrt_residency_entry *en)
 {
 	struct emb_space *es = s->es;
@@ -1218,7 +1272,7 @@ next:
 	return slot;
 }
 
-static int emb_res_del(struct kvrt_space *s, const uint8_t *uuid, uint32_t count,
+static int emb_res_del(struct emb_part *s, const uint8_t *uuid, uint32_t count,
 		       const struct kvrt_residency_entry *en)
 {
 	struct emb_space *es = s->es;
@@ -1243,7 +1297,7 @@ static int emb_res_del(struct kvrt_space *s, const uint8_t *uuid, uint32_t count
 	return slot;
 }
 
-static int emb_res_clear(struct kvrt_space *s, const uint8_t *uuid)
+static int emb_res_clear(struct emb_part *s, const uint8_t *uuid)
 {
 	struct emb_space *es = s->es;
 	int slot = dev_slot(es, uuid);
@@ -1261,9 +1315,10 @@ static int emb_res_clear(struct kvrt_space *s, const uint8_t *uuid)
 	return slot;
 }
 
-static int emb_residency(struct kvrt_space *s, uint32_t op, const uint8_t *uuid, uint32_t count,
+static int emb_residency(struct kvrt_space *space, uint32_t op, const uint8_t *uuid, uint32_t count,
 			 const struct kvrt_residency_entry *entries)
 {
+	struct emb_part *s = to_emb(space);
 	struct emb_space *es = s->es;
 	int ret;
 
@@ -1286,8 +1341,9 @@ static int emb_residency(struct kvrt_space *s, uint32_t op, const uint8_t *uuid,
 	return ret;
 }
 
-static int emb_events_fd(struct kvrt_space *s)
+static int emb_events_fd(struct kvrt_space *space)
 {
+	struct emb_part *s = to_emb(space);
 	struct emb_space *es = s->es;
 	int ret;
 
@@ -1307,8 +1363,9 @@ out_unlock:
 	return ret;
 }
 
-static int emb_read_events(struct kvrt_space *s, struct kvrt_event *ev, uint32_t max)
+static int emb_read_events(struct kvrt_space *space, struct kvrt_event *ev, uint32_t max)
 {
+	struct emb_part *s = to_emb(space);
 	struct emb_space *es = s->es;
 	struct emb_events *q = &s->ev;
 	uint32_t n = 0;
@@ -1429,10 +1486,11 @@ static void fmt(char *buf, size_t len, const char *f, ...)
 	va_end(ap);
 }
 
-static int emb_mem_info(struct kvrt_space *s, struct kvrt_mem_info *m)
+static int emb_mem_info(struct kvrt_space *space, struct kvrt_mem_info *m)
 {
+	struct emb_part *s = to_emb(space);
 	struct emb_space *es = s->es;
-	struct kvrt *k = s->k;
+	struct kvrt *k = s->space.k;
 	char h[4][32], w[4][160], mode[32];
 	uint64_t thp, locked, asked_locked, hugetlb;
 	struct rlimit lim;

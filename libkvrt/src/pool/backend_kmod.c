@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 /*
  * backend_kmod.c: spaces on kvpool.ko.  The handle keeps one descriptor of
- * the device for KVPOOL_IOC_INFO; each struct kvrt_space opens its own
+ * the device for KVPOOL_IOC_INFO; each struct kmod_space opens its own
  * descriptor (a descriptor joins one space), joins with
  * KVPOOL_IOC_SPACE_OPEN and maps the whole range with MAP_SHARED; that
  * descriptor also holds the handle's reader references and residency
@@ -71,6 +71,19 @@ _Static_assert(sizeof(struct kvrt_residency_entry) ==
 	       offsetof(struct kvpool_residency_entry, gpu_block) ==
 	       offsetof(struct kvpool_residency_entry_api3, gpu_block),
 	       "residency entries are the uAPI's");
+
+/* A space handle: its own descriptor, joined to one space. */
+struct kmod_space {
+	struct kvrt_space space;
+	int fd;
+	struct kvpool_space_open so;	/* what SPACE_OPEN returned */
+	pthread_mutex_t ev_lock;	/* event reads */
+};
+
+static struct kmod_space *to_kmod(struct kvrt_space *space)
+{
+	return kvrt_container_of(space, struct kmod_space, space);
+}
 
 static int kmod_info(int fd, struct kvpool_info *info)
 {
@@ -158,7 +171,7 @@ static int kmod_pool_info(struct kvrt *k, struct kvrt_pool_info *out)
 	return 0;
 }
 
-static int kmod_space_open(struct kvrt *k, const struct kvrt_space_opts *o, struct kvrt_space *s)
+static int kmod_join(struct kvrt *k, const struct kvrt_space_opts *o, struct kmod_space *s)
 {
 	struct kvpool_space_open *so = &s->so;
 	void *base;
@@ -212,11 +225,11 @@ static int kmod_space_open(struct kvrt *k, const struct kvrt_space_opts *o, stru
 			 (unsigned long long)so->map_bytes, strerror(errno));
 		goto out_close;
 	}
-	s->base = base;
-	s->block_bytes = so->block_bytes;
-	s->nr_blocks = so->nr_blocks;
-	s->map_bytes = so->map_bytes;
-	s->created = so->created;
+	s->space.base = base;
+	s->space.block_bytes = so->block_bytes;
+	s->space.nr_blocks = so->nr_blocks;
+	s->space.map_bytes = so->map_bytes;
+	s->space.created = so->created;
 	return 0;
 
 out_close:
@@ -225,16 +238,41 @@ out_close:
 	return ret;
 }
 
-static void kmod_space_close(struct kvrt_space *s)
+static int kmod_space_open(struct kvrt *k, const struct kvrt_space_opts *o,
+			   struct kvrt_space **out)
 {
-	if (s->base)
-		munmap(s->base, s->map_bytes);
+	struct kmod_space *s = calloc(1, sizeof(*s));
+	int ret;
+
+	if (!s)
+		return -ENOMEM;
+	s->space.k = k;
+	s->fd = -1;
+	pthread_mutex_init(&s->ev_lock, NULL);
+	ret = kmod_join(k, o, s);
+	if (ret) {
+		pthread_mutex_destroy(&s->ev_lock);
+		free(s);
+		return ret;
+	}
+	*out = &s->space;
+	return 0;
+}
+
+static void kmod_space_close(struct kvrt_space *space)
+{
+	struct kmod_space *s = to_kmod(space);
+
+	if (s->space.base)
+		munmap(s->space.base, s->space.map_bytes);
 	/* The module frees the descriptor's blocks when it closes. */
 	if (s->fd >= 0)
 		close(s->fd);
+	pthread_mutex_destroy(&s->ev_lock);
+	free(s);
 }
 
-static int kmod_raw_info(struct kvrt_space *s, struct kvpool_space_info *si)
+static int kmod_raw_info(struct kmod_space *s, struct kvpool_space_info *si)
 {
 	memset(si, 0, sizeof(*si));
 	if (ioctl(s->fd, KVPOOL_IOC_SPACE_INFO, si))
@@ -242,8 +280,9 @@ static int kmod_raw_info(struct kvrt_space *s, struct kvpool_space_info *si)
 	return 0;
 }
 
-static int kmod_space_info(struct kvrt_space *s, struct kvrt_space_info *info)
+static int kmod_space_info(struct kvrt_space *space, struct kvrt_space_info *info)
 {
+	struct kmod_space *s = to_kmod(space);
 	struct kvpool_space_info si;
 	int ret = kmod_raw_info(s, &si);
 
@@ -267,18 +306,20 @@ static int kmod_space_info(struct kvrt_space *s, struct kvrt_space_info *info)
 	return 0;
 }
 
-static int kmod_alloc(struct kvrt_space *s, uint32_t count, uint32_t *ids)
+static int kmod_alloc(struct kvrt_space *space, uint32_t count, uint32_t *ids)
 {
+	struct kmod_space *s = to_kmod(space);
 	struct kvpool_blocks b = { .ids = (uintptr_t)ids, .count = count };
-	unsigned long cmd = s->k->api_version < 4 ? KVPOOL_IOC_ALLOC_API3 : KVPOOL_IOC_ALLOC;
+	unsigned long cmd = s->space.k->api_version < 4 ? KVPOOL_IOC_ALLOC_API3 : KVPOOL_IOC_ALLOC;
 
 	if (ioctl(s->fd, cmd, &b))
 		return -errno;
 	return 0;
 }
 
-static int kmod_free(struct kvrt_space *s, uint32_t count, const uint32_t *ids)
+static int kmod_free(struct kvrt_space *space, uint32_t count, const uint32_t *ids)
 {
+	struct kmod_space *s = to_kmod(space);
 	struct kvpool_blocks b = { .ids = (uintptr_t)ids, .count = count };
 
 	if (ioctl(s->fd, KVPOOL_IOC_FREE, &b))
@@ -286,8 +327,9 @@ static int kmod_free(struct kvrt_space *s, uint32_t count, const uint32_t *ids)
 	return 0;
 }
 
-static int kmod_mem_info(struct kvrt_space *s, struct kvrt_mem_info *m)
+static int kmod_mem_info(struct kvrt_space *space, struct kvrt_mem_info *m)
 {
+	struct kmod_space *s = to_kmod(space);
 	struct kvpool_space_info si;
 	struct kvpool_info pi;
 	int ret = kmod_raw_info(s, &si);
@@ -310,9 +352,10 @@ static int kmod_mem_info(struct kvrt_space *s, struct kvrt_mem_info *m)
 
 /* ---- prefix cache ---------------------------------------------------------------- */
 
-static int kmod_publish(struct kvrt_space *s, uint32_t count, uint32_t *ids,
+static int kmod_publish(struct kvrt_space *space, uint32_t count, uint32_t *ids,
 			const uint8_t (*hashes)[KVRT_HASH_BYTES], const uint32_t *prio, uint32_t *flags)
 {
+	struct kmod_space *s = to_kmod(space);
 	struct kvpool_publish_entry *e = calloc(count, sizeof(*e));
 	struct kvpool_publish p = { .count = count };
 	int ret;
@@ -341,9 +384,10 @@ out_free:
 	return ret;
 }
 
-static int kmod_lookup(struct kvrt_space *s, uint32_t count,
+static int kmod_lookup(struct kvrt_space *space, uint32_t count,
 		       const uint8_t (*hashes)[KVRT_HASH_BYTES], uint32_t *ids, uint64_t *devices)
 {
+	struct kmod_space *s = to_kmod(space);
 	struct kvpool_lookup l = {
 		.hashes = (uintptr_t)hashes,
 		.ids = (uintptr_t)ids,
@@ -356,8 +400,9 @@ static int kmod_lookup(struct kvrt_space *s, uint32_t count,
 	return (int)l.nr_hits;
 }
 
-static int kmod_release(struct kvrt_space *s, uint32_t count, const uint32_t *ids)
+static int kmod_release(struct kvrt_space *space, uint32_t count, const uint32_t *ids)
 {
+	struct kmod_space *s = to_kmod(space);
 	struct kvpool_blocks b = { .ids = (uintptr_t)ids, .count = count };
 
 	if (ioctl(s->fd, KVPOOL_IOC_RELEASE, &b))
@@ -376,8 +421,9 @@ static int kmod_space_destroy(struct kvrt *k, const char *name)
 	return 0;
 }
 
-static int kmod_space_stats(struct kvrt_space *s, struct kvrt_space_stats *st)
+static int kmod_space_stats(struct kvrt_space *space, struct kvrt_space_stats *st)
 {
+	struct kmod_space *s = to_kmod(space);
 	struct kvpool_space_stats ks;
 
 	memset(&ks, 0, sizeof(ks));
@@ -401,9 +447,10 @@ static int kmod_space_stats(struct kvrt_space *s, struct kvrt_space_stats *st)
 	return 0;
 }
 
-static int kmod_residency(struct kvrt_space *s, uint32_t op, const uint8_t *uuid, uint32_t count,
+static int kmod_residency(struct kvrt_space *space, uint32_t op, const uint8_t *uuid, uint32_t count,
 			  const struct kvrt_residency_entry *entries)
 {
+	struct kmod_space *s = to_kmod(space);
 	struct kvpool_residency r = {
 		.entries = (uintptr_t)entries,
 		.count = count,
@@ -413,7 +460,7 @@ static int kmod_residency(struct kvrt_space *s, uint32_t op, const uint8_t *uuid
 	int ret;
 
 	/* API 4 entries are 16 bytes; older modules take ours as they are. */
-	if (s->k->api_version >= 4) {
+	if (s->space.k->api_version >= 4) {
 		r.entry_bytes = sizeof(*e);
 		if (count) {
 			e = calloc(count, sizeof(*e));
@@ -432,8 +479,10 @@ static int kmod_residency(struct kvrt_space *s, uint32_t op, const uint8_t *uuid
 	return ret;
 }
 
-static int kmod_events_fd(struct kvrt_space *s)
+static int kmod_events_fd(struct kvrt_space *space)
 {
+	struct kmod_space *s = to_kmod(space);
+
 	return s->fd;
 }
 
@@ -442,8 +491,9 @@ static int kmod_events_fd(struct kvrt_space *s)
  * after poll() said POLLIN, under ev_lock so that no other libkvrt reader
  * takes the events in between (callers only poll the descriptor).
  */
-static int kmod_read_events(struct kvrt_space *s, struct kvrt_event *ev, uint32_t max)
+static int kmod_read_events(struct kvrt_space *space, struct kvrt_event *ev, uint32_t max)
 {
+	struct kmod_space *s = to_kmod(space);
 	struct pollfd p = { .fd = s->fd, .events = POLLIN };
 	ssize_t n;
 	int ret;
