@@ -7,9 +7,13 @@
  *   kvrt.c              the handle, backend choice, the space and prefix
  *                       cache calls, made through the backend's ops table
  *   pool/               the pool backends: backend.h (the ops table),
- *                       backend_kmod.c (spaces on /dev/kvpool),
- *                       backend_embedded.c (spaces in this process, on
- *                       kmod/core's kvcore)
+ *                       backend_kmod.c (spaces on /dev/kvpool)
+ *   pool/embedded/      the embedded backend (spaces in this process, on
+ *                       kmod/core's kvcore), a file per concern:
+ *                       emb_{pool,space,prefix,residency,events}.c as
+ *                       kmod/{pool,space,prefix,residency,events}.c,
+ *                       plus emb_backing.c (chunks) and emb_meminfo.c;
+ *                       embedded.h is what they share
  *   kv/                 layouts, dtypes, append, block copies, prefix
  *                       hashing, and the bounds rule of layouts on mappings
  *   attn/               CPU paged attention, its SIMD kernels and workers

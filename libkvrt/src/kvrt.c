@@ -3,9 +3,9 @@
  * kvrt.c: the handle, backend choice, logging, and the space and prefix
  * cache calls, which call through the chosen backend's ops table
  * (pool/backend.h): kmod (pool/backend_kmod.c) or embedded
- * (pool/backend_embedded.c).  Arguments that never reach the module (NULL
- * pointers, counts) are checked here, with the errno the module gives for
- * the same mistake, so both backends fail alike.
+ * (pool/embedded/, its table in emb_space.c).  Arguments that never reach
+ * the module (NULL pointers, counts) are checked here, with the errno the
+ * module gives for the same mistake, so both backends fail alike.
  */
 #include <errno.h>
 #include <stdarg.h>

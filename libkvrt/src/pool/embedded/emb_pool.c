@@ -1,0 +1,89 @@
+// SPDX-License-Identifier: MIT
+/*
+ * emb_pool.c: the embedded pool as a whole, as kmod/pool.c is the
+ * module's: what probe reports, and the pool cap every space's chunks
+ * count against.
+ */
+#include <fcntl.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "pool/embedded/embedded.h"
+
+/* "0-3,5" as /sys/devices/system/node/online writes it. */
+static uint64_t online_nodes(void)
+{
+	char buf[256], *p, *end;
+	uint64_t mask = 0;
+	ssize_t n;
+	int fd;
+
+	fd = open("/sys/devices/system/node/online", O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 1;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return 1;
+	buf[n] = '\0';
+	for (p = buf; *p && *p != '\n';) {
+		unsigned long a = strtoul(p, &end, 10), b = a;
+
+		if (end == p)
+			break;
+		if (*end == '-') {
+			p = end + 1;
+			b = strtoul(p, &end, 10);
+		}
+		for (; a <= b && a < KVC_MAX_NODES; a++)
+			mask |= 1ULL << a;
+		p = *end == ',' ? end + 1 : end;
+	}
+	return mask ? mask : 1;
+}
+
+/* Nothing to open: device names the module, which this backend stands in for. */
+int emb_probe(struct kvrt *k, const char *device)
+{
+	(void)device;
+	k->node_mask = online_nodes();
+	/* Everything but RECLAIM: the embedded pool has no shrinker. */
+	k->features = KVPOOL_FEAT_SPACES | KVPOOL_FEAT_NUMA | KVPOOL_FEAT_PREFIX |
+		      KVPOOL_FEAT_PERSIST | KVPOOL_FEAT_RESIDENCY | KVPOOL_FEAT_EVENTS;
+	return 0;
+}
+
+/* The embedded pool cap: an atomic, so grow never takes kvrt.lock. */
+bool pool_take(struct kvrt *k, uint64_t bytes)
+{
+	uint64_t used = __atomic_load_n(&k->pool_used, __ATOMIC_RELAXED);
+
+	do {
+		if (k->pool_cap && (used > k->pool_cap || bytes > k->pool_cap - used))
+			return false;
+	} while (!__atomic_compare_exchange_n(&k->pool_used, &used, used + bytes, true,
+					      __ATOMIC_RELAXED, __ATOMIC_RELAXED));
+	return true;
+}
+
+void pool_put(struct kvrt *k, uint64_t bytes)
+{
+	__atomic_fetch_sub(&k->pool_used, bytes, __ATOMIC_RELAXED);
+}
+
+int emb_pool_info(struct kvrt *k, struct kvrt_pool_info *info)
+{
+	uint64_t used = __atomic_load_n(&k->pool_used, __ATOMIC_RELAXED);
+
+	info->api_version = KVPOOL_API_VERSION;
+	info->features = k->features;
+	info->page_size = k->page_size;
+	info->chunk_size = (uint32_t)KVRT_CHUNK_BYTES;
+	info->nr_nodes = (uint32_t)__builtin_popcountll(k->node_mask);
+	info->max_batch = KVRT_MAX_BATCH;
+	info->node_mask = k->node_mask;
+	info->pool_bytes = k->pool_cap;
+	info->used_bytes = used;
+	info->free_bytes = k->pool_cap > used ? k->pool_cap - used : 0;
+	return 0;
+}
