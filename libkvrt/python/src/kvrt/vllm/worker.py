@@ -77,6 +77,8 @@ class KvpoolOffloadingWorker(OffloadingWorker):
             dev = tensors[0].tensor.device
             self._gpu = kgpu.Gpu(space._pool, dev.index if dev.index is not None
                                  else torch.cuda.current_device())
+            # once: blocks backed later are registered by the copy that reaches them
+            self._gpu.register_space(space)
         elif self.device_type != "cpu":
             raise ValueError(f"kvpool worker: KV tensors on {self.device_type!r}; kvpool "
                              "copies to and from 'cpu' and 'cuda' tensors")
@@ -101,7 +103,6 @@ class KvpoolOffloadingWorker(OffloadingWorker):
         slice_base = space.base_address + rank * worker_bytes
         pool_blocks = info.nr_blocks
         self.bytes_per_block = sum(pages)
-        self._backed = 0
         self._plans = self._make_plans(tensors, pages, slice_base, pool_blocks,
                                        info.block_bytes, space, self.device_type)
 
@@ -156,11 +157,6 @@ class KvpoolOffloadingWorker(OffloadingWorker):
     def _transfer(self, job_id: int, pairs: np.ndarray, store: bool, stream: Any = None) -> bool:
         t0 = time.perf_counter()
         if pairs.shape[0]:
-            if self._gpu is not None:
-                backed = self.space.info().backed_blocks
-                if backed != self._backed:  # pin what the space grew by
-                    self._gpu.register_space(self.space)
-                    self._backed = backed
             for plan in self._plans:
                 dst, src = ((plan.pool_side, plan.torch_side) if store
                             else (plan.torch_side, plan.pool_side))
