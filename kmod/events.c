@@ -84,8 +84,7 @@ static bool kvp_events_flush_lost(struct kvp_events *ev)
 		return false;
 	rec->seq = ++ev->next_seq;
 	rec->type = KVPOOL_EVENT_OVERFLOW;
-	rec->count = (u32)min_t(u64, ev->lost, U32_MAX);
-	ev->lost -= rec->count;
+	rec->count = kvc_overflow_take(&ev->lost);
 	return !ev->lost;
 }
 

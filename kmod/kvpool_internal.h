@@ -21,6 +21,7 @@
 #include <linux/kvpool.h>
 
 #include "kvcore.h"
+#include "kvrules.h"
 
 /**
  * DOC: locking

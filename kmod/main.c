@@ -51,24 +51,16 @@ static long kvp_ioctl_space_open(struct kvp_client *client, void __user *uarg)
 
 	if (copy_from_user(&args, uarg, sizeof(args)))
 		return -EFAULT;
-	if (args.flags & ~KVPOOL_SPACE_FLAGS)
-		return -EINVAL;
-	if ((args.flags & (KVPOOL_SPACE_EXCL | KVPOOL_SPACE_PERSIST)) &&
-	    !(args.flags & KVPOOL_SPACE_CREATE))
-		return -EINVAL;
-	/* A foreign join never creates; expect_uid means nothing without it. */
-	if ((args.flags & KVPOOL_SPACE_FOREIGN) && (args.flags & KVPOOL_SPACE_CREATE))
-		return -EINVAL;
-	if (!(args.flags & KVPOOL_SPACE_FOREIGN) && args.expect_uid)
-		return -EINVAL;
+	ret = kvc_space_open_shape(args.flags, args.expect_uid,
+				   args.mode || args.quota_bytes || args.node_mask ||
+				   args.numa_policy);
+	if (ret)
+		return ret;
 	if (!kvp_zero(args.reserved, sizeof(args.reserved)))
 		return -EINVAL;
-	/* API 4: out fields are not inputs, and a plain join has no create fields. */
+	/* API 4: out fields are not inputs. */
 	if (args.space_id || args.uid || args.gid || args.nr_blocks || args.map_bytes ||
 	    args.created)
-		return -EINVAL;
-	if (!(args.flags & KVPOOL_SPACE_CREATE) &&
-	    (args.mode || args.quota_bytes || args.node_mask || args.numa_policy))
 		return -EINVAL;
 	ret = kvp_space_open(client, &args);
 	if (ret)

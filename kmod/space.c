@@ -147,23 +147,6 @@ const char *kvp_policy_name(u32 policy)
 	return "unknown";
 }
 
-static bool kvp_name_valid(const char *name)
-{
-	size_t i, len = strnlen(name, KVPOOL_NAME_MAX);
-
-	if (!len || len == KVPOOL_NAME_MAX)
-		return false;
-	for (i = 0; i < len; i++) {
-		char c = name[i];
-
-		/* ASCII only: the kernel's isalnum() also accepts Latin-1 letters. */
-		if (!(c >= 'a' && c <= 'z') && !(c >= 'A' && c <= 'Z') &&
-		    !(c >= '0' && c <= '9') && c != '.' && c != '_' && c != '-')
-			return false;
-	}
-	return true;
-}
-
 static u64 kvp_pool_node_mask(void)
 {
 	u64 mask = 0;
@@ -174,26 +157,25 @@ static u64 kvp_pool_node_mask(void)
 	return mask;
 }
 
+/* The uAPI's constants are kvrules' (kmod/core/kvrules.h), which checks them. */
+static_assert(KVC_NAME_MAX == KVPOOL_NAME_MAX && KVC_MAX_SPACE_BYTES == KVPOOL_MAX_SPACE_BYTES &&
+	      KVC_MAX_BLOCK_BYTES == KVPOOL_MAX_BLOCK_BYTES);
+static_assert(KVC_OPEN_CREATE == KVPOOL_SPACE_CREATE && KVC_OPEN_EXCL == KVPOOL_SPACE_EXCL &&
+	      KVC_OPEN_PERSIST == KVPOOL_SPACE_PERSIST && KVC_OPEN_FOREIGN == KVPOOL_SPACE_FOREIGN &&
+	      KVC_OPEN_FLAGS == KVPOOL_SPACE_FLAGS);
+
 /* Validate a create request before anything is allocated. */
 static int kvp_space_args_valid(const struct kvpool_space_open *args)
 {
-	if (!args->block_bytes || !PAGE_ALIGNED(args->block_bytes))
-		return -EINVAL;
-	if (args->block_bytes > KVPOOL_MAX_BLOCK_BYTES)
-		return -E2BIG;
-	if (args->quota_bytes < args->block_bytes)
-		return -EINVAL;
-	if (args->quota_bytes > KVPOOL_MAX_SPACE_BYTES)
-		return -E2BIG;
-	if (args->mode & ~0777U)
-		return -EINVAL;
-	if (args->numa_policy > KVPOOL_NUMA_INTERLEAVE)
-		return -EINVAL;
-	if (args->node_mask & ~kvp_pool_node_mask())
-		return -EINVAL;
-	if (args->numa_policy == KVPOOL_NUMA_BIND && !args->node_mask)
-		return -EINVAL;
-	return 0;
+	const struct kvc_space_create create = {
+		.block_bytes = args->block_bytes,
+		.quota_bytes = args->quota_bytes,
+		.node_mask = args->node_mask,
+		.mode = args->mode,
+		.numa_policy = args->numa_policy,
+	};
+
+	return kvc_space_create_check(&create, PAGE_SIZE, kvp_pool_node_mask());
 }
 
 /*
@@ -224,22 +206,24 @@ static bool kvp_cred_in_group(const struct cred *cred, kgid_t gid)
 }
 
 /*
- * Like a file opened O_RDWR: both r and w for the class of the fd's opener.
- * As for any file, the rights are fixed at open (file->f_cred): a process
- * that changes its ids later, or gets the fd over a unix socket, acts as
- * the opener.
+ * The mode triplet for the fd's opener.  As for any file, the rights are
+ * fixed at open (file->f_cred): a process that changes its ids later, or
+ * gets the fd over a unix socket, acts as the opener.
  */
-static bool kvp_space_permitted(const struct kvp_space *space, const struct file *file)
+static enum kvc_mode_class kvp_space_class(const struct kvp_space *space, const struct file *file)
 {
 	const struct cred *cred = file->f_cred;
-	unsigned int mode = space->mode;
 
 	if (uid_eq(cred->fsuid, space->uid))
-		mode >>= 6;
-	else if (kvp_cred_in_group(cred, space->gid))
-		mode >>= 3;
-	if ((mode & 06) == 06)
-		return true;
+		return KVC_CLASS_OWNER;
+	if (kvp_cred_in_group(cred, space->gid))
+		return KVC_CLASS_GROUP;
+	return KVC_CLASS_OTHER;
+}
+
+/* Asked only when the mode bits deny, so that no audit record says otherwise. */
+static bool kvp_opener_privileged(const void *file)
+{
 	return file_ns_capable(file, &init_user_ns, CAP_SYS_ADMIN);
 }
 
@@ -703,24 +687,28 @@ static void kvp_space_unpin(struct kvp_space *space)
 static struct kvp_space *kvp_space_open_pinned(struct kvpool_space_open *args,
 					       const struct file *file)
 {
+	struct kvc_space_open_check check = { .flags = args->flags };
 	struct kvp_space *space;
+	int ret;
 
 	lockdep_assert_held(&kvp_spaces_lock);
 	space = kvp_space_find(args->name);
 	if (space) {
-		if ((args->flags & KVPOOL_SPACE_CREATE) && (args->flags & KVPOOL_SPACE_EXCL))
-			return ERR_PTR(-EEXIST);
-		/* Create-or-join must not silently join a squatter's space. */
-		if (!kvp_space_owner_accepted(space, args, file->f_cred))
-			return ERR_PTR((args->flags & KVPOOL_SPACE_CREATE) ? -EEXIST : -EACCES);
-		if (args->block_bytes && args->block_bytes != space->core.block_bytes)
-			return ERR_PTR(-EINVAL);
-		if (!kvp_space_permitted(space, file))
-			return ERR_PTR(-EACCES);
+		check.found = true;
+		check.owner_accepted = kvp_space_owner_accepted(space, args, file->f_cred);
+		check.want_block_bytes = args->block_bytes;
+		check.block_bytes = space->core.block_bytes;
+		check.mode = space->mode;
+		check.class = kvp_space_class(space, file);
+		check.privileged = kvp_opener_privileged;
+		check.ctx = file;
+	}
+	ret = kvc_space_open_decide(&check);
+	if (ret)
+		return ERR_PTR(ret);
+	if (space) {
 		args->created = 0;
 	} else {
-		if (!(args->flags & KVPOOL_SPACE_CREATE))
-			return ERR_PTR(-ENOENT);
 		space = kvp_space_create(args, file->f_cred);
 		if (IS_ERR(space))
 			return space;
@@ -736,7 +724,7 @@ int kvp_space_open(struct kvp_client *client, struct kvpool_space_open *args)
 	bool dead;
 	int ret;
 
-	if (!kvp_name_valid(args->name))
+	if (!kvc_space_name_valid(args->name))
 		return -EINVAL;
 	/*
 	 * API 4: create fields are checked whether the call will create or
@@ -845,7 +833,7 @@ int kvp_space_destroy(const char *name, const struct file *file)
 	struct kvp_space *space;
 	struct kvp_client *c;
 
-	if (!kvp_name_valid(name))
+	if (!kvc_space_name_valid(name))
 		return -EINVAL;
 	mutex_lock(&kvp_spaces_lock);
 	space = kvp_space_find(name);
@@ -894,7 +882,7 @@ int kvp_space_drop_cached(const char *name)
 	int ret = 0;
 
 	if (strcmp(name, "*")) {
-		if (!kvp_name_valid(name))
+		if (!kvc_space_name_valid(name))
 			return -EINVAL;
 		mutex_lock(&kvp_spaces_lock);
 		space = kvp_space_find(name);

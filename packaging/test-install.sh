@@ -243,7 +243,8 @@ else
 fi
 missing=""
 for f in dkms.conf Kbuild kmod/Kbuild kmod/main.c kmod/kvpool_internal.h kmod/core/kvcore.c \
-	kmod/core/kvcore.h kmod/core/kvc_shim.h include/uapi/linux/kvpool.h; do
+	kmod/core/kvcore.h kmod/core/kvc_shim.h kmod/core/kvrules.c kmod/core/kvrules.h \
+	include/uapi/linux/kvpool.h; do
 	[ -f "$T/$f" ] || missing="$missing $f"
 done
 for f in $(cd "$ROOT" && git ls-files kmod 2>/dev/null); do

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: GPL-2.0 OR MIT */
 /*
- * The few things kvcore needs from its host: fixed-width types, errnos,
+ * The few things kvcore needs from its host: fixed-width types, bool, errnos,
  * zeroed allocation that may fail, copy, random bytes for the hash key,
  * and a point to yield the CPU in long loops.  The kernel, libkvrt's embedded
  * backend and the userspace tests each compile kvcore against this file.
@@ -27,6 +27,7 @@ static inline void kvc_random_bytes(void *buf, size_t n) { get_random_bytes(buf,
 static inline void kvc_yield(void) { cond_resched(); }
 #else
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>

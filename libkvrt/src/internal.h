@@ -48,6 +48,7 @@
 #include "kvrt.h"
 #include <linux/kvpool.h>
 #include "kvcore.h"
+#include "kvrules.h"
 
 #define KVRT_CHUNK_BYTES (2ULL << 20)
 #define KVRT_DEFAULT_DEVICE "/dev/kvpool"
@@ -120,8 +121,7 @@ struct kvrt_space {
 __attribute__((format(printf, 3, 4)))
 void kvrt_log(const struct kvrt *k, int level, const char *fmt, ...);
 
-/* The name rule both backends share: [A-Za-z0-9._-]+, < KVRT_NAME_MAX. */
-bool kvrt_name_valid(const char *name);
+/* kvrules' create checks on kvrt_space_opts: both backends, the module before API 4. */
 int kvrt_create_args_valid(const struct kvrt_space_opts *o, uint32_t page_size,
 			   uint64_t pool_node_mask);
 

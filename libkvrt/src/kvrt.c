@@ -44,24 +44,15 @@ void kvrt_log(const struct kvrt *k, int level, const char *fmt, ...)
 	k->log(k->log_arg, level, msg);
 }
 
-bool kvrt_name_valid(const char *name)
-{
-	size_t i, len;
-
-	if (!name)
-		return false;
-	len = strnlen(name, KVRT_NAME_MAX);
-	if (!len || len == KVRT_NAME_MAX)
-		return false;
-	for (i = 0; i < len; i++) {
-		char c = name[i];
-
-		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-		      c == '.' || c == '_' || c == '-'))
-			return false;
-	}
-	return true;
-}
+/* kvrt.h's constants are kvrules' (kmod/core/kvrules.h), which checks them. */
+_Static_assert(KVRT_NAME_MAX == KVC_NAME_MAX && KVRT_MAX_SPACE_BYTES == KVC_MAX_SPACE_BYTES &&
+	       KVRT_MAX_BLOCK_BYTES == KVC_MAX_BLOCK_BYTES, "kvrt.h and kvrules.h disagree");
+_Static_assert(KVRT_SPACE_CREATE == KVC_OPEN_CREATE && KVRT_SPACE_EXCL == KVC_OPEN_EXCL &&
+	       KVRT_SPACE_PERSIST == KVC_OPEN_PERSIST && KVRT_SPACE_FOREIGN == KVC_OPEN_FOREIGN,
+	       "kvrt.h and kvrules.h disagree on open flags");
+_Static_assert((int)KVRT_NUMA_BIND == (int)KVC_NUMA_BIND &&
+	       (int)KVRT_NUMA_INTERLEAVE == (int)KVC_NUMA_INTERLEAVE,
+	       "kvrt.h and kvcore.h disagree on NUMA policies");
 
 static bool all_zero(const void *p, size_t n)
 {
@@ -238,23 +229,15 @@ int kvrt_pool_info(struct kvrt *k, struct kvrt_pool_info *info)
 int kvrt_create_args_valid(const struct kvrt_space_opts *o, uint32_t page_size,
 			   uint64_t pool_node_mask)
 {
-	if (!o->block_bytes || o->block_bytes % page_size)
-		return -EINVAL;
-	if (o->block_bytes > KVRT_MAX_BLOCK_BYTES)
-		return -E2BIG;
-	if (o->quota_bytes < o->block_bytes)
-		return -EINVAL;
-	if (o->quota_bytes > KVRT_MAX_SPACE_BYTES)
-		return -E2BIG;
-	if (o->mode & ~0777U)
-		return -EINVAL;
-	if ((unsigned int)o->numa_policy > KVRT_NUMA_INTERLEAVE)
-		return -EINVAL;
-	if (o->node_mask & ~pool_node_mask)
-		return -EINVAL;
-	if (o->numa_policy == KVRT_NUMA_BIND && !o->node_mask)
-		return -EINVAL;
-	return 0;
+	const struct kvc_space_create create = {
+		.block_bytes = o->block_bytes,
+		.quota_bytes = o->quota_bytes,
+		.node_mask = o->node_mask,
+		.mode = o->mode,
+		.numa_policy = (uint32_t)o->numa_policy,
+	};
+
+	return kvc_space_create_check(&create, page_size, pool_node_mask);
 }
 
 int kvrt_space_open(struct kvrt *k, const struct kvrt_space_opts *o, struct kvrt_space **out)
@@ -268,19 +251,11 @@ int kvrt_space_open(struct kvrt *k, const struct kvrt_space_opts *o, struct kvrt
 	if (!k || !o)
 		return -EINVAL;
 	/* The uAPI's order of checks: flags and reserved fields, then the name. */
-	if ((o->flags & ~(KVRT_SPACE_CREATE | KVRT_SPACE_EXCL | KVRT_SPACE_PERSIST |
-			  KVRT_SPACE_FOREIGN)) ||
-	    ((o->flags & (KVRT_SPACE_EXCL | KVRT_SPACE_PERSIST)) &&
-	     !(o->flags & KVRT_SPACE_CREATE)) ||
-	    ((o->flags & KVRT_SPACE_FOREIGN) && (o->flags & KVRT_SPACE_CREATE)) ||
-	    (!(o->flags & KVRT_SPACE_FOREIGN) && o->expect_uid) ||
+	if (kvc_space_open_shape(o->flags, o->expect_uid,
+				 o->mode || o->quota_bytes || o->node_mask || o->numa_policy) ||
 	    !all_zero(o->reserved, sizeof(o->reserved)))
 		return -EINVAL;
-	/* As kmod API 4: a plain join has no create fields. */
-	if (!(o->flags & KVRT_SPACE_CREATE) &&
-	    (o->mode || o->quota_bytes || o->node_mask || o->numa_policy))
-		return -EINVAL;
-	if (!kvrt_name_valid(o->name))
+	if (!kvc_space_name_valid(o->name))
 		return -EINVAL;
 	ret = k->ops->space_open(k, o, &s);
 	if (ret)
@@ -449,7 +424,7 @@ int kvrt_space_destroy(struct kvrt *k, const char *name)
 	ret = need(k, KVPOOL_FEAT_PERSIST);
 	if (ret)
 		return ret;
-	if (!kvrt_name_valid(name))
+	if (!kvc_space_name_valid(name))
 		return -EINVAL;
 	return k->ops->space_destroy(k, name);
 }

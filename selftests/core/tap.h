@@ -42,5 +42,7 @@ void t_random_prefix(void);
 void t_random_prefix_faults(void);
 extern const struct tap_test prefix_tests[];
 extern const unsigned int nr_prefix_tests;
+extern const struct tap_test rules_tests[];
+extern const unsigned int nr_rules_tests;
 
 #endif /* KVC_TAP_H */

@@ -811,11 +811,13 @@ int main(int argc, char **argv)
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	harness_on_fail = on_mismatch;
-	printf("TAP version 13\n1..%u\n", n + nr_prefix_tests);
+	printf("TAP version 13\n1..%u\n", n + nr_prefix_tests + nr_rules_tests);
 	for (i = 0; i < n; i++)
 		run_one(&tests[i], i + 1, only, &passed, &failed);
 	for (i = 0; i < nr_prefix_tests; i++)
 		run_one(&prefix_tests[i], n + i + 1, only, &passed, &failed);
+	for (i = 0; i < nr_rules_tests; i++)
+		run_one(&rules_tests[i], n + nr_prefix_tests + i + 1, only, &passed, &failed);
 	printf("%u passed, %u failed\n", passed, failed);
 	return failed ? 1 : 0;
 }

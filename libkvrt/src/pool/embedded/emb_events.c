@@ -64,7 +64,7 @@ static void ev_append(struct emb_events *q, const struct kvrt_event *e)
 	q->len++;
 }
 
-/* Events dropped so far become one OVERFLOW, once there is room for it. */
+/* Events dropped so far become an OVERFLOW once there is room (kvrules.h's rule). */
 static void ev_flush_lost(struct emb_events *q)
 {
 	struct kvrt_event e = { .type = KVRT_EVENT_OVERFLOW };
@@ -72,8 +72,7 @@ static void ev_flush_lost(struct emb_events *q)
 	if (!q->lost || !ev_room(q))
 		return;
 	e.seq = ++q->seq;
-	e.count = (uint32_t)(q->lost > UINT32_MAX ? UINT32_MAX : q->lost);
-	q->lost = 0;
+	e.count = kvc_overflow_take(&q->lost);
 	ev_append(q, &e);
 }
 

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: MIT
 /*
  * emb_space.c: the embedded backend's spaces, as kmod/space.c is the
- * module's: the namespace, create and join with the module's checks and
- * errno order, leave, destroy, info, alloc and free; the per-block side
- * state the prefix cache and residency keep beside kvcore; and the ops
+ * module's: the namespace, create and join under the module's own rules
+ * (kmod/core/kvrules.c), leave, destroy, info, alloc and free; the
+ * per-block side state the prefix cache and residency keep beside kvcore; and the ops
  * table (pool/backend.h) that kvrt.c calls through.
  *
  * A space's memory is unmapped when its last participant closes (a
@@ -40,20 +40,21 @@ static bool in_group(gid_t gid)
 	return false;
 }
 
-/* As the module: read and write for the caller's class; root overrides. */
-static bool emb_permitted(const struct emb_space *es)
+/* The mode triplet for the caller, by its effective ids as the module's by fsuid/fsgid. */
+static enum kvc_mode_class emb_class(const struct emb_space *es)
 {
-	uint32_t bits;
-
-	if (geteuid() == 0)
-		return true;
 	if (geteuid() == es->uid)
-		bits = es->mode >> 6;
-	else if (in_group(es->gid))
-		bits = es->mode >> 3;
-	else
-		bits = es->mode;
-	return (bits & 6) == 6;
+		return KVC_CLASS_OWNER;
+	if (in_group(es->gid))
+		return KVC_CLASS_GROUP;
+	return KVC_CLASS_OTHER;
+}
+
+/* Root overrides the mode bits, as CAP_SYS_ADMIN does for the module. */
+static bool emb_privileged(const void *unused)
+{
+	(void)unused;
+	return geteuid() == 0;
 }
 
 /* As the module: the caller's own spaces, or expect_uid's with FOREIGN. */
@@ -200,6 +201,7 @@ void blk_forget(struct emb_space *es, uint32_t id)
 
 static int emb_join(struct kvrt *k, const struct kvrt_space_opts *o, struct emb_part *s)
 {
+	struct kvc_space_open_check check = { .flags = o->flags };
 	struct emb_space *es;
 	int ret = 0;
 
@@ -212,29 +214,20 @@ static int emb_join(struct kvrt *k, const struct kvrt_space_opts *o, struct emb_
 	pthread_mutex_lock(&k->lock);
 	es = emb_find(k, o->name);
 	if (es) {
-		if ((o->flags & KVRT_SPACE_CREATE) && (o->flags & KVRT_SPACE_EXCL)) {
-			ret = -EEXIST;
-			goto out_unlock;
-		}
-		/* As the module: join only the owner the caller accepts. */
-		if (!emb_owner_accepted(es, o)) {
-			ret = (o->flags & KVRT_SPACE_CREATE) ? -EEXIST : -EACCES;
-			goto out_unlock;
-		}
-		if (o->block_bytes && o->block_bytes != es->core.block_bytes) {
-			ret = -EINVAL;
-			goto out_unlock;
-		}
-		if (!emb_permitted(es)) {
-			ret = -EACCES;
-			goto out_unlock;
-		}
+		check.found = true;
+		check.owner_accepted = emb_owner_accepted(es, o);
+		check.want_block_bytes = o->block_bytes;
+		check.block_bytes = es->core.block_bytes;
+		check.mode = es->mode;
+		check.class = emb_class(es);
+		check.privileged = emb_privileged;
+	}
+	ret = kvc_space_open_decide(&check);
+	if (ret)
+		goto out_unlock;
+	if (es) {
 		s->space.created = 0;
 	} else {
-		if (!(o->flags & KVRT_SPACE_CREATE)) {
-			ret = -ENOENT;
-			goto out_unlock;
-		}
 		ret = emb_create(k, o, &es);
 		if (ret)
 			goto out_unlock;
