@@ -20,11 +20,14 @@
  *   gpu/                the GPU backend: driver loader and declarations,
  *                       host registration, planning, attention, append,
  *                       copies, the embedded kernels (gpu_fatbin.S)
+ *   ../../kmod/core/    shared with the module, compiled in: kvcore.c (a
+ *                       space's blocks and prefix cache) and kvrules.c
+ *                       (the namespace's rules, the event-loss rule)
  *
  * Locking, outermost first:
  *   kvrt.lock         the handle's list of open spaces and, for the embedded
- *                     backend, its namespace (list of spaces, their refs,
- *                     owner ids).  Never held across a backend call that
+ *                     backend, its namespace (emb_pool's list of spaces,
+ *                     their refs, owner ids).  Never held across a backend call that
  *                     may block on memory.
  *   kmod_space.ev_lock  one kmod space handle's event reads (so that a
  *                     read after poll never blocks).  Taken alone.
@@ -34,7 +37,7 @@
  *                     cache side state: the participants' references,
  *                     residency records, who to tell of evictions, and
  *                     every participant's event queue.
- *   kvrt.pool_used    an atomic, not a lock: the embedded pool cap.
+ *   emb_pool.used     an atomic, not a lock: the embedded pool cap.
  *   kvrt.qlock        the copy queue (taken alone).
  *   kvrt_copy.lock    one copy's completion (taken alone or under qlock).
  */
@@ -65,23 +68,22 @@ struct kvpool_residency_entry_api3 {
 	__u32 gpu_block;
 };
 
-struct emb_space;
 struct copy_job;
 struct kvrt_backend_ops;
 
 struct kvrt {
 	const struct kvrt_backend_ops *ops;	/* the chosen backend (pool/backend.h) */
+	/*
+	 * The backend's own part, which its probe allocates and its close
+	 * frees: struct kmod_pool (pool/backend_kmod.c) or struct emb_pool
+	 * (pool/embedded/embedded.h).
+	 */
+	void *pool;
 	enum kvrt_backend backend;		/* ops->backend */
 	uint32_t flags;			/* KVRT_OPEN_* */
 	char info[320];			/* kvrt_backend_info() */
 	char device[256];
-	int ctl_fd;			/* kmod: for KVPOOL_IOC_INFO and
-					 * SPACE_DESTROY; else -1 */
 	uint64_t features;		/* KVPOOL_FEAT_* the backend has */
-	uint32_t api_version;		/* kmod: the module's KVPOOL_API_VERSION */
-	uint64_t pool_cap;		/* embedded */
-	uint64_t pool_used;		/* embedded: atomic */
-	uint64_t node_mask;		/* embedded: online NUMA nodes */
 	uint32_t page_size;
 
 	kvrt_log_fn log;
@@ -90,8 +92,6 @@ struct kvrt {
 
 	pthread_mutex_t lock;
 	struct kvrt_space *spaces;	/* open handles (kvrt.lock) */
-	struct emb_space *emb_spaces;	/* embedded namespace (kvrt.lock) */
-	uint32_t next_space_id;		/* embedded (kvrt.lock) */
 
 	/* The copy thread: started on the first async copy. */
 	pthread_mutex_t qlock;

@@ -126,22 +126,19 @@ int kvrt_open(struct kvrt **out, const struct kvrt_open_opts *opts)
 	k = calloc(1, sizeof(*k));
 	if (!k)
 		return -ENOMEM;
-	k->ctl_fd = -1;
 	k->flags = o->flags;
-	k->pool_cap = o->pool_bytes;
 	k->log = o->log;
 	k->log_arg = o->log_arg;
 	k->log_level = o->log_level ? o->log_level : KVRT_LOG_INFO;
 	page = sysconf(_SC_PAGESIZE);
 	k->page_size = page > 0 ? (uint32_t)page : 4096;
-	k->next_space_id = 1;
 	snprintf(k->device, sizeof(k->device), "%s", device);
 	pthread_mutex_init(&k->lock, NULL);
 	pthread_mutex_init(&k->qlock, NULL);
 	pthread_cond_init(&k->qcond, NULL);
 
 	if (want != KVRT_BACKEND_EMBEDDED) {
-		ret = kvrt_kmod_ops.probe(k, device);
+		ret = kvrt_kmod_ops.probe(k, o, device);
 		if (!ret) {
 			k->ops = &kvrt_kmod_ops;
 			k->backend = k->ops->backend;
@@ -167,7 +164,7 @@ int kvrt_open(struct kvrt **out, const struct kvrt_open_opts *opts)
 		memcpy(reason, k->info, sizeof(reason));
 		snprintf(k->info, sizeof(k->info), "embedded: %.300s", reason);
 	}
-	ret = kvrt_embedded_ops.probe(k, device);
+	ret = kvrt_embedded_ops.probe(k, o, device);
 	if (ret)
 		goto out_free;
 	k->ops = &kvrt_embedded_ops;

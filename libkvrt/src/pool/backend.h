@@ -27,13 +27,14 @@ struct kvrt_backend_ops {
 	enum kvrt_backend backend;
 
 	/*
-	 * Make the backend ready on k: set k->features and the backend's own
-	 * part of k.  kmod opens device; on failure k->info says
-	 * "DEVICE: reason" and nothing is left open.  The embedded backend
-	 * ignores device.
+	 * Make the backend ready on k: set k->features and allocate k->pool,
+	 * the backend's own part of k.  kmod opens device; on failure
+	 * k->info says "DEVICE: reason" and nothing is left open or
+	 * allocated.  The embedded backend ignores device and takes its cap
+	 * from o->pool_bytes.
 	 */
-	int (*probe)(struct kvrt *k, const char *device);
-	/* kvrt_close(), after every space handle is closed. */
+	int (*probe)(struct kvrt *k, const struct kvrt_open_opts *o, const char *device);
+	/* kvrt_close(), after every space handle is closed: frees k->pool. */
 	void (*close)(struct kvrt *k);
 	/* info->backend is already set; fill the rest. */
 	int (*pool_info)(struct kvrt *k, struct kvrt_pool_info *info);

@@ -72,6 +72,17 @@ _Static_assert(sizeof(struct kvrt_residency_entry) ==
 	       offsetof(struct kvpool_residency_entry_api3, gpu_block),
 	       "residency entries are the uAPI's");
 
+/* The handle's part (k->pool): the descriptor for INFO and SPACE_DESTROY. */
+struct kmod_pool {
+	int ctl_fd;
+	uint32_t api_version;	/* the module's KVPOOL_API_VERSION */
+};
+
+static struct kmod_pool *kmod_pool_of(const struct kvrt *k)
+{
+	return k->pool;
+}
+
 /* A space handle: its own descriptor, joined to one space. */
 struct kmod_space {
 	struct kvrt_space space;
@@ -98,10 +109,13 @@ static int kmod_info(int fd, struct kvpool_info *info)
  * "DEVICE: reason" and the return is -ENODEV (absent, or not kvpool), or
  * the open errno when it exists but may not be opened.
  */
-static int kmod_probe(struct kvrt *k, const char *device)
+static int kmod_probe(struct kvrt *k, const struct kvrt_open_opts *o, const char *device)
 {
+	struct kmod_pool *pool;
 	struct kvpool_info info;
 	int fd, ret;
+
+	(void)o;	/* the module's own settings rule it */
 
 	fd = open(device, O_RDWR | O_CLOEXEC);
 	if (fd < 0) {
@@ -137,24 +151,30 @@ static int kmod_probe(struct kvrt *k, const char *device)
 		close(fd);
 		return -ENODEV;
 	}
-	k->ctl_fd = fd;
+	pool = malloc(sizeof(*pool));
+	if (!pool) {
+		close(fd);
+		return -ENOMEM;
+	}
+	pool->ctl_fd = fd;
+	pool->api_version = info.api_version;
+	k->pool = pool;
 	k->features = info.features;
-	k->api_version = info.api_version;
 	snprintf(k->info, sizeof(k->info), "kmod: %s (api %u)", device, info.api_version);
 	return 0;
 }
 
 static void kmod_close(struct kvrt *k)
 {
-	if (k->ctl_fd >= 0)
-		close(k->ctl_fd);
-	k->ctl_fd = -1;
+	close(kmod_pool_of(k)->ctl_fd);
+	free(k->pool);
+	k->pool = NULL;
 }
 
 static int kmod_pool_info(struct kvrt *k, struct kvrt_pool_info *out)
 {
 	struct kvpool_info info;
-	int ret = kmod_info(k->ctl_fd, &info);
+	int ret = kmod_info(kmod_pool_of(k)->ctl_fd, &info);
 
 	if (ret)
 		return ret;
@@ -187,15 +207,15 @@ static int kmod_join(struct kvrt *k, const struct kvrt_space_opts *o, struct kmo
 	so->numa_policy = (uint32_t)o->numa_policy;
 	so->expect_uid = o->expect_uid;
 	/* Before API 3 the module neither knows FOREIGN nor checks owners: we do. */
-	if (k->api_version < 3) {
+	if (kmod_pool_of(k)->api_version < 3) {
 		so->flags &= ~KVPOOL_SPACE_FOREIGN;
 		so->expect_uid = 0;
 	}
 	/* Before API 4 a create-or-join that joins ignored bad create fields. */
-	if (k->api_version < 4 && (o->flags & KVRT_SPACE_CREATE)) {
+	if (kmod_pool_of(k)->api_version < 4 && (o->flags & KVRT_SPACE_CREATE)) {
 		struct kvpool_info info;
 
-		ret = kmod_info(k->ctl_fd, &info);
+		ret = kmod_info(kmod_pool_of(k)->ctl_fd, &info);
 		if (ret)
 			return ret;
 		ret = kvrt_create_args_valid(o, info.page_size, info.node_mask);
@@ -210,7 +230,7 @@ static int kmod_join(struct kvrt *k, const struct kvrt_space_opts *o, struct kmo
 		ret = -errno;
 		goto out_close;
 	}
-	if (k->api_version < 3 && !so->created &&
+	if (kmod_pool_of(k)->api_version < 3 && !so->created &&
 	    so->uid != ((o->flags & KVRT_SPACE_FOREIGN) ? o->expect_uid : (uint32_t)geteuid())) {
 		/* Closing the fd leaves the space as it was: another fd or PERSIST holds it. */
 		ret = (o->flags & KVRT_SPACE_CREATE) ? -EEXIST : -EACCES;
@@ -310,7 +330,8 @@ static int kmod_alloc(struct kvrt_space *space, uint32_t count, uint32_t *ids)
 {
 	struct kmod_space *s = to_kmod(space);
 	struct kvpool_blocks b = { .ids = (uintptr_t)ids, .count = count };
-	unsigned long cmd = s->space.k->api_version < 4 ? KVPOOL_IOC_ALLOC_API3 : KVPOOL_IOC_ALLOC;
+	unsigned long cmd = kmod_pool_of(s->space.k)->api_version < 4 ? KVPOOL_IOC_ALLOC_API3 :
+								       KVPOOL_IOC_ALLOC;
 
 	if (ioctl(s->fd, cmd, &b))
 		return -errno;
@@ -416,7 +437,7 @@ static int kmod_space_destroy(struct kvrt *k, const char *name)
 
 	memset(&d, 0, sizeof(d));
 	snprintf(d.name, sizeof(d.name), "%s", name);
-	if (ioctl(k->ctl_fd, KVPOOL_IOC_SPACE_DESTROY, &d))
+	if (ioctl(kmod_pool_of(k)->ctl_fd, KVPOOL_IOC_SPACE_DESTROY, &d))
 		return -errno;
 	return 0;
 }
@@ -460,7 +481,7 @@ static int kmod_residency(struct kvrt_space *space, uint32_t op, const uint8_t *
 	int ret;
 
 	/* API 4 entries are 16 bytes; older modules take ours as they are. */
-	if (s->space.k->api_version >= 4) {
+	if (kmod_pool_of(s->space.k)->api_version >= 4) {
 		r.entry_bytes = sizeof(*e);
 		if (count) {
 			e = calloc(count, sizeof(*e));

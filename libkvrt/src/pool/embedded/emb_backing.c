@@ -54,7 +54,7 @@ static long sys_mbind(void *addr, unsigned long len, int mode, uint64_t mask)
 /* Apply the space's policy to one chunk before it is touched. */
 static void emb_numa(struct emb_space *es, void *addr)
 {
-	uint64_t mask = es->node_mask & es->k->node_mask;
+	uint64_t online = emb_pool_of(es->k)->node_mask, mask = es->node_mask & online;
 	kvc_u8 order[KVC_MAX_NODES];
 	int mode;
 	long ret;
@@ -65,7 +65,7 @@ static void emb_numa(struct emb_space *es, void *addr)
 		break;
 	case KVRT_NUMA_INTERLEAVE:
 		/* Chunk by chunk across the mask, as the module interleaves. */
-		if (!kvc_numa_order(KVC_NUMA_INTERLEAVE, es->node_mask, es->k->node_mask, -1,
+		if (!kvc_numa_order(KVC_NUMA_INTERLEAVE, es->node_mask, online, -1,
 				    es->cursor, order))
 			return;
 		es->cursor = order[0] + 1U;
@@ -208,7 +208,7 @@ long long emb_grow(struct kvc_space *core, kvc_u64 want)
 	while (got < want) {
 		if (!pool_take(es->k, KVRT_CHUNK_BYTES)) {
 			kvrt_log(es->k, KVRT_LOG_DEBUG, "space \"%s\": pool cap %llu reached",
-				 es->name, (unsigned long long)es->k->pool_cap);
+				 es->name, (unsigned long long)emb_pool_of(es->k)->cap);
 			break;
 		}
 		if (emb_map_chunk(es, es->base + es->mapped_bytes)) {

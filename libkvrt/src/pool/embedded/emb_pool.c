@@ -4,6 +4,7 @@
  * module's: what probe reports, and the pool cap every space's chunks
  * count against.
  */
+#include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -43,47 +44,63 @@ static uint64_t online_nodes(void)
 }
 
 /* Nothing to open: device names the module, which this backend stands in for. */
-int emb_probe(struct kvrt *k, const char *device)
+int emb_probe(struct kvrt *k, const struct kvrt_open_opts *o, const char *device)
 {
+	struct emb_pool *pool = calloc(1, sizeof(*pool));
+
 	(void)device;
-	k->node_mask = online_nodes();
+	if (!pool)
+		return -ENOMEM;
+	pool->cap = o->pool_bytes;
+	pool->node_mask = online_nodes();
+	pool->next_space_id = 1;
+	k->pool = pool;
 	/* Everything but RECLAIM: the embedded pool has no shrinker. */
 	k->features = KVPOOL_FEAT_SPACES | KVPOOL_FEAT_NUMA | KVPOOL_FEAT_PREFIX |
 		      KVPOOL_FEAT_PERSIST | KVPOOL_FEAT_RESIDENCY | KVPOOL_FEAT_EVENTS;
 	return 0;
 }
 
+/* kvrt_close(), after emb_close() has destroyed the spaces left. */
+void emb_pool_free(struct kvrt *k)
+{
+	free(k->pool);
+	k->pool = NULL;
+}
+
 /* The embedded pool cap: an atomic, so grow never takes kvrt.lock. */
 bool pool_take(struct kvrt *k, uint64_t bytes)
 {
-	uint64_t used = __atomic_load_n(&k->pool_used, __ATOMIC_RELAXED);
+	struct emb_pool *pool = emb_pool_of(k);
+	uint64_t used = __atomic_load_n(&pool->used, __ATOMIC_RELAXED);
 
 	do {
-		if (k->pool_cap && (used > k->pool_cap || bytes > k->pool_cap - used))
+		if (pool->cap && (used > pool->cap || bytes > pool->cap - used))
 			return false;
-	} while (!__atomic_compare_exchange_n(&k->pool_used, &used, used + bytes, true,
+	} while (!__atomic_compare_exchange_n(&pool->used, &used, used + bytes, true,
 					      __ATOMIC_RELAXED, __ATOMIC_RELAXED));
 	return true;
 }
 
 void pool_put(struct kvrt *k, uint64_t bytes)
 {
-	__atomic_fetch_sub(&k->pool_used, bytes, __ATOMIC_RELAXED);
+	__atomic_fetch_sub(&emb_pool_of(k)->used, bytes, __ATOMIC_RELAXED);
 }
 
 int emb_pool_info(struct kvrt *k, struct kvrt_pool_info *info)
 {
-	uint64_t used = __atomic_load_n(&k->pool_used, __ATOMIC_RELAXED);
+	const struct emb_pool *pool = emb_pool_of(k);
+	uint64_t used = __atomic_load_n(&pool->used, __ATOMIC_RELAXED);
 
 	info->api_version = KVPOOL_API_VERSION;
 	info->features = k->features;
 	info->page_size = k->page_size;
 	info->chunk_size = (uint32_t)KVRT_CHUNK_BYTES;
-	info->nr_nodes = (uint32_t)__builtin_popcountll(k->node_mask);
+	info->nr_nodes = (uint32_t)__builtin_popcountll(pool->node_mask);
 	info->max_batch = KVRT_MAX_BATCH;
-	info->node_mask = k->node_mask;
-	info->pool_bytes = k->pool_cap;
+	info->node_mask = pool->node_mask;
+	info->pool_bytes = pool->cap;
 	info->used_bytes = used;
-	info->free_bytes = k->pool_cap > used ? k->pool_cap - used : 0;
+	info->free_bytes = pool->cap > used ? pool->cap - used : 0;
 	return 0;
 }

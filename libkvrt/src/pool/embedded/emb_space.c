@@ -71,7 +71,7 @@ static struct emb_space *emb_find(struct kvrt *k, const char *name)
 {
 	struct emb_space *es;
 
-	for (es = k->emb_spaces; es; es = es->next)
+	for (es = emb_pool_of(k)->spaces; es; es = es->next)
 		if (!strcmp(es->name, name))
 			return es;
 	return NULL;
@@ -109,7 +109,7 @@ static int emb_create(struct kvrt *k, const struct kvrt_space_opts *o, struct em
 	es->k = k;
 	snprintf(es->name, sizeof(es->name), "%s", o->name);
 	es->next_owner = 1;
-	es->id = k->next_space_id++;
+	es->id = emb_pool_of(k)->next_space_id++;
 	es->uid = (uint32_t)geteuid();
 	es->gid = (uint32_t)getegid();
 	es->mode = o->mode;
@@ -154,7 +154,7 @@ static void emb_put(struct kvrt *k, struct emb_space *es)
 	pthread_mutex_lock(&k->lock);
 	last = !--es->refs && !(es->linked && es->persist);
 	if (last && es->linked) {
-		for (pp = &k->emb_spaces; *pp != es; pp = &(*pp)->next)
+		for (pp = &emb_pool_of(k)->spaces; *pp != es; pp = &(*pp)->next)
 			;
 		*pp = es->next;
 		es->linked = false;
@@ -207,7 +207,7 @@ static int emb_join(struct kvrt *k, const struct kvrt_space_opts *o, struct emb_
 
 	/* As the module (API 4): create fields are checked for a join too. */
 	if (o->flags & KVRT_SPACE_CREATE) {
-		ret = kvrt_create_args_valid(o, k->page_size, k->node_mask);
+		ret = kvrt_create_args_valid(o, k->page_size, emb_pool_of(k)->node_mask);
 		if (ret)
 			return ret;
 	}
@@ -233,8 +233,8 @@ static int emb_join(struct kvrt *k, const struct kvrt_space_opts *o, struct emb_
 			goto out_unlock;
 		es->persist = !!(o->flags & KVRT_SPACE_PERSIST);
 		es->linked = true;
-		es->next = k->emb_spaces;
-		k->emb_spaces = es;
+		es->next = emb_pool_of(k)->spaces;
+		emb_pool_of(k)->spaces = es;
 		s->space.created = 1;
 	}
 	es->refs++;
@@ -328,8 +328,8 @@ static void emb_close(struct kvrt *k)
 	struct emb_space *es;
 
 	pthread_mutex_lock(&k->lock);
-	es = k->emb_spaces;
-	k->emb_spaces = NULL;
+	es = emb_pool_of(k)->spaces;
+	emb_pool_of(k)->spaces = NULL;
 	pthread_mutex_unlock(&k->lock);
 	while (es) {
 		struct emb_space *next = es->next;
@@ -337,6 +337,7 @@ static void emb_close(struct kvrt *k)
 		emb_destroy(es);
 		es = next;
 	}
+	emb_pool_free(k);
 }
 
 static int emb_space_destroy(struct kvrt *k, const char *name)
@@ -354,7 +355,7 @@ static int emb_space_destroy(struct kvrt *k, const char *name)
 		pthread_mutex_unlock(&k->lock);
 		return -EPERM;
 	}
-	for (pp = &k->emb_spaces; *pp != es; pp = &(*pp)->next)
+	for (pp = &emb_pool_of(k)->spaces; *pp != es; pp = &(*pp)->next)
 		;
 	*pp = es->next;
 	es->linked = false;

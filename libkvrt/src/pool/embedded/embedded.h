@@ -103,13 +103,28 @@ struct emb_part {
 	struct emb_events ev;
 };
 
+/* The embedded pool as a whole: k->pool. */
+struct emb_pool {
+	uint64_t cap;			/* kvrt_open_opts.pool_bytes; 0: no cap */
+	uint64_t used;			/* atomic: pool_take(), pool_put() */
+	uint64_t node_mask;		/* online NUMA nodes */
+	struct emb_space *spaces;	/* the namespace (kvrt.lock) */
+	uint32_t next_space_id;		/* (kvrt.lock) */
+};
+
+static inline struct emb_pool *emb_pool_of(const struct kvrt *k)
+{
+	return k->pool;
+}
+
 static inline struct emb_part *to_emb(struct kvrt_space *space)
 {
 	return kvrt_container_of(space, struct emb_part, space);
 }
 
 /* emb_pool.c */
-int emb_probe(struct kvrt *k, const char *device);
+int emb_probe(struct kvrt *k, const struct kvrt_open_opts *o, const char *device);
+void emb_pool_free(struct kvrt *k);
 int emb_pool_info(struct kvrt *k, struct kvrt_pool_info *info);
 bool pool_take(struct kvrt *k, uint64_t bytes);
 void pool_put(struct kvrt *k, uint64_t bytes);
