@@ -96,12 +96,16 @@ static struct kmod_space *to_kmod(struct kvrt_space *space)
 	return kvrt_container_of(space, struct kmod_space, space);
 }
 
+/* Every call returns the module's errno as libkvrt's. */
+static int kmod_ioctl(int fd, unsigned long cmd, void *arg)
+{
+	return ioctl(fd, cmd, arg) ? -errno : 0;
+}
+
 static int kmod_info(int fd, struct kvpool_info *info)
 {
 	memset(info, 0, sizeof(*info));
-	if (ioctl(fd, KVPOOL_IOC_INFO, info))
-		return -errno;
-	return 0;
+	return kmod_ioctl(fd, KVPOOL_IOC_INFO, info);
 }
 
 /*
@@ -295,9 +299,7 @@ static void kmod_space_close(struct kvrt_space *space)
 static int kmod_raw_info(struct kmod_space *s, struct kvpool_space_info *si)
 {
 	memset(si, 0, sizeof(*si));
-	if (ioctl(s->fd, KVPOOL_IOC_SPACE_INFO, si))
-		return -errno;
-	return 0;
+	return kmod_ioctl(s->fd, KVPOOL_IOC_SPACE_INFO, si);
 }
 
 static int kmod_space_info(struct kvrt_space *space, struct kvrt_space_info *info)
@@ -326,26 +328,25 @@ static int kmod_space_info(struct kvrt_space *space, struct kvrt_space_info *inf
 	return 0;
 }
 
+/* ALLOC, FREE and RELEASE: one struct kvpool_blocks of ids. */
+static int kmod_blocks(struct kvrt_space *space, unsigned long cmd, uint32_t count,
+		       const uint32_t *ids)
+{
+	struct kvpool_blocks b = { .ids = (uintptr_t)ids, .count = count };
+
+	return kmod_ioctl(to_kmod(space)->fd, cmd, &b);
+}
+
 static int kmod_alloc(struct kvrt_space *space, uint32_t count, uint32_t *ids)
 {
-	struct kmod_space *s = to_kmod(space);
-	struct kvpool_blocks b = { .ids = (uintptr_t)ids, .count = count };
-	unsigned long cmd = kmod_pool_of(s->space.k)->api_version < 4 ? KVPOOL_IOC_ALLOC_API3 :
-								       KVPOOL_IOC_ALLOC;
+	bool api3 = kmod_pool_of(space->k)->api_version < 4;
 
-	if (ioctl(s->fd, cmd, &b))
-		return -errno;
-	return 0;
+	return kmod_blocks(space, api3 ? KVPOOL_IOC_ALLOC_API3 : KVPOOL_IOC_ALLOC, count, ids);
 }
 
 static int kmod_free(struct kvrt_space *space, uint32_t count, const uint32_t *ids)
 {
-	struct kmod_space *s = to_kmod(space);
-	struct kvpool_blocks b = { .ids = (uintptr_t)ids, .count = count };
-
-	if (ioctl(s->fd, KVPOOL_IOC_FREE, &b))
-		return -errno;
-	return 0;
+	return kmod_blocks(space, KVPOOL_IOC_FREE, count, ids);
 }
 
 static int kmod_mem_info(struct kvrt_space *space, struct kvrt_mem_info *m)
@@ -390,10 +391,9 @@ static int kmod_publish(struct kvrt_space *space, uint32_t count, uint32_t *ids,
 	}
 	p.entries = (uintptr_t)e;
 	p.flags = prio ? KVPOOL_PUBLISH_PRIORITY : 0;
-	if (ioctl(s->fd, KVPOOL_IOC_PUBLISH, &p)) {
-		ret = -errno;
+	ret = kmod_ioctl(s->fd, KVPOOL_IOC_PUBLISH, &p);
+	if (ret)
 		goto out_free;
-	}
 	for (uint32_t i = 0; i < count; i++) {
 		ids[i] = e[i].id;
 		if (flags)
@@ -415,20 +415,14 @@ static int kmod_lookup(struct kvrt_space *space, uint32_t count,
 		.devices = (uintptr_t)devices,
 		.count = count,
 	};
+	int ret = kmod_ioctl(s->fd, KVPOOL_IOC_LOOKUP, &l);
 
-	if (ioctl(s->fd, KVPOOL_IOC_LOOKUP, &l))
-		return -errno;
-	return (int)l.nr_hits;
+	return ret ? ret : (int)l.nr_hits;
 }
 
 static int kmod_release(struct kvrt_space *space, uint32_t count, const uint32_t *ids)
 {
-	struct kmod_space *s = to_kmod(space);
-	struct kvpool_blocks b = { .ids = (uintptr_t)ids, .count = count };
-
-	if (ioctl(s->fd, KVPOOL_IOC_RELEASE, &b))
-		return -errno;
-	return 0;
+	return kmod_blocks(space, KVPOOL_IOC_RELEASE, count, ids);
 }
 
 static int kmod_space_destroy(struct kvrt *k, const char *name)
@@ -437,19 +431,19 @@ static int kmod_space_destroy(struct kvrt *k, const char *name)
 
 	memset(&d, 0, sizeof(d));
 	snprintf(d.name, sizeof(d.name), "%s", name);
-	if (ioctl(kmod_pool_of(k)->ctl_fd, KVPOOL_IOC_SPACE_DESTROY, &d))
-		return -errno;
-	return 0;
+	return kmod_ioctl(kmod_pool_of(k)->ctl_fd, KVPOOL_IOC_SPACE_DESTROY, &d);
 }
 
 static int kmod_space_stats(struct kvrt_space *space, struct kvrt_space_stats *st)
 {
 	struct kmod_space *s = to_kmod(space);
 	struct kvpool_space_stats ks;
+	int ret;
 
 	memset(&ks, 0, sizeof(ks));
-	if (ioctl(s->fd, KVPOOL_IOC_SPACE_STATS, &ks))
-		return -errno;
+	ret = kmod_ioctl(s->fd, KVPOOL_IOC_SPACE_STATS, &ks);
+	if (ret)
+		return ret;
 	st->space_id = ks.space_id;
 	st->hits = ks.hits;
 	st->misses = ks.misses;
