@@ -17,9 +17,9 @@
 #include <linux/rcupdate.h>
 #include <linux/shrinker.h>
 #include <linux/slab.h>
-#include <linux/version.h>
 #include <linux/workqueue.h>
 
+#include "compat.h"
 #include "kvpool_internal.h"
 
 /* Candidates looked at per space and scan, so a busy space cannot stall reclaim. */
@@ -384,7 +384,6 @@ static void kvp_reclaim_drain(void)
 	drain_workqueue(kvp_reclaim_wq);
 }
 
-#if LINUX_VERSION_CODE >= KERNEL_VERSION(6, 7, 0)
 static struct shrinker *kvp_shrinker;
 
 int kvp_reclaim_init(void)
@@ -392,48 +391,17 @@ int kvp_reclaim_init(void)
 	kvp_reclaim_wq = alloc_workqueue("kvpool_reclaim", WQ_MEM_RECLAIM, 0);
 	if (!kvp_reclaim_wq)
 		return -ENOMEM;
-	kvp_shrinker = shrinker_alloc(0, "kvpool");
+	kvp_shrinker = kvp_shrinker_create("kvpool", kvp_shrink_count, kvp_shrink_scan);
 	if (!kvp_shrinker) {
 		destroy_workqueue(kvp_reclaim_wq);
 		return -ENOMEM;
 	}
-	kvp_shrinker->count_objects = kvp_shrink_count;
-	kvp_shrinker->scan_objects = kvp_shrink_scan;
-	kvp_shrinker->seeks = DEFAULT_SEEKS;
-	shrinker_register(kvp_shrinker);
 	return 0;
 }
 
 void kvp_reclaim_exit(void)
 {
-	shrinker_free(kvp_shrinker);
+	kvp_shrinker_destroy(kvp_shrinker);
 	kvp_reclaim_drain();
 	destroy_workqueue(kvp_reclaim_wq);
 }
-#else
-static struct shrinker kvp_shrinker = {
-	.count_objects = kvp_shrink_count,
-	.scan_objects = kvp_shrink_scan,
-	.seeks = DEFAULT_SEEKS,
-};
-
-int kvp_reclaim_init(void)
-{
-	int ret;
-
-	kvp_reclaim_wq = alloc_workqueue("kvpool_reclaim", WQ_MEM_RECLAIM, 0);
-	if (!kvp_reclaim_wq)
-		return -ENOMEM;
-	ret = register_shrinker(&kvp_shrinker, "kvpool");
-	if (ret)
-		destroy_workqueue(kvp_reclaim_wq);
-	return ret;
-}
-
-void kvp_reclaim_exit(void)
-{
-	unregister_shrinker(&kvp_shrinker);
-	kvp_reclaim_drain();
-	destroy_workqueue(kvp_reclaim_wq);
-}
-#endif

@@ -17,8 +17,8 @@
 #include <linux/string.h>
 #include <linux/topology.h>
 #include <linux/uaccess.h>
-#include <linux/version.h>
 
+#include "compat.h"
 #include "kvpool_internal.h"
 
 /* kvp_spaces, kvp_nr_spaces, ids and each nr_clients: see DOC: locking */
@@ -979,15 +979,6 @@ static const struct vm_operations_struct kvp_vm_ops = {
 	.fault = kvp_vm_fault,
 };
 
-static void kvp_vma_set_flags(struct vm_area_struct *vma, unsigned long set, unsigned long clear)
-{
-#if LINUX_VERSION_CODE >= KERNEL_VERSION(6, 3, 0)
-	vm_flags_mod(vma, set, clear);
-#else
-	vma->vm_flags = (vma->vm_flags | set) & ~clear;
-#endif
-}
-
 int kvp_space_mmap(struct kvp_client *client, struct vm_area_struct *vma)
 {
 	struct kvp_space *space = kvp_client_space(client);
@@ -1004,7 +995,7 @@ int kvp_space_mmap(struct kvp_client *client, struct vm_area_struct *vma)
 	if (vma->vm_pgoff > range_pages || pages > range_pages - vma->vm_pgoff)
 		return -ENXIO;
 	/* Page-backed on purpose, no I/O or PFN-map flags: GUP must work here. */
-	kvp_vma_set_flags(vma, VM_DONTEXPAND | VM_DONTDUMP, VM_MAYEXEC);
+	kvp_vma_flags_mod(vma, VM_DONTEXPAND | VM_DONTDUMP, VM_MAYEXEC);
 	vma->vm_ops = &kvp_vm_ops;
 	return 0;
 }
@@ -1024,11 +1015,7 @@ unsigned long kvp_space_get_unmapped_area(struct kvp_client *client, struct file
 {
 	if (!kvp_client_space(client))
 		return -EBADFD;
-#if LINUX_VERSION_CODE >= KERNEL_VERSION(6, 10, 0)
-	return mm_get_unmapped_area(current->mm, file, addr, len, pgoff, flags);
-#else
-	return current->mm->get_unmapped_area(file, addr, len, pgoff, flags);
-#endif
+	return kvp_mm_get_unmapped_area(file, addr, len, pgoff, flags);
 }
 
 /* Every fd of the space hears that an allocation evicted (count) or found no room (0). */
