@@ -293,6 +293,7 @@ unsigned long kvp_space_get_unmapped_area(struct kvp_client *client, struct file
 					  unsigned long pgoff, unsigned long flags);
 long kvp_ioctl_alloc(struct kvp_client *client, struct kvpool_blocks *args);
 long kvp_ioctl_free(struct kvp_client *client, struct kvpool_blocks *args);
+u32 *kvp_space_lock_with_ids(struct kvp_space *space, const struct kvpool_blocks *args);
 long kvp_ioctl_space_info(struct kvp_client *client, struct kvpool_space_info *info);
 const char *kvp_policy_name(u32 policy);
 

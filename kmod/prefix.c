@@ -232,18 +232,11 @@ long kvp_ioctl_release(struct kvp_client *client, struct kvpool_blocks *args)
 
 	if (!space)
 		return -EBADFD;
-	/* -ENOMEM or -EFAULT, as the copy-in of every ids array. */
-	ids = vmemdup_user(u64_to_user_ptr(args->ids), (size_t)args->count * sizeof(*ids));
+	ids = kvp_space_lock_with_ids(space, args);
 	if (IS_ERR(ids))
 		return PTR_ERR(ids);
-	if (mutex_lock_killable(&space->lock)) {
-		ret = -EINTR;
-		goto out_free_ids;
-	}
 	ret = kvc_release(&space->core, &client->refs, args->count, ids);
 	mutex_unlock(&space->lock);
-
-out_free_ids:
 	kvfree(ids);
 	return ret;
 }

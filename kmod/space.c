@@ -1153,6 +1153,24 @@ out_unpin:
 	return ret;
 }
 
+/*
+ * FREE's and RELEASE's first steps: copy in the ids (-ENOMEM or -EFAULT, as
+ * every ids array) and lock the space (-EINTR).  The caller unlocks and
+ * kvfree()s them.
+ */
+u32 *kvp_space_lock_with_ids(struct kvp_space *space, const struct kvpool_blocks *args)
+{
+	u32 *ids = vmemdup_user(u64_to_user_ptr(args->ids), (size_t)args->count * sizeof(*ids));
+
+	if (IS_ERR(ids))
+		return ids;
+	if (mutex_lock_killable(&space->lock)) {
+		kvfree(ids);
+		return ERR_PTR(-EINTR);
+	}
+	return ids;
+}
+
 long kvp_ioctl_free(struct kvp_client *client, struct kvpool_blocks *args)
 {
 	struct kvp_space *space = kvp_client_space(client);
@@ -1161,14 +1179,9 @@ long kvp_ioctl_free(struct kvp_client *client, struct kvpool_blocks *args)
 
 	if (!space)
 		return -EBADFD;
-	/* -ENOMEM or -EFAULT, as the copy-in of every ids array. */
-	ids = vmemdup_user(u64_to_user_ptr(args->ids), (size_t)args->count * sizeof(*ids));
+	ids = kvp_space_lock_with_ids(space, args);
 	if (IS_ERR(ids))
 		return PTR_ERR(ids);
-	if (mutex_lock_killable(&space->lock)) {
-		ret = -EINTR;
-		goto out_free_ids;
-	}
 	ret = kvc_free(&space->core, client->owner, args->count, ids);
 	if (!ret)
 		for (i = 0; i < args->count; i++)
@@ -1176,8 +1189,6 @@ long kvp_ioctl_free(struct kvp_client *client, struct kvpool_blocks *args)
 	mutex_unlock(&space->lock);
 	if (!ret)
 		atomic64_add(args->count, &kvp_pool.frees);
-
-out_free_ids:
 	kvfree(ids);
 	return ret;
 }
