@@ -249,6 +249,23 @@ static inline void *kv_mmap(int fd, size_t len, off_t off)
 }
 
 /*
+ * A child process's first steps: join name and map the whole space.  The
+ * fd, or the negated exit code that says which step failed (10: join,
+ * 11: mmap).
+ */
+static inline int kv_child_join_map(const char *name, struct kvpool_space_open *so, char **map)
+{
+	int fd = kv_open_join(name, so);
+
+	if (fd < 0)
+		return -10;
+	*map = kv_mmap(fd, so->map_bytes, 0);
+	if (*map == MAP_FAILED)
+		return -11;
+	return fd;
+}
+
+/*
  * The 6.1 harness runs the test body even when FIXTURE_SETUP() called
  * SKIP(); tests whose setup may skip start with this.
  */

@@ -384,12 +384,9 @@ static int pvm_child(const char *name, int rd, int wr)
 	char *m, c;
 	int fd;
 
-	fd = kv_open_join(name, &so);
+	fd = kv_child_join_map(name, &so, &m);
 	if (fd < 0)
-		return 10;
-	m = kv_mmap(fd, so.map_bytes, 0);
-	if (m == MAP_FAILED)
-		return 11;
+		return -fd;
 	kv_fill(m, GUP_BYTES, 5, 0);
 	if (write(wr, &m, sizeof(m)) != sizeof(m))
 		return 12;

@@ -1279,12 +1279,9 @@ static int data_child(const char *name, int wr)
 	char *m;
 	int fd, i;
 
-	fd = kv_open_join(name, &so);
+	fd = kv_child_join_map(name, &so, &m);
 	if (fd < 0)
-		return 10;
-	m = kv_mmap(fd, so.map_bytes, 0);
-	if (m == MAP_FAILED)
-		return 11;
+		return -fd;
 	if (kv_lookup_seq(fd, SEED, 0, 2, ids, NULL, &hits))
 		return 12;
 	if (hits != 2)

@@ -263,12 +263,9 @@ static int share_child(const char *name, int rd, int wr)
 	char *m, c = 'd';
 	int fd;
 
-	fd = kv_open_join(name, &so);
+	fd = kv_child_join_map(name, &so, &m);
 	if (fd < 0)
-		return 10;
-	m = kv_mmap(fd, so.map_bytes, 0);
-	if (m == MAP_FAILED)
-		return 11;
+		return -fd;
 	if (read(rd, ids, sizeof(ids)) != sizeof(ids))
 		return 12;
 	if (kv_verify(m + (size_t)ids[0] * BLOCK, BLOCK, 1, 0) != -1)
