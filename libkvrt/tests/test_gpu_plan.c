@@ -6,7 +6,8 @@
  * mask, unnormalised partials merged by max-rescaling), and the result is
  * compared with a direct float64 attention.  So a plan that drops a key,
  * counts one twice, splits off a block boundary or merges wrongly fails
- * here, before any GPU runs it.  Also the registration pieces.
+ * here, before any GPU runs it.  Also the registration pieces
+ * (src/gpu/gpu_register.h).
  */
 #include <errno.h>
 #include <math.h>
@@ -15,6 +16,7 @@
 #include <string.h>
 
 #include "gpu/gpu_plan.h"
+#include "gpu/gpu_register.h"
 #include "tap.h"
 
 static uint64_t rng = 0x9e3779b97f4a7c15ULL;

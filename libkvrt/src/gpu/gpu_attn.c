@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * gpu_attn.c: GPU attention (plan on the host, run on a stream) and the
- * GPU append.
+ * gpu_attn.c: GPU attention (plan on the host, run on a stream).
  *
  * A plan's device workspace is one allocation:
  *   [hdr][work: work_cap][merge: merge_cap][partial_o][partial_ml]
@@ -19,7 +18,6 @@
 #include "gpu_internal.h"
 #include "gpu_plan.h"
 
-#define GRID_MAX 65535U
 #define PLAN_HEAD_DIM_MAX 256U
 
 enum plan_kind { PLAN_NONE, PLAN_DECODE, PLAN_PREFILL };
@@ -44,11 +42,6 @@ struct kvrt_gpu_plan {
 	struct gpu_plan_out out;
 };
 
-static int qo_ok(enum kvrt_dtype d)
-{
-	return d == KVRT_DTYPE_F32 || d == KVRT_DTYPE_F16 || d == KVRT_DTYPE_BF16;
-}
-
 /* What the GPU kernels take, beyond what the CPU path checks. */
 static int check_params(const struct kvrt_attn_params *p, const struct kvrt_layout *l)
 {
@@ -56,7 +49,7 @@ static int check_params(const struct kvrt_attn_params *p, const struct kvrt_layo
 		return -EINVAL;
 	if (!l->num_kv_heads || !p->num_q_heads || p->num_q_heads % l->num_kv_heads)
 		return -EINVAL;
-	if (!qo_ok(p->q_dtype) || !qo_ok(p->o_dtype))
+	if (!gpu_qo_dtype_ok(p->q_dtype) || !gpu_qo_dtype_ok(p->o_dtype))
 		return -EINVAL;
 	if (!isfinite(p->sm_scale) || !isfinite(p->logit_softcap) || p->logit_softcap < 0 ||
 	    p->window_left < -1)
@@ -275,7 +268,7 @@ int kvrt_gpu_plan_info(const struct kvrt_gpu_plan *p, struct kvrt_gpu_plan_info 
 	info->num_work = p->out.num_work;
 	info->num_split = p->out.num_split;
 	info->split_tokens = p->out.split_tokens;
-	info->grid = p->work_cap < GRID_MAX ? p->work_cap : GRID_MAX;
+	info->grid = p->work_cap < GPU_GRID_MAX ? p->work_cap : GPU_GRID_MAX;
 	return 0;
 }
 
@@ -284,33 +277,13 @@ static bool same_layout(const struct kvrt_layout *a, const struct kvrt_layout *b
 	return !memcmp(a, b, sizeof(*a));
 }
 
-/* A layer's K and V planes (and fp8 scales) as the kernels address them. */
-struct layer_planes {
-	uint64_t k, v, k_scales, v_scales;
-};
-
-static struct layer_planes layer_planes(const struct kvrt_kv_cache *kv)
-{
-	const struct kvrt_layout *l = kv->layout;
-	uint64_t base = (uintptr_t)kv->base + (uint64_t)(kv->layer * l->layer_stride);
-	struct layer_planes lp = { base, base + (uint64_t)l->kv_stride, 0, 0 };
-
-	if (l->kv_dtype == KVRT_DTYPE_FP8_E4M3) {
-		const float *ks = kv->scales + kv->layer * l->scale_layer_stride;
-
-		lp.k_scales = (uintptr_t)ks;
-		lp.v_scales = (uintptr_t)(ks + l->scale_kv_stride);
-	}
-	return lp;
-}
-
 /* Fill the kernel arguments from a run's pointers; -EINVAL if they do not fit the plan. */
 static int attn_args(const struct kvrt_gpu_plan *p, enum plan_kind kind, const void *q,
 		     const struct kvrt_kv_cache *kv, const struct kvrt_block_table *t, void *out,
 		     struct kvrt_gk_attn_args *a)
 {
 	const struct kvrt_layout *l;
-	struct layer_planes lp;
+	struct gpu_layer_planes lp;
 	bool fp8;
 
 	if (!p || p->kind != kind || !q || !out || !kv || !kv->layout || !kv->base || !t)
@@ -322,7 +295,7 @@ static int attn_args(const struct kvrt_gpu_plan *p, enum plan_kind kind, const v
 	if (t->num_seqs != p->num_seqs ||
 	    (t->num_seqs && (!t->indptr || !t->indices || !t->seq_lens)))
 		return -EINVAL;
-	lp = layer_planes(kv);
+	lp = gpu_layer_planes(kv);
 	*a = (struct kvrt_gk_attn_args){
 		.q = (uintptr_t)q,
 		.out = (uintptr_t)out,
@@ -354,7 +327,7 @@ static int attn_args(const struct kvrt_gpu_plan *p, enum plan_kind kind, const v
 
 static uint32_t grid_of(uint32_t cap)
 {
-	return cap < GRID_MAX ? cap : GRID_MAX;
+	return cap < GPU_GRID_MAX ? cap : GPU_GRID_MAX;
 }
 
 int kvrt_gpu_attn_decode(struct kvrt_gpu_plan *p, const void *q, const struct kvrt_kv_cache *kv,
@@ -411,62 +384,6 @@ int kvrt_gpu_attn_prefill(struct kvrt_gpu_plan *p, const void *q, const int32_t 
 				      [gpu_kv_index(p->layout.kv_dtype)],
 			 grid_of(p->work_cap), KVRT_GK_PREFILL_THREADS, &a, (CUstream)stream,
 			 "prefill launch");
-	gpu_leave(g);
-	return ret;
-}
-
-int kvrt_gpu_append_kv(struct kvrt_gpu *g, const struct kvrt_kv_cache *kv, const void *k,
-		       const void *v, enum kvrt_dtype src_dtype, const int64_t *slots,
-		       uint32_t num_tokens, void *stream)
-{
-	struct kvrt_gk_append_args a;
-	const struct kvrt_layout *l;
-	struct layer_planes lp;
-	uint64_t rows;
-	uint32_t grid;
-	bool fp8;
-	int kvi, ret;
-
-	if (!g || !kv || !kv->layout || !kv->base || !k || !v || !slots || !qo_ok(src_dtype))
-		return -EINVAL;
-	l = kv->layout;
-	kvi = gpu_kv_index(l->kv_dtype);
-	fp8 = l->kv_dtype == KVRT_DTYPE_FP8_E4M3;
-	if (kvi < 0 || kv->layer >= l->num_layers || fp8 != !!kv->scales || !l->num_kv_heads ||
-	    !l->head_dim || !l->block_tokens || l->head_dim > 1024)
-		return -EINVAL;
-	if (!num_tokens)
-		return 0;
-	lp = layer_planes(kv);
-	a = (struct kvrt_gk_append_args){
-		.k_src = (uintptr_t)k,
-		.v_src = (uintptr_t)v,
-		.slots = (uintptr_t)slots,
-		.k = lp.k,
-		.v = lp.v,
-		.k_scales = lp.k_scales,
-		.v_scales = lp.v_scales,
-		.block_stride = l->block_stride,
-		.token_stride = l->token_stride,
-		.head_stride = l->head_stride,
-		.scale_block_stride = l->scale_block_stride,
-		.num_slots = (int64_t)l->num_blocks * l->block_tokens,
-		.num_tokens = num_tokens,
-		.num_kv_heads = l->num_kv_heads,
-		.head_dim = l->head_dim,
-		.block_tokens = l->block_tokens,
-		.src_dtype = src_dtype,
-	};
-	/* A warp per (token, KV head, K or V) row, bounded; the kernel strides. */
-	rows = (uint64_t)num_tokens * l->num_kv_heads * 2;
-	grid = (uint32_t)((rows + KVRT_GK_APPEND_THREADS / 32 - 1) / (KVRT_GK_APPEND_THREADS / 32));
-	if (grid > GRID_MAX)
-		grid = GRID_MAX;
-	ret = gpu_enter(g);
-	if (ret)
-		return ret;
-	ret = gpu_launch(g, g->append[kvi], grid, KVRT_GK_APPEND_THREADS, &a, (CUstream)stream,
-			 "append launch");
 	gpu_leave(g);
 	return ret;
 }

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * gpu_internal.h: what libkvrt's GPU files (gpu.c, gpu_attn.c,
- * gpu_copy.c) share.
+ * gpu_internal.h: what libkvrt's GPU files share: gpu.c (the handle),
+ * gpu_loader.c (libcuda), gpu_register.c (host registration), gpu_copy.c
+ * (block copies), gpu_attn.c (attention) and gpu_append.c (append).
  *
  * Locking: kvrt_gpu.lock guards the registration list and the copy
  * calibration; it is taken alone and never held across a kernel launch.
@@ -78,8 +79,45 @@ int gpu_launch(struct kvrt_gpu *g, CUfunction fn, uint32_t grid, uint32_t thread
 int gpu_hd_index(uint32_t head_dim);
 int gpu_kv_index(enum kvrt_dtype dtype);
 
-/* gpu_copy.c: the copy stream and fences (open), registrations (close). */
+/* gpu_copy.c: the copy stream and fences (open, close). */
 int gpu_copy_init(struct kvrt_gpu *g);
 void gpu_copy_fini(struct kvrt_gpu *g);
+
+/*
+ * gpu_register.c: drop every registration (close, with the context
+ * pushed); register a space's blocks backed since its registration before
+ * a copy reaches [base, end) (-EFAULT: a block with no pages).
+ */
+void gpu_reg_free_all(struct kvrt_gpu *g);
+int gpu_reg_cover(struct kvrt_gpu *g, const void *base, uint64_t end);
+
+/* The most blocks or rows one launch's grid takes; kernels stride past it. */
+#define GPU_GRID_MAX 65535U
+
+/* Query and output dtypes the kernels take. */
+static inline bool gpu_qo_dtype_ok(enum kvrt_dtype d)
+{
+	return d == KVRT_DTYPE_F32 || d == KVRT_DTYPE_F16 || d == KVRT_DTYPE_BF16;
+}
+
+/* A layer's K and V planes (and fp8 scales) as the kernels address them. */
+struct gpu_layer_planes {
+	uint64_t k, v, k_scales, v_scales;
+};
+
+static inline struct gpu_layer_planes gpu_layer_planes(const struct kvrt_kv_cache *kv)
+{
+	const struct kvrt_layout *l = kv->layout;
+	uint64_t base = (uintptr_t)kv->base + (uint64_t)(kv->layer * l->layer_stride);
+	struct gpu_layer_planes lp = { base, base + (uint64_t)l->kv_stride, 0, 0 };
+
+	if (l->kv_dtype == KVRT_DTYPE_FP8_E4M3) {
+		const float *ks = kv->scales + kv->layer * l->scale_layer_stride;
+
+		lp.k_scales = (uintptr_t)ks;
+		lp.v_scales = (uintptr_t)(ks + l->scale_kv_stride);
+	}
+	return lp;
+}
 
 #endif /* KVRT_GPU_INTERNAL_H */

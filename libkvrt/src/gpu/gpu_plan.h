@@ -1,8 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * gpu_plan.h: host-side planning for the GPU.  gpu_reg_pieces() cuts a
- * host range into cuMemHostRegister calls.  The rest is the planner of
- * GPU attention (FlashInfer's
+ * gpu_plan.h: host-side planning of GPU attention (FlashInfer's
  * plan/run split).  It turns a batch's lengths into CTA tasks (struct
  * kvrt_gk_work) and, for decode batches too small to fill the GPU, splits
  * long sequences along the keys (flash-decoding) with merge items that
@@ -18,32 +16,6 @@
 #include <stdint.h>
 
 #include "kvrt_gpu_abi.h"
-
-/*
- * Cut [0, bytes) into registration pieces of at most max bytes, each
- * ending on a multiple of unit (a block) except the last, which ends at
- * bytes.  unit > max: pieces of whole multiples of unit cannot exist, so
- * each piece is one unit (the driver takes it or fails).  Returns the
- * number of pieces; sizes (may be NULL) receives their lengths.
- */
-static inline uint32_t gpu_reg_pieces(uint64_t bytes, uint64_t unit, uint64_t max,
-				      uint64_t *sizes)
-{
-	uint64_t step = unit && unit <= max ? max / unit * unit : unit ? unit : max;
-	uint32_t n = 0;
-
-	if (!step)
-		return 0;
-	while (bytes) {
-		uint64_t piece = bytes < step ? bytes : step;
-
-		if (sizes)
-			sizes[n] = piece;
-		n++;
-		bytes -= piece;
-	}
-	return n;
-}
 
 /*
  * Resident CTAs that hide the SMs' memory latency.  A batch with fewer
