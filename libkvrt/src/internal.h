@@ -17,9 +17,12 @@
  *   kv/                 layouts, dtypes, append, block copies, prefix
  *                       hashing, and the bounds rule of layouts on mappings
  *   attn/               CPU paged attention, its SIMD kernels and workers
- *   gpu/                the GPU backend: driver loader and declarations,
- *                       host registration, planning, attention, append,
- *                       copies, the embedded kernels (gpu_fatbin.S)
+ *   gpu/                the GPU backend, a file per concern: gpu_loader.c
+ *                       and cuda_drv.h (libcuda), gpu.c (the handle),
+ *                       gpu_register.{c,h} (host registration),
+ *                       gpu_copy.c, gpu_plan.h and gpu_attn.c (planning
+ *                       and attention), gpu_append.c, gpu_fatbin.S (the
+ *                       embedded kernels)
  *   ../../kmod/core/    shared with the module, compiled in: kvcore.c (a
  *                       space's blocks and prefix cache) and kvrules.c
  *                       (the namespace's rules, the event-loss rule)
