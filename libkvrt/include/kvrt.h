@@ -43,11 +43,12 @@ extern "C" {
  * 0.1: everything up to block copies.  0.2: the prefix cache (publish,
  * lookup, release, persistent spaces, statistics, residency, events).
  * 0.3: the GPU (driver loading, registration, copies, append, attention).
- * 0.4: worker threads kept between attention calls.
+ * 0.4: worker threads kept between attention calls.  0.5: sequence block
+ * tables (fork with copy-on-write, truncate, CSR for the attention calls).
  */
 
 #define KVRT_VERSION_MAJOR 0
-#define KVRT_VERSION_MINOR 4
+#define KVRT_VERSION_MINOR 5
 #define KVRT_VERSION_PATCH 0
 /* MAJOR * 10000 + MINOR * 100 + PATCH, comparable with kvrt_version_number() */
 #define KVRT_VERSION_NUMBER \
@@ -1064,6 +1065,167 @@ int kvrt_gpu_attn_decode(struct kvrt_gpu_plan *plan, const void *q,
 int kvrt_gpu_attn_prefill(struct kvrt_gpu_plan *plan, const void *q, const int32_t *q_indptr,
 			  const struct kvrt_kv_cache *kv, const struct kvrt_block_table *table,
 			  void *out, void *stream);
+
+/* ---- sequence block tables (0.5) ------------------------------------------------
+ *
+ * A struct kvrt_seqs manages the block tables of many sequences over one
+ * paged cache of nr_blocks blocks of block_tokens tokens.  The cache itself
+ * (host or GPU, any layout) stays the caller's: the table only hands out
+ * block ids 0..nr_blocks-1 and keeps a reference count per block, the
+ * number of sequences that hold it.  A sequence of len tokens holds
+ * ceil(len / block_tokens) distinct blocks; token p lives in its block
+ * p / block_tokens at offset p % block_tokens, as the CSR block tables of
+ * the attention calls say.
+ *
+ * Sharing: kvrt_seq_fork() makes a sequence that shares every block of its
+ * parent (beam search, parallel sampling).  Full blocks are never written
+ * again, so they stay shared and are never copied.  The only block a
+ * sequence writes into is its partial last block: when kvrt_seq_append()
+ * finds that block held by another sequence too, it first copies it into a
+ * free block (copy-on-write, through the caller's copy_block) and switches
+ * this sequence to the copy.  kvrt_seq_truncate() (rolling back rejected
+ * speculative tokens, editing a conversation) drops blocks past the new end
+ * and never writes: a kept partial block that is shared is copied by the
+ * next append.
+ *
+ * copy_block(arg, src, dst, ntokens) must copy the first ntokens token
+ * slots (1 <= ntokens < block_tokens) of block src into block dst, for
+ * every layer, K and V (and fp8 scales), and return 0 or a negative errno
+ * (a positive return counts as -EIO).
+ * Implement it with kvrt_copy_blocks() (host) or kvrt_gpu_copy_blocks()
+ * (GPU, both arrays the device cache) on pair { src, dst }, or any copy of
+ * the caller's; copying the whole block is fine.  It is called with the
+ * table's lock held and must not call into the same table.  When it fails
+ * the append returns its errno and nothing changed (dst is still free).
+ *
+ * Slots from kvrt_seq_append() are block * block_tokens + offset, the
+ * int64_t slots of kvrt_append_kv() and kvrt_gpu_append_kv().
+ * kvrt_seqs_csr() writes int32_t indptr, indices and seq_lens for any
+ * subset of sequences: point a struct kvrt_block_table at them for
+ * kvrt_attn_decode/prefill (copy them to the device for the kvrt_gpu_*
+ * calls).  The attention calls need seq_lens >= 1: leave empty sequences
+ * out of the subset.
+ *
+ * Prefix cache: kvrt_seq_blocks() lists a sequence's blocks; its first
+ * len / block_tokens are full, so they can be copied to a pool space and
+ * published under their kvrt_hash_prompt() hashes.  To start a sequence
+ * from a kvrt_lookup() hit, either kvrt_seq_add() and kvrt_seq_append()
+ * the hit's tokens, then copy the hit's blocks into the blocks the slots
+ * name; or, when the caller picks the cache blocks itself, fill free blocks
+ * and hand them over with kvrt_seq_add_blocks().
+ *
+ * Sequence ids are never 0, and a freed id stays unknown (-ENOENT).
+ * Errors are negative errnos and leave the table, and the caller's output
+ * arrays, unchanged: -EINVAL for a NULL table or pointer that the call
+ * needs, -ENOENT for an id that is not a live sequence of this table,
+ * -ENOMEM.  Thread safety: every call is thread-safe (a mutex per table),
+ * but kvrt_seqs_destroy(), which no call may race.
+ */
+struct kvrt_seqs;
+
+/* Zero-initialise, then set what matters. */
+struct kvrt_seqs_opts {
+	uint32_t nr_blocks;	/* blocks in the cache: ids 0..nr_blocks-1 */
+	uint32_t block_tokens;	/* tokens per block */
+	int (*copy_block)(void *arg, uint32_t src_block, uint32_t dst_block,
+			  uint32_t ntokens);	/* copy-on-write; required */
+	void *copy_arg;
+	uint64_t reserved[4];	/* must be 0 */
+};
+
+/*
+ * Create a table with every block free; *out is NULL on failure.  -EINVAL
+ * for NULL out or opts, nr_blocks or block_tokens 0, copy_block NULL,
+ * non-zero reserved fields; -EOVERFLOW when nr_blocks * block_tokens
+ * exceeds INT32_MAX (positions must fit the CSR's int32); -ENOMEM.
+ * kvrt_seqs_destroy: frees the table and its sequences (the cache's
+ * contents are the caller's); NULL is a no-op.
+ */
+int kvrt_seqs_create(struct kvrt_seqs **out, const struct kvrt_seqs_opts *opts);
+void kvrt_seqs_destroy(struct kvrt_seqs *seqs);
+
+/* A new empty sequence; its id to *id. */
+int kvrt_seq_add(struct kvrt_seqs *seqs, uint64_t *id);
+
+/*
+ * A new sequence of ntokens tokens in blocks[0..count), which the caller
+ * has already filled (e.g. copied in from a kvrt_lookup() hit): the table
+ * takes them from its free blocks.  count must be ceil(ntokens /
+ * block_tokens) (0 and 0 is an empty sequence).  -EINVAL for blocks NULL
+ * with count > 0, a count that does not match ntokens, a block >=
+ * nr_blocks or listed twice; -EBUSY for a block a sequence holds.
+ */
+int kvrt_seq_add_blocks(struct kvrt_seqs *seqs, uint32_t count, const uint32_t *blocks,
+			uint32_t ntokens, uint64_t *id);
+
+/*
+ * Reserve n more tokens at the end of sequence id and write their slots to
+ * slots[0..n), taking free blocks as needed (copy-on-write first when the
+ * partial last block is shared; see above).  n 0 is a no-op.  -EINVAL
+ * slots NULL with n > 0; -ENOSPC when the free blocks do not suffice (none
+ * is taken, no copy is made); copy_block's errno when it fails.
+ */
+int kvrt_seq_append(struct kvrt_seqs *seqs, uint64_t id, uint32_t n, int64_t *slots);
+
+/* A new sequence sharing every block of parent, its id to *child.
+ * -EOVERFLOW when a block already has INT32_MAX references. */
+int kvrt_seq_fork(struct kvrt_seqs *seqs, uint64_t parent, uint64_t *child);
+
+/*
+ * Cut sequence id to its first len tokens.  Blocks past ceil(len /
+ * block_tokens) are dropped, and freed when no sequence holds them any
+ * more.  len equal to the length is a no-op; -ERANGE when len is greater
+ * (a separate errno, so a rollback past the end is not mistaken for a bad
+ * argument).
+ */
+int kvrt_seq_truncate(struct kvrt_seqs *seqs, uint64_t id, uint32_t len);
+
+/* Drop sequence id and its references. */
+int kvrt_seq_free(struct kvrt_seqs *seqs, uint64_t id);
+
+/* Tokens in sequence id (>= 0). */
+int kvrt_seq_len(struct kvrt_seqs *seqs, uint64_t id);
+
+/*
+ * Sequence id's blocks in token order to blocks[]; returns how many,
+ * ceil(kvrt_seq_len() / block_tokens).  -ENOSPC, writing nothing, when cap
+ * is smaller; -EINVAL blocks NULL with cap > 0.
+ */
+int kvrt_seq_blocks(struct kvrt_seqs *seqs, uint64_t id, uint32_t *blocks, uint32_t cap);
+
+/*
+ * CSR block tables of the nseq sequences ids[] (an id may repeat), in that
+ * order: indptr[0..nseq], seq_lens[0..nseq), indices[0..indptr[nseq]).
+ * kvrt_seqs_csr_size() writes indptr[nseq], the indices needed, to
+ * *nindices; kvrt_seqs_csr() returns it, or -ENOSPC (nothing written) when
+ * indices_cap is smaller.  Both: -EINVAL for NULL arguments (ids and
+ * seq_lens may be NULL when nseq is 0, indices when indices_cap is 0) or
+ * nseq > INT32_MAX; -ENOENT for an unknown id; -EOVERFLOW when the indices
+ * would exceed INT32_MAX.
+ */
+int kvrt_seqs_csr_size(struct kvrt_seqs *seqs, uint32_t nseq, const uint64_t *ids,
+		       uint32_t *nindices);
+int kvrt_seqs_csr(struct kvrt_seqs *seqs, uint32_t nseq, const uint64_t *ids, int32_t *indptr,
+		  int32_t *indices, uint32_t indices_cap, int32_t *seq_lens);
+
+/* The number of sequences holding block (>= 0); -EINVAL for block >=
+ * nr_blocks. */
+int kvrt_seqs_block_refs(struct kvrt_seqs *seqs, uint32_t block);
+
+struct kvrt_seqs_stats {
+	uint32_t nr_blocks;
+	uint32_t block_tokens;
+	uint32_t free_blocks;
+	uint32_t used_blocks;	/* held by a sequence: nr_blocks - free_blocks */
+	uint32_t shared_blocks;	/* held by more than one sequence */
+	uint32_t nr_seqs;
+	uint64_t block_refs;	/* sum of the sequences' block counts: the blocks
+				 * they would use without sharing */
+	uint64_t copies;	/* copy-on-write copies made since creation */
+	uint64_t reserved[4];	/* 0 */
+};
+
+int kvrt_seqs_stats(struct kvrt_seqs *seqs, struct kvrt_seqs_stats *stats);
 
 #if defined(__GNUC__) && __GNUC__ >= 4
 #pragma GCC visibility pop

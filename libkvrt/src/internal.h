@@ -17,6 +17,9 @@
  *   kv/                 layouts, dtypes, append, block copies, prefix
  *                       hashing, and the bounds rule of layouts on mappings
  *   attn/               CPU paged attention, its SIMD kernels and workers
+ *   seq/                sequence block tables (seq.c): per-block reference
+ *                       counts, fork with copy-on-write, truncate, CSR out;
+ *                       standalone, one mutex per table, taken alone
  *   gpu/                the GPU backend, a file per concern: gpu_loader.c
  *                       and cuda_drv.h (libcuda), gpu.c (the handle),
  *                       gpu_register.{c,h} (host registration),
