@@ -79,7 +79,8 @@ static void thp_mode(char *buf, size_t len)
 		snprintf(buf, len, "%.*s", (int)(b - a - 1), a + 1);
 }
 
-static void human(char *buf, size_t len, uint64_t bytes)
+/* bytes as "1.5 GiB", "3.0 MiB" or "512 B". */
+static void bytes_human(char *buf, size_t len, uint64_t bytes)
 {
 	if (bytes >= (1ULL << 30) && !(bytes % (1ULL << 20)))
 		snprintf(buf, len, "%.1f GiB", (double)bytes / (1ULL << 30));
@@ -89,8 +90,8 @@ static void human(char *buf, size_t len, uint64_t bytes)
 		snprintf(buf, len, "%llu B", (unsigned long long)bytes);
 }
 
-/* "(why)" for a mechanism that did not cover everything. */
-static void why(char *buf, size_t len, uint32_t disabled_bit, const char *flag,
+/* " (why)" for a mechanism that did not cover everything, else "". */
+static void shortfall_reason(char *buf, size_t len, uint32_t disabled_bit, const char *flag,
 		const struct kvrt *k, int err, const char *call)
 {
 	if (k->flags & disabled_bit)
@@ -103,7 +104,7 @@ static void why(char *buf, size_t len, uint32_t disabled_bit, const char *flag,
 
 /* snprintf that may truncate, on purpose: the summary is bounded. */
 __attribute__((format(printf, 3, 4)))
-static void fmt(char *buf, size_t len, const char *f, ...)
+static void snprintf_trunc(char *buf, size_t len, const char *f, ...)
 {
 	va_list ap;
 
@@ -136,14 +137,14 @@ int emb_mem_info(struct kvrt_space *space, struct kvrt_mem_info *m)
 	m->mlock_errno = es->mlock_errno;
 	m->numa_errno = es->numa_errno;
 	m->disabled = k->flags & KVRT_OPEN_FLAGS;
-	why(w[0], sizeof(w[0]), KVRT_OPEN_NO_HUGETLB, "KVRT_OPEN_NO_HUGETLB", k, es->hugetlb_errno,
-	    es->hugetlb_step ? es->hugetlb_step : "mmap(MAP_HUGETLB)");
-	why(w[1], sizeof(w[1]), KVRT_OPEN_NO_THP, "KVRT_OPEN_NO_THP", k, es->thp_errno,
+	shortfall_reason(w[0], sizeof(w[0]), KVRT_OPEN_NO_HUGETLB, "KVRT_OPEN_NO_HUGETLB", k,
+	    es->hugetlb_errno, es->hugetlb_step ? es->hugetlb_step : "mmap(MAP_HUGETLB)");
+	shortfall_reason(w[1], sizeof(w[1]), KVRT_OPEN_NO_THP, "KVRT_OPEN_NO_THP", k, es->thp_errno,
 	    "madvise(MADV_HUGEPAGE)");
-	why(w[2], sizeof(w[2]), KVRT_OPEN_NO_MLOCK, "KVRT_OPEN_NO_MLOCK", k, es->mlock_errno,
+	shortfall_reason(w[2], sizeof(w[2]), KVRT_OPEN_NO_MLOCK, "KVRT_OPEN_NO_MLOCK", k, es->mlock_errno,
 	    "mlock");
 	if (es->numa_errno)
-		fmt(w[3], sizeof(w[3]), ", numa policy not applied (mbind: %s)",
+		snprintf_trunc(w[3], sizeof(w[3]), ", numa policy not applied (mbind: %s)",
 		    strerror(es->numa_errno));
 	else
 		w[3][0] = '\0';
@@ -159,7 +160,7 @@ int emb_mem_info(struct kvrt_space *space, struct kvrt_mem_info *m)
 		m->locked_bytes = locked + hugetlb;
 		m->thp_bytes = thp;
 		if (m->locked_bytes < asked_locked && !w[2][0])
-			fmt(w[2], sizeof(w[2]),
+			snprintf_trunc(w[2], sizeof(w[2]),
 			    " (mlock returned 0 for %llu B but the kernel shows them unlocked: "
 			    "mlock is interposed, e.g. by a sanitizer)",
 			    (unsigned long long)(asked_locked - m->locked_bytes));
@@ -170,14 +171,14 @@ int emb_mem_info(struct kvrt_space *space, struct kvrt_mem_info *m)
 		size_t n = strlen(w[2]);
 
 		if (n && w[2][n - 1] == ')')
-			fmt(w[2] + n - 1, sizeof(w[2]) - n + 1, ", RLIMIT_MEMLOCK %llu B)",
+			snprintf_trunc(w[2] + n - 1, sizeof(w[2]) - n + 1, ", RLIMIT_MEMLOCK %llu B)",
 			    (unsigned long long)lim.rlim_cur);
 	}
-	human(h[0], sizeof(h[0]), m->backed_bytes);
-	human(h[1], sizeof(h[1]), m->hugetlb_bytes);
-	human(h[2], sizeof(h[2]), m->thp_bytes);
-	human(h[3], sizeof(h[3]), m->locked_bytes);
-	fmt(m->summary, sizeof(m->summary),
+	bytes_human(h[0], sizeof(h[0]), m->backed_bytes);
+	bytes_human(h[1], sizeof(h[1]), m->hugetlb_bytes);
+	bytes_human(h[2], sizeof(h[2]), m->thp_bytes);
+	bytes_human(h[3], sizeof(h[3]), m->locked_bytes);
+	snprintf_trunc(m->summary, sizeof(m->summary),
 	    "embedded: %s backed; hugetlb %s%s; thp %s%s (system: %s); locked %s%s%s",
 	    h[0], h[1], w[0], sm ? "unknown (no /proc/self/smaps)" : h[2], w[1], mode, h[3],
 	    w[2], w[3]);
