@@ -623,24 +623,21 @@ static int bench_decode(const struct attn_opts *ao, unsigned int threads)
 	return ret;
 }
 
-static void attn_usage(FILE *f)
+static const char attn_about[] =
+	"CPU paged-attention decode: GB/s of K/V read against this machine's\n"
+	"streaming read bandwidth over context lengths, the same blocks read with\n"
+	"nothing else (the ceiling of this access pattern), and the fast path's\n"
+	"speedup over the reference.  ratio = value / limit.\n";
+
+/* A power of two from 1 to 256 into a uint32_t. */
+static int parse_block_tokens(const char *v, void *dst)
 {
-	fprintf(f,
-		"usage: kvbench attn [--json] [options]\n"
-		"\n"
-		"CPU paged-attention decode: GB/s of K/V read against this machine's\n"
-		"streaming read bandwidth over context lengths, the same blocks read with\n"
-		"nothing else (the ceiling of this access pattern), and the fast path's\n"
-		"speedup over the reference.  ratio = value / limit.\n"
-		"\n"
-		"options:\n"
-		"  --gib G           K/V working set in GiB (default 1; 0.05 .. 64)\n"
-		"  --threads N       threads for attention and the streaming read (default:\n"
-		"                    online CPUs)\n"
-		"  --block-tokens N  tokens per cache block, a power of two from 1 to 256\n"
-		"                    (default 16); case names get _btN when not 16; needs\n"
-		"                    --gib of at least N / 512\n");
-	kvb_common_usage(f, &attn_defaults);
+	unsigned long n;
+
+	if (kvb_parse_ulong(v, 1, 256, &n) || (n & (n - 1)))
+		return -1;
+	*(uint32_t *)dst = (uint32_t)n;
+	return 0;
 }
 
 /* argv[0] is "attn". */
@@ -648,50 +645,32 @@ int cmd_attn(int argc, char **argv)
 {
 	struct attn_opts o = { .c = attn_defaults, .gib = 1.0,
 			       .block_tokens = DEFAULT_BLOCK_TOKENS };
-	unsigned long n;
 	unsigned int threads;
 	char title[160];
-	int i, ret;
+	int ret;
+	const struct kvb_opt opts[] = {
+		{ .name = "--gib", .arg = "G", .kind = KVB_DOUBLE, .dst = &o.gib, .min = 0.05,
+		  .max = 64, .bad = "is not a size in [0.05, 64]",
+		  .help = "K/V working set in GiB (default 1; 0.05 .. 64)" },
+		{ .name = "--threads", .arg = "N", .kind = KVB_UINT, .dst = &o.threads, .min = 0,
+		  .max = 256, .bad = "is not a number from 0 to 256",
+		  .help = "threads for attention and the streaming read (default:\nonline CPUs)" },
+		{ .name = "--block-tokens", .arg = "N", .kind = KVB_FUNC, .dst = &o.block_tokens,
+		  .parse = parse_block_tokens, .bad = "is not a power of two from 1 to 256",
+		  .help = "tokens per cache block, a power of two from 1 to 256\n"
+			  "(default 16); case names get _btN when not 16; needs\n"
+			  "--gib of at least N / 512" },
+		{ NULL },
+	};
+	const struct kvb_cmd cmd = { .defaults = &attn_defaults, .about = attn_about,
+				     .opts = opts };
 
-	for (i = 1; i < argc; i++) {
-		const char *a = argv[i], *v;
-
-		ret = kvb_common_opt(&o.c, argc, argv, &i);
-		if (ret == 1)
-			continue;
-		if (ret)
-			return ret;
-		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-			attn_usage(stdout);
-			return 0;
-		}
-		if (strcmp(a, "--gib") && strcmp(a, "--threads") && strcmp(a, "--block-tokens"))
-			return kvb_usage_error(&o.c, attn_usage, "unknown option '%s'", a);
-		if (i + 1 >= argc)
-			return kvb_usage_error(&o.c, attn_usage, "option '%s' needs a value", a);
-		v = argv[++i];
-		if (!strcmp(a, "--gib")) {
-			if (kvb_parse_double(v, 0.05, 64, &o.gib))
-				return kvb_usage_error(&o.c, attn_usage,
-						       "--gib: '%s' is not a size in [0.05, 64]", v);
-		} else if (!strcmp(a, "--block-tokens")) {
-			if (kvb_parse_ulong(v, 1, 256, &n) || (n & (n - 1)))
-				return kvb_usage_error(&o.c, attn_usage,
-						       "--block-tokens: '%s' is not a power of two "
-						       "from 1 to 256", v);
-			o.block_tokens = (uint32_t)n;
-		} else {
-			if (kvb_parse_ulong(v, 0, 256, &n))
-				return kvb_usage_error(&o.c, attn_usage,
-						       "--threads: '%s' is not a number from 0 to 256",
-						       v);
-			o.threads = (unsigned int)n;
-		}
-	}
+	ret = kvb_parse_args(&cmd, &o.c, argc, argv, NULL);
+	if (ret)
+		return ret < 0 ? 0 : ret;
 	/* the shortest point, 512 tokens at 1 GiB, must hold a block */
 	if ((uint32_t)(512 * o.gib) < o.block_tokens)
-		return kvb_usage_error(&o.c, attn_usage,
-				       "--block-tokens %u needs --gib %.3g or more (the shortest "
+		return kvb_usage_error(&cmd, "--block-tokens %u needs --gib %.3g or more (the shortest "
 				       "case has 512 x G tokens per sequence)",
 				       o.block_tokens, o.block_tokens / 512.0);
 	if (kvb_plot_check(&o.c))

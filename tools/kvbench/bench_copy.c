@@ -72,20 +72,10 @@ static const struct {
 };
 #define NR_SIZES (sizeof(sizes) / sizeof(sizes[0]))
 
-static void copy_usage(FILE *f)
-{
-	fprintf(f,
-		"usage: kvbench copy [--json] [options]\n"
-		"\n"
-		"Block copy bandwidth through kvrt_copy_blocks() between two host block\n"
-		"arrays (cpu_h2h_block32k, _block256k, _block2048k: block-major, scattered\n"
-		"blocks), against one memcpy() of the whole array.  ratio = value / limit.\n"
-		"\n"
-		"options:\n"
-		"  --mib M           bytes per array in MiB (default 256; 16 .. 65536)\n"
-		"  --sweep           also 64, 128, 512 and 1024 KiB blocks (--plot implies it)\n");
-	kvb_common_usage(f, &copy_defaults);
-}
+static const char copy_about[] =
+	"Block copy bandwidth through kvrt_copy_blocks() between two host block\n"
+	"arrays (cpu_h2h_block32k, _block256k, _block2048k: block-major, scattered\n"
+	"blocks), against one memcpy() of the whole array.  ratio = value / limit.\n";
 
 struct copy_case {
 	struct kvrt *k;
@@ -272,33 +262,21 @@ int cmd_copy(int argc, char **argv)
 {
 	struct copy_opts o = { .c = copy_defaults, .mib = 256 };
 	char title[160];
-	int i, ret;
+	int ret;
+	const struct kvb_opt opts[] = {
+		{ .name = "--mib", .arg = "M", .kind = KVB_ULONG, .dst = &o.mib, .min = 16,
+		  .max = 65536, .bad = "is not a number from 16 to 65536",
+		  .help = "bytes per array in MiB (default 256; 16 .. 65536)" },
+		{ .name = "--sweep", .kind = KVB_FLAG, .dst = &o.sweep,
+		  .help = "also 64, 128, 512 and 1024 KiB blocks (--plot implies it)" },
+		{ NULL },
+	};
+	const struct kvb_cmd cmd = { .defaults = &copy_defaults, .about = copy_about,
+				     .opts = opts };
 
-	for (i = 1; i < argc; i++) {
-		const char *a = argv[i];
-
-		ret = kvb_common_opt(&o.c, argc, argv, &i);
-		if (ret == 1)
-			continue;
-		if (ret)
-			return ret;
-		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-			copy_usage(stdout);
-			return 0;
-		}
-		if (!strcmp(a, "--sweep")) {
-			o.sweep = true;
-			continue;
-		}
-		if (strcmp(a, "--mib"))
-			return kvb_usage_error(&o.c, copy_usage, "unknown option '%s'", a);
-		if (i + 1 >= argc)
-			return kvb_usage_error(&o.c, copy_usage, "option '%s' needs a value", a);
-		if (kvb_parse_ulong(argv[++i], 16, 65536, &o.mib))
-			return kvb_usage_error(&o.c, copy_usage,
-					       "--mib: '%s' is not a number from 16 to 65536",
-					       argv[i]);
-	}
+	ret = kvb_parse_args(&cmd, &o.c, argc, argv, NULL);
+	if (ret)
+		return ret < 0 ? 0 : ret;
 	if (o.c.plot)
 		o.sweep = true;
 	if (kvb_plot_check(&o.c))

@@ -41,26 +41,12 @@
 
 static const struct kvb_opts demo_defaults = { .bench = "demo", .reps = 1, .rep_time = 1 };
 
-static void demo_usage(FILE *f)
-{
-	fprintf(f,
-		"usage: kvbench demo [--json] [--quiet] [--progress] [-- KVRT-DEMO-ARGS...]\n"
-		"\n"
-		"Runs the kvrt-demo engine's benchmark (time to first token with and\n"
-		"without prefix reuse, prefix hit rate, bytes offloaded and fetched,\n"
-		"tokens per second) and passes its output through.  kvrt-demo is taken\n"
-		"from $KVRT_DEMO, else next to kvbench, else ../kvrt-demo/ beside it (the\n"
-		"source tree), else $PATH.\n"
-		"\n"
-		"options:\n"
-		"  --json            kvbench JSON lines from kvrt-demo --json: ttft_mean_ms and\n"
-		"                    wall_s against the no-cache pass, prefix_hit_rate\n"
-		"  --raw             with --json: kvrt-demo's own JSON object instead\n"
-		"  --progress        passed on when kvrt-demo has it\n"
-		"  --quiet           passed on when kvrt-demo has it\n"
-		"  --                the arguments after it go to kvrt-demo as they are\n"
-		"  -h, --help        this text\n");
-}
+static const char demo_about[] =
+	"Runs the kvrt-demo engine's benchmark (time to first token with and\n"
+	"without prefix reuse, prefix hit rate, bytes offloaded and fetched,\n"
+	"tokens per second) and passes its output through.  kvrt-demo is taken\n"
+	"from $KVRT_DEMO, else next to kvbench, else ../kvrt-demo/ beside it (the\n"
+	"source tree), else $PATH.\n";
 
 /* dir/name into path, if it fits and is executable. */
 static bool try_path(char *path, size_t len, const char *dir, int dlen, const char *name)
@@ -257,31 +243,29 @@ int cmd_demo(int argc, char **argv)
 	char *args[MAX_ARGS];
 	int i, nargs = 0, ret;
 	bool raw = false;
+	const struct kvb_opt opts[] = {
+		{ .name = "--json", .kind = KVB_FLAG, .dst = &o.json,
+		  .help = "kvbench JSON lines from kvrt-demo --json: ttft_mean_ms and\n"
+			  "wall_s against the no-cache pass, prefix_hit_rate" },
+		{ .name = "--raw", .kind = KVB_FLAG, .dst = &raw,
+		  .help = "with --json: kvrt-demo's own JSON object instead" },
+		{ .name = "--progress", .kind = KVB_FLAG, .dst = &o.progress,
+		  .help = "passed on when kvrt-demo has it" },
+		{ .name = "--quiet", .kind = KVB_FLAG, .dst = &o.quiet,
+		  .help = "passed on when kvrt-demo has it" },
+		{ .name = "--", .kind = KVB_REST,
+		  .help = "the arguments after it go to kvrt-demo as they are" },
+		{ NULL },
+	};
+	const struct kvb_cmd cmd = {
+		.defaults = &demo_defaults, .about = demo_about, .opts = opts, .no_common = true,
+		.synopsis = "[--json] [--quiet] [--progress] [-- KVRT-DEMO-ARGS...]",
+		.unknown_hint = " (kvrt-demo's own options go after --)",
+	};
 
-	for (i = 1; i < argc; i++) {
-		const char *a = argv[i];
-
-		if (!strcmp(a, "--")) {
-			i++;
-			break;
-		}
-		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-			demo_usage(stdout);
-			return 0;
-		}
-		if (!strcmp(a, "--json"))
-			o.json = true;
-		else if (!strcmp(a, "--raw"))
-			raw = true;
-		else if (!strcmp(a, "--quiet"))
-			o.quiet = true;
-		else if (!strcmp(a, "--progress"))
-			o.progress = true;
-		else
-			return kvb_usage_error(&o, demo_usage,
-					       "unknown option '%s' (kvrt-demo's own options go "
-					       "after --)", a);
-	}
+	ret = kvb_parse_args(&cmd, &o, argc, argv, &i);
+	if (ret)
+		return ret < 0 ? 0 : ret;
 	if (find_demo(path, sizeof(path), tried, sizeof(tried))) {
 		fprintf(stderr,
 			"kvbench demo: kvrt-demo is not available (looked at %s).\n"

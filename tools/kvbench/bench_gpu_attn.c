@@ -91,6 +91,8 @@
 #define BLOCK 16
 #define MAX_LIST 16
 #define PEER_TIMEOUT_S 900
+#define STR(x) #x
+#define XSTR(x) STR(x)
 
 struct gattn_opts {
 	struct kvb_opts c;
@@ -107,28 +109,11 @@ static const struct kvb_opts gattn_defaults = {
 	.bench = "gpu-attn", .reps = 5, .rep_time = 0.1,
 };
 
-static void gattn_usage(FILE *f)
-{
-	fprintf(f,
-		"usage: kvbench gpu-attn [--json] [options]\n"
-		"\n"
-		"GPU paged-attention decode (kvrt_gpu_attn_decode): GB/s of K/V read against\n"
-		"the device copy bandwidth (bytes read + written) measured in the same run,\n"
-		"microseconds per call, planning cost, and PyTorch SDPA on the same shapes as\n"
-		"a peer.  bf16, head dim 128, 32 q / 8 KV heads, 16-token blocks.\n"
-		"\n"
-		"options:\n"
-		"  --device N        GPU ordinal (default 0)\n"
-		"  --kv-dtype T      bf16 (default), f16 or fp8 (e4m3 with block scales)\n"
-		"  --batches LIST    comma-separated batch sizes (default 1,8,64)\n"
-		"  --contexts LIST   tokens per sequence (default 1024,4096,16384,32768)\n"
-		"  --copy-mib M      device copy buffers for the limit (default 1024)\n"
-		"  --peer-script P   the SDPA peer script (default: bench/sdpa_peer.py of the\n"
-		"                    source tree, else ./bench/sdpa_peer.py)\n"
-		"  --no-peer         do not run the peer\n");
-	kvb_common_usage(f, &gattn_defaults);
-	fprintf(f, "\nWithout a usable GPU: the reason on stderr, exit status 1.\n");
-}
+static const char gattn_about[] =
+	"GPU paged-attention decode (kvrt_gpu_attn_decode): GB/s of K/V read against\n"
+	"the device copy bandwidth (bytes read + written) measured in the same run,\n"
+	"microseconds per call, planning cost, and PyTorch SDPA on the same shapes as\n"
+	"a peer.  bf16, head dim 128, 32 q / 8 KV heads, 16-token blocks.\n";
 
 static const char *dtype_name(enum kvrt_dtype t)
 {
@@ -152,6 +137,36 @@ static int parse_list(const char *s, uint32_t *v, unsigned int *n, unsigned long
 		v[(*n)++] = (uint32_t)x;
 	}
 	return *n ? 0 : -1;
+}
+
+/* --kv-dtype: bf16, f16 or fp8 into an enum kvrt_dtype. */
+static int parse_dtype(const char *v, void *dst)
+{
+	enum kvrt_dtype *t = dst;
+
+	if (!strcmp(v, "bf16"))
+		*t = KVRT_DTYPE_BF16;
+	else if (!strcmp(v, "f16"))
+		*t = KVRT_DTYPE_F16;
+	else if (!strcmp(v, "fp8"))
+		*t = KVRT_DTYPE_FP8_E4M3;
+	else
+		return -1;
+	return 0;
+}
+
+static int parse_batches(const char *v, void *dst)
+{
+	struct gattn_opts *o = dst;
+
+	return parse_list(v, o->batches, &o->nb, 4096);
+}
+
+static int parse_contexts(const char *v, void *dst)
+{
+	struct gattn_opts *o = dst;
+
+	return parse_list(v, o->contexts, &o->nc, 1U << 22);
 }
 
 /* ---- device helpers ----------------------------------------------------------- */
@@ -834,66 +849,38 @@ int cmd_gpu_attn(int argc, char **argv)
 		.c = gattn_defaults, .kv_dtype = KVRT_DTYPE_BF16, .copy_mib = 1024,
 		.batches = { 1, 8, 64 }, .nb = 3, .contexts = { 1024, 4096, 16384, 32768 }, .nc = 4,
 	};
-	unsigned long n;
-	int i, ret;
+	int ret;
+	const struct kvb_opt opts[] = {
+		{ .name = "--device", .arg = "N", .kind = KVB_INT, .dst = &o.device, .min = 0,
+		  .max = 1023, .bad = "is not an ordinal", .help = "GPU ordinal (default 0)" },
+		{ .name = "--kv-dtype", .arg = "T", .kind = KVB_FUNC, .dst = &o.kv_dtype,
+		  .parse = parse_dtype, .bad = "is not bf16, f16 or fp8",
+		  .help = "bf16 (default), f16 or fp8 (e4m3 with block scales)" },
+		{ .name = "--batches", .arg = "LIST", .kind = KVB_FUNC, .dst = &o,
+		  .parse = parse_batches,
+		  .bad = "is not a list of 1 to " XSTR(MAX_LIST) " numbers from 1 to 4096",
+		  .help = "comma-separated batch sizes (default 1,8,64)" },
+		{ .name = "--contexts", .arg = "LIST", .kind = KVB_FUNC, .dst = &o,
+		  .parse = parse_contexts,
+		  .bad = "is not a list of 1 to " XSTR(MAX_LIST) " numbers from 1 to 4194304",
+		  .help = "tokens per sequence (default 1024,4096,16384,32768)" },
+		{ .name = "--copy-mib", .arg = "M", .kind = KVB_ULONG, .dst = &o.copy_mib,
+		  .min = 16, .max = 65536, .bad = "is not a number from 16 to 65536",
+		  .help = "device copy buffers for the limit (default 1024)" },
+		{ .name = "--peer-script", .arg = "P", .kind = KVB_STR, .dst = &o.peer_script,
+		  .help = "the SDPA peer script (default: bench/sdpa_peer.py of the\n"
+			  "source tree, else ./bench/sdpa_peer.py)" },
+		{ .name = "--no-peer", .kind = KVB_FLAG, .dst = &o.no_peer,
+		  .help = "do not run the peer" },
+		{ NULL },
+	};
+	const struct kvb_cmd cmd = { .defaults = &gattn_defaults, .about = gattn_about,
+				     .opts = opts, .epilogue = KVB_NO_GPU_NOTE };
 
-	for (i = 1; i < argc; i++) {
-		const char *a = argv[i], *v;
-
-		ret = kvb_common_opt(&o.c, argc, argv, &i);
-		if (ret == 1)
-			continue;
-		if (ret)
-			return ret;
-		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-			gattn_usage(stdout);
-			return 0;
-		}
-		if (!strcmp(a, "--no-peer")) {
-			o.no_peer = true;
-			continue;
-		}
-		if (strcmp(a, "--device") && strcmp(a, "--kv-dtype") && strcmp(a, "--batches") &&
-		    strcmp(a, "--contexts") && strcmp(a, "--copy-mib") && strcmp(a, "--peer-script"))
-			return kvb_usage_error(&o.c, gattn_usage, "unknown option '%s'", a);
-		if (i + 1 >= argc)
-			return kvb_usage_error(&o.c, gattn_usage, "option '%s' needs a value", a);
-		v = argv[++i];
-		if (!strcmp(a, "--device")) {
-			if (kvb_parse_ulong(v, 0, 1023, &n))
-				return kvb_usage_error(&o.c, gattn_usage,
-						       "--device: '%s' is not an ordinal", v);
-			o.device = (int)n;
-		} else if (!strcmp(a, "--kv-dtype")) {
-			if (!strcmp(v, "bf16"))
-				o.kv_dtype = KVRT_DTYPE_BF16;
-			else if (!strcmp(v, "f16"))
-				o.kv_dtype = KVRT_DTYPE_F16;
-			else if (!strcmp(v, "fp8"))
-				o.kv_dtype = KVRT_DTYPE_FP8_E4M3;
-			else
-				return kvb_usage_error(&o.c, gattn_usage,
-						       "--kv-dtype: '%s' is not bf16, f16 or fp8", v);
-		} else if (!strcmp(a, "--batches")) {
-			if (parse_list(v, o.batches, &o.nb, 4096))
-				return kvb_usage_error(&o.c, gattn_usage,
-						       "--batches: '%s' is not a list of 1 to %d "
-						       "numbers from 1 to 4096", v, MAX_LIST);
-		} else if (!strcmp(a, "--contexts")) {
-			if (parse_list(v, o.contexts, &o.nc, 1U << 22))
-				return kvb_usage_error(&o.c, gattn_usage,
-						       "--contexts: '%s' is not a list of 1 to %d "
-						       "numbers from 1 to 4194304", v, MAX_LIST);
-		} else if (!strcmp(a, "--copy-mib")) {
-			if (kvb_parse_ulong(v, 16, 65536, &o.copy_mib))
-				return kvb_usage_error(&o.c, gattn_usage,
-						       "--copy-mib: '%s' is not a number from 16 to 65536",
-						       v);
-		} else {
-			o.peer_script = v;
-		}
-	}
+	ret = kvb_parse_args(&cmd, &o.c, argc, argv, NULL);
+	if (ret)
+		return ret < 0 ? 0 : ret;
 	if (o.nb * o.nc > 64)
-		return kvb_usage_error(&o.c, gattn_usage, "at most 64 batch x context combinations");
+		return kvb_usage_error(&cmd, "at most 64 batch x context combinations");
 	return bench(&o);
 }

@@ -86,27 +86,13 @@ static const enum kvrt_gpu_copy_method methods[] = {
 };
 static const char *const method_name[] = { "auto", "batch", "kernel", "memcpy" };
 
-static void gcopy_usage(FILE *f)
-{
-	fprintf(f,
-		"usage: kvbench gpu-copy [--json] [options]\n"
-		"\n"
-		"Block copies with kvrt_gpu_copy_blocks() between device memory and a\n"
-		"registered embedded-backend space (offload: device -> pool, fetch: pool ->\n"
-		"device), 32 KiB, 256 KiB and 2 MiB blocks, per method (auto, batch, kernel,\n"
-		"memcpy), against one pinned kvrt_gpu_memcpy() of the same bytes; and the cost\n"
-		"of kvrt_gpu_register_space() per GiB against registering malloc'd 4 KiB-page\n"
-		"memory.\n"
-		"\n"
-		"options:\n"
-		"  --device N        GPU ordinal (default 0)\n"
-		"  --mib M           pool and device array per block size, MiB (default 1024)\n"
-		"  --batch-mib B     bytes per copy call, MiB (default 256; at most --mib)\n"
-		"  --reg-gib G       memory registered in the registration case, GiB (default 4;\n"
-		"                    0: skip it)\n");
-	kvb_common_usage(f, &gcopy_defaults);
-	fprintf(f, "\nWithout a usable GPU: the reason on stderr, exit status 1.\n");
-}
+static const char gcopy_about[] =
+	"Block copies with kvrt_gpu_copy_blocks() between device memory and a\n"
+	"registered embedded-backend space (offload: device -> pool, fetch: pool ->\n"
+	"device), 32 KiB, 256 KiB and 2 MiB blocks, per method (auto, batch, kernel,\n"
+	"memcpy), against one pinned kvrt_gpu_memcpy() of the same bytes; and the cost\n"
+	"of kvrt_gpu_register_space() per GiB against registering malloc'd 4 KiB-page\n"
+	"memory.\n";
 
 static void fill(void *p, size_t bytes, uint64_t seed)
 {
@@ -545,49 +531,30 @@ out:
 int cmd_gpu_copy(int argc, char **argv)
 {
 	struct gcopy_opts o = { .c = gcopy_defaults, .mib = 1024, .batch_mib = 256, .reg_gib = 4 };
-	unsigned long n;
-	int i, ret;
+	int ret;
+	const struct kvb_opt opts[] = {
+		{ .name = "--device", .arg = "N", .kind = KVB_INT, .dst = &o.device, .min = 0,
+		  .max = 1023, .bad = "is not an ordinal", .help = "GPU ordinal (default 0)" },
+		{ .name = "--mib", .arg = "M", .kind = KVB_ULONG, .dst = &o.mib, .min = 4,
+		  .max = 1 << 20, .bad = "is not a number from 4 to 1048576",
+		  .help = "pool and device array per block size, MiB (default 1024)" },
+		{ .name = "--batch-mib", .arg = "B", .kind = KVB_ULONG, .dst = &o.batch_mib,
+		  .min = 2, .max = 1 << 16, .bad = "is not a number from 2 to 65536",
+		  .help = "bytes per copy call, MiB (default 256; at most --mib)" },
+		{ .name = "--reg-gib", .arg = "G", .kind = KVB_ULONG, .dst = &o.reg_gib, .min = 0,
+		  .max = 1024, .bad = "is not a number from 0 to 1024",
+		  .help = "memory registered in the registration case, GiB (default 4;\n"
+			  "0: skip it)" },
+		{ NULL },
+	};
+	const struct kvb_cmd cmd = { .defaults = &gcopy_defaults, .about = gcopy_about,
+				     .opts = opts, .epilogue = KVB_NO_GPU_NOTE };
 
-	for (i = 1; i < argc; i++) {
-		const char *a = argv[i], *v;
-
-		ret = kvb_common_opt(&o.c, argc, argv, &i);
-		if (ret == 1)
-			continue;
-		if (ret)
-			return ret;
-		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-			gcopy_usage(stdout);
-			return 0;
-		}
-		if (strcmp(a, "--device") && strcmp(a, "--mib") && strcmp(a, "--batch-mib") &&
-		    strcmp(a, "--reg-gib"))
-			return kvb_usage_error(&o.c, gcopy_usage, "unknown option '%s'", a);
-		if (i + 1 >= argc)
-			return kvb_usage_error(&o.c, gcopy_usage, "option '%s' needs a value", a);
-		v = argv[++i];
-		if (!strcmp(a, "--device")) {
-			if (kvb_parse_ulong(v, 0, 1023, &n))
-				return kvb_usage_error(&o.c, gcopy_usage,
-						       "--device: '%s' is not an ordinal", v);
-			o.device = (int)n;
-		} else if (!strcmp(a, "--mib")) {
-			if (kvb_parse_ulong(v, 4, 1 << 20, &o.mib))
-				return kvb_usage_error(&o.c, gcopy_usage,
-						       "--mib: '%s' is not a number from 4 to 1048576", v);
-		} else if (!strcmp(a, "--batch-mib")) {
-			if (kvb_parse_ulong(v, 2, 1 << 16, &o.batch_mib))
-				return kvb_usage_error(&o.c, gcopy_usage,
-						       "--batch-mib: '%s' is not a number from 2 to 65536",
-						       v);
-		} else {
-			if (kvb_parse_ulong(v, 0, 1024, &o.reg_gib))
-				return kvb_usage_error(&o.c, gcopy_usage,
-						       "--reg-gib: '%s' is not a number from 0 to 1024", v);
-		}
-	}
+	ret = kvb_parse_args(&cmd, &o.c, argc, argv, NULL);
+	if (ret)
+		return ret < 0 ? 0 : ret;
 	if (o.batch_mib > o.mib)
-		return kvb_usage_error(&o.c, gcopy_usage, "--batch-mib %lu is more than --mib %lu",
+		return kvb_usage_error(&cmd, "--batch-mib %lu is more than --mib %lu",
 				       o.batch_mib, o.mib);
 	return bench(&o);
 }

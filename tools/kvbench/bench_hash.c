@@ -115,47 +115,9 @@ static int timed(call_fn fn, struct hash_ctx *c, unsigned long iters, double *ns
 	return 0;
 }
 
-static void hash_usage(FILE *f)
-{
-	fprintf(f,
-		"usage: kvbench hash [--json] [options]\n"
-		"\n"
-		"Chained SHA-256 prefix hashing of a prompt with libkvrt, ns per token,\n"
-		"against SHA-256 of the same token bytes in one call.  ratio = limit / value.\n"
-		"\n"
-		"options:\n"
-		"  --tokens N        prompt length (default 32768; 128 .. 2^26)\n");
-	kvb_common_usage(f, &hash_defaults);
-}
-
-/* 0 to run, else the exit status (-1: --help printed, exit 0). */
-static int parse(int argc, char **argv, struct hash_opts *o)
-{
-	int i, ret;
-
-	for (i = 1; i < argc; i++) {
-		const char *a = argv[i];
-
-		ret = kvb_common_opt(&o->c, argc, argv, &i);
-		if (ret == 1)
-			continue;
-		if (ret)
-			return ret;
-		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-			hash_usage(stdout);
-			return -1;
-		}
-		if (strcmp(a, "--tokens"))
-			return kvb_usage_error(&o->c, hash_usage, "unknown option '%s'", a);
-		if (i + 1 >= argc)
-			return kvb_usage_error(&o->c, hash_usage, "option '%s' needs a value", a);
-		if (kvb_parse_ulong(argv[++i], 128, 1UL << 26, &o->tokens))
-			return kvb_usage_error(&o->c, hash_usage,
-					       "--tokens: '%s' is not a number from 128 to 2^26",
-					       argv[i]);
-	}
-	return 0;
-}
+static const char hash_about[] =
+	"Chained SHA-256 prefix hashing of a prompt with libkvrt, ns per token,\n"
+	"against SHA-256 of the same token bytes in one call.  ratio = limit / value.\n";
 
 /* argv[0] is "hash". */
 int cmd_hash(int argc, char **argv)
@@ -172,8 +134,16 @@ int cmd_hash(int argc, char **argv)
 	uint64_t x = 0x2545f4914f6cdd1dULL;
 	unsigned int b, r;
 	int ret;
+	const struct kvb_opt opts[] = {
+		{ .name = "--tokens", .arg = "N", .kind = KVB_ULONG, .dst = &o.tokens, .min = 128,
+		  .max = 1UL << 26, .bad = "is not a number from 128 to 2^26",
+		  .help = "prompt length (default 32768; 128 .. 2^26)" },
+		{ NULL },
+	};
+	const struct kvb_cmd cmd = { .defaults = &hash_defaults, .about = hash_about,
+				     .opts = opts };
 
-	ret = parse(argc, argv, &o);
+	ret = kvb_parse_args(&cmd, &o.c, argc, argv, NULL);
 	if (ret)
 		return ret < 0 ? 0 : ret;
 	tok = malloc(o.tokens * sizeof(*tok));

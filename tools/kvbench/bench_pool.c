@@ -95,27 +95,27 @@ struct pool_opts {
 
 static const struct kvb_opts pool_defaults = { .bench = "pool", .reps = 5, .rep_time = 0.1 };
 
-static void pool_usage(FILE *f)
+#define STR(x) #x
+#define XSTR(x) STR(x)
+
+static const char pool_about[] =
+	"Block alloc+free cost, ns per block: in-process kvcore against an array\n"
+	"stack, and the kvpool ioctls (when /dev/kvpool exists) against the\n"
+	"syscall floor.  Lookup+release of a 1,000-block prefix, ns per block:\n"
+	"kvcore against comparing each hash with its block's copy, the ioctls\n"
+	"against the syscall floor; _colliding: hashes sharing their first 8\n"
+	"bytes.  ioctl_space_open_spacesN: open + SPACE_OPEN join by name + close,\n"
+	"ns per call, with N persistent spaces present, against the same with the\n"
+	"space alone (needs root: spaces_per_uid_max is set to 0 for the case and\n"
+	"restored).  ratio = limit / value.\n";
+
+/* "core" or "ioctl". */
+static int parse_only(const char *v, void *dst)
 {
-	fprintf(f,
-		"usage: kvbench pool [--json] [options]\n"
-		"\n"
-		"Block alloc+free cost, ns per block: in-process kvcore against an array\n"
-		"stack, and the kvpool ioctls (when /dev/kvpool exists) against the\n"
-		"syscall floor.  Lookup+release of a 1,000-block prefix, ns per block:\n"
-		"kvcore against comparing each hash with its block's copy, the ioctls\n"
-		"against the syscall floor; _colliding: hashes sharing their first 8\n"
-		"bytes.  ioctl_space_open_spacesN: open + SPACE_OPEN join by name + close,\n"
-		"ns per call, with N persistent spaces present, against the same with the\n"
-		"space alone (needs root: spaces_per_uid_max is set to 0 for the case and\n"
-		"restored).  ratio = limit / value.\n"
-		"\n"
-		"options:\n"
-		"  --only core|ioctl run only these cases\n"
-		"  --device PATH     kvpool device (default /dev/kvpool)\n"
-		"  --spaces N        spaces present in ioctl_space_open_spacesN (default %u,\n"
-		"                    at most %u; 0: not run)\n", OPEN_SPACES_DEFAULT, OPEN_SPACES_MAX);
-	kvb_common_usage(f, &pool_defaults);
+	if (strcmp(v, "core") && strcmp(v, "ioctl"))
+		return -1;
+	*(const char **)dst = v;
+	return 0;
 }
 
 /* ---- measurement ------------------------------------------------------- */
@@ -909,42 +909,26 @@ int cmd_pool(int argc, char **argv)
 	unsigned int step = 0, steps;
 	bool core, dev;
 	struct stat st;
-	int i, ret = 0;
+	int ret;
+	const struct kvb_opt opts[] = {
+		{ .name = "--only", .arg = "core|ioctl", .kind = KVB_FUNC, .dst = &o.only,
+		  .parse = parse_only, .bad = "is neither core nor ioctl",
+		  .help = "run only these cases" },
+		{ .name = "--device", .arg = "PATH", .kind = KVB_STR, .dst = &o.device,
+		  .help = "kvpool device (default /dev/kvpool)" },
+		{ .name = "--spaces", .arg = "N", .kind = KVB_UINT, .dst = &o.spaces, .min = 0,
+		  .max = OPEN_SPACES_MAX, .bad = "is not a count of 0 to " XSTR(OPEN_SPACES_MAX),
+		  .help = "spaces present in ioctl_space_open_spacesN (default "
+			  XSTR(OPEN_SPACES_DEFAULT) ",\nat most " XSTR(OPEN_SPACES_MAX)
+			  "; 0: not run)" },
+		{ NULL },
+	};
+	const struct kvb_cmd cmd = { .defaults = &pool_defaults, .about = pool_about,
+				     .opts = opts };
 
-	for (i = 1; i < argc; i++) {
-		const char *a = argv[i];
-
-		ret = kvb_common_opt(&o.c, argc, argv, &i);
-		if (ret == 1)
-			continue;
-		if (ret)
-			return ret;
-		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-			pool_usage(stdout);
-			return 0;
-		}
-		if (strcmp(a, "--device") && strcmp(a, "--only") && strcmp(a, "--spaces"))
-			return kvb_usage_error(&o.c, pool_usage, "unknown option '%s'", a);
-		if (i + 1 >= argc)
-			return kvb_usage_error(&o.c, pool_usage, "option '%s' needs a value", a);
-		if (!strcmp(a, "--device")) {
-			o.device = argv[++i];
-		} else if (!strcmp(a, "--spaces")) {
-			unsigned long n;
-
-			if (kvb_parse_ulong(argv[++i], 0, OPEN_SPACES_MAX, &n))
-				return kvb_usage_error(&o.c, pool_usage,
-						       "--spaces: '%s' is not a count of 0 to %u",
-						       argv[i], OPEN_SPACES_MAX);
-			o.spaces = n;
-		} else {
-			o.only = argv[++i];
-			if (strcmp(o.only, "core") && strcmp(o.only, "ioctl"))
-				return kvb_usage_error(&o.c, pool_usage,
-						       "--only: '%s' is neither core nor ioctl",
-						       o.only);
-		}
-	}
+	ret = kvb_parse_args(&cmd, &o.c, argc, argv, NULL);
+	if (ret)
+		return ret < 0 ? 0 : ret;
 	core = !o.only || !strcmp(o.only, "core");
 	dev = !o.only || !strcmp(o.only, "ioctl");
 	if (dev && stat(o.device, &st)) {

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -44,100 +45,176 @@ int kvb_parse_double(const char *v, double min, double max, double *out)
 	return 0;
 }
 
-int kvb_usage_error(const struct kvb_opts *o, void (*usage)(FILE *f), const char *fmt, ...)
+/* One option's --help line: "  --name ARG" in 18 columns, then its help. */
+static void usage_line(FILE *f, const char *name, const char *arg, const char *help)
+{
+	char head[64];
+	const char *nl;
+
+	snprintf(head, sizeof(head), "%s%s%s", name, arg ? " " : "", arg ? arg : "");
+	fprintf(f, "  %-17s ", head);
+	while ((nl = strchr(help, '\n'))) {
+		fprintf(f, "%.*s\n%20s", (int)(nl - help), help, "");
+		help = nl + 1;
+	}
+	fprintf(f, "%s\n", help);
+}
+
+void kvb_usage(const struct kvb_cmd *cmd, FILE *f)
+{
+	const struct kvb_opts *d = cmd->defaults;
+	const struct kvb_opt *t;
+	char line[96];
+
+	fprintf(f, "usage: kvbench %s %s\n\n%s\noptions:\n", d->bench,
+		cmd->synopsis ? cmd->synopsis : "[--json] [options]", cmd->about);
+	for (t = cmd->opts; t && t->name; t++)
+		usage_line(f, t->name, t->arg, t->help);
+	if (!cmd->no_common) {
+		usage_line(f, "--json", NULL, "one JSON object per case per line on stdout");
+		snprintf(line, sizeof(line),
+			 "repetitions per case, median reported (default %u, 1..%d)", d->reps,
+			 KVB_MAX_REPS);
+		usage_line(f, "--reps", "N", line);
+		snprintf(line, sizeof(line), "seconds per repetition, at least (default %g)",
+			 d->rep_time);
+		usage_line(f, "--rep-time", "SEC", line);
+		if (d->can_plot)
+			usage_line(f, "--plot", "FILE",
+				   "also draw the sweep with gnuplot into FILE (.svg or\n.png)");
+		usage_line(f, "--progress", NULL,
+			   "a progress line on stderr even when it is not a terminal");
+		usage_line(f, "--quiet", NULL, "no progress line and no notes on stderr");
+	}
+	usage_line(f, "-h, --help", NULL, "this text");
+	if (cmd->epilogue)
+		fprintf(f, "\n%s", cmd->epilogue);
+}
+
+int kvb_usage_error(const struct kvb_cmd *cmd, const char *fmt, ...)
 {
 	va_list ap;
 
-	fprintf(stderr, "kvbench %s: ", o->bench);
+	fprintf(stderr, "kvbench %s: ", cmd->defaults->bench);
 	va_start(ap, fmt);
 	vfprintf(stderr, fmt, ap);
 	va_end(ap);
 	fprintf(stderr, "\n\n");
-	usage(stderr);
-	return 2;
-}
-
-__attribute__((format(printf, 2, 3)))
-static int common_error(const struct kvb_opts *o, const char *fmt, ...)
-{
-	va_list ap;
-
-	fprintf(stderr, "kvbench %s: ", o->bench);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fprintf(stderr, " (kvbench %s --help)\n", o->bench);
+	kvb_usage(cmd, stderr);
 	return 2;
 }
 
 /* A plot file name gnuplot can take between single quotes. */
-static bool plot_name_ok(const char *v)
+static int parse_plot(const char *v, void *dst)
 {
 	size_t n = strlen(v);
 
-	if (strpbrk(v, "'\n\r"))
-		return false;
-	return (n > 4 && !strcmp(v + n - 4, ".svg")) || (n > 4 && !strcmp(v + n - 4, ".png"));
+	if (strpbrk(v, "'\n\r") || n <= 4 || (strcmp(v + n - 4, ".svg") && strcmp(v + n - 4, ".png")))
+		return -1;
+	*(const char **)dst = v;
+	return 0;
 }
 
-int kvb_common_opt(struct kvb_opts *o, int argc, char **argv, int *i)
+#define NR_COMMON 6
+
+/* The common options, as a table over o. */
+static void common_table(struct kvb_opts *o, struct kvb_opt t[NR_COMMON])
 {
-	const char *a = argv[*i], *v;
+	const struct kvb_opt c[NR_COMMON] = {
+		{ .name = "--json", .kind = KVB_FLAG, .dst = &o->json },
+		{ .name = "--quiet", .kind = KVB_FLAG, .dst = &o->quiet },
+		{ .name = "--progress", .kind = KVB_FLAG, .dst = &o->progress },
+		{ .name = "--reps", .kind = KVB_UINT, .dst = &o->reps, .min = 1, .max = KVB_MAX_REPS,
+		  .bad = "is not a number from 1 to 99" },
+		{ .name = "--rep-time", .kind = KVB_DOUBLE, .dst = &o->rep_time, .min = 1e-9,
+		  .max = 60, .bad = "is not seconds in (0, 60]" },
+		{ .name = "--plot", .kind = KVB_FUNC, .dst = &o->plot, .parse = parse_plot,
+		  .bad = "is not a FILE.svg or FILE.png name (without quotes or newlines)" },
+	};
+
+	memcpy(t, c, sizeof(c));
+}
+
+static const struct kvb_opt *find_opt(const struct kvb_opt *t, size_t n, const char *a)
+{
+	for (; t && n && t->name; t++, n--)
+		if (!strcmp(t->name, a))
+			return t;
+	return NULL;
+}
+
+/* An option's value into its variable: 0, or -1 when the option does not take it. */
+static int set_value(const struct kvb_opt *t, const char *v)
+{
 	unsigned long n;
-	double t;
+	double d;
 
-	if (!strcmp(a, "--json")) {
-		o->json = true;
-		return 1;
-	}
-	if (!strcmp(a, "--quiet")) {
-		o->quiet = true;
-		return 1;
-	}
-	if (!strcmp(a, "--progress")) {
-		o->progress = true;
-		return 1;
-	}
-	if (strcmp(a, "--reps") && strcmp(a, "--rep-time") && strcmp(a, "--plot"))
+	switch (t->kind) {
+	case KVB_STR:
+		*(const char **)t->dst = v;
 		return 0;
-	if (*i + 1 >= argc)
-		return common_error(o, "option '%s' needs a value", a);
-	v = argv[++*i];
-	if (!strcmp(a, "--reps")) {
-		if (kvb_parse_ulong(v, 1, KVB_MAX_REPS, &n))
-			return common_error(o, "--reps: '%s' is not a number from 1 to 99", v);
-		o->reps = (unsigned int)n;
-	} else if (!strcmp(a, "--rep-time")) {
-		if (kvb_parse_double(v, 1e-9, 60, &t))
-			return common_error(o, "--rep-time: '%s' is not seconds in (0, 60]", v);
-		o->rep_time = t;
-	} else {
-		if (!o->can_plot)
-			return common_error(o, "--plot: %s has no sweep to plot (attn and copy do)",
-					    o->bench);
-		if (!plot_name_ok(v))
-			return common_error(o, "--plot: '%s' is not a FILE.svg or FILE.png name "
-					    "(without quotes or newlines)", v);
-		o->plot = v;
+	case KVB_FUNC:
+		return t->parse(v, t->dst);
+	case KVB_DOUBLE:
+		if (kvb_parse_double(v, t->min, t->max, &d))
+			return -1;
+		*(double *)t->dst = d;
+		return 0;
+	default:
+		if (kvb_parse_ulong(v, (unsigned long)t->min, (unsigned long)t->max, &n))
+			return -1;
+		if (t->kind == KVB_INT)
+			*(int *)t->dst = (int)n;
+		else if (t->kind == KVB_UINT)
+			*(unsigned int *)t->dst = (unsigned int)n;
+		else
+			*(unsigned long *)t->dst = n;
+		return 0;
 	}
-	return 1;
 }
 
-void kvb_common_usage(FILE *f, const struct kvb_opts *d)
+int kvb_parse_args(const struct kvb_cmd *cmd, struct kvb_opts *o, int argc, char **argv,
+		   int *rest)
 {
-	fprintf(f,
-		"  --json            one JSON object per case per line on stdout\n"
-		"  --reps N          repetitions per case, median reported (default %u, 1..%d)\n"
-		"  --rep-time SEC    seconds per repetition, at least (default %g)\n",
-		d->reps, KVB_MAX_REPS, d->rep_time);
-	if (d->can_plot)
-		fprintf(f,
-			"  --plot FILE       also draw the sweep with gnuplot into FILE (.svg or\n"
-			"                    .png)\n");
-	fprintf(f,
-		"  --progress        a progress line on stderr even when it is not a terminal\n"
-		"  --quiet           no progress line and no notes on stderr\n"
-		"  -h, --help        this text\n");
+	struct kvb_opt common[NR_COMMON];
+	const struct kvb_opt *t;
+	int i;
+
+	*o = *cmd->defaults;
+	common_table(o, common);
+	if (rest)
+		*rest = argc;
+	for (i = 1; i < argc; i++) {
+		const char *a = argv[i];
+
+		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+			kvb_usage(cmd, stdout);
+			return -1;
+		}
+		t = find_opt(cmd->opts, SIZE_MAX, a);
+		if (!t && !cmd->no_common)
+			t = find_opt(common, NR_COMMON, a);
+		if (!t)
+			return kvb_usage_error(cmd, "unknown option '%s'%s", a,
+					       cmd->unknown_hint ? cmd->unknown_hint : "");
+		if (t->kind == KVB_REST) {
+			if (rest)
+				*rest = i + 1;
+			return 0;
+		}
+		if (t->kind == KVB_FLAG) {
+			*(bool *)t->dst = true;
+			continue;
+		}
+		if (i + 1 >= argc)
+			return kvb_usage_error(cmd, "option '%s' needs a value", a);
+		if (t->dst == (void *)&o->plot && !o->can_plot)
+			return kvb_usage_error(cmd, "--plot: %s has no sweep to plot (attn and copy do)",
+					       o->bench);
+		if (set_value(t, argv[++i]))
+			return kvb_usage_error(cmd, "%s: '%s' %s", a, argv[i], t->bad);
+	}
+	return 0;
 }
 
 /* ---- clock and medians ------------------------------------------------------ */

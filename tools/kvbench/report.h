@@ -24,7 +24,7 @@
 
 #define KVB_MAX_REPS 99
 
-/* Options every subcommand takes (kvb_common_opt parses them). */
+/* Options every subcommand takes (kvb_parse_args parses them). */
 struct kvb_opts {
 	const char *bench;	/* the subcommand: "pool", "attn", ... */
 	bool json;		/* --json: JSON lines on stdout */
@@ -37,18 +37,63 @@ struct kvb_opts {
 };
 
 /*
- * Parse argv[*i] if it is a common option, taking its value from
- * argv[*i + 1] (and advancing *i) when it has one.  Returns 1 when it was
- * one, 0 when it was not, 2 after printing a usage error on stderr.
+ * A subcommand's own options, as a table the shared parser reads and
+ * --help is printed from.  dst points at the variable the option sets; its
+ * type is the kind's.  A number outside [min, max], or a value parse()
+ * refuses, is the usage error "NAME: 'VALUE' BAD".
  */
-int kvb_common_opt(struct kvb_opts *o, int argc, char **argv, int *i);
+enum kvb_opt_kind {
+	KVB_FLAG,	/* bool: set to true; no value */
+	KVB_STR,	/* const char *: the value as given */
+	KVB_INT,	/* int in [min, max] */
+	KVB_UINT,	/* unsigned int in [min, max] */
+	KVB_ULONG,	/* unsigned long in [min, max] */
+	KVB_DOUBLE,	/* double in [min, max] */
+	KVB_FUNC,	/* parse(value, dst): 0, or -1 when the value is bad */
+	KVB_REST,	/* "--": the arguments after it are not parsed (*rest) */
+};
 
-/* The common options' lines for a subcommand's --help. */
-void kvb_common_usage(FILE *f, const struct kvb_opts *defaults);
+struct kvb_opt {
+	const char *name;	/* "--gib"; NULL ends the table */
+	const char *arg;	/* the value's name in --help ("G"); NULL: none */
+	enum kvb_opt_kind kind;
+	void *dst;
+	double min, max;
+	int (*parse)(const char *v, void *dst);
+	const char *bad;	/* "is not a size in [0.05, 64]" */
+	const char *help;	/* --help text; a newline continues it indented */
+};
 
-/* "kvbench BENCH: <message>", a blank line, usage(stderr); returns 2. */
-int kvb_usage_error(const struct kvb_opts *o, void (*usage)(FILE *f), const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
+/* A subcommand's command line: its options and its --help. */
+struct kvb_cmd {
+	const struct kvb_opts *defaults;	/* name, common options' defaults */
+	const char *synopsis;	/* after "usage: kvbench NAME"; NULL: "[--json] [options]" */
+	const char *about;	/* --help's paragraph, ending in a newline */
+	const struct kvb_opt *opts;
+	bool no_common;		/* the common options are not taken (demo) */
+	const char *unknown_hint;	/* appended to "unknown option 'X'" */
+	const char *epilogue;	/* --help's last paragraph; NULL: none */
+};
+
+/* The GPU subcommands' last --help paragraph. */
+#define KVB_NO_GPU_NOTE "Without a usable GPU: the reason on stderr, exit status 1.\n"
+
+/*
+ * Parse argv[1 ..] (argv[0] is the subcommand) into o (the common options,
+ * starting from *cmd->defaults) and the table's variables.  Returns 0 to
+ * run, -1 after printing --help on stdout (exit 0), 2 after a usage error
+ * (kvb_usage_error).  rest, when not NULL, gets the index of the first
+ * argument after a KVB_REST option, argc when there is none.
+ */
+int kvb_parse_args(const struct kvb_cmd *cmd, struct kvb_opts *o, int argc, char **argv,
+		   int *rest);
+
+/* The subcommand's --help. */
+void kvb_usage(const struct kvb_cmd *cmd, FILE *f);
+
+/* "kvbench NAME: <message>", a blank line, kvb_usage(stderr); returns 2. */
+int kvb_usage_error(const struct kvb_cmd *cmd, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
 
 /* Strict parsers for option values: 0, or -1 when v is no such number. */
 int kvb_parse_ulong(const char *v, unsigned long min, unsigned long max, unsigned long *out);

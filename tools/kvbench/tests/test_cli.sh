@@ -7,8 +7,11 @@
 # case, every decode and gather case named _btN, none failing.  A short
 # kvbench pool --only core must print its alloc/free and prefix-lookup
 # cases, each measured, and kvbench pool --spaces must refuse what is not
-# a count of 0 to 1,000,000.  (The
-# ioctl cases need /dev/kvpool: `make bench-pool` runs them in the VM.)
+# a count of 0 to 1,000,000.  The shared option parser, through the
+# other subcommands' tables: common options' errors, the usage after an
+# unknown option, a checked pair of options, generated help lines, demo's
+# own options and its "--".  (The ioctl cases need /dev/kvpool: `make
+# bench-pool` runs them in the VM.)
 #
 # Output is TAP-like; the last line is "N passed, N failed".
 
@@ -66,6 +69,23 @@ check "--threads 300 (above the range)" 2 "--threads: '300' is not a number from
 	attn --threads 300
 check "unknown option" 2 "unknown option '--block'" attn --block 64
 check "usage names --block-tokens" 0 "--block-tokens N" attn --help
+
+# The shared option parser (report.c), through other subcommands' tables:
+# a common option's bad value, an unknown option listing the valid ones,
+# --help generated from the table, demo's own table and its "--".
+check "hash --reps 0 (a common option)" 2 "--reps: '0' is not a number from 1 to 99" \
+	hash --reps 0
+check "hash --plot (no sweep to plot)" 2 "--plot: hash has no sweep to plot" hash --plot x.svg
+check "copy --bogus: the usage after it lists copy's own options" 2 \
+	"^  --mib M +bytes per array in MiB" copy --bogus
+check "gpu-copy --batch-mib 16 --mib 8 (options checked together)" 2 \
+	"--batch-mib 16 is more than --mib 8" gpu-copy --mib 8 --batch-mib 16
+check "gpu-attn --kv-dtype x" 2 "--kv-dtype: 'x' is not bf16, f16 or fp8" gpu-attn --kv-dtype x
+check "gpu-attn usage: a continued help line" 0 \
+	"^                    source tree, else ./bench/sdpa_peer.py\)$" gpu-attn --help
+check "demo --reps (not one of demo's options)" 2 \
+	"unknown option '--reps' \(kvrt-demo's own options go after --\)" demo --reps 3
+check "demo usage names --" 0 "^  -- +the arguments after it go to kvrt-demo" demo --help
 
 # A real run, small and short: 64-token blocks over 128 MiB.
 "$KVBENCH" attn --json --quiet --gib 0.125 --block-tokens 64 --reps 1 --rep-time 0.01 \
