@@ -250,22 +250,40 @@ static int decode_call(struct decode_case *c)
 	return kvrt_attn_decode(&c->params, c->q, &c->kv, &c->table, c->out);
 }
 
-/* Seconds per call: whole calls for at least rep_time. */
-static int time_decode(struct decode_case *c, double rep_time, double *sec)
+/* n decode calls. */
+static int run_decode(void *ctx, unsigned long n)
 {
-	double t0 = kvb_now_s(), t;
-	unsigned long n = 0;
+	struct decode_case *c = ctx;
+	int ret = 0;
+
+	while (n-- && !ret)
+		ret = decode_call(c);
+	return ret;
+}
+
+/* n decode calls through the reference path. */
+static int run_decode_reference(void *ctx, unsigned long n)
+{
+	struct decode_case *c = ctx;
 	int ret;
 
-	do {
-		ret = decode_call(c);
-		if (ret)
-			return ret;
-		n++;
-		t = kvb_now_s() - t0;
-	} while (t < rep_time);
-	*sec = t / (double)n;
-	return 0;
+	c->params.impl = KVRT_ATTN_REFERENCE;
+	ret = run_decode(c, n);
+	c->params.impl = KVRT_ATTN_FAST;
+	return ret;
+}
+
+/* n decode calls, each creating its threads (the kept ones set aside). */
+static int run_decode_unkept(void *ctx, unsigned long n)
+{
+	struct decode_case *c = ctx;
+	struct kvrt_workers *kept = c->kept;
+	int ret;
+
+	c->kept = NULL;
+	ret = run_decode(c, n);
+	c->kept = kept;
+	return ret;
 }
 
 /* A read pass (the limits): its data, threads; returns a sum of what it read. */
@@ -276,19 +294,21 @@ struct read_pass {
 	const struct decode_case *c;	/* gather: the decode case's blocks */
 };
 
-/* Seconds per pass: whole passes for at least rep_time. */
-static double time_read(const struct read_pass *rp, unsigned int threads, double rep_time,
-			volatile uint64_t *sink)
-{
-	double t0 = kvb_now_s(), t;
-	unsigned long n = 0;
+/* A read pass as a measured side: its threads, and where the sums it read go. */
+struct read_side {
+	const struct read_pass *rp;
+	unsigned int threads;
+	volatile uint64_t *sink;
+};
 
-	do {
-		*sink += rp->run(rp, threads);
-		n++;
-		t = kvb_now_s() - t0;
-	} while (t < rep_time);
-	return t / (double)n;
+/* n read passes. */
+static int run_read(void *ctx, unsigned long n)
+{
+	struct read_side *s = ctx;
+
+	while (n--)
+		*s->sink += s->rp->run(s->rp, s->threads);
+	return 0;
 }
 
 static uint64_t run_stream(const struct read_pass *rp, unsigned int threads)
@@ -429,6 +449,7 @@ static int bench_decode(const struct attn_opts *ao, unsigned int threads)
 	struct kvrt_layout lm, bm;
 	uint8_t *stream, *cache;
 	struct read_pass streaming;
+	struct read_side stream_side;
 	unsigned int p, r, step = 0, steps = 5;	/* block-major, gather, reference, spawn, kept */
 	char name[64], sfx[16] = "";
 	int ret;
@@ -458,6 +479,7 @@ static int bench_decode(const struct attn_opts *ao, unsigned int threads)
 	fill_bf16(cache, 2 * kv_bytes, 42);
 	fill_bf16(stream, kv_bytes, 43);
 	streaming = (struct read_pass){ .run = run_stream, .buf = stream, .bytes = kv_bytes };
+	stream_side = (struct read_side){ .rp = &streaming, .threads = threads, .sink = &sink };
 
 	/* the layer-major points, then the block-major one */
 	for (p = 0; p <= NR_POINTS && !ret; p++) {
@@ -467,6 +489,11 @@ static int bench_decode(const struct attn_opts *ao, unsigned int threads)
 		uint32_t batch = points[pt].batch;
 		uint32_t ctx = (uint32_t)(points[pt].ctx * ao->gib);
 		struct decode_case c;
+		struct kvb_case m = {
+			.value = { .run = run_decode, .ctx = &c },
+			.limit = { .run = run_read, .ctx = &stream_side, .units = (double)kv_bytes },
+			.per_call = true, .middle_pair = true,
+		};
 		double v, l;
 
 		if (!block_major && points[pt].sweep && !o->plot)
@@ -481,16 +508,9 @@ static int bench_decode(const struct attn_opts *ao, unsigned int threads)
 				       1000 + pt + (block_major ? NR_POINTS : 0));
 		if (ret)
 			break;
-		ret = decode_call(&c);	/* warm: page tables, code */
-		for (r = 0; r < o->reps && !ret; r++) {
-			ls[r] = time_read(&streaming, threads, o->rep_time, &sink);
-			ret = time_decode(&c, o->rep_time, &vs[r]);
-		}
+		m.value.units = (double)c.kv_bytes_read;
+		ret = kvb_measure_report(&rep, name, &m, unit, limit_unit, &v, &l);
 		if (!ret) {
-			kvb_middle_pair(vs, ls, o->reps, &v, &l);
-			v = (double)c.kv_bytes_read / v / 1e9;
-			l = (double)kv_bytes / l / 1e9;
-			kvb_report(&rep, name, v, unit, l, limit_unit);
 			kvb_plot_point(block_major ? "decode, block-major cache (layer 1 of 2)" :
 						     "decode, layer-major cache", ctx, v);
 			if (!block_major)
@@ -504,7 +524,13 @@ static int bench_decode(const struct attn_opts *ao, unsigned int threads)
 		uint32_t batch = points[pt].batch;
 		uint32_t ctx = (uint32_t)(points[pt].ctx * ao->gib) / bt * bt;
 		struct decode_case c;
-		double v, l;
+		const struct read_pass gather = { .run = run_gather, .c = &c };
+		struct read_side gather_side = { .rp = &gather, .threads = threads, .sink = &sink };
+		struct kvb_case m = {
+			.value = { .run = run_read, .ctx = &gather_side },
+			.limit = { .run = run_read, .ctx = &stream_side, .units = (double)kv_bytes },
+			.per_call = true, .middle_pair = true,
+		};
 
 		if (ctx < bt)
 			ctx = bt;
@@ -512,49 +538,37 @@ static int bench_decode(const struct attn_opts *ao, unsigned int threads)
 		kvb_progress(o, ++step, steps, name);
 		/* the seed of that decode point: the same blocks in the same order */
 		ret = decode_case_init(&c, &lm, cache, 0, batch, ctx, threads, 1000 + pt);
-		if (!ret)
-			sink += gather_pass(&c, threads);	/* warm: page tables */
-		for (r = 0; r < o->reps && !ret; r++) {
-			ls[r] = time_read(&streaming, threads, o->rep_time, &sink);
-			vs[r] = time_read(&(struct read_pass){ .run = run_gather, .c = &c }, threads,
-					  o->rep_time, &sink);
-		}
 		if (!ret) {
-			kvb_middle_pair(vs, ls, o->reps, &v, &l);
-			v = (double)c.kv_bytes_read / v / 1e9;
-			l = (double)kv_bytes / l / 1e9;
-			kvb_report(&rep, name, v, "GB/s the same blocks, read only (ratio = value/limit)",
-				   l, limit_unit);
+			m.value.units = (double)c.kv_bytes_read;
+			ret = kvb_measure_report(&rep, name, &m,
+						 "GB/s the same blocks, read only (ratio = value/limit)",
+						 limit_unit, NULL, NULL);
 		}
 		decode_case_free(&c);
 	}
 
 	if (!ret) {	/* fast against reference, small */
 		struct decode_case c;
-		double v, l;
+		struct kvb_case m = {
+			.value = { .run = run_decode, .ctx = &c },
+			.limit = { .run = run_decode_reference, .ctx = &c },
+			.per_call = true, .middle_pair = true,
+		};
 
 		kvb_progress(o, ++step, steps, "decode_vs_reference_b4_ctx1024");
 		ret = decode_case_init(&c, &lm, cache, 0, 4, 1024, threads, 7);
-		for (r = 0; r < o->reps && !ret; r++) {
-			c.params.impl = KVRT_ATTN_REFERENCE;
-			ret = time_decode(&c, o->rep_time, &ls[r]);
-			c.params.impl = KVRT_ATTN_FAST;
-			if (!ret)
-				ret = time_decode(&c, o->rep_time, &vs[r]);
-		}
 		if (!ret) {
-			kvb_middle_pair(vs, ls, o->reps, &v, &l);
-			v = (double)c.kv_bytes_read / v / 1e9;
-			l = (double)c.kv_bytes_read / l / 1e9;
-			kvb_report(&rep, "decode_vs_reference_b4_ctx1024", v,
-				   "GB/s K/V read, fast path (ratio = value/limit = speedup)", l,
-				   "GB/s K/V read, reference path");
+			m.value.units = m.limit.units = (double)c.kv_bytes_read;
+			ret = kvb_measure_report(&rep, "decode_vs_reference_b4_ctx1024", &m,
+						 "GB/s K/V read, fast path (ratio = value/limit = speedup)",
+						 "GB/s K/V read, reference path", NULL, NULL);
 		}
 		decode_case_free(&c);
 	}
 
 	if (!ret) {	/* what a call pays per thread */
 		struct decode_case c;
+		struct kvb_side call = { .run = run_decode, .ctx = &c, .units = 1 };
 		double v, t0;
 		unsigned int i, n = 200;
 
@@ -573,7 +587,7 @@ static int bench_decode(const struct attn_opts *ao, unsigned int threads)
 			}
 			vs[r] = (kvb_now_s() - t0) / n * 1e6;
 			if (!ret)
-				ret = time_decode(&c, o->rep_time, &ls[r]);
+				ret = kvb_time_calls(&call, o->rep_time, &ls[r]);
 			ls[r] *= 1e6;
 		}
 		if (!ret) {
@@ -587,25 +601,21 @@ static int bench_decode(const struct attn_opts *ao, unsigned int threads)
 
 	if (!ret) {	/* the same call on kept threads */
 		struct decode_case c;
+		struct kvb_case m = {
+			.value = { .run = run_decode, .ctx = &c, .units = 1e-6 },
+			.limit = { .run = run_decode_unkept, .ctx = &c, .units = 1e-6 },
+			.per_call = true, .middle_pair = true,
+		};
 		double v, l;
 
 		kvb_progress(o, ++step, steps, "decode_kept_b1_ctx4096");
 		ret = decode_case_init(&c, &lm, cache, 0, 1, 4096, threads, 9);
 		if (!ret)
 			ret = kvrt_workers_create(threads, &c.kept);
-		for (r = 0; r < o->reps && !ret; r++) {
-			struct kvrt_workers *kept = c.kept;
-
-			c.kept = NULL;
-			ret = time_decode(&c, o->rep_time, &ls[r]);
-			c.kept = kept;
-			if (!ret)
-				ret = time_decode(&c, o->rep_time, &vs[r]);
-			ls[r] *= 1e6;
-			vs[r] *= 1e6;
-		}
+		/* seconds per 1e-6 call: microseconds per call */
+		if (!ret)
+			ret = kvb_measure(o, &m, &v, &l);
 		if (!ret) {
-			kvb_middle_pair(vs, ls, o->reps, &v, &l);
 			kvb_report(&rep, "decode_kept_b1_ctx4096", v,
 				   "us per decode call on kept threads (ratio = value/limit)", l,
 				   "us per the call creating its threads");

@@ -88,37 +88,28 @@ struct copy_case {
 	uint64_t block_bytes;
 };
 
-/* Seconds per call of kvrt_copy_blocks, whole calls for at least rep_time. */
-static int time_copy(const struct copy_case *c, double rep_time, double *sec)
+/* n calls of kvrt_copy_blocks over every pair. */
+static int run_copy(void *ctx, unsigned long n)
 {
-	double t0 = kvb_now_s(), t;
-	unsigned long n = 0;
-	int ret;
+	const struct copy_case *c = ctx;
+	int ret = 0;
 
-	do {
+	while (n-- && !ret)
 		ret = kvrt_copy_blocks(c->k, &c->dst, &c->src, c->pairs, c->count, 0, NULL);
-		if (ret)
-			return ret;
-		n++;
-		t = kvb_now_s() - t0;
-	} while (t < rep_time);
-	*sec = t / (double)n;
-	return 0;
+	return ret;
 }
 
-static double time_memcpy(const struct copy_case *c, double rep_time)
+/* n memcpy()s of the whole array: the limit. */
+static int run_memcpy(void *ctx, unsigned long n)
 {
-	double t0 = kvb_now_s(), t;
-	unsigned long n = 0;
+	const struct copy_case *c = ctx;
 
-	do {
+	while (n--) {
 		memcpy(c->dbuf, c->sbuf, c->bytes);
 		/* the copy must happen: the compiler may not drop it */
 		__asm__ __volatile__("" : : "r"(c->dbuf) : "memory");
-		n++;
-		t = kvb_now_s() - t0;
-	} while (t < rep_time);
-	return t / (double)n;
+	}
+	return 0;
 }
 
 /* Three copied blocks against their sources: 0 or -EIO. */
@@ -178,8 +169,7 @@ static int bench_copy(const struct copy_opts *co)
 				  .unit_w = 36, .ratio_w = 7 };
 	struct kvrt_open_opts oo = { .backend = KVRT_BACKEND_EMBEDDED };
 	struct copy_case c = { .bytes = (size_t)co->mib << 20 };
-	double vs[KVB_MAX_REPS], ls[KVB_MAX_REPS];
-	unsigned int i, r, step = 0, steps = 0;
+	unsigned int i, step = 0, steps = 0;
 	uint64_t *w, seed = 0x9e3779b97f4a7c15ULL;
 	size_t j;
 	int ret;
@@ -208,6 +198,11 @@ static int bench_copy(const struct copy_opts *co)
 	memset(c.dbuf, 0, c.bytes);
 
 	for (i = 0; i < NR_SIZES && !ret; i++) {
+		struct kvb_case m = {
+			.value = { .run = run_copy, .ctx = &c, .units = (double)c.bytes },
+			.limit = { .run = run_memcpy, .ctx = &c, .units = (double)c.bytes },
+			.per_call = true, .middle_pair = true,
+		};
 		char name[64];
 		double v, l;
 
@@ -219,22 +214,16 @@ static int bench_copy(const struct copy_opts *co)
 		ret = case_init(&c, sizes[i].layers, 1000 + i);
 		if (ret)
 			break;
-		/* warm: code, page tables */
-		memcpy(c.dbuf, c.sbuf, c.bytes);
-		ret = kvrt_copy_blocks(c.k, &c.dst, &c.src, c.pairs, c.count, 0, NULL);
-		for (r = 0; r < o->reps && !ret; r++) {
-			ls[r] = time_memcpy(&c, o->rep_time);
-			ret = time_copy(&c, o->rep_time, &vs[r]);
-		}
+		/* value and limit: GB/s of the array's bytes, warmed up first */
+		ret = kvb_measure(o, &m, &v, &l);
 		if (!ret && verify(&c)) {
 			fprintf(stderr, "kvbench copy: %s: a copied block differs from its source\n",
 				name);
 			ret = -EIO;
 		}
 		if (!ret) {
-			kvb_middle_pair(vs, ls, o->reps, &v, &l);
-			v = (double)c.bytes / v / 1e9;
-			l = (double)c.bytes / l / 1e9;
+			v = 1 / v / 1e9;
+			l = 1 / l / 1e9;
 			kvb_report(&rep, name, v, "GB/s block bytes copied (ratio = value/limit)", l,
 				   "GB/s one memcpy of the whole array");
 			kvb_plot_point("kvrt_copy_blocks, block-major to block-major, scattered",

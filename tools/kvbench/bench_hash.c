@@ -52,66 +52,34 @@ struct hash_ctx {
 	EVP_MD_CTX *ctx;
 };
 
-/* One call of each kind; 0 or a negative errno. */
-static int run_prompt(struct hash_ctx *c)
+/* n calls of each kind; 0 or a negative errno. */
+static int run_prompt(void *ctx, unsigned long n)
 {
-	int n = kvrt_hash_prompt(NULL, c->tokens, c->ntok, c->block, NULL, NULL, c->hashes,
-				 c->ntok / c->block);
+	struct hash_ctx *c = ctx;
+	int got;
 
-	if (n < 0)
-		return n;
-	return (size_t)n == c->ntok / c->block ? 0 : -EPROTO;
+	while (n--) {
+		got = kvrt_hash_prompt(NULL, c->tokens, c->ntok, c->block, NULL, NULL, c->hashes,
+				       c->ntok / c->block);
+		if (got < 0)
+			return got;
+		if ((size_t)got != c->ntok / c->block)
+			return -EPROTO;
+	}
+	return 0;
 }
 
-static int run_raw(struct hash_ctx *c)
+static int run_raw(void *ctx, unsigned long n)
 {
+	struct hash_ctx *c = ctx;
 	unsigned char out[EVP_MAX_MD_SIZE];
 	unsigned int len;
 
-	if (!EVP_DigestInit_ex2(c->ctx, c->md, NULL) ||
-	    !EVP_DigestUpdate(c->ctx, c->tokens, c->ntok * sizeof(*c->tokens)) ||
-	    !EVP_DigestFinal_ex(c->ctx, out, &len))
-		return -EIO;
-	return 0;
-}
-
-typedef int (*call_fn)(struct hash_ctx *c);
-
-/* Calls per repetition so that one lasts at least rep_time. */
-static int calibrate(call_fn fn, struct hash_ctx *c, double rep_time, unsigned long *iters)
-{
-	unsigned long n = 1, i;
-	double t;
-	int ret;
-
-	for (;;) {
-		t = kvb_now_ns();
-		for (i = 0; i < n; i++) {
-			ret = fn(c);
-			if (ret)
-				return ret;
-		}
-		t = kvb_now_ns() - t;
-		if (t >= rep_time * 1e9 / 8 || n >= (1UL << 30))
-			break;
-		n *= 2;
-	}
-	*iters = (unsigned long)((double)n * rep_time * 1e9 / (t > 1 ? t : 1)) + 1;
-	return 0;
-}
-
-static int timed(call_fn fn, struct hash_ctx *c, unsigned long iters, double *ns_per_token)
-{
-	double t = kvb_now_ns();
-	unsigned long i;
-	int ret;
-
-	for (i = 0; i < iters; i++) {
-		ret = fn(c);
-		if (ret)
-			return ret;
-	}
-	*ns_per_token = (kvb_now_ns() - t) / ((double)iters * (double)c->ntok);
+	while (n--)
+		if (!EVP_DigestInit_ex2(c->ctx, c->md, NULL) ||
+		    !EVP_DigestUpdate(c->ctx, c->tokens, c->ntok * sizeof(*c->tokens)) ||
+		    !EVP_DigestFinal_ex(c->ctx, out, &len))
+			return -EIO;
 	return 0;
 }
 
@@ -128,11 +96,10 @@ int cmd_hash(int argc, char **argv)
 				  .unit_w = 40, .ratio_w = 8 };
 	struct kvrt_hash_info hi;
 	struct hash_ctx c = { 0 };
-	double vs[KVB_MAX_REPS], ls[KVB_MAX_REPS];
 	char limit_unit[128];
 	uint32_t *tok = NULL;
 	uint64_t x = 0x2545f4914f6cdd1dULL;
-	unsigned int b, r;
+	unsigned int b;
 	int ret;
 	const struct kvb_opt opts[] = {
 		{ .name = "--tokens", .arg = "N", .kind = KVB_ULONG, .dst = &o.tokens, .min = 128,
@@ -172,27 +139,22 @@ int cmd_hash(int argc, char **argv)
 		 hi.cpu_sha_ni ? "yes" : "no", hi.ia32cap_override ? ", OPENSSL_ia32cap set" : "");
 	kvb_report_header(&rep, "ns/token");
 	for (b = 0; b < sizeof(blocks) / sizeof(blocks[0]); b++) {
-		unsigned long vi, li;
+		struct kvb_case m = {
+			.value = { .run = run_prompt, .ctx = &c, .units = (double)c.ntok },
+			.limit = { .run = run_raw, .ctx = &c, .units = (double)c.ntok },
+		};
 		char name[64];
 
 		c.block = blocks[b];
 		snprintf(name, sizeof(name), "prompt_%lu_block%u", o.tokens, blocks[b]);
 		kvb_progress(&o.c, b + 1, 3, name);
-		ret = calibrate(run_raw, &c, o.c.rep_time, &li);
-		if (!ret)
-			ret = calibrate(run_prompt, &c, o.c.rep_time, &vi);
-		for (r = 0; !ret && r < o.c.reps; r++) {
-			ret = timed(run_raw, &c, li, &ls[r]);
-			if (!ret)
-				ret = timed(run_prompt, &c, vi, &vs[r]);
-		}
+		ret = kvb_measure_report(&rep, name, &m, "ns/token (cost; ratio = limit/value)",
+					 limit_unit, NULL, NULL);
 		if (ret) {
 			fprintf(stderr, "kvbench hash: %s: %s\n", name, strerror(-ret));
 			ret = 1;
 			goto out_free;
 		}
-		kvb_report(&rep, name, kvb_median(vs, o.c.reps), "ns/token (cost; ratio = limit/value)",
-			   kvb_median(ls, o.c.reps), limit_unit);
 	}
 
 out_free:

@@ -118,72 +118,6 @@ static int parse_only(const char *v, void *dst)
 	return 0;
 }
 
-/* ---- measurement ------------------------------------------------------- */
-
-/* Runs iters iterations; returns 0 or a negative errno. */
-typedef int (*bench_fn)(void *ctx, unsigned long iters);
-
-struct measure {
-	bench_fn fn;
-	void *ctx;
-	double units;		/* per iteration: blocks, ids or calls */
-	unsigned long iters;	/* per repetition */
-	double sample[KVB_MAX_REPS];	/* ns per unit */
-};
-
-static int timed(struct measure *m, unsigned long iters, double *ns)
-{
-	double t0 = kvb_now_ns();
-	int ret = m->fn(m->ctx, iters);
-
-	*ns = kvb_now_ns() - t0;
-	return ret;
-}
-
-/* Find iterations per repetition so one takes at least rep_time. */
-static int calibrate(struct measure *m, double rep_time)
-{
-	double want = rep_time * 1e9, ns = 0;
-	unsigned long iters = 1;
-	int ret;
-
-	for (;;) {
-		ret = timed(m, iters, &ns);
-		if (ret)
-			return ret;
-		if (ns >= want / 8 || iters >= (1UL << 40))
-			break;
-		iters *= ns < want / 1000 ? 16 : 2;
-	}
-	m->iters = (unsigned long)((double)iters * want / (ns > 1 ? ns : 1)) + 1;
-	return 0;
-}
-
-/* Alternate repetitions of value and limit; medians in ns per unit. */
-static int measure_pair(struct measure *value, struct measure *limit, const struct kvb_opts *o,
-			double *value_ns, double *limit_ns)
-{
-	unsigned int r;
-	double ns;
-	int ret;
-
-	ret = calibrate(limit, o->rep_time);
-	if (!ret)
-		ret = calibrate(value, o->rep_time);
-	for (r = 0; !ret && r < o->reps; r++) {
-		ret = timed(limit, limit->iters, &ns);
-		limit->sample[r] = ns / ((double)limit->iters * limit->units);
-		if (!ret)
-			ret = timed(value, value->iters, &ns);
-		value->sample[r] = ns / ((double)value->iters * value->units);
-	}
-	if (ret)
-		return ret;
-	*value_ns = kvb_median(value->sample, o->reps);
-	*limit_ns = kvb_median(limit->sample, o->reps);
-	return 0;
-}
-
 static const char pool_unit[] = "ns/block (cost; ratio = limit/value)";
 
 /* ---- the limit of core: ids on a plain array stack --------------------- */
@@ -360,19 +294,19 @@ static int bench_core_lookup(const struct kvb_report *rep, struct kvc_space *s,
 
 	/* Each prefix is published just before its case; the second joins the first. */
 	for (c = 0; !ret && c < NR_LOOKUP; c++) {
-		struct measure value = { .fn = core_lookup_run, .ctx = &x, .units = PREFIX_BLOCKS };
-		struct measure limit = { .fn = hash_cmp_run, .ctx = &x, .units = PREFIX_BLOCKS };
+		struct kvb_case m = {
+			.value = { .run = core_lookup_run, .ctx = &x, .units = PREFIX_BLOCKS },
+			.limit = { .run = hash_cmp_run, .ctx = &x, .units = PREFIX_BLOCKS },
+		};
 		char name[64];
-		double v, l;
 
 		snprintf(name, sizeof(name), "core_%s", lookup_cases[c]);
 		kvb_progress(rep->o, ++*step, steps, name);
 		prefix_hashes(hashes, c);
 		ret = core_publish(s, &x.refs, x.hashes, stored);
 		if (!ret)
-			ret = measure_pair(&value, &limit, rep->o, &v, &l);
-		if (!ret)
-			kvb_report(rep, name, v, pool_unit, l, "ns/block memcmp w/ block's hash");
+			ret = kvb_measure_report(rep, name, &m, pool_unit,
+						 "ns/block memcmp w/ block's hash", NULL, NULL);
 	}
 	kvc_release_refs(s, &x.refs);
 	return ret;
@@ -396,17 +330,17 @@ static int bench_core(const struct kvb_report *rep, unsigned int *step, unsigned
 	core.batch = MAX_BATCH;
 	ret = core_run(&core, 1);
 	for (b = 0; !ret && b < NR_BATCHES; b++) {
-		struct measure value = { .fn = core_run, .ctx = &core, .units = batches[b] };
-		struct measure limit = { .fn = stack_run, .ctx = &st, .units = batches[b] };
+		struct kvb_case m = {
+			.value = { .run = core_run, .ctx = &core, .units = batches[b] },
+			.limit = { .run = stack_run, .ctx = &st, .units = batches[b] },
+		};
 		char name[64];
-		double v, l;
 
 		snprintf(name, sizeof(name), "core_alloc_free_batch%u", batches[b]);
 		kvb_progress(o, ++*step, steps, name);
 		core.batch = st.batch = batches[b];
-		ret = measure_pair(&value, &limit, o, &v, &l);
-		if (!ret)
-			kvb_report(rep, name, v, pool_unit, l, "ns/op array push+pop");
+		ret = kvb_measure_report(rep, name, &m, pool_unit, "ns/op array push+pop", NULL,
+					 NULL);
 	}
 	if (!ret)
 		ret = bench_core_lookup(rep, &core.s, step, steps);
@@ -525,21 +459,20 @@ static int bench_ioctl_lookup(const struct kvb_report *rep, int fd, unsigned int
 	int ret = 0;
 
 	for (c = 0; !ret && c < NR_LOOKUP; c++) {
-		struct measure value = { .fn = ioctl_lookup_run, .ctx = &x, .units = PREFIX_BLOCKS };
-		struct measure limit = { .fn = empty_run, .ctx = &empty, .units = 1 };
+		/* Two syscalls per repetition (lookup, release) over its blocks. */
+		struct kvb_case m = {
+			.value = { .run = ioctl_lookup_run, .ctx = &x, .units = PREFIX_BLOCKS },
+			.limit = { .run = empty_run, .ctx = &empty, .units = PREFIX_BLOCKS / 2.0 },
+		};
 		char name[64];
-		double v, l;
 
 		snprintf(name, sizeof(name), "ioctl_%s", lookup_cases[c]);
 		kvb_progress(rep->o, ++*step, steps, name);
 		prefix_hashes(hashes, c);
 		ret = ioctl_publish(fd, (const kvc_u8 (*)[KVC_HASH_BYTES])hashes, ids);
 		if (!ret)
-			ret = measure_pair(&value, &limit, rep->o, &v, &l);
-		if (!ret)
-			/* Two syscalls per repetition (lookup, release) over its blocks. */
-			kvb_report(rep, name, v, pool_unit, 2.0 * l / PREFIX_BLOCKS,
-				   "ns/block 2 empty ioctls / 1000");
+			ret = kvb_measure_report(rep, name, &m, pool_unit,
+						 "ns/block 2 empty ioctls / 1000", NULL, NULL);
 	}
 	return ret;
 }
@@ -584,19 +517,18 @@ static int bench_ioctl(const struct kvb_report *rep, const char *device, unsigne
 	x.blocks.count = MAX_BATCH;
 	ret = ioctl_run(&x, 1);
 	for (b = 0; !ret && b < NR_BATCHES; b++) {
-		struct measure value = { .fn = ioctl_run, .ctx = &x, .units = batches[b] };
-		struct measure limit = { .fn = empty_run, .ctx = &x, .units = 1 };
+		/* Two syscalls per batch (alloc, free) spread over its blocks. */
+		struct kvb_case m = {
+			.value = { .run = ioctl_run, .ctx = &x, .units = batches[b] },
+			.limit = { .run = empty_run, .ctx = &x, .units = batches[b] / 2.0 },
+		};
 		char name[64];
-		double v, l;
 
 		snprintf(name, sizeof(name), "ioctl_alloc_free_batch%u", batches[b]);
 		kvb_progress(o, ++*step, steps, name);
 		x.blocks.count = batches[b];
-		ret = measure_pair(&value, &limit, o, &v, &l);
-		if (!ret)
-			/* Two syscalls per batch (alloc, free) spread over its blocks. */
-			kvb_report(rep, name, v, pool_unit, 2.0 * l / batches[b],
-				   "ns/block 2 empty ioctls / batch");
+		ret = kvb_measure_report(rep, name, &m, pool_unit, "ns/block 2 empty ioctls / batch",
+					 NULL, NULL);
 	}
 	if (!ret)
 		ret = bench_ioctl_lookup(rep, x.fd, step, steps);
@@ -735,18 +667,17 @@ static int cmp_ns(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-/* reps repetitions of m, ns per call, into sample[]. */
-static int open_reps(struct measure *m, unsigned int reps, double *sample)
+/* reps repetitions of s, ns per call, into sample[]. */
+static int open_reps(struct kvb_side *s, unsigned int reps, double *sample)
 {
 	unsigned int r;
-	double ns;
 	int ret;
 
 	for (r = 0; r < reps; r++) {
-		ret = timed(m, m->iters, &ns);
+		ret = kvb_time_counted(s, &sample[r]);
 		if (ret)
 			return ret;
-		sample[r] = ns / (double)m->iters;
+		sample[r] *= 1e9;
 	}
 	return 0;
 }
@@ -767,9 +698,9 @@ static int bench_ioctl_open(const struct kvb_report *rep, const char *device, de
 {
 	const struct kvb_opts *o = rep->o;
 	struct open_ctx x = { .device = device };
-	struct measure value = { .fn = open_join_run, .ctx = &x, .units = 1 };
-	struct measure limit = { .fn = open_join_run, .ctx = &x, .units = 1 };
-	double lsample[2 * KVB_MAX_REPS], v, l, t0;
+	struct kvb_side value = { .run = open_join_run, .ctx = &x, .units = 1 };
+	struct kvb_side limit = { .run = open_join_run, .ctx = &x, .units = 1 };
+	double vsample[KVB_MAX_REPS], lsample[2 * KVB_MAX_REPS], v, l, t0;
 	char max_path[96], spaces_path[96], name[64];
 	unsigned long old_max = 0, present = 0;
 	unsigned int made, last = nspaces - 1;
@@ -816,7 +747,7 @@ static int bench_ioctl_open(const struct kvb_report *rep, const char *device, de
 	if (ret == -EDQUOT)
 		goto out_quota;
 	if (!ret)
-		ret = calibrate(&limit, o->rep_time);
+		ret = kvb_calibrate(&limit, o->rep_time);
 	if (!ret)
 		ret = open_reps(&limit, o->reps, lsample);
 	r = open_space_unlink(ctl, last);
@@ -841,9 +772,9 @@ static int bench_ioctl_open(const struct kvb_report *rep, const char *device, de
 	if (ret)
 		goto out_unlink;
 	kvb_note(o, "%s: %u spaces created in %.2f s", name, nspaces, kvb_now_s() - t0);
-	ret = calibrate(&value, o->rep_time);
+	ret = kvb_calibrate(&value, o->rep_time);
 	if (!ret)
-		ret = open_reps(&value, o->reps, value.sample);
+		ret = open_reps(&value, o->reps, vsample);
 	if (ret)
 		goto out_unlink;
 
@@ -860,7 +791,7 @@ static int bench_ioctl_open(const struct kvb_report *rep, const char *device, de
 	if (ret)
 		goto out_close;
 
-	v = kvb_median(value.sample, o->reps);
+	v = kvb_median(vsample, o->reps);
 	/* The two halves apart: how far the machine drifted over the case. */
 	kvb_note(o, "%s: the space alone: %.0f ns/call before, %.0f after", name,
 		 kvb_median(lsample, o->reps), kvb_median(lsample + o->reps, o->reps));

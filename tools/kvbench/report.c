@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * report.c: the options, clock, medians, result lines and progress line
- * that every kvbench subcommand shares (report.h).
+ * report.c: the options, clock, medians, the measuring of a case, result
+ * lines and progress line that every kvbench subcommand shares (report.h).
  */
 #include <errno.h>
 #include <math.h>
@@ -273,6 +273,114 @@ void kvb_middle_pair(const double *v, const double *l, unsigned int n, double *v
 		}
 	*v_out = v[idx[n / 2]];
 	*l_out = l[idx[n / 2]];
+}
+
+/* ---- measuring a case ---------------------------------------------------- */
+
+int kvb_calibrate(struct kvb_side *s, double rep_time)
+{
+	double want = rep_time * 1e9, ns, t0;
+	unsigned long iters = 1;
+	int ret;
+
+	for (;;) {
+		t0 = kvb_now_ns();
+		ret = s->run(s->ctx, iters);
+		ns = kvb_now_ns() - t0;
+		if (ret)
+			return ret;
+		if (ns >= want / 8 || iters >= (1UL << 40))
+			break;
+		iters *= ns < want / 1000 ? 16 : 2;
+	}
+	s->iters = (unsigned long)((double)iters * want / (ns > 1 ? ns : 1)) + 1;
+	return 0;
+}
+
+int kvb_time_counted(struct kvb_side *s, double *sec)
+{
+	double t0 = kvb_now_s();
+	int ret = s->run(s->ctx, s->iters);
+
+	*sec = (kvb_now_s() - t0) / ((double)s->iters * s->units);
+	return ret;
+}
+
+int kvb_time_calls(struct kvb_side *s, double rep_time, double *sec)
+{
+	double t0 = kvb_now_s(), t;
+	unsigned long n = 0;
+	int ret;
+
+	do {
+		ret = s->run(s->ctx, 1);
+		if (ret)
+			return ret;
+		n++;
+		t = kvb_now_s() - t0;
+	} while (t < rep_time);
+	*sec = t / ((double)n * s->units);
+	return 0;
+}
+
+static int time_rep(const struct kvb_opts *o, const struct kvb_case *c, struct kvb_side *s,
+		    double *sec)
+{
+	return c->per_call ? kvb_time_calls(s, o->rep_time, sec) : kvb_time_counted(s, sec);
+}
+
+int kvb_measure(const struct kvb_opts *o, struct kvb_case *c, double *v, double *l)
+{
+	double vs[KVB_MAX_REPS], ls[KVB_MAX_REPS];
+	unsigned int r;
+	int ret;
+
+	if (c->per_call) {
+		ret = c->limit.run(c->limit.ctx, 1);
+		if (!ret)
+			ret = c->value.run(c->value.ctx, 1);
+	} else {
+		ret = kvb_calibrate(&c->limit, o->rep_time);
+		if (!ret)
+			ret = kvb_calibrate(&c->value, o->rep_time);
+	}
+	for (r = 0; !ret && r < o->reps && r < KVB_MAX_REPS; r++) {
+		ret = time_rep(o, c, &c->limit, &ls[r]);
+		if (!ret)
+			ret = time_rep(o, c, &c->value, &vs[r]);
+	}
+	if (ret)
+		return ret;
+	if (c->middle_pair) {
+		kvb_middle_pair(vs, ls, o->reps, v, l);
+	} else {
+		*v = kvb_median(vs, o->reps);
+		*l = kvb_median(ls, o->reps);
+	}
+	return 0;
+}
+
+int kvb_measure_report(const struct kvb_report *r, const char *name, struct kvb_case *c,
+		       const char *unit, const char *limit_unit, double *v, double *l)
+{
+	double vsec, lsec, vo, lo;
+	int ret = kvb_measure(r->o, c, &vsec, &lsec);
+
+	if (ret)
+		return ret;
+	if (r->ratio == KVB_COST) {
+		vo = vsec * 1e9;
+		lo = lsec * 1e9;
+	} else {
+		vo = 1 / vsec / 1e9;
+		lo = 1 / lsec / 1e9;
+	}
+	kvb_report(r, name, vo, unit, lo, limit_unit);
+	if (v)
+		*v = vo;
+	if (l)
+		*l = lo;
+	return 0;
 }
 
 /* ---- progress ------------------------------------------------------------- */

@@ -139,6 +139,58 @@ void kvb_report(const struct kvb_report *r, const char *name, double value, cons
 		double limit, const char *limit_unit);
 
 /*
+ * Measuring a case: a value and the limit it is compared against, timed
+ * side by side.  kvb_measure() warms both up, then runs --reps
+ * repetitions of the limit followed by the value, each lasting at least
+ * --rep-time, and summarises them; kvb_measure_report() also prints the
+ * result line.
+ */
+
+/* n calls of the measured work; 0 or a negative errno. */
+typedef int (*kvb_run_fn)(void *ctx, unsigned long n);
+
+/* One side of a case. */
+struct kvb_side {
+	kvb_run_fn run;
+	void *ctx;
+	double units;		/* work per call (blocks, tokens, bytes): results are per unit */
+	unsigned long iters;	/* calls per repetition, set by kvb_calibrate() */
+};
+
+struct kvb_case {
+	struct kvb_side value, limit;
+	/*
+	 * Calls too long to count ahead: after one warm call of each side,
+	 * every repetition runs whole calls one at a time until rep_time has
+	 * passed.  Else (short calls, where a clock read per call would
+	 * weigh) kvb_calibrate() counts the calls per repetition first.
+	 */
+	bool per_call;
+	/* The pair with the middle ratio (kvb_middle_pair), else each side's median. */
+	bool middle_pair;
+};
+
+/* s->iters for a repetition of about rep_time; its calls warm s up.  0 or -errno. */
+int kvb_calibrate(struct kvb_side *s, double rep_time);
+
+/* One repetition of s->iters calls: seconds per unit in *sec.  0 or -errno. */
+int kvb_time_counted(struct kvb_side *s, double *sec);
+
+/* Whole calls of s, one at a time, for at least rep_time: seconds per unit.  0 or -errno. */
+int kvb_time_calls(struct kvb_side *s, double rep_time, double *sec);
+
+/* c's value and limit in seconds per unit, *v and *l.  0 or -errno. */
+int kvb_measure(const struct kvb_opts *o, struct kvb_case *c, double *v, double *l);
+
+/*
+ * kvb_measure(), then kvb_report() of a cost (KVB_COST: ns per unit) or a
+ * rate (KVB_RATE: GB/s, units being bytes).  What was reported goes to *v
+ * and *l when they are not NULL.  0 or -errno (nothing printed).
+ */
+int kvb_measure_report(const struct kvb_report *r, const char *name, struct kvb_case *c,
+		       const char *unit, const char *limit_unit, double *v, double *l);
+
+/*
  * Progress: "kvbench BENCH: [i/n] what" on stderr, only when stderr is a
  * terminal (one line, rewritten in place, with the time elapsed) or with
  * --progress (one line per step); never with --quiet.  n 0: no [i/n].

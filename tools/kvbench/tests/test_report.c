@@ -10,10 +10,18 @@
  * that the pair is taken together: the medians of v and l alone would
  * give another ratio.
  *
+ * kvb_parse_args() on a table of every kind: values land in their
+ * variables, out-of-range and unknown options are usage errors (2) that
+ * leave the run undone, "--" stops parsing.  kvb_measure(): the calls it
+ * makes (a warm call of each side, then the repetitions; or calibration),
+ * and a side's error comes back with nothing reported.
+ *
  * Prints "# test_report: N passed, N failed"; exits 1 on any failure.
  */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "../report.h"
 
@@ -41,6 +49,134 @@ static int cmp(const void *a, const void *b)
 	double x = *(const double *)a, y = *(const double *)b;
 
 	return x < y ? -1 : x > y;
+}
+
+/* "C" into *(char *)dst; any other value is refused. */
+static int parse_c(const char *v, void *dst)
+{
+	if (strcmp(v, "C"))
+		return -1;
+	*(char *)dst = 'C';
+	return 0;
+}
+
+struct parsed {
+	bool flag;
+	const char *str;
+	int i;
+	unsigned int u;
+	unsigned long ul;
+	double d;
+	char c;
+};
+
+static const struct kvb_opts test_defaults = { .bench = "test", .reps = 5, .rep_time = 0.2 };
+
+/* kvb_parse_args over argv (NULL-terminated) into *p; its return, *rest. */
+static int parse(char **argv, struct parsed *p, struct kvb_opts *o, int *rest)
+{
+	const struct kvb_opt opts[] = {
+		{ .name = "--flag", .kind = KVB_FLAG, .dst = &p->flag, .help = "f" },
+		{ .name = "--str", .arg = "S", .kind = KVB_STR, .dst = &p->str, .help = "s" },
+		{ .name = "--int", .arg = "N", .kind = KVB_INT, .dst = &p->i, .min = 0, .max = 7,
+		  .bad = "is not 0 to 7", .help = "i" },
+		{ .name = "--uint", .arg = "N", .kind = KVB_UINT, .dst = &p->u, .min = 2, .max = 9,
+		  .bad = "is not 2 to 9", .help = "u" },
+		{ .name = "--ulong", .arg = "N", .kind = KVB_ULONG, .dst = &p->ul, .min = 0,
+		  .max = 1UL << 40, .bad = "is not 0 to 2^40", .help = "ul" },
+		{ .name = "--double", .arg = "D", .kind = KVB_DOUBLE, .dst = &p->d, .min = 0.5,
+		  .max = 1.5, .bad = "is not in [0.5, 1.5]", .help = "d" },
+		{ .name = "--c", .arg = "C", .kind = KVB_FUNC, .dst = &p->c, .parse = parse_c,
+		  .bad = "is not C", .help = "c" },
+		{ .name = "--", .kind = KVB_REST, .help = "rest" },
+		{ NULL },
+	};
+	const struct kvb_cmd cmd = { .defaults = &test_defaults, .about = "test\n", .opts = opts };
+	int argc = 0;
+
+	while (argv[argc])
+		argc++;
+	memset(p, 0, sizeof(*p));
+	return kvb_parse_args(&cmd, o, argc, argv, rest);
+}
+
+static void check_parser(void)
+{
+	char *good[] = { "test", "--flag", "--str", "x", "--int", "7", "--uint", "2",
+			 "--ulong", "1099511627776", "--double", "1.5", "--c", "C", "--reps", "3",
+			 "--json", "--", "--int", "9", NULL };
+	char *bad[][4] = {
+		{ "test", "--int", "8", NULL }, { "test", "--uint", "1", NULL },
+		{ "test", "--ulong", "1099511627777", NULL }, { "test", "--double", "0.4", NULL },
+		{ "test", "--c", "D", NULL }, { "test", "--int", NULL },
+		{ "test", "--nope", NULL }, { "test", "--reps", "100", NULL },
+		{ "test", "--plot", "x.svg", NULL }, { "test", "--int", "-1", NULL },
+	};
+	struct parsed p;
+	struct kvb_opts o;
+	unsigned int i;
+	int ret, rest;
+
+	ret = parse(good, &p, &o, &rest);
+	CHECK(ret == 0 && p.flag && p.str && !strcmp(p.str, "x") && p.i == 7 && p.u == 2 &&
+	      p.ul == 1UL << 40 && p.d == 1.5 && p.c == 'C' && o.reps == 3 && o.json &&
+	      o.rep_time == 0.2 && rest == 18,
+	      "parse: ret %d flag %d i %d u %u ul %lu d %g c %c reps %u json %d rest %d", ret,
+	      p.flag, p.i, p.u, p.ul, p.d, p.c, o.reps, o.json, rest);
+	/* the usage errors go to stderr; only their status is checked here */
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		ret = parse(bad[i], &p, &o, &rest);
+		CHECK(ret == 2, "parse %s %s: %d, expected 2", bad[i][1], bad[i][2] ? bad[i][2] : "",
+		      ret);
+	}
+}
+
+struct counter {
+	unsigned long calls, runs;
+	int fail_at;	/* the run (1-based) that fails with -EIO; 0: none */
+};
+
+static int count_run(void *ctx, unsigned long n)
+{
+	struct counter *c = ctx;
+
+	c->runs++;
+	c->calls += n;
+	return c->fail_at && c->runs == (unsigned long)c->fail_at ? -EIO : 0;
+}
+
+static void check_measure(void)
+{
+	struct kvb_opts o = { .bench = "test", .reps = 3, .rep_time = 1e-4, .quiet = true };
+	struct counter cv = { 0 }, cl = { 0 };
+	struct kvb_case m = {
+		.value = { .run = count_run, .ctx = &cv, .units = 1 },
+		.limit = { .run = count_run, .ctx = &cl, .units = 1 },
+		.per_call = true,
+	};
+	double v = -1, l = -1;
+	int ret;
+
+	ret = kvb_measure(&o, &m, &v, &l);
+	/* per call: one warm call, then at least one call per repetition, one at a time */
+	CHECK(ret == 0 && cv.runs == cv.calls && cv.calls >= 1 + o.reps && cl.calls >= 1 + o.reps &&
+	      v > 0 && l > 0, "per_call: ret %d, value %lu calls in %lu runs, limit %lu, v %g l %g",
+	      ret, cv.calls, cv.runs, cl.calls, v, l);
+
+	cv = (struct counter){ 0 };
+	cl = (struct counter){ 0 };
+	m.per_call = false;
+	ret = kvb_measure(&o, &m, &v, &l);
+	/* counted: calibration runs, then one run of iters calls per repetition */
+	CHECK(ret == 0 && m.value.iters > 1 && cv.calls > o.reps * m.value.iters,
+	      "counted: ret %d, iters %lu, %lu calls", ret, m.value.iters, cv.calls);
+
+	cv = (struct counter){ .fail_at = 3 };
+	cl = (struct counter){ 0 };
+	m.per_call = true;
+	v = l = -1;
+	ret = kvb_measure(&o, &m, &v, &l);
+	CHECK(ret == -EIO && v == -1 && l == -1, "a failing side: ret %d, v %g", ret, v);
 }
 
 int main(void)
@@ -84,6 +220,8 @@ int main(void)
 		CHECK(kvb_median(pv, 3) / kvb_median(pl, 3) != vo / lo,
 		      "planted: the medians alone agree with the pair, the case tests nothing");
 	}
+	check_parser();
+	check_measure();
 	printf("# test_report: %u passed, %u failed\n", passed, failed);
 	return failed ? 1 : 0;
 }
