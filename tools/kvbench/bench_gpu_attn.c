@@ -203,6 +203,20 @@ static int dev_fill(struct gctx *x, uint8_t *dev, size_t bytes, const void *patt
 	return ret;
 }
 
+/* n device-to-device copies of copy_bytes, each followed by a sync. */
+static int run_copy(void *ctx, unsigned long n)
+{
+	struct gctx *x = ctx;
+	int ret = 0;
+
+	while (n-- && !ret) {
+		ret = kvrt_gpu_memcpy(x->g, x->copy_b, x->copy_a, x->copy_bytes);
+		if (!ret)
+			ret = kvrt_gpu_sync(x->g, NULL);
+	}
+	return ret;
+}
+
 /*
  * Seconds per device-to-device copy of copy_bytes, whole copies for rep_time.
  * cuMemcpy returns before a device-to-device copy ends: the clock is read
@@ -210,24 +224,10 @@ static int dev_fill(struct gctx *x, uint8_t *dev, size_t bytes, const void *patt
  */
 static int time_copy(struct gctx *x, double rep_time, double *sec)
 {
-	double t0, t;
-	unsigned long n = 0;
+	struct kvb_side s = { .run = run_copy, .ctx = x, .units = 1 };
 	int ret = kvrt_gpu_sync(x->g, NULL);
 
-	if (ret)
-		return ret;
-	t0 = kvb_now_s();
-	do {
-		ret = kvrt_gpu_memcpy(x->g, x->copy_b, x->copy_a, x->copy_bytes);
-		if (!ret)
-			ret = kvrt_gpu_sync(x->g, NULL);
-		if (ret)
-			return ret;
-		n++;
-		t = kvb_now_s() - t0;
-	} while (t < rep_time);
-	*sec = t / (double)n;
-	return 0;
+	return ret ? ret : kvb_time_calls(&s, rep_time, sec);
 }
 
 /* ---- one decode combination ---------------------------------------------------------- */

@@ -133,25 +133,6 @@ static int fail_ret(const struct gc *x, const char *what, int ret)
 	return ret;
 }
 
-/* Seconds per synchronous memcpy of the limit, whole copies for rep_time. */
-static int time_limit(struct gc *x, bool to_host, double rep_time, double *sec)
-{
-	double t0 = kvb_now_s(), t;
-	unsigned long n = 0;
-	int ret;
-
-	do {
-		ret = to_host ? kvrt_gpu_memcpy(x->g, x->lim_host, x->lim_dev, x->batch_bytes) :
-				kvrt_gpu_memcpy(x->g, x->lim_dev, x->lim_host, x->batch_bytes);
-		if (ret)
-			return ret;
-		n++;
-		t = kvb_now_s() - t0;
-	} while (t < rep_time);
-	*sec = t / (double)n;
-	return 0;
-}
-
 struct copy_set {
 	const struct kvrt_block_array *dst, *src;
 	struct kvrt_block_pair *pairs;
@@ -159,24 +140,39 @@ struct copy_set {
 	enum kvrt_gpu_copy_method m;
 };
 
-/* Calls for at least rep_time (then a sync): seconds per call. */
-static int time_copies(struct gc *x, const struct copy_set *s, double rep_time, double *sec)
-{
-	double t0 = kvb_now_s(), t;
-	unsigned long n = 0;
-	int ret;
+/* A side of a copy case: the pinned memcpy limit, or the set's copies. */
+struct copy_side {
+	struct gc *x;
+	const struct copy_set *s;
+	bool to_host;		/* the limit's direction */
+};
 
-	do {
-		ret = kvrt_gpu_copy_blocks(x->g, s->dst, s->src, s->pairs, s->count, s->m, NULL);
+/* n synchronous memcpys of the limit's batch. */
+static int run_limit(void *ctx, unsigned long n)
+{
+	const struct copy_side *c = ctx;
+	struct gc *x = c->x;
+	int ret = 0;
+
+	while (n-- && !ret)
+		ret = c->to_host ? kvrt_gpu_memcpy(x->g, x->lim_host, x->lim_dev, x->batch_bytes) :
+				   kvrt_gpu_memcpy(x->g, x->lim_dev, x->lim_host, x->batch_bytes);
+	return ret;
+}
+
+/* n calls, each followed by a sync. */
+static int run_copies(void *ctx, unsigned long n)
+{
+	const struct copy_side *c = ctx;
+	const struct copy_set *s = c->s;
+	int ret = 0;
+
+	while (n-- && !ret) {
+		ret = kvrt_gpu_copy_blocks(c->x->g, s->dst, s->src, s->pairs, s->count, s->m, NULL);
 		if (!ret)
-			ret = kvrt_gpu_sync(x->g, NULL);
-		if (ret)
-			return ret;
-		n++;
-		t = kvb_now_s() - t0;
-	} while (t < rep_time);
-	*sec = t / (double)n;
-	return 0;
+			ret = kvrt_gpu_sync(c->x->g, NULL);
+	}
+	return ret;
 }
 
 /* Three pairs: the destination block's bytes (device or host) equal the source's. */
@@ -221,7 +217,6 @@ static int bench_size(struct gc *x, const struct kvb_report *rep, uint32_t layer
 	struct kvrt_space *sp = NULL;
 	void *dev = NULL;
 	char sname[64];
-	double vs[KVB_MAX_REPS], ls[KVB_MAX_REPS];
 	bool lm_too = layers == 64;
 	int ret, pass;
 
@@ -303,9 +298,17 @@ static int bench_size(struct gc *x, const struct kvb_report *rep, uint32_t layer
 					.pairs = dir ? fetch_pairs : off_pairs, .count = count,
 					.m = methods[mi],
 				};
+				struct copy_side vside = { .x = x, .s = &s };
+				struct copy_side lside = { .x = x, .to_host = !dir };
+				struct kvb_case m = {
+					.value = { .run = run_copies, .ctx = &vside,
+						   .units = (double)count * block_bytes },
+					.limit = { .run = run_limit, .ctx = &lside,
+						   .units = (double)x->batch_bytes },
+					.per_call = true,
+				};
 				char name[64], unit[96];
 				double v, l;
-				unsigned int r;
 
 				snprintf(name, sizeof(name), "%s%s_block%uk_%s", dir ? "fetch" : "offload",
 					 pass ? "_lm" : "", (unsigned int)(block_bytes >> 10),
@@ -334,11 +337,8 @@ static int bench_size(struct gc *x, const struct kvb_report *rep, uint32_t layer
 							 "bytes (calibrated at first use)",
 							 (unsigned long long)gi.kernel_copy_max);
 				}
-				for (r = 0; r < c->reps && !ret; r++) {
-					ret = time_limit(x, !dir, c->rep_time, &ls[r]);
-					if (!ret)
-						ret = time_copies(x, &s, c->rep_time, &vs[r]);
-				}
+				if (!ret)
+					ret = kvb_measure(c, &m, &v, &l);
 				if (!ret && !pass) {
 					ret = verify(x, &s, block_bytes);
 					if (ret == -EIO)
@@ -350,8 +350,8 @@ static int bench_size(struct gc *x, const struct kvb_report *rep, uint32_t layer
 						fail_ret(x, name, ret);
 					break;
 				}
-				v = (double)count * block_bytes / kvb_median(vs, c->reps) / 1e9;
-				l = (double)x->batch_bytes / kvb_median(ls, c->reps) / 1e9;
+				v = 1 / v / 1e9;
+				l = 1 / l / 1e9;
 				snprintf(unit, sizeof(unit), "GB/s one pinned %s memcpy of %lu MiB",
 					 dir ? "H2D" : "D2H", x->o->batch_mib);
 				kvb_report(rep, name, v, "GB/s block bytes copied (ratio = value/limit)", l,
