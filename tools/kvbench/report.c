@@ -135,10 +135,12 @@ static void common_table(struct kvb_opts *o, struct kvb_opt t[NR_COMMON])
 	memcpy(t, c, sizeof(c));
 }
 
-static const struct kvb_opt *find_opt(const struct kvb_opt *t, size_t n, const char *a)
+/* The option named by a's first len characters, among at most n of t. */
+static const struct kvb_opt *find_opt(const struct kvb_opt *t, size_t n, const char *a,
+				      size_t len)
 {
 	for (; t && n && t->name; t++, n--)
-		if (!strcmp(t->name, a))
+		if (strlen(t->name) == len && !strncmp(t->name, a, len))
 			return t;
 	return NULL;
 }
@@ -178,7 +180,8 @@ int kvb_parse_args(const struct kvb_cmd *cmd, struct kvb_opts *o, int argc, char
 {
 	struct kvb_opt common[NR_COMMON];
 	const struct kvb_opt *t;
-	int i;
+	const char *eq, *v;
+	int i, len;
 
 	*o = *cmd->defaults;
 	common_table(o, common);
@@ -191,12 +194,18 @@ int kvb_parse_args(const struct kvb_cmd *cmd, struct kvb_opts *o, int argc, char
 			kvb_usage(cmd, stdout);
 			return -1;
 		}
-		t = find_opt(cmd->opts, SIZE_MAX, a);
+		/* "--name=value" as well as "--name value", as kvctl and kvrt-demo take them */
+		eq = strncmp(a, "--", 2) ? NULL : strchr(a, '=');
+		len = eq ? (int)(eq - a) : (int)strlen(a);
+		t = find_opt(cmd->opts, SIZE_MAX, a, (size_t)len);
 		if (!t && !cmd->no_common)
-			t = find_opt(common, NR_COMMON, a);
+			t = find_opt(common, NR_COMMON, a, (size_t)len);
 		if (!t)
-			return kvb_usage_error(cmd, "unknown option '%s'%s", a,
+			return kvb_usage_error(cmd, "unknown option '%.*s'%s", len, a,
 					       cmd->unknown_hint ? cmd->unknown_hint : "");
+		if (eq && (t->kind == KVB_REST || t->kind == KVB_FLAG))
+			return kvb_usage_error(cmd, "option '%.*s' takes no value (got '%s')", len,
+					       a, a);
 		if (t->kind == KVB_REST) {
 			if (rest)
 				*rest = i + 1;
@@ -206,13 +215,14 @@ int kvb_parse_args(const struct kvb_cmd *cmd, struct kvb_opts *o, int argc, char
 			*(bool *)t->dst = true;
 			continue;
 		}
-		if (i + 1 >= argc)
+		if (!eq && i + 1 >= argc)
 			return kvb_usage_error(cmd, "option '%s' needs a value", a);
+		v = eq ? eq + 1 : argv[++i];
 		if (t->dst == (void *)&o->plot && !o->can_plot)
 			return kvb_usage_error(cmd, "--plot: %s has no sweep to plot (attn and copy do)",
 					       o->bench);
-		if (set_value(t, argv[++i]))
-			return kvb_usage_error(cmd, "%s: '%s' %s", a, argv[i], t->bad);
+		if (set_value(t, v))
+			return kvb_usage_error(cmd, "%.*s: '%s' %s", len, a, v, t->bad);
 	}
 	return 0;
 }

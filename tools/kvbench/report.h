@@ -80,7 +80,8 @@ struct kvb_cmd {
 
 /*
  * Parse argv[1 ..] (argv[0] is the subcommand) into o (the common options,
- * starting from *cmd->defaults) and the table's variables.  Returns 0 to
+ * starting from *cmd->defaults) and the table's variables; a value follows
+ * its option as the next argument or after '=' (--gib=0.5).  Returns 0 to
  * run, -1 after printing --help on stdout (exit 0), 2 after a usage error
  * (kvb_usage_error).  rest, when not NULL, gets the index of the first
  * argument after a KVB_REST option, argc when there is none.

@@ -10,8 +10,8 @@
  * that the pair is taken together: the medians of v and l alone would
  * give another ratio.
  *
- * kvb_parse_args() on a table of every kind: values land in their
- * variables, out-of-range and unknown options are usage errors (2) that
+ * kvb_parse_args() on a table of every kind: values (after a space or
+ * '=') land in their variables, out-of-range and unknown options are usage errors (2) that
  * leave the run undone, "--" stops parsing.  kvb_measure(): the calls it
  * makes (a warm call of each side, then the repetitions; or calibration),
  * and a side's error comes back with nothing reported.
@@ -102,8 +102,8 @@ static int parse(char **argv, struct parsed *p, struct kvb_opts *o, int *rest)
 
 static void check_parser(void)
 {
-	char *good[] = { "test", "--flag", "--str", "x", "--int", "7", "--uint", "2",
-			 "--ulong", "1099511627776", "--double", "1.5", "--c", "C", "--reps", "3",
+	char *good[] = { "test", "--flag", "--str", "x", "--int", "7", "--uint=2",
+			 "--ulong", "1099511627776", "--double", "1.5", "--c", "C", "--reps=3",
 			 "--json", "--", "--int", "9", NULL };
 	char *bad[][4] = {
 		{ "test", "--int", "8", NULL }, { "test", "--uint", "1", NULL },
@@ -111,6 +111,7 @@ static void check_parser(void)
 		{ "test", "--c", "D", NULL }, { "test", "--int", NULL },
 		{ "test", "--nope", NULL }, { "test", "--reps", "100", NULL },
 		{ "test", "--plot", "x.svg", NULL }, { "test", "--int", "-1", NULL },
+		{ "test", "--flag=1", NULL }, { "test", "--int=8", NULL }, { "test", "--in=7", NULL },
 	};
 	struct parsed p;
 	struct kvb_opts o;
@@ -120,7 +121,7 @@ static void check_parser(void)
 	ret = parse(good, &p, &o, &rest);
 	CHECK(ret == 0 && p.flag && p.str && !strcmp(p.str, "x") && p.i == 7 && p.u == 2 &&
 	      p.ul == 1UL << 40 && p.d == 1.5 && p.c == 'C' && o.reps == 3 && o.json &&
-	      o.rep_time == 0.2 && rest == 18,
+	      o.rep_time == 0.2 && rest == 16,
 	      "parse: ret %d flag %d i %d u %u ul %lu d %g c %c reps %u json %d rest %d", ret,
 	      p.flag, p.i, p.u, p.ul, p.d, p.c, o.reps, o.json, rest);
 	/* the usage errors go to stderr; only their status is checked here */
