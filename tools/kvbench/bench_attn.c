@@ -675,9 +675,8 @@ int cmd_attn(int argc, char **argv)
 	const struct kvb_cmd cmd = { .defaults = &attn_defaults, .about = attn_about,
 				     .opts = opts };
 
-	ret = kvb_parse_args(&cmd, &o.c, argc, argv, NULL);
-	if (ret)
-		return ret < 0 ? 0 : ret;
+	if (!kvb_parse_args(&cmd, &o.c, argc, argv, NULL, &ret))
+		return ret;
 	/* the shortest point, 512 tokens at 1 GiB, must hold a block */
 	if ((uint32_t)(512 * o.gib) < o.block_tokens)
 		return kvb_usage_error(&cmd, "--block-tokens %u needs --gib %.3g or more (the shortest "

@@ -263,9 +263,8 @@ int cmd_copy(int argc, char **argv)
 	const struct kvb_cmd cmd = { .defaults = &copy_defaults, .about = copy_about,
 				     .opts = opts };
 
-	ret = kvb_parse_args(&cmd, &o.c, argc, argv, NULL);
-	if (ret)
-		return ret < 0 ? 0 : ret;
+	if (!kvb_parse_args(&cmd, &o.c, argc, argv, NULL, &ret))
+		return ret;
 	if (o.c.plot)
 		o.sweep = true;
 	if (kvb_plot_check(&o.c))

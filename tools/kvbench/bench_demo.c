@@ -263,9 +263,8 @@ int cmd_demo(int argc, char **argv)
 		.unknown_hint = " (kvrt-demo's own options go after --)",
 	};
 
-	ret = kvb_parse_args(&cmd, &o, argc, argv, &i);
-	if (ret)
-		return ret < 0 ? 0 : ret;
+	if (!kvb_parse_args(&cmd, &o, argc, argv, &i, &ret))
+		return ret;
 	if (find_demo(path, sizeof(path), tried, sizeof(tried))) {
 		fprintf(stderr,
 			"kvbench demo: kvrt-demo is not available (looked at %s).\n"

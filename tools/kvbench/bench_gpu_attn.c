@@ -877,9 +877,8 @@ int cmd_gpu_attn(int argc, char **argv)
 	const struct kvb_cmd cmd = { .defaults = &gattn_defaults, .about = gattn_about,
 				     .opts = opts, .epilogue = KVB_NO_GPU_NOTE };
 
-	ret = kvb_parse_args(&cmd, &o.c, argc, argv, NULL);
-	if (ret)
-		return ret < 0 ? 0 : ret;
+	if (!kvb_parse_args(&cmd, &o.c, argc, argv, NULL, &ret))
+		return ret;
 	if (o.nb * o.nc > 64)
 		return kvb_usage_error(&cmd, "at most 64 batch x context combinations");
 	return bench(&o);

@@ -550,9 +550,8 @@ int cmd_gpu_copy(int argc, char **argv)
 	const struct kvb_cmd cmd = { .defaults = &gcopy_defaults, .about = gcopy_about,
 				     .opts = opts, .epilogue = KVB_NO_GPU_NOTE };
 
-	ret = kvb_parse_args(&cmd, &o.c, argc, argv, NULL);
-	if (ret)
-		return ret < 0 ? 0 : ret;
+	if (!kvb_parse_args(&cmd, &o.c, argc, argv, NULL, &ret))
+		return ret;
 	if (o.batch_mib > o.mib)
 		return kvb_usage_error(&cmd, "--batch-mib %lu is more than --mib %lu",
 				       o.batch_mib, o.mib);

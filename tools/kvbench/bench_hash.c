@@ -110,9 +110,8 @@ int cmd_hash(int argc, char **argv)
 	const struct kvb_cmd cmd = { .defaults = &hash_defaults, .about = hash_about,
 				     .opts = opts };
 
-	ret = kvb_parse_args(&cmd, &o.c, argc, argv, NULL);
-	if (ret)
-		return ret < 0 ? 0 : ret;
+	if (!kvb_parse_args(&cmd, &o.c, argc, argv, NULL, &ret))
+		return ret;
 	tok = malloc(o.tokens * sizeof(*tok));
 	c.hashes = malloc((o.tokens / 16) * sizeof(*c.hashes));
 	c.md = EVP_MD_fetch(NULL, "SHA256", NULL);

@@ -857,9 +857,8 @@ int cmd_pool(int argc, char **argv)
 	const struct kvb_cmd cmd = { .defaults = &pool_defaults, .about = pool_about,
 				     .opts = opts };
 
-	ret = kvb_parse_args(&cmd, &o.c, argc, argv, NULL);
-	if (ret)
-		return ret < 0 ? 0 : ret;
+	if (!kvb_parse_args(&cmd, &o.c, argc, argv, NULL, &ret))
+		return ret;
 	core = !o.only || !strcmp(o.only, "core");
 	dev = !o.only || !strcmp(o.only, "ioctl");
 	if (dev && stat(o.device, &st)) {

@@ -175,8 +175,9 @@ static int set_value(const struct kvb_opt *t, const char *v)
 	}
 }
 
-int kvb_parse_args(const struct kvb_cmd *cmd, struct kvb_opts *o, int argc, char **argv,
-		   int *rest)
+/* The option parsing itself: -1 to run, else the exit status. */
+static int parse_args(const struct kvb_cmd *cmd, struct kvb_opts *o, int argc, char **argv,
+		      int *rest)
 {
 	struct kvb_opt common[NR_COMMON];
 	const struct kvb_opt *t;
@@ -192,7 +193,7 @@ int kvb_parse_args(const struct kvb_cmd *cmd, struct kvb_opts *o, int argc, char
 
 		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
 			kvb_usage(cmd, stdout);
-			return -1;
+			return 0;
 		}
 		/* "--name=value" as well as "--name value", as kvctl and kvrt-demo take them */
 		eq = strncmp(a, "--", 2) ? NULL : strchr(a, '=');
@@ -209,7 +210,7 @@ int kvb_parse_args(const struct kvb_cmd *cmd, struct kvb_opts *o, int argc, char
 		if (t->kind == KVB_REST) {
 			if (rest)
 				*rest = i + 1;
-			return 0;
+			return -1;
 		}
 		if (t->kind == KVB_FLAG) {
 			*(bool *)t->dst = true;
@@ -224,7 +225,14 @@ int kvb_parse_args(const struct kvb_cmd *cmd, struct kvb_opts *o, int argc, char
 		if (set_value(t, v))
 			return kvb_usage_error(cmd, "%.*s: '%s' %s", len, a, v, t->bad);
 	}
-	return 0;
+	return -1;
+}
+
+bool kvb_parse_args(const struct kvb_cmd *cmd, struct kvb_opts *o, int argc, char **argv,
+		    int *rest, int *status)
+{
+	*status = parse_args(cmd, o, argc, argv, rest);
+	return *status < 0;
 }
 
 /* ---- clock and medians ------------------------------------------------------ */

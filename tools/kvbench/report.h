@@ -81,13 +81,14 @@ struct kvb_cmd {
 /*
  * Parse argv[1 ..] (argv[0] is the subcommand) into o (the common options,
  * starting from *cmd->defaults) and the table's variables; a value follows
- * its option as the next argument or after '=' (--gib=0.5).  Returns 0 to
- * run, -1 after printing --help on stdout (exit 0), 2 after a usage error
- * (kvb_usage_error).  rest, when not NULL, gets the index of the first
- * argument after a KVB_REST option, argc when there is none.
+ * its option as the next argument or after '=' (--gib=0.5).  Returns true
+ * to run; false with the exit status in *status: 0 after printing --help
+ * on stdout, 2 after a usage error (kvb_usage_error).  rest, when not
+ * NULL, gets the index of the first argument after a KVB_REST option,
+ * argc when there is none.
  */
-int kvb_parse_args(const struct kvb_cmd *cmd, struct kvb_opts *o, int argc, char **argv,
-		   int *rest);
+bool kvb_parse_args(const struct kvb_cmd *cmd, struct kvb_opts *o, int argc, char **argv,
+		    int *rest, int *status);
 
 /* The subcommand's --help. */
 void kvb_usage(const struct kvb_cmd *cmd, FILE *f);

@@ -72,7 +72,7 @@ struct parsed {
 
 static const struct kvb_opts test_defaults = { .bench = "test", .reps = 5, .rep_time = 0.2 };
 
-/* kvb_parse_args over argv (NULL-terminated) into *p; its return, *rest. */
+/* kvb_parse_args over argv (NULL-terminated) into *p: 0 to run, else the exit status. */
 static int parse(char **argv, struct parsed *p, struct kvb_opts *o, int *rest)
 {
 	const struct kvb_opt opts[] = {
@@ -92,12 +92,12 @@ static int parse(char **argv, struct parsed *p, struct kvb_opts *o, int *rest)
 		{ NULL },
 	};
 	const struct kvb_cmd cmd = { .defaults = &test_defaults, .about = "test\n", .opts = opts };
-	int argc = 0;
+	int argc = 0, status;
 
 	while (argv[argc])
 		argc++;
 	memset(p, 0, sizeof(*p));
-	return kvb_parse_args(&cmd, o, argc, argv, rest);
+	return kvb_parse_args(&cmd, o, argc, argv, rest, &status) ? 0 : status;
 }
 
 static void check_parser(void)
