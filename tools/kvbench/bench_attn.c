@@ -421,7 +421,7 @@ static const struct {
 #define NR_POINTS (sizeof(points) / sizeof(points[0]))
 #define BLOCK_MAJOR_POINT 2	/* b32 ctx8192: one block-major point is enough */
 
-static unsigned int online(void)
+static unsigned int online_cpus(void)
 {
 	long n = sysconf(_SC_NPROCESSORS_ONLN);
 
@@ -684,7 +684,7 @@ int cmd_attn(int argc, char **argv)
 				       o.block_tokens, o.block_tokens / 512.0);
 	if (kvb_plot_check(&o.c))
 		return 1;
-	threads = o.threads ? o.threads : online();
+	threads = o.threads ? o.threads : online_cpus();
 	if (threads > 256)
 		threads = 256;
 	if (bench_decode(&o, threads))

@@ -143,7 +143,7 @@ static int demo_help(const char *path, char *buf, size_t len)
 }
 
 /* Whether help lists opt as a whole word ("--json" but not "--json-file"). */
-static bool lists(const char *help, const char *opt)
+static bool help_lists_option(const char *help, const char *opt)
 {
 	size_t n = strlen(opt);
 	const char *p = help;
@@ -280,7 +280,7 @@ int cmd_demo(int argc, char **argv)
 	}
 	args[nargs++] = path;
 	if (o.json) {
-		if (!lists(help, "--json")) {
+		if (!help_lists_option(help, "--json")) {
 			fprintf(stderr,
 				"kvbench demo: %s has no --json option (its --help does not list "
 				"it); run kvbench demo without --json for its table\n",
@@ -289,11 +289,11 @@ int cmd_demo(int argc, char **argv)
 		}
 		args[nargs++] = "--json";
 	}
-	if (o.quiet && lists(help, "--quiet"))
+	if (o.quiet && help_lists_option(help, "--quiet"))
 		args[nargs++] = "--quiet";
-	else if (o.quiet && lists(help, "--no-progress"))
+	else if (o.quiet && help_lists_option(help, "--no-progress"))
 		args[nargs++] = "--no-progress";
-	if (o.progress && lists(help, "--progress"))
+	if (o.progress && help_lists_option(help, "--progress"))
 		args[nargs++] = "--progress";
 	for (; i < argc; i++) {
 		if (nargs + 1 >= MAX_ARGS) {

@@ -180,7 +180,7 @@ struct gctx {
 	size_t copy_bytes;
 };
 
-static int gerr(const struct gctx *x, const char *what, int ret)
+static int report_gpu_error(const struct gctx *x, const char *what, int ret)
 {
 	fprintf(stderr, "kvbench %s: %s: %s\n", x->o->c.bench, what, strerror(-ret));
 	return ret;
@@ -571,7 +571,7 @@ static int bench(const struct gattn_opts *o)
 	}
 	ret = kvrt_open(&x.k, &oo);
 	if (ret)
-		return gerr(&x, "kvrt_open", ret), 1;
+		return report_gpu_error(&x, "kvrt_open", ret), 1;
 	ret = kvrt_gpu_open(x.k, o->device, &x.g);
 	if (ret) {
 		fprintf(stderr, "kvbench gpu-attn: kvrt_gpu_open(%d): %s\n", o->device, strerror(-ret));
@@ -589,7 +589,7 @@ static int bench(const struct gattn_opts *o)
 	if (!ret)
 		ret = kvrt_gpu_alloc(x.g, x.copy_bytes, &x.copy_b);
 	if (ret) {
-		gerr(&x, "device copy buffers", ret);
+		report_gpu_error(&x, "device copy buffers", ret);
 		goto out;
 	}
 	{
@@ -599,7 +599,7 @@ static int bench(const struct gattn_opts *o)
 			pat[i] = (uint8_t)kvb_xorshift(&seed);
 		ret = dev_fill(&x, x.copy_a, x.copy_bytes, pat, sizeof(pat));
 		if (ret) {
-			gerr(&x, "filling the copy buffer", ret);
+			report_gpu_error(&x, "filling the copy buffer", ret);
 			goto out;
 		}
 	}
@@ -624,7 +624,7 @@ static int bench(const struct gattn_opts *o)
 		kvrt_gpu_free(x.g, cache);
 		cache = NULL;
 		if (ret != -ENOMEM) {
-			gerr(&x, "the K/V cache", ret);
+			report_gpu_error(&x, "the K/V cache", ret);
 			goto out;
 		}
 	}
@@ -640,7 +640,7 @@ static int bench(const struct gattn_opts *o)
 	ret = kvrt_layout_init(&layout, KVRT_LAYOUT_LAYER_MAJOR, 1, KV_HEADS, HEAD_DIM, BLOCK,
 			       (uint32_t)(cap_tokens / BLOCK), o->kv_dtype);
 	if (ret) {
-		gerr(&x, "kvrt_layout_init", ret);
+		report_gpu_error(&x, "kvrt_layout_init", ret);
 		goto out;
 	}
 	kvb_progress(c, 0, 0, "filling the cache");
@@ -677,7 +677,7 @@ static int bench(const struct gattn_opts *o)
 		}
 		free(pat);
 		if (ret) {
-			gerr(&x, "filling the cache", ret);
+			report_gpu_error(&x, "filling the cache", ret);
 			goto out;
 		}
 	}
@@ -689,7 +689,7 @@ static int bench(const struct gattn_opts *o)
 				maxb = o->batches[i];
 		ret = kvrt_gpu_plan_create(x.g, maxb, maxb, &plan);
 		if (ret) {
-			gerr(&x, "kvrt_gpu_plan_create", ret);
+			report_gpu_error(&x, "kvrt_gpu_plan_create", ret);
 			goto out;
 		}
 	}
@@ -729,7 +729,7 @@ static int bench(const struct gattn_opts *o)
 			if (!ret)
 				ret = dcase_plan(&dc);
 			if (ret) {
-				gerr(&x, name, ret);
+				report_gpu_error(&x, name, ret);
 				dcase_free(&x, &dc);
 				break;
 			}
@@ -769,7 +769,7 @@ static int bench(const struct gattn_opts *o)
 				ps[r] = (kvb_now_s() - t0) / (double)k;
 			}
 			if (ret) {
-				gerr(&x, name, ret);
+				report_gpu_error(&x, name, ret);
 				dcase_free(&x, &dc);
 				break;
 			}

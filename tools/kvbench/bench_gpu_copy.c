@@ -94,7 +94,7 @@ static const char gcopy_about[] =
 	"of kvrt_gpu_register_space() per GiB against registering malloc'd 4 KiB-page\n"
 	"memory.\n";
 
-static void fill(void *p, size_t bytes, uint64_t seed)
+static void fill_random(void *p, size_t bytes, uint64_t seed)
 {
 	uint64_t *w = p;
 	size_t i;
@@ -244,7 +244,7 @@ static int bench_size(struct gc *x, const struct kvb_report *rep, uint32_t layer
 	}
 	kvb_progress(c, *step, steps, "filling the pool");
 	for (i = 0; i < nblocks; i++)
-		fill(kvrt_block_addr(sp, ids[i]), block_bytes, seed + i);
+		fill_random(kvrt_block_addr(sp, ids[i]), block_bytes, seed + i);
 	ret = kvrt_layout_init(&pool_lo, KVRT_LAYOUT_BLOCK_MAJOR, layers, KV_HEADS, HEAD_DIM,
 			       BLOCK_TOKENS, nblocks, KVRT_DTYPE_BF16);
 	if (!ret)
@@ -496,7 +496,7 @@ static int bench(const struct gcopy_opts *o)
 		ret = fail_ret(&x, "mapping the limit's host buffer", -ENOMEM);
 		goto out;
 	}
-	fill(x.lim_host, x.batch_bytes, 99);
+	fill_random(x.lim_host, x.batch_bytes, 99);
 	ret = kvrt_gpu_register_host(x.g, x.lim_host, x.batch_bytes);
 	if (ret) {
 		fail_ret(&x, "kvrt_gpu_register_host (limit buffer)", ret);

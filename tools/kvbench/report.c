@@ -459,7 +459,7 @@ void kvb_note(const struct kvb_opts *o, const char *fmt, ...)
 /* ---- result lines ----------------------------------------------------------- */
 
 /* JSON has no NaN or infinity: those print as 0. */
-static void num(char *buf, size_t len, double v)
+static void format_number(char *buf, size_t len, double v)
 {
 	if (!isfinite(v))
 		v = 0;
@@ -486,9 +486,9 @@ void kvb_report(const struct kvb_report *r, const char *name, double value, cons
 		ratio = value > 0 ? limit / value : 0;
 	else
 		ratio = limit > 0 ? value / limit : 0;
-	num(v, sizeof(v), value);
-	num(l, sizeof(l), limit);
-	num(q, sizeof(q), ratio);
+	format_number(v, sizeof(v), value);
+	format_number(l, sizeof(l), limit);
+	format_number(q, sizeof(q), ratio);
 	progress_clear();
 	if (r->o->json)
 		printf("{\"bench\":\"%s\",\"case\":\"%s\",\"value\":%s,\"unit\":\"%s\","

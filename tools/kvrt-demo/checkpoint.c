@@ -94,7 +94,7 @@ uint64_t ckpt_param_count(const struct model_config *c)
 	return (uint64_t)(off[T_END] - (off[T_FSIN + 1] - off[T_FCOS]));
 }
 
-static void bind(struct checkpoint *ck)
+static void bind_tensors(struct checkpoint *ck)
 {
 	size_t off[T_END + 1];
 	float *d = ck->data;
@@ -141,7 +141,7 @@ static int alloc_data(struct checkpoint *ck, char *err, size_t errlen)
 		set_err(err, errlen, "out of memory for %zu weights", ck->n_floats);
 		return -ENOMEM;
 	}
-	bind(ck);
+	bind_tensors(ck);
 	return 0;
 }
 

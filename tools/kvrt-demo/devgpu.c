@@ -159,7 +159,7 @@ void devgpu_free(struct devgpu *g, void *dptr)
 		kvrt_gpu_free(g->gpu, dptr);
 }
 
-static int up(struct devgpu *g, void *d, const void *h, size_t bytes)
+static int upload(struct devgpu *g, void *d, const void *h, size_t bytes)
 {
 	g->st.up_bytes += bytes;
 	return bytes ? kvrt_gpu_memcpy(g->gpu, d, h, bytes) : 0;
@@ -176,15 +176,15 @@ int devgpu_step(struct devgpu *g, const struct kvrt_layout *l, const struct fwd_
 	/* the previous step's last run has finished: its output came down synchronously */
 	ret = kvrt_gpu_plan_prefill(g->plan, &g->ap, l, b->n_seqs, b->q_indptr, b->seq_lens);
 	if (!ret)
-		ret = up(g, g->d_slots, b->slots, sizeof(int64_t) * b->n_tokens);
+		ret = upload(g, g->d_slots, b->slots, sizeof(int64_t) * b->n_tokens);
 	if (!ret)
-		ret = up(g, g->d_q_indptr, b->q_indptr, ib);
+		ret = upload(g, g->d_q_indptr, b->q_indptr, ib);
 	if (!ret)
-		ret = up(g, g->d_blk_indptr, b->blk_indptr, ib);
+		ret = upload(g, g->d_blk_indptr, b->blk_indptr, ib);
 	if (!ret)
-		ret = up(g, g->d_seq_lens, b->seq_lens, sizeof(int32_t) * b->n_seqs);
+		ret = upload(g, g->d_seq_lens, b->seq_lens, sizeof(int32_t) * b->n_seqs);
 	if (!ret)
-		ret = up(g, g->d_blk_indices, b->blk_indices, sizeof(int32_t) * nb);
+		ret = upload(g, g->d_blk_indices, b->blk_indices, sizeof(int32_t) * nb);
 	g->st.steps += !ret;
 	return ret;
 }
@@ -332,14 +332,14 @@ int devgpu_layer(struct devgpu *g, const struct kvrt_kv_cache *kv, const float *
 	size_t T = b->n_tokens, qb = sizeof(float) * T * g->q_dim;
 	int ret;
 
-	ret = up(g, g->d_k, k, sizeof(float) * T * g->kv_dim);
+	ret = upload(g, g->d_k, k, sizeof(float) * T * g->kv_dim);
 	if (!ret)
-		ret = up(g, g->d_v, v, sizeof(float) * T * g->kv_dim);
+		ret = upload(g, g->d_v, v, sizeof(float) * T * g->kv_dim);
 	if (!ret)
 		ret = kvrt_gpu_append_kv(g->gpu, kv, g->d_k, g->d_v, KVRT_DTYPE_F32, g->d_slots,
 					 b->n_tokens, NULL);
 	if (!ret)
-		ret = up(g, g->d_q, q, qb);
+		ret = upload(g, g->d_q, q, qb);
 	if (!ret)
 		ret = kvrt_gpu_attn_prefill(g->plan, g->d_q, g->d_q_indptr, kv, &t, g->d_out, NULL);
 	if (!ret)

@@ -240,7 +240,7 @@ static const struct option longopts[] = {
 	{ NULL, 0, NULL, 0 },
 };
 
-static int bad(const char *opt, const char *val, const char *want)
+static int bad_value(const char *opt, const char *val, const char *want)
 {
 	fprintf(stderr, "kvrt-demo: --%s %s: %s\n", opt, val, want);
 	return EXIT_USAGE;
@@ -266,24 +266,24 @@ static int parse(int argc, char **argv, struct opts *o)
 		else
 			continue;
 		if (strcmp(name, "tiny") && strcmp(name, "default"))
-			return bad("preset", name, "tiny or default");
+			return bad_value("preset", name, "tiny or default");
 		preset(o, name);
 	}
 	opterr = 1;
 	while ((c = getopt_long(argc, argv, "h", longopts, &idx)) != -1) {
 		name = c >= O_CKPT && c <= O_OWNER ? longopts[c - O_CKPT].name : "";
-#define U32(lo, hi, dst)                                                            \
-	do {                                                                        \
-		if (parse_u32(optarg, lo, hi, &u))                                  \
-			return bad(name, optarg, "out of range (" #lo ".." #hi ")"); \
-		dst = u;                                                            \
+#define U32(lo, hi, dst)                                                                   \
+	do {                                                                               \
+		if (parse_u32(optarg, lo, hi, &u))                                         \
+			return bad_value(name, optarg, "out of range (" #lo ".." #hi ")"); \
+		dst = u;                                                                   \
 	} while (0)
 		switch (c) {
 		case O_CKPT: o->checkpoint = optarg; break;
 		case O_GEN: o->gen_checkpoint = optarg; break;
 		case O_SEED:
 			if (parse_u32(optarg, 0, UINT32_MAX, &u))
-				return bad(name, optarg, "a 32-bit number");
+				return bad_value(name, optarg, "a 32-bit number");
 			o->model_seed = u;
 			break;
 		case O_DIM: U32(2, CKPT_MAX_DIM, o->cfg.dim); break;
@@ -301,22 +301,22 @@ static int parse(int argc, char **argv, struct opts *o)
 		case O_TURNS: U32(1, 64, o->wl.max_turns); break;
 		case O_MULTI:
 			if (parse_double(optarg, 0, 1, &d))
-				return bad(name, optarg, "a fraction 0..1");
+				return bad_value(name, optarg, "a fraction 0..1");
 			o->wl.multi_turn = d;
 			break;
 		case O_RATE:
 			if (parse_double(optarg, 1e-6, 1e9, &d))
-				return bad(name, optarg, "a positive rate");
+				return bad_value(name, optarg, "a positive rate");
 			o->wl.rate = d;
 			break;
 		case O_THINK:
 			if (parse_double(optarg, 0, 1e9, &d))
-				return bad(name, optarg, "milliseconds >= 0");
+				return bad_value(name, optarg, "milliseconds >= 0");
 			o->wl.think_s = d / 1000;
 			break;
 		case O_WSEED:
 			if (parse_u32(optarg, 0, UINT32_MAX, &u))
-				return bad(name, optarg, "a 32-bit number");
+				return bad_value(name, optarg, "a 32-bit number");
 			o->wl.seed = u;
 			break;
 		case O_BT: U32(1, 4096, o->block_tokens); break;
@@ -336,7 +336,7 @@ static int parse(int argc, char **argv, struct opts *o)
 			else if (!strcmp(optarg, "bf16"))
 				o->kv_dtype = KVRT_DTYPE_BF16;
 			else
-				return bad(name, optarg, "f32, f16 or bf16");
+				return bad_value(name, optarg, "f32, f16 or bf16");
 			break;
 		case O_DECK:
 			if (!strcmp(optarg, "prefill"))
@@ -344,7 +344,7 @@ static int parse(int argc, char **argv, struct opts *o)
 			else if (!strcmp(optarg, "decode"))
 				o->decode_kernel = DECODE_WITH_DECODE;
 			else
-				return bad(name, optarg, "prefill or decode");
+				return bad_value(name, optarg, "prefill or decode");
 			break;
 		case O_DEVICE:
 			if (!strcmp(optarg, "gpu"))
@@ -354,13 +354,13 @@ static int parse(int argc, char **argv, struct opts *o)
 			else if (!strcmp(optarg, "auto"))
 				o->device = DEVICE_AUTO;
 			else
-				return bad(name, optarg, "cpu, gpu or auto");
+				return bad_value(name, optarg, "cpu, gpu or auto");
 			break;
 		case O_NOGPUCHK: o->gpu_check = 0; break;
 		case O_GPUFAULT: o->inject_gpu_fault = 1; break;
 		case O_REFDEV:
 			if (strcmp(optarg, "cpu") && strcmp(optarg, "gpu"))
-				return bad(name, optarg, "cpu or gpu");
+				return bad_value(name, optarg, "cpu or gpu");
 			o->reference_on_gpu = !strcmp(optarg, "gpu");
 			break;
 		case O_BACKEND:
@@ -371,7 +371,7 @@ static int parse(int argc, char **argv, struct opts *o)
 			else if (!strcmp(optarg, "embedded"))
 				o->backend = KVRT_BACKEND_EMBEDDED;
 			else
-				return bad(name, optarg, "auto, embedded or kmod");
+				return bad_value(name, optarg, "auto, embedded or kmod");
 			break;
 		case O_SPACE: o->space = optarg; break;
 		case O_ROLE:
@@ -380,12 +380,12 @@ static int parse(int argc, char **argv, struct opts *o)
 			else if (!strcmp(optarg, "second"))
 				o->role = ROLE_SECOND;
 			else
-				return bad(name, optarg, "first or second");
+				return bad_value(name, optarg, "first or second");
 			break;
 		case O_KEEP: o->keep_space = 1; break;
 		case O_OWNER:
 			if (parse_u32(optarg, 0, UINT32_MAX - 1, &u))
-				return bad(name, optarg, "a uid");
+				return bad_value(name, optarg, "a uid");
 			o->foreign = 1;
 			o->space_owner = u;
 			break;
