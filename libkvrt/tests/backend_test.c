@@ -31,7 +31,7 @@
 #include <unistd.h>
 
 #include "kvrt.h"
-#include "tap.h"
+#include "../../selftests/tap.h"
 
 #define BB 4096ULL
 
@@ -1943,11 +1943,12 @@ static void suite(void)
 		/* An API 1 module: the calls say so, the rest is not there to test. */
 		struct kvrt_space *s = create("np", BB, 4 * BB);
 		uint32_t id = 0;
+		char name[64];
 
-		printf("ok %d - %s: prefix cache # SKIP the module has no KVRT_FEAT_PREFIX "
-		       "(publish gives %d)\n", ++tap_n, cur_name,
-		       kvrt_publish(s, 1, &id, (const uint8_t (*)[KVRT_HASH_BYTES])ids, NULL, NULL));
-		tap_skipped++;
+		snprintf(name, sizeof(name), "%s: prefix cache", cur_name);
+		tap_result_skip(name, "the module has no KVRT_FEAT_PREFIX (publish gives %d)",
+				kvrt_publish(s, 1, &id, (const uint8_t (*)[KVRT_HASH_BYTES])ids,
+					     NULL, NULL));
 		kvrt_space_close(s);
 	} else {
 		RUNB(prefix_argument_errors);
@@ -1983,16 +1984,16 @@ int main(void)
 	test_pid = (int)getpid();
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	if (!want_emb && !want_kmod) {
-		printf("not ok 1 - KVRT_BACKEND=%s: expected kmod, embedded or unset\n", env);
-		return 1;
+		tap_result_fail("KVRT_BACKEND=%s: expected kmod, embedded or unset", env);
+		return tap_done("backend_test");
 	}
 	if (want_emb) {
 		cur = KVRT_BACKEND_EMBEDDED;
 		cur_name = "embedded";
 		K = open_backend(cur, 0, 0);
 		if (!K) {
-			printf("not ok 1 - embedded backend does not open\n");
-			return 1;
+			tap_result_fail("embedded backend does not open");
+			return tap_done("backend_test");
 		}
 		suite();
 		kvrt_close(K);
@@ -2008,13 +2009,10 @@ int main(void)
 		if (ret) {
 			snprintf(why, sizeof(why), "%s: %s", device ? device : "/dev/kvpool",
 				 strerror(-ret));
-			if (forced) {
-				printf("not ok %d - kmod backend forced, but %s\n", ++tap_n, why);
-				tap_fail++;
-			} else {
-				printf("ok %d - kmod backend # SKIP %s\n", ++tap_n, why);
-				tap_skipped++;
-			}
+			if (forced)
+				tap_result_fail("kmod backend forced, but %s", why);
+			else
+				tap_result_skip("kmod backend", "%s", why);
 		} else {
 			suite();
 			kvrt_close(K);

@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "kvrt.h"
-#include "tap.h"
+#include "../../selftests/tap.h"
 
 #define SENTINEL 0x5a
 

@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "kvrt.h"
-#include "tap.h"
+#include "../../selftests/tap.h"
 
 #define PAGE 4096
 #define NBLK 4		/* pool blocks in the space */

@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "kvrt.h"
-#include "tap.h"
+#include "../../selftests/tap.h"
 
 static uint64_t rng = 0x13198a2e03707344ULL;
 

@@ -18,7 +18,7 @@
 #include <unistd.h>
 
 #include "kvrt.h"
-#include "tap.h"
+#include "../../selftests/tap.h"
 
 static char fake_path[PATH_MAX], log_path[PATH_MAX];
 static bool have_kernels;

@@ -17,7 +17,7 @@
 
 #include "gpu/gpu_plan.h"
 #include "gpu/gpu_register.h"
-#include "tap.h"
+#include "../../selftests/tap.h"
 
 static uint64_t rng = 0x9e3779b97f4a7c15ULL;
 

@@ -16,7 +16,7 @@
 #include <openssl/sha.h>
 
 #include "kvrt.h"
-#include "tap.h"
+#include "../../selftests/tap.h"
 
 static uint64_t rng = 0x243f6a8885a308d3ULL;
 

@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "kvrt.h"
-#include "tap.h"
+#include "../../selftests/tap.h"
 
 /* Llama-3-8B-like geometry: 2 layers shown, f16, 16-token blocks. */
 TEST(block_major_f16_by_hand)

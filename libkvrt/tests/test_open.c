@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "kvrt.h"
-#include "tap.h"
+#include "../../selftests/tap.h"
 
 TEST(version)
 {

@@ -19,7 +19,7 @@
 #include <unistd.h>
 
 #include "kvrt.h"
-#include "tap.h"
+#include "../../selftests/tap.h"
 
 #define BB 4096ULL
 #define H KVRT_HASH_BYTES

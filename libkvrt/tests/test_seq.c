@@ -20,7 +20,7 @@
 #include <string.h>
 
 #include "kvrt.h"
-#include "tap.h"
+#include "../../selftests/tap.h"
 
 #define MAXB 64		/* blocks in the unit tests' tables, at most */
 #define MAXS 64		/* sequences a snapshot covers */
