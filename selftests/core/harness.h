@@ -197,4 +197,10 @@ void snap_free(struct snap *sn);
 /* Test hashes: k picks one of a small alphabet of distinct, colliding-ish keys. */
 void test_hash(kvc_u8 *hash, unsigned int k);
 
+/* The randomized tests (test_random.c), listed by test_kvcore.c and test_prefix.c. */
+void t_random_differential(void);
+void t_random_fault_storm(void);
+void t_random_prefix(void);
+void t_random_prefix_faults(void);
+
 #endif /* KVC_HARNESS_H */

@@ -8,7 +8,7 @@
  */
 #include <limits.h>
 #include "harness.h"
-#include "tap.h"
+#include "../tap.h"
 
 #define BB 4096ULL
 #define NONE KVC_NONE

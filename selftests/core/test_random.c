@@ -11,7 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "harness.h"
-#include "tap.h"
+#include "../tap.h"
 
 #define IDS_MAX 4096
 

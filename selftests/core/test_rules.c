@@ -7,7 +7,7 @@
  */
 #include "kvrules.h"
 #include "kvcore.h"
-#include "tap.h"
+#include "../tap.h"
 
 static void t_rules_name(void)
 {

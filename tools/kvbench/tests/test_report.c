@@ -11,32 +11,23 @@
  * give another ratio.
  *
  * kvb_parse_args() on a table of every kind: values (after a space or
- * '=') land in their variables, out-of-range and unknown options are usage errors (2) that
- * leave the run undone, "--" stops parsing.  kvb_measure(): the calls it
+ * '=') land in their variables, out-of-range and unknown options are
+ * usage errors (2) that leave the run undone, "--" stops parsing.  kvb_measure(): the calls it
  * makes (a warm call of each side, then the repetitions; or calibration),
  * and a side's error comes back with nothing reported.
  *
- * Prints "# test_report: N passed, N failed"; exits 1 on any failure.
+ * Five TAP tests (selftests/tap.h); ends with
+ * "# test_report: N passed, N failed, N skipped"; exits 1 on any failure.
  */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "../../../selftests/tap.h"
 #include "../report.h"
 
-static unsigned int passed, failed;
-
-#define CHECK(cond, ...)                                                     \
-	do {                                                                 \
-		if (cond) {                                                  \
-			passed++;                                            \
-		} else {                                                     \
-			failed++;                                            \
-			printf("not ok: " __VA_ARGS__);                      \
-			printf("\n");                                        \
-		}                                                            \
-	} while (0)
+#define TRIALS 2000
 
 static double rnd(unsigned long long *s)
 {
@@ -50,6 +41,9 @@ static int cmp(const void *a, const void *b)
 
 	return x < y ? -1 : x > y;
 }
+
+/* Both random tests draw the same (v, l) sequence from this seed. */
+#define SEED 12345
 
 /* "C" into *(char *)dst; any other value is refused. */
 static int parse_c(const char *v, void *dst)
@@ -100,7 +94,7 @@ static int parse(char **argv, struct parsed *p, struct kvb_opts *o, int *rest)
 	return kvb_parse_args(&cmd, o, argc, argv, rest, &status) ? 0 : status;
 }
 
-static void check_parser(void)
+TEST(parser_table)
 {
 	char *good[] = { "test", "--flag", "--str", "x", "--int", "7", "--uint=2",
 			 "--ulong", "1099511627776", "--double", "1.5", "--c", "C", "--reps=3",
@@ -119,7 +113,7 @@ static void check_parser(void)
 	int ret, rest;
 
 	ret = parse(good, &p, &o, &rest);
-	CHECK(ret == 0 && p.flag && p.str && !strcmp(p.str, "x") && p.i == 7 && p.u == 2 &&
+	CHECKF(ret == 0 && p.flag && p.str && !strcmp(p.str, "x") && p.i == 7 && p.u == 2 &&
 	      p.ul == 1UL << 40 && p.d == 1.5 && p.c == 'C' && o.reps == 3 && o.json &&
 	      o.rep_time == 0.2 && rest == 16,
 	      "parse: ret %d flag %d i %d u %u ul %lu d %g c %c reps %u json %d rest %d", ret,
@@ -127,7 +121,7 @@ static void check_parser(void)
 	/* the usage errors go to stderr; only their status is checked here */
 	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		ret = parse(bad[i], &p, &o, &rest);
-		CHECK(ret == 2, "parse %s %s: %d, expected 2", bad[i][1], bad[i][2] ? bad[i][2] : "",
+		CHECKF(ret == 2, "parse %s %s: %d, expected 2", bad[i][1], bad[i][2] ? bad[i][2] : "",
 		      ret);
 	}
 }
@@ -146,7 +140,7 @@ static int count_run(void *ctx, unsigned long n)
 	return c->fail_at && c->runs == (unsigned long)c->fail_at ? -EIO : 0;
 }
 
-static void check_measure(void)
+TEST(measure_loop)
 {
 	struct kvb_opts o = { .bench = "test", .reps = 3, .rep_time = 1e-4, .quiet = true };
 	struct counter cv = { 0 }, cl = { 0 };
@@ -160,7 +154,7 @@ static void check_measure(void)
 
 	ret = kvb_measure(&o, &m, &v, &l);
 	/* per call: one warm call, then at least one call per repetition, one at a time */
-	CHECK(ret == 0 && cv.runs == cv.calls && cv.calls >= 1 + o.reps && cl.calls >= 1 + o.reps &&
+	CHECKF(ret == 0 && cv.runs == cv.calls && cv.calls >= 1 + o.reps && cl.calls >= 1 + o.reps &&
 	      v > 0 && l > 0, "per_call: ret %d, value %lu calls in %lu runs, limit %lu, v %g l %g",
 	      ret, cv.calls, cv.runs, cl.calls, v, l);
 
@@ -169,7 +163,7 @@ static void check_measure(void)
 	m.per_call = false;
 	ret = kvb_measure(&o, &m, &v, &l);
 	/* counted: calibration runs, then one run of iters calls per repetition */
-	CHECK(ret == 0 && m.value.iters > 1 && cv.calls > o.reps * m.value.iters,
+	CHECKF(ret == 0 && m.value.iters > 1 && cv.calls > o.reps * m.value.iters,
 	      "counted: ret %d, iters %lu, %lu calls", ret, m.value.iters, cv.calls);
 
 	cv = (struct counter){ .fail_at = 3 };
@@ -177,16 +171,17 @@ static void check_measure(void)
 	m.per_call = true;
 	v = l = -1;
 	ret = kvb_measure(&o, &m, &v, &l);
-	CHECK(ret == -EIO && v == -1 && l == -1, "a failing side: ret %d, v %g", ret, v);
+	CHECKF(ret == -EIO && v == -1 && l == -1, "a failing side: ret %d, v %g", ret, v);
 }
 
-int main(void)
+/* TRIALS random n: the middle pair against the brute force */
+TEST(middle_pair_random)
 {
-	unsigned long long seed = 12345;
-	double v[KVB_MAX_REPS], l[KVB_MAX_REPS], sv[KVB_MAX_REPS], vo, lo, m;
+	double v[KVB_MAX_REPS], l[KVB_MAX_REPS], vo, lo;
+	unsigned long long seed = SEED;
 	unsigned int trial, n, i, below, found;
 
-	for (trial = 0; trial < 2000; trial++) {
+	for (trial = 0; trial < TRIALS; trial++) {
 		n = 1 + trial % KVB_MAX_REPS;
 		for (i = 0; i < n; i++) {
 			v[i] = rnd(&seed);
@@ -199,30 +194,52 @@ int main(void)
 			found |= v[i] == vo && l[i] == lo;
 			below += v[i] / l[i] < vo / lo;
 		}
-		CHECK(found && below == n / 2, "n %u: pair (%g, %g) is %s, %u of %u below", n, vo,
-		      lo, found ? "an input pair" : "no input pair", below, n);
+		CHECKF(found && below == n / 2, "n %u: pair (%g, %g) is %s, %u of %u below", n, vo,
+		       lo, found ? "an input pair" : "no input pair", below, n);
+	}
+}
 
-		for (i = 0; i < n; i++)
-			sv[i] = v[i];
+/* TRIALS random n: the median against a sort */
+TEST(median_random)
+{
+	double v[KVB_MAX_REPS], sv[KVB_MAX_REPS], m;
+	unsigned long long seed = SEED;
+	unsigned int trial, n, i;
+
+	for (trial = 0; trial < TRIALS; trial++) {
+		n = 1 + trial % KVB_MAX_REPS;
+		for (i = 0; i < n; i++) {
+			sv[i] = v[i] = rnd(&seed);
+			rnd(&seed);	/* the l draw: keeps v the other test's */
+		}
 		qsort(sv, n, sizeof(*sv), cmp);
 		m = n % 2 ? sv[n / 2] : (sv[n / 2 - 1] + sv[n / 2]) / 2;
-		CHECK(kvb_median(v, n) == m, "n %u: median %g, expected %g", n, kvb_median(v, n), m);
+		CHECKF(kvb_median(v, n) == m, "n %u: median %g, expected %g", n, kvb_median(v, n), m);
 	}
+}
 
-	/*
-	 * One fast moment and two slow ones: the middle pair is (2.0, 2.2),
-	 * quotient 0.909; the medians alone (2.0 and 2.0) would say 1.0.
-	 */
-	{
-		const double pv[3] = { 1.0, 2.0, 2.1 }, pl[3] = { 1.25, 2.2, 2.0 };
+/*
+ * One fast moment and two slow ones: the middle pair is (2.0, 2.2),
+ * quotient 0.909; the medians alone (2.0 and 2.0) would say 1.0.
+ */
+TEST(middle_pair_planted)
+{
+	const double pv[3] = { 1.0, 2.0, 2.1 }, pl[3] = { 1.25, 2.2, 2.0 };
+	double vo, lo;
 
-		kvb_middle_pair(pv, pl, 3, &vo, &lo);
-		CHECK(vo == 2.0 && lo == 2.2, "planted: pair (%g, %g), expected (2, 2.2)", vo, lo);
-		CHECK(kvb_median(pv, 3) / kvb_median(pl, 3) != vo / lo,
-		      "planted: the medians alone agree with the pair, the case tests nothing");
-	}
-	check_parser();
-	check_measure();
-	printf("# test_report: %u passed, %u failed\n", passed, failed);
-	return failed ? 1 : 0;
+	kvb_middle_pair(pv, pl, 3, &vo, &lo);
+	CHECKF(vo == 2.0 && lo == 2.2, "planted: pair (%g, %g), expected (2, 2.2)", vo, lo);
+	CHECKF(kvb_median(pv, 3) / kvb_median(pl, 3) != vo / lo,
+	       "planted: the medians alone agree with the pair, the case tests nothing");
+}
+
+int main(void)
+{
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	RUN(middle_pair_random);
+	RUN(median_random);
+	RUN(middle_pair_planted);
+	RUN(parser_table);
+	RUN(measure_loop);
+	return tap_done("test_report");
 }
