@@ -31,7 +31,7 @@
 #       and OUTDIR/README.md, the record: device, driver, date, command and
 #       status of every step.
 #   bench/gpu-run.sh dry-run [WORKDIR]   without a GPU: bundle, then run with
-#       the tiny profile against the emulated driver (cuda/test/emu_libcuda.cpp);
+#       the tiny profile against the emulated driver (cuda/tests/emu_libcuda.cpp);
 #       fails where the script or a step would fail on the GPU machine.
 #
 # Environment for run:

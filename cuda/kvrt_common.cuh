@@ -3,7 +3,7 @@
  * kvrt_common.cuh: what the kernels share.
  *
  *   - the execution-model shim: CUDA proper, or (KVRT_EMU) the host
- *     emulator in test/emu.h that runs the same source on the CPU;
+ *     emulator in tests/emu.h that runs the same source on the CPU;
  *   - dtype conversions that are bit-exact with libkvrt/src/kv/dtype.c
  *     (round-to-nearest-even, the same saturation and NaN handling), so
  *     appended bytes and written outputs match the CPU's;
@@ -22,7 +22,7 @@
 #include "kvrt_gpu_abi.h"
 
 #ifdef KVRT_EMU
-#include "test/emu.h"
+#include "tests/emu.h"
 #define KVRT_DEV static inline
 #define KVRT_HD static inline
 #define KVRT_MEMBER inline

@@ -23,10 +23,12 @@
  * The state is one set of weak globals, so a program of several files
  * that each include this header keeps one count.
  *
- * Where tests live: user-space tests are C files named tests/test_<what>.c
- * (one program each, using this header).  The module's selftests in
- * selftests/kvpool/ keep the kernel's <what>_test.c names and its own
- * harness (kselftest_harness.h), since they follow the kernel's layout.
+ * Where tests live: a user-space test is one program, test_<what>.c, in
+ * the tests/ folder of the part it tests (libkvrt/tests/, cuda/tests/,
+ * tools/<tool>/tests/; kvcore's are in selftests/core/), using this header.
+ * The module's selftests in selftests/kvpool/ follow the kernel instead:
+ * <what>_test.c on kselftest_harness.h, and the VM runs every *_test.
+ * (Documentation/libkvrt.rst, "Testing", says the same.)
  */
 #ifndef SELFTESTS_TAP_H
 #define SELFTESTS_TAP_H

@@ -112,7 +112,7 @@ for kind in plain asan; do
 		# Without the module the kmod backend is covered in the VM
 		# (selftests/kvpool/libkvrt_backend_test), not skipped here.
 		backend=${KVRT_BACKEND:-}
-		if [ "$t" = backend_test ] && [ -z "$backend" ] && [ ! -e /dev/kvpool ]; then
+		if [ "$t" = test_backend ] && [ -z "$backend" ] && [ ! -e /dev/kvpool ]; then
 			backend=embedded
 		fi
 		KVRT_BACKEND=$backend timeout "$TIMEOUT" "$bin" > "$log" 2>&1

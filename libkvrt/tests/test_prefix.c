@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 /*
  * test_prefix: the prefix cache API where the embedded backend has its own
- * rules or its own machinery, beyond what backend_test checks on both
+ * rules or its own machinery, beyond what test_backend checks on both
  * backends: the version that introduced the API, namespaces and persistence
  * bound to the struct kvrt, the eventfd, the pool cap as an eviction cause,
  * large batches, and joins, closes and destroys racing each other.

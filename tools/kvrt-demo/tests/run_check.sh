@@ -64,7 +64,7 @@ run --preset tiny --inject-fault --decode-kernel decode
 result $([ $rc != 0 ] || ! grep -q 'logits were bitwise identical' "$TMP/out"; echo $?) \
 	"with --decode-kernel decode (tokens only) the corruption still shows in the logits line"
 
-# The GPU path on the emulated driver (cuda/test/emu_libcuda.cpp): head dim
+# The GPU path on the emulated driver (cuda/tests/emu_libcuda.cpp): head dim
 # 64, as the GPU kernels need.  The check must pass, and fail on a wrong output.
 EMU=${KVRT_DEMO_EMU:-$(cd "$(dirname "$0")/../../../cuda" && pwd)/build/emu/libcuda-emu.so}
 GPU_TINY=(--preset tiny --dim 128 --heads 2 --kv-heads 1 --device gpu)

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * backend_test: libkvrt's space and prefix cache API against each
+ * test_backend: libkvrt's space and prefix cache API against each
  * backend, with the errnos Documentation/kvpool.rst gives for the ioctls,
  * for both backends alike.  The prefix cache part checks against
  * expectations worked out by hand (eviction order from priorities and
@@ -13,7 +13,7 @@
  *   KVRT_DEVICE            the device (default /dev/kvpool)
  *
  * Built twice by libkvrt's Makefile: against the shared library (and under
- * ASan+UBSan) for `make check`, and static (build/backend_test) for the
+ * ASan+UBSan) for `make check`, and static (build/test_backend) for the
  * test VM, where kvpool.ko is loaded.  Space names carry the pid, so runs
  * never meet each other's spaces on a shared module.
  */
@@ -1985,7 +1985,7 @@ int main(void)
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	if (!want_emb && !want_kmod) {
 		tap_result_fail("KVRT_BACKEND=%s: expected kmod, embedded or unset", env);
-		return tap_done("backend_test");
+		return tap_done("test_backend");
 	}
 	if (want_emb) {
 		cur = KVRT_BACKEND_EMBEDDED;
@@ -1993,7 +1993,7 @@ int main(void)
 		K = open_backend(cur, 0, 0);
 		if (!K) {
 			tap_result_fail("embedded backend does not open");
-			return tap_done("backend_test");
+			return tap_done("test_backend");
 		}
 		suite();
 		kvrt_close(K);
@@ -2018,5 +2018,5 @@ int main(void)
 			kvrt_close(K);
 		}
 	}
-	return tap_done("backend_test");
+	return tap_done("test_backend");
 }

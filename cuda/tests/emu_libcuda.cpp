@@ -81,7 +81,7 @@ static CUresult Init(unsigned) { return OK; }
 static CUresult DriverGetVersion(int *v) { *v = getenv("EMU_DRIVER") ? atoi(getenv("EMU_DRIVER")) : 13000; return OK; }
 static CUresult DeviceGetCount(int *n) { *n = 1; return OK; }
 static CUresult DeviceGet(int *d, int o) { if (o != 0) return 101; *d = 0; return OK; }
-static CUresult DeviceGetName(char *b, int len, int) { snprintf(b, len, "Emulated GPU (cuda/test/emu.h)"); return OK; }
+static CUresult DeviceGetName(char *b, int len, int) { snprintf(b, len, "Emulated GPU (cuda/tests/emu.h)"); return OK; }
 static CUresult DeviceGetAttribute(int *v, int attr, int) { *v = attr == 16 ? 132 : attr == 75 ? 9 : attr == 76 ? 0 : 1; return OK; }
 static CUresult DeviceTotalMem(size_t *b, int) { *b = 80ULL << 30; return OK; }
 static CUresult PrimaryCtxRetain(void **c, int) { *c = (void *)0x100; return OK; }
