@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * selftests/tap.h: the one TAP emitter of the project's user-space C tests
- * (kvcore's selftests/core, libkvrt/tests, the tools' tests/).  Header-only.
+ * selftests/tap.h: the one TAP emitter of the project's user-space C and
+ * C++ tests (selftests/core, libkvrt/tests, cuda/tests, the tools' tests/).
+ * Header-only.
  *
  *   TEST(name) { CHECK(x); CHECK_EQ(a, b); CHECKF(x, "fmt", ...); ... }
  *   int main(void) { RUN(name); ...; return tap_done("test_what"); }
@@ -17,7 +18,9 @@
  *                      at most 40 such lines per test)
  *   REQUIRE            fail it and return from the test
  *   tap_skip(why)      report the running test skipped (unless it failed)
- *   tap_result_skip / tap_result_fail   report a test that was not run
+ *   tap_result(ok, fmt, ...)   one result of its own: a check reported as
+ *                      a test, or a test that could not run
+ *   tap_result_skip    a test that was not run, as skipped
  *   tap_only           when set, tests whose name lacks it report SKIP
  *
  * The state is one set of weak globals, so a program of several files
@@ -142,19 +145,26 @@ static void tap_result_skip(const char *name, const char *fmt, ...)
 	fflush(stdout);
 }
 
-/* "not ok N - <message>" */
-__attribute__((format(printf, 1, 2), unused))
-static void tap_result_fail(const char *fmt, ...)
+/*
+ * "ok N - <message>" or "not ok N - <message>": a result of its own, for a
+ * result outside any TEST or a program that reports each check as a test.
+ */
+__attribute__((format(printf, 2, 3), unused))
+static bool tap_result(bool ok, const char *fmt, ...)
 {
 	va_list ap;
 
-	tap_fail++;
-	printf("not ok %d - ", ++tap_n);
+	if (ok)
+		tap_pass++;
+	else
+		tap_fail++;
+	printf("%sok %d - ", ok ? "" : "not ", ++tap_n);
 	va_start(ap, fmt);
 	vprintf(fmt, ap);
 	va_end(ap);
 	fputc('\n', stdout);
 	fflush(stdout);
+	return ok;
 }
 
 __attribute__((unused))

@@ -20,11 +20,10 @@
  * Each kernel is launched with a grid smaller than its work, so the
  * grid-stride loops run more than once.  KVRT_TEST_SEED picks the seed,
  * KVRT_TEST_CASES the number of random attention cases, KVRT_TEST_LONG the
- * longest sequence (default: about 400 tokens).  Prints TAP and
- * "N passed, N failed".
+ * longest sequence (default: about 400 tokens).  One TAP result per check
+ * (selftests/tap.h), then "# test_kernels: N passed, N failed, N skipped".
  */
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +37,7 @@ extern "C" {
 #include "kv/dtype.h"
 }
 #include "../kvrt_gpu_abi.h"
+#include "../../selftests/tap.h"
 #include "emu.h"
 
 /* ---- the kernels --------------------------------------------------------- */
@@ -84,26 +84,6 @@ static const attn_fn prefill_fns[3][3] = {
 static int hd_index(uint32_t hd)
 {
 	return hd == 64 ? 0 : hd == 128 ? 1 : 2;
-}
-
-/* ---- TAP -------------------------------------------------------------------- */
-
-static unsigned passed, failed;
-
-static void check(bool ok, const char *fmt, ...)
-{
-	va_list ap;
-
-	printf("%s %u - ", ok ? "ok" : "not ok", passed + failed + 1);
-	va_start(ap, fmt);
-	vprintf(fmt, ap);
-	va_end(ap);
-	printf("\n");
-	fflush(stdout);
-	if (ok)
-		passed++;
-	else
-		failed++;
 }
 
 static std::mt19937_64 rng;
@@ -198,11 +178,11 @@ static void test_conversions()
 			badd += !(x[k] == want || (isnan(x[k]) && isnan(want)));
 		}
 	}
-	check(!bad16, "f32_to_f16 matches dtype.c (%u differ)", bad16);
-	check(!badb, "f32_to_bf16 matches dtype.c (%u differ)", badb);
-	check(!bad8, "f32_to_fp8 matches dtype.c (%u differ)", bad8);
-	check(!badh, "f16_to_f32 matches dtype.c for all 65536 (%u differ)", badh);
-	check(!badd, "fp8 decoding (scalar, packed) matches dtype.c for all 256 (%u differ)", badd);
+	tap_result(!bad16, "f32_to_f16 matches dtype.c (%u differ)", bad16);
+	tap_result(!badb, "f32_to_bf16 matches dtype.c (%u differ)", badb);
+	tap_result(!bad8, "f32_to_fp8 matches dtype.c (%u differ)", bad8);
+	tap_result(!badh, "f16_to_f32 matches dtype.c for all 65536 (%u differ)", badh);
+	tap_result(!badd, "fp8 decoding (scalar, packed) matches dtype.c for all 256 (%u differ)", badd);
 
 	for (uint32_t d = 1; d <= 300; d++) {
 		kvgpu::FastDiv fd = kvgpu::make_fastdiv(d);
@@ -216,7 +196,7 @@ static void test_conversions()
 		}
 		badf += kvgpu::fdiv(fd, 0x7fffffffu) != 0x7fffffffu / d;
 	}
-	check(!badf, "fastdiv for divisors 1..300 (%u wrong)", badf);
+	tap_result(!badf, "fastdiv for divisors 1..300 (%u wrong)", badf);
 }
 
 /* ---- paged KV worlds -------------------------------------------------------- */
@@ -583,7 +563,7 @@ static void test_decode(const AttnCase &c)
 	int ret = kvrt_attn_decode(&p, q.data(), &kc, &tab, ref.data());
 
 	if (ret) {
-		check(false, "%s: CPU reference returned %d", desc, ret);
+		tap_result(false, "%s: CPU reference returned %d", desc, ret);
 		return;
 	}
 
@@ -653,7 +633,7 @@ static void test_decode(const AttnCase &c)
 	size_t where = 0;
 	double err = compare(out, c.o, ref, w.vmax, &where);
 
-	check(err <= tolerance(c.o), "%s splits=%zu: err %.3g (tol %.3g) at seq %zu head %zu", desc,
+	tap_result(err <= tolerance(c.o), "%s splits=%zu: err %.3g (tol %.3g) at seq %zu head %zu", desc,
 	      merges.size(), err, tolerance(c.o), where / hd / nq, where / hd % nq);
 }
 
@@ -686,7 +666,7 @@ static void test_prefill(const AttnCase &c)
 	int ret = kvrt_attn_prefill(&p, q.data(), qptr.data(), &kc, &tab, ref.data());
 
 	if (ret) {
-		check(false, "%s: CPU reference returned %d", desc, ret);
+		tap_result(false, "%s: CPU reference returned %d", desc, ret);
 		return;
 	}
 	for (uint32_t s = 0; s < nseq; s++) {
@@ -734,7 +714,7 @@ static void test_prefill(const AttnCase &c)
 	size_t where = 0;
 	double err = compare(out, c.o, ref, w.vmax, &where);
 
-	check(err <= tolerance(c.o), "%s q_lens=%d..: err %.3g (tol %.3g) at row %zu head %zu", desc,
+	tap_result(err <= tolerance(c.o), "%s q_lens=%d..: err %.3g (tol %.3g) at row %zu head %zu", desc,
 	      qptr[1], err, tolerance(c.o), where / hd / nq, where / hd % nq);
 }
 
@@ -818,7 +798,7 @@ static void test_append(enum kvrt_dtype kvdt, enum kvrt_dtype src, int kind)
 	int ret = kvrt_append_kv(&kc, k.data(), v.data(), src, cpu_slots.data(), ntok);
 
 	if (ret) {
-		check(false, "%s: kvrt_append_kv returned %d", desc, ret);
+		tap_result(false, "%s: kvrt_append_kv returned %d", desc, ret);
 		return;
 	}
 
@@ -858,7 +838,7 @@ static void test_append(enum kvrt_dtype kvdt, enum kvrt_dtype src, int kind)
 			first = i;
 	for (size_t i = 0; i < scales.size(); i++)
 		sdiff += memcmp(&scales[i], &cpu_scales[i], 4) != 0;
-	check(!diff && !sdiff, "%s tokens=%u: %zu bytes differ (first at %zu), %zu scales differ", desc,
+	tap_result(!diff && !sdiff, "%s tokens=%u: %zu bytes differ (first at %zu), %zu scales differ", desc,
 	      ntok, diff, first, sdiff);
 }
 
@@ -900,7 +880,7 @@ static void test_copy()
 		bad += dst != want;
 		n += (unsigned)runs.size();
 	}
-	check(!bad, "copy_runs: %u runs of random sizes and alignments", n);
+	tap_result(!bad, "copy_runs: %u runs of random sizes and alignments", n);
 }
 
 int main()
@@ -922,6 +902,5 @@ int main()
 		test_decode(random_case(false));
 	for (int i = 0; i < cases; i++)
 		test_prefill(random_case(true));
-	printf("# test_kernels: %u passed, %u failed\n", passed, failed);
-	return failed ? 1 : 0;
+	return tap_done("test_kernels");
 }

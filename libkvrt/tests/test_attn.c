@@ -37,7 +37,7 @@
  * -EINVAL of the validation, each leaving the output untouched.
  *
  * Prints TAP (one line per group of checks, one per error case) and
- * "# test_attn: N passed, N failed"; exits 1 on any failure.  KVRT_TEST_SEED
+ * "# test_attn: N passed, N failed, N skipped"; exits 1 on any failure.  KVRT_TEST_SEED
  * overrides the seed, KVRT_TEST_CASES the number of random cases.
  */
 #define _GNU_SOURCE
@@ -52,18 +52,18 @@
 #include <string.h>
 
 #include "kvrt.h"
+#include "../../selftests/tap.h"
 #include "kv_data.h"
 
 /*
- * TAP: checks are gathered into groups, one "ok N - group" line each
- * (the error-path checks are one line each); a failed check prints a
+ * TAP (selftests/tap.h): checks are gathered into groups, one result line
+ * each (the error-path checks are one line each); a failed check prints a
  * "# FAIL" diagnostic with the case's shape at once.
  */
-static int tap_n, tap_pass, tap_fail;
 static int grp_pass, grp_fail;
 static double worst[6][3];	/* [impl][out dtype]: largest error seen */
 
-#define CHECK(cond, ...)                                                    \
+#define GROUP_CHECK(cond, ...)                                              \
 	do {                                                                \
 		if (cond) {                                                 \
 			grp_pass++;                                         \
@@ -79,22 +79,17 @@ static double worst[6][3];	/* [impl][out dtype]: largest error seen */
 __attribute__((format(printf, 1, 2)))
 static void group_end(const char *fmt, ...)
 {
-	bool ok = !grp_fail;
+	char what[512];
 	va_list ap;
 
-	tap_n++;
-	if (ok)
-		tap_pass++;
-	else
-		tap_fail++;
-	printf("%sok %d - ", ok ? "" : "not ", tap_n);
 	va_start(ap, fmt);
-	vprintf(fmt, ap);
+	vsnprintf(what, sizeof(what), fmt, ap);
 	va_end(ap);
 	if (grp_pass + grp_fail > 1)
-		printf(" (%d checks, %d failed)", grp_pass + grp_fail, grp_fail);
-	printf("\n");
-	fflush(stdout);
+		tap_result(!grp_fail, "%s (%d checks, %d failed)", what, grp_pass + grp_fail,
+			   grp_fail);
+	else
+		tap_result(!grp_fail, "%s", what);
 	grp_pass = grp_fail = 0;
 }
 
@@ -501,7 +496,7 @@ static void run_decode(const struct tcase *tc)
 		if (err > worst[i][tc->o_dt])
 			worst[i][tc->o_dt] = err;
 		describe(desc, sizeof(desc), tc, impls[i].name);
-		CHECK(!ret && err <= tolerance(tc->o_dt),
+		GROUP_CHECK(!ret && err <= tolerance(tc->o_dt),
 		      "decode %s: ret %d, err %.3g (tol %.3g) at seq %zu head %zu", desc, ret, err,
 		      tolerance(tc->o_dt), where / nq, where % nq);
 	}
@@ -607,7 +602,7 @@ static void run_prefill(const struct tcase *tc, uint32_t rounds)
 			if (err > worst[i][tc->o_dt])
 				worst[i][tc->o_dt] = err;
 			describe(desc, sizeof(desc), tc, impls[i].name);
-			CHECK(!ret && err <= tolerance(tc->o_dt),
+			GROUP_CHECK(!ret && err <= tolerance(tc->o_dt),
 			      "prefill round %u/%u %s: ret %d, err %.3g (tol %.3g) at row %zu", c,
 			      rounds, desc, ret, err, tolerance(tc->o_dt), where);
 		}
@@ -726,29 +721,29 @@ static void test_threads_identical(void)
 	threads_case_make(&c);
 	ref = malloc(c.n * 4);
 	o = malloc(c.n * 4);
-	CHECK(threads_case_decode(&c, NULL, 1, c.q, ref) == 0, "decode, 1 thread");
+	GROUP_CHECK(threads_case_decode(&c, NULL, 1, c.q, ref) == 0, "decode, 1 thread");
 	for (t = 1; t < 4; t++) {
 		memset(o, 0xff, c.n * 4);
-		CHECK(threads_case_decode(&c, NULL, nthr[t], c.q, o) == 0 &&
+		GROUP_CHECK(threads_case_decode(&c, NULL, nthr[t], c.q, o) == 0 &&
 		      !memcmp(ref, o, c.n * 4),
 		      "fast decode differs between 1 and %u threads", nthr[t]);
 	}
 	for (t = 0; t < 4; t++) {
 		struct kvrt_workers *w = NULL;
 
-		CHECK(kvrt_workers_create(nthr[t], &w) == 0 && w, "workers of %u threads",
+		GROUP_CHECK(kvrt_workers_create(nthr[t], &w) == 0 && w, "workers of %u threads",
 		      nthr[t]);
 		if (!w)
 			continue;
 		for (k = 0; k < 2; k++) {
 			memset(o, 0xff, c.n * 4);
-			CHECK(threads_case_decode(&c, w, 0, c.q, o) == 0 &&
+			GROUP_CHECK(threads_case_decode(&c, w, 0, c.q, o) == 0 &&
 			      !memcmp(ref, o, c.n * 4),
 			      "decode on %u kept threads (call %u) differs from 1 thread", nthr[t],
 			      k + 1);
 		}
 		memset(o, 0xff, c.n * 4);
-		CHECK(threads_case_decode(&c, w, 2, c.q, o) == 0 && !memcmp(ref, o, c.n * 4),
+		GROUP_CHECK(threads_case_decode(&c, w, 2, c.q, o) == 0 && !memcmp(ref, o, c.n * 4),
 		      "decode on %u kept threads capped at 2 differs from 1 thread", nthr[t]);
 		kvrt_workers_destroy(w);
 	}
@@ -803,23 +798,23 @@ static void test_workers_shared(void)
 	int i;
 
 	threads_case_make(&c);
-	CHECK(kvrt_workers_create(2, &w) == 0, "workers of 2 threads");
+	GROUP_CHECK(kvrt_workers_create(2, &w) == 0, "workers of 2 threads");
 	for (i = 0; i < CALLERS; i++) {
 		q[i] = malloc(c.n * 2);
 		want[i] = malloc(c.n * 4);
 		for (j = 0; j < c.n; j++)
 			enc(KVRT_DTYPE_BF16, q[i], j, rnd_unit());
-		CHECK(threads_case_decode(&c, NULL, 2, q[i], want[i]) == 0, "decode, caller %d",
+		GROUP_CHECK(threads_case_decode(&c, NULL, 2, q[i], want[i]) == 0, "decode, caller %d",
 		      i);
 	}
 	for (i = 0; i < CALLERS && w; i++) {
 		cl[i] = (struct caller){ .c = &c, .w = w, .q = q[i], .want = want[i] };
-		CHECK(pthread_create(&cl[i].tid, NULL, caller_main, &cl[i]) == 0,
+		GROUP_CHECK(pthread_create(&cl[i].tid, NULL, caller_main, &cl[i]) == 0,
 		      "caller thread %d", i);
 	}
 	for (i = 0; i < CALLERS && w; i++) {
 		pthread_join(cl[i].tid, NULL);
-		CHECK(!cl[i].bad, "caller %d: %d of %d calls on the shared workers failed or "
+		GROUP_CHECK(!cl[i].bad, "caller %d: %d of %d calls on the shared workers failed or "
 		      "differed", i, cl[i].bad, CALLS_EACH);
 	}
 	kvrt_workers_destroy(w);
@@ -843,12 +838,12 @@ static void test_perturbation_detected(void)
 
 	for (i = 0; i < 8; i++)
 		out[i] = (float)ref[i];
-	CHECK(max_err(&tc, out, &ex, 2, &where) <= tolerance(tc.o_dt), "exact output rejected");
+	GROUP_CHECK(max_err(&tc, out, &ex, 2, &where) <= tolerance(tc.o_dt), "exact output rejected");
 	out[6] += (float)(3 * tolerance(tc.o_dt) * vs[1]);
-	CHECK(max_err(&tc, out, &ex, 2, &where) > tolerance(tc.o_dt) && where == 1,
+	GROUP_CHECK(max_err(&tc, out, &ex, 2, &where) > tolerance(tc.o_dt) && where == 1,
 	      "an output off by 3 tolerances was not detected");
 	out[6] = NAN;
-	CHECK(isnan(max_err(&tc, out, &ex, 2, &where)), "a NaN output was not detected");
+	GROUP_CHECK(isnan(max_err(&tc, out, &ex, 2, &where)), "a NaN output was not detected");
 	tc.o_dt = KVRT_DTYPE_BF16;
 	{
 		uint16_t b[8];
@@ -857,7 +852,7 @@ static void test_perturbation_detected(void)
 			enc(KVRT_DTYPE_BF16, b, i, ref[i]);
 		/* truncation costs < 1 ulp: 2^-7 relative, above the bf16 tolerance */
 		enc(KVRT_DTYPE_BF16, b, 0, 0.5 * (1 + 0x1p-7) + 0x1p-7);
-		CHECK(max_err(&tc, b, &ex, 2, &where) > tolerance(tc.o_dt) && where == 0,
+		GROUP_CHECK(max_err(&tc, b, &ex, 2, &where) > tolerance(tc.o_dt) && where == 0,
 		      "a bf16 output off by one ulp was not detected");
 	}
 }
@@ -895,7 +890,7 @@ static void test_errors(void)
 		int r_;                                                             \
 		memcpy(out, sentinel, sizeof(out));                                 \
 		r_ = kvrt_attn_decode(P, Q, KV, BT, O);                             \
-		CHECK(r_ == (want) && (!(want) || !memcmp(out, sentinel, sizeof(out))), \
+		GROUP_CHECK(r_ == (want) && (!(want) || !memcmp(out, sentinel, sizeof(out))), \
 		      "decode %s: got %d, want %d%s", what, r_, want,                \
 		      r_ == (want) ? " (output written)" : "");                     \
 		group_end("errors: decode, %s: %s", what, #want);                   \
@@ -905,7 +900,7 @@ static void test_errors(void)
 		int r_;                                                             \
 		memcpy(out, sentinel, sizeof(out));                                 \
 		r_ = kvrt_attn_prefill(P, Q, QI, KV, BT, O);                        \
-		CHECK(r_ == (want) && (!(want) || !memcmp(out, sentinel, sizeof(out))), \
+		GROUP_CHECK(r_ == (want) && (!(want) || !memcmp(out, sentinel, sizeof(out))), \
 		      "prefill %s: got %d, want %d%s", what, r_, want,               \
 		      r_ == (want) ? " (output written)" : "");                     \
 		group_end("errors: prefill, %s: %s", what, #want);                  \
@@ -1041,7 +1036,7 @@ static void test_errors(void)
 		/* every chunk empty: nothing to compute, nothing written */
 		p.impl = i ? KVRT_ATTN_REFERENCE : KVRT_ATTN_FAST;
 		EXPECT_PREFILL(0, &p, qp, bad, &kv, &bt, out, "every chunk empty");
-		CHECK(!memcmp(out, sentinel, sizeof(out)), "prefill, every chunk empty, %s: "
+		GROUP_CHECK(!memcmp(out, sentinel, sizeof(out)), "prefill, every chunk empty, %s: "
 		      "output written", i ? "reference" : "fast");
 		group_end("errors: prefill, every chunk empty leaves the output");
 	}
@@ -1056,7 +1051,7 @@ static void test_errors(void)
 	b2 = bt;
 	b2.num_seqs = 0;
 	memcpy(out, sentinel, sizeof(out));
-	CHECK(kvrt_attn_decode(&p, q, &kv, &b2, out) == 0 && !memcmp(out, sentinel, sizeof(out)),
+	GROUP_CHECK(kvrt_attn_decode(&p, q, &kv, &b2, out) == 0 && !memcmp(out, sentinel, sizeof(out)),
 	      "no sequences: not 0, or output written");
 	group_end("errors: decode, no sequences: 0, nothing written");
 
@@ -1065,10 +1060,10 @@ static void test_errors(void)
 		struct kvrt_workers *w = (struct kvrt_workers *)&lo;	/* a marker */
 		struct kvrt_attn_params p7 = p;
 
-		CHECK(kvrt_workers_create(KVRT_WORKERS_MAX + 1, &w) == -EINVAL &&
+		GROUP_CHECK(kvrt_workers_create(KVRT_WORKERS_MAX + 1, &w) == -EINVAL &&
 		      w == (struct kvrt_workers *)&lo,
 		      "workers_create(KVRT_WORKERS_MAX + 1): not -EINVAL, or *workers written");
-		CHECK(kvrt_workers_create(2, NULL) == -EINVAL, "workers_create(2, NULL): not -EINVAL");
+		GROUP_CHECK(kvrt_workers_create(2, NULL) == -EINVAL, "workers_create(2, NULL): not -EINVAL");
 		kvrt_workers_destroy(NULL);
 		group_end("errors: workers_create, too many threads or NULL: -EINVAL");
 		p7.num_q_heads = 7;
@@ -1082,11 +1077,11 @@ static void test_errors(void)
 			r3 = kvrt_attn_decode_on(kept, &p7, q, &kv, &bt, out);
 			r4 = kvrt_attn_prefill_on(kept, &p, qp, NULL, &kv, &bt, out);
 			r5 = kvrt_attn_prefill_on(kept, &p7, qp, q_indptr, &kv, &bt, out);
-			CHECK(r1 == -EINVAL && r2 == -EINVAL && r3 == -EINVAL && r4 == -EINVAL &&
+			GROUP_CHECK(r1 == -EINVAL && r2 == -EINVAL && r3 == -EINVAL && r4 == -EINVAL &&
 			      r5 == -EINVAL && !memcmp(out, sentinel, sizeof(out)),
 			      "%s on workers: NULL workers %d/%d, bad params %d/%d/%d (want -EINVAL "
 			      "and nothing written)", i ? "reference" : "fast", r1, r2, r3, r4, r5);
-			CHECK(kvrt_attn_decode_on(kept, &p, q, &kv, &bt, out) == 0 &&
+			GROUP_CHECK(kvrt_attn_decode_on(kept, &p, q, &kv, &bt, out) == 0 &&
 			      kvrt_attn_prefill_on(kept, &p, qp, q_indptr, &kv, &bt, out) == 0,
 			      "%s on workers: a valid call failed", i ? "reference" : "fast");
 			group_end("errors: %s on workers: NULL workers or bad params: -EINVAL",
@@ -1171,7 +1166,5 @@ int main(void)
 	printf("# tolerances: out f32 %.1e, f16 %.2e, bf16 %.2e (of the largest |v| attended)\n",
 	       tolerance(KVRT_DTYPE_F32), tolerance(KVRT_DTYPE_F16), tolerance(KVRT_DTYPE_BF16));
 	kvrt_workers_destroy(kept);
-	printf("1..%d\n", tap_n);
-	printf("# test_attn: %d passed, %d failed\n", tap_pass, tap_fail);
-	return tap_fail ? 1 : 0;
+	return tap_done("test_attn");
 }

@@ -19,8 +19,8 @@
  * scale) and a sweep of bf16 patterns put in V must come back bit-exact in
  * an f32 output, for the reference and each fast kernel.
  *
- * Prints TAP and "# test_attn_dtype: N passed, N failed"; exits 1 on any
- * failure.
+ * One TAP result per check (selftests/tap.h's tap_result), then
+ * "# test_attn_dtype: N passed, N failed, N skipped"; exits 1 on any failure.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -33,6 +33,7 @@
 #include <string.h>
 
 #include "kvrt.h"
+#include "../../selftests/tap.h"
 
 /*
  * dtype.c's conversions are internal (hidden in the shared library), so
@@ -51,19 +52,6 @@
 #define kvrt_store_f32 copy_store_f32
 #include "../src/kv/dtype.c"
 #undef kvrt_dtype_size
-
-static int tap_n, tap_fail;
-
-/* One TAP line per check. */
-#define CHECK(cond, ...)                                                    \
-	do {                                                                \
-		bool ok_ = (cond);                                          \
-		tap_n++;                                                    \
-		tap_fail += !ok_;                                           \
-		printf("%sok %d - ", ok_ ? "" : "not ", tap_n);             \
-		printf(__VA_ARGS__);                                        \
-		printf("\n");                                               \
-	} while (0)
 
 static float bits_f(uint32_t u)
 {
@@ -164,12 +152,12 @@ static void check_encoders(float x)
 
 static void test_sizes(void)
 {
-	CHECK(kvrt_dtype_size(KVRT_DTYPE_F32) == 4, "size f32");
-	CHECK(kvrt_dtype_size(KVRT_DTYPE_F16) == 2, "size f16");
-	CHECK(kvrt_dtype_size(KVRT_DTYPE_BF16) == 2, "size bf16");
-	CHECK(kvrt_dtype_size(KVRT_DTYPE_FP8_E4M3) == 1, "size fp8");
-	CHECK(kvrt_dtype_size((enum kvrt_dtype)4) == 0, "size of dtype 4");
-	CHECK(kvrt_dtype_size((enum kvrt_dtype)-1) == 0, "size of dtype -1");
+	tap_result(kvrt_dtype_size(KVRT_DTYPE_F32) == 4, "size f32");
+	tap_result(kvrt_dtype_size(KVRT_DTYPE_F16) == 2, "size f16");
+	tap_result(kvrt_dtype_size(KVRT_DTYPE_BF16) == 2, "size bf16");
+	tap_result(kvrt_dtype_size(KVRT_DTYPE_FP8_E4M3) == 1, "size fp8");
+	tap_result(kvrt_dtype_size((enum kvrt_dtype)4) == 0, "size of dtype 4");
+	tap_result(kvrt_dtype_size((enum kvrt_dtype)-1) == 0, "size of dtype -1");
 }
 
 static void test_decoders(void)
@@ -186,12 +174,12 @@ static void test_decoders(void)
 	}
 	for (i = 0; i < 256; i++)
 		bad8 += !same(kvrt_fp8e4m3_to_f32((uint8_t)i), fp8_value((uint8_t)i));
-	CHECK(!bad16, "%d f16 patterns decoded wrong", bad16);
-	CHECK(!badb, "%d bf16 patterns decoded wrong", badb);
-	CHECK(!bad8, "%d fp8 patterns decoded wrong", bad8);
-	CHECK(isnan(kvrt_fp8e4m3_to_f32(0x7f)) && isnan(kvrt_fp8e4m3_to_f32(0xff)),
+	tap_result(!bad16, "%d f16 patterns decoded wrong", bad16);
+	tap_result(!badb, "%d bf16 patterns decoded wrong", badb);
+	tap_result(!bad8, "%d fp8 patterns decoded wrong", bad8);
+	tap_result(isnan(kvrt_fp8e4m3_to_f32(0x7f)) && isnan(kvrt_fp8e4m3_to_f32(0xff)),
 	      "fp8 NaN patterns");
-	CHECK(kvrt_fp8e4m3_to_f32(0x7e) == 448 && kvrt_fp8e4m3_to_f32(0x01) == 0x1p-9f,
+	tap_result(kvrt_fp8e4m3_to_f32(0x7e) == 448 && kvrt_fp8e4m3_to_f32(0x01) == 0x1p-9f,
 	      "fp8 max and min");
 }
 
@@ -248,15 +236,15 @@ static void test_encoders(void)
 	check_encoders(464.0f);
 	check_encoders(1e30f);
 	check_encoders(0x1p-149f);
-	CHECK(kvrt_f32_to_fp8e4m3(INFINITY) == 0x7e && kvrt_f32_to_fp8e4m3(-INFINITY) == 0xfe,
+	tap_result(kvrt_f32_to_fp8e4m3(INFINITY) == 0x7e && kvrt_f32_to_fp8e4m3(-INFINITY) == 0xfe,
 	      "fp8 saturates infinities");
-	CHECK(kvrt_f32_to_f16(65520.0f) == 0x7c00 && kvrt_f32_to_f16(65519.99f) == 0x7bff,
+	tap_result(kvrt_f32_to_f16(65520.0f) == 0x7c00 && kvrt_f32_to_f16(65519.99f) == 0x7bff,
 	      "f16 overflow threshold");
-	CHECK((kvrt_f32_to_bf16(bits_f(0x7f800001)) & 0x7fc0) == 0x7fc0,
+	tap_result((kvrt_f32_to_bf16(bits_f(0x7f800001)) & 0x7fc0) == 0x7fc0,
 	      "bf16 keeps a signalling NaN a NaN");
-	CHECK(!enc_bad[0], "f32_to_f16: %ld of %ld inputs wrong", enc_bad[0], enc_checked);
-	CHECK(!enc_bad[1], "f32_to_bf16: %ld of %ld inputs wrong", enc_bad[1], enc_checked);
-	CHECK(!enc_bad[2], "f32_to_fp8e4m3: %ld of %ld inputs wrong", enc_bad[2], enc_checked);
+	tap_result(!enc_bad[0], "f32_to_f16: %ld of %ld inputs wrong", enc_bad[0], enc_checked);
+	tap_result(!enc_bad[1], "f32_to_bf16: %ld of %ld inputs wrong", enc_bad[1], enc_checked);
+	tap_result(!enc_bad[2], "f32_to_fp8e4m3: %ld of %ld inputs wrong", enc_bad[2], enc_checked);
 	printf("# encoders: %ld inputs each\n", enc_checked);
 }
 
@@ -322,7 +310,7 @@ static void kernel_roundtrip(enum kvrt_dtype dt, uint32_t count, uint32_t (*patt
 				if (!(same(out[idx], want) || (want == 0 && out[idx] == 0)) && !bad++)
 					first = v;
 			}
-		CHECK(!ret && !bad, "V through the %s kernel (%s): ret %d, %d of %u %s patterns wrong (first 0x%x)",
+		tap_result(!ret && !bad, "V through the %s kernel (%s): ret %d, %d of %u %s patterns wrong (first 0x%x)",
 		      i ? "fast" : "reference", isas[i] ? isas[i] : i ? "best" : "-", ret, bad, count,
 		      dt == KVRT_DTYPE_F16 ? "f16" : dt == KVRT_DTYPE_BF16 ? "bf16" : "fp8", first);
 	}
@@ -353,7 +341,5 @@ int main(void)
 	kernel_roundtrip(KVRT_DTYPE_F16, 65536, all_patterns);
 	kernel_roundtrip(KVRT_DTYPE_FP8_E4M3, 256, all_patterns);
 	kernel_roundtrip(KVRT_DTYPE_BF16, 65536, bf16_patterns);
-	printf("1..%d\n", tap_n);
-	printf("# test_attn_dtype: %d passed, %d failed\n", tap_n - tap_fail, tap_fail);
-	return tap_fail ? 1 : 0;
+	return tap_done("test_attn_dtype");
 }

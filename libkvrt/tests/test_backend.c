@@ -1984,7 +1984,7 @@ int main(void)
 	test_pid = (int)getpid();
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	if (!want_emb && !want_kmod) {
-		tap_result_fail("KVRT_BACKEND=%s: expected kmod, embedded or unset", env);
+		tap_result(false, "KVRT_BACKEND=%s: expected kmod, embedded or unset", env);
 		return tap_done("test_backend");
 	}
 	if (want_emb) {
@@ -1992,7 +1992,7 @@ int main(void)
 		cur_name = "embedded";
 		K = open_backend(cur, 0, 0);
 		if (!K) {
-			tap_result_fail("embedded backend does not open");
+			tap_result(false, "embedded backend does not open");
 			return tap_done("test_backend");
 		}
 		suite();
@@ -2010,7 +2010,7 @@ int main(void)
 			snprintf(why, sizeof(why), "%s: %s", device ? device : "/dev/kvpool",
 				 strerror(-ret));
 			if (forced)
-				tap_result_fail("kmod backend forced, but %s", why);
+				tap_result(false, "kmod backend forced, but %s", why);
 			else
 				tap_result_skip("kmod backend", "%s", why);
 		} else {

@@ -4,36 +4,21 @@
  * layout of the file, errors), the building blocks of the decoder against
  * float64 references, and the property the equivalence check rests on: a
  * token's logits do not depend on the batch, the chunking or the thread
- * count.  TAP output; exit status 1 on any failure.
+ * count.  One TAP result per check (selftests/tap.h); exit status 1 on any
+ * failure.
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "../../../selftests/tap.h"
 #include "cache.h"
 #include "checkpoint.h"
 #include "model.h"
-
-static int n_test, n_fail;
-
-static void ok(int cond, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void ok(int cond, const char *fmt, ...)
-{
-	va_list ap;
-
-	printf("%sok %d - ", cond ? "" : "not ", ++n_test);
-	va_start(ap, fmt);
-	vprintf(fmt, ap);
-	va_end(ap);
-	putchar('\n');
-	if (!cond)
-		n_fail++;
-}
 
 static uint64_t rng = 0x1234567;
 
@@ -88,38 +73,38 @@ static void test_checkpoint_roundtrip(int shared)
 
 	c.shared_classifier = shared;
 	ret = ckpt_generate(&a, &c, 42, err, sizeof(err));
-	ok(ret == 0, "generate (%s classifier): %s", shared ? "shared" : "separate",
+	tap_result(ret == 0, "generate (%s classifier): %s", shared ? "shared" : "separate",
 	   ret ? err : "ok");
 	if (ret)
 		return;
 	ret = ckpt_save(&a, tmpfile_path, err, sizeof(err));
-	ok(ret == 0, "save: %s", ret ? err : "ok");
-	ok(file_size(tmpfile_path) == (long)(CKPT_HEADER_BYTES + 4 * a.n_floats),
+	tap_result(ret == 0, "save: %s", ret ? err : "ok");
+	tap_result(file_size(tmpfile_path) == (long)(CKPT_HEADER_BYTES + 4 * a.n_floats),
 	   "file is header + %zu floats", a.n_floats);
 	/* the header as llama2.c defines it, with vocab negated for a separate classifier */
 	read_at(tmpfile_path, 0, hdr, sizeof(hdr));
-	ok(hdr[0] == c.dim && hdr[1] == c.hidden_dim && hdr[2] == c.n_layers &&
+	tap_result(hdr[0] == c.dim && hdr[1] == c.hidden_dim && hdr[2] == c.n_layers &&
 	   hdr[3] == c.n_heads && hdr[4] == c.n_kv_heads &&
 	   hdr[5] == (shared ? c.vocab_size : -c.vocab_size) && hdr[6] == c.seq_len,
 	   "header: dim hidden layers heads kv_heads %svocab seq_len", shared ? "" : "-");
 	/* tensor order: embedding first, rms_att, then wq; the classifier last */
 	read_at(tmpfile_path, CKPT_HEADER_BYTES, &f0, 4);
-	ok(f0 == a.tok_emb[0], "the token embedding follows the header");
+	tap_result(f0 == a.tok_emb[0], "the token embedding follows the header");
 	wq_off = CKPT_HEADER_BYTES + 4 * (long)(V * D + L * D);
 	read_at(tmpfile_path, wq_off, &f0, 4);
-	ok(f0 == a.wq[0] && a.wq == a.data + V * D + L * D, "wq follows rms_att");
+	tap_result(f0 == a.wq[0] && a.wq == a.data + V * D + L * D, "wq follows rms_att");
 	read_at(tmpfile_path, file_size(tmpfile_path) - 4, &last, 4);
-	ok(shared ? last == a.freq_sin[(size_t)c.seq_len * (D / c.n_heads) / 2 - 1] :
+	tap_result(shared ? last == a.freq_sin[(size_t)c.seq_len * (D / c.n_heads) / 2 - 1] :
 		    last == a.wcls[V * D - 1],
 	   "the file ends with %s", shared ? "the legacy RoPE tables" : "wcls");
 	ret = ckpt_load(&b, tmpfile_path, err, sizeof(err));
-	ok(ret == 0, "load: %s", ret ? err : "ok");
+	tap_result(ret == 0, "load: %s", ret ? err : "ok");
 	if (!ret) {
-		ok(!memcmp(&a.cfg, &b.cfg, sizeof(a.cfg)), "config survives the round trip");
-		ok(a.n_floats == b.n_floats && !memcmp(a.data, b.data, 4 * a.n_floats),
+		tap_result(!memcmp(&a.cfg, &b.cfg, sizeof(a.cfg)), "config survives the round trip");
+		tap_result(a.n_floats == b.n_floats && !memcmp(a.data, b.data, 4 * a.n_floats),
 		   "every weight survives the round trip");
-		ok(ckpt_fingerprint(&a) == ckpt_fingerprint(&b), "fingerprints match");
-		ok(shared ? b.wcls == b.tok_emb : b.wcls != b.tok_emb,
+		tap_result(ckpt_fingerprint(&a) == ckpt_fingerprint(&b), "fingerprints match");
+		tap_result(shared ? b.wcls == b.tok_emb : b.wcls != b.tok_emb,
 		   "classifier %s", shared ? "is the embedding" : "is its own tensor");
 		ckpt_free(&b);
 	}
@@ -134,9 +119,9 @@ static void test_checkpoint_generator(void)
 	ckpt_generate(&a, &small, 7, err, sizeof(err));
 	ckpt_generate(&b, &small, 7, err, sizeof(err));
 	ckpt_generate(&c, &small, 8, err, sizeof(err));
-	ok(!memcmp(a.data, b.data, 4 * a.n_floats), "the same seed gives the same weights");
-	ok(memcmp(a.data, c.data, 4 * a.n_floats) != 0, "another seed gives other weights");
-	ok(a.rms_att[0] == 1.0f && a.rms_final[small.dim - 1] == 1.0f, "norm weights are 1");
+	tap_result(!memcmp(a.data, b.data, 4 * a.n_floats), "the same seed gives the same weights");
+	tap_result(memcmp(a.data, c.data, 4 * a.n_floats) != 0, "another seed gives other weights");
+	tap_result(a.rms_att[0] == 1.0f && a.rms_final[small.dim - 1] == 1.0f, "norm weights are 1");
 	ckpt_free(&a);
 	ckpt_free(&b);
 	ckpt_free(&c);
@@ -150,22 +135,22 @@ static void test_checkpoint_errors(void)
 	FILE *f;
 	long n;
 
-	ok(ckpt_load(&b, "/nonexistent/model.bin", err, sizeof(err)) == -ENOENT,
+	tap_result(ckpt_load(&b, "/nonexistent/model.bin", err, sizeof(err)) == -ENOENT,
 	   "missing file: ENOENT (%s)", err);
 	c.n_kv_heads = 4;	/* 6 heads are not a multiple of 4 */
-	ok(ckpt_generate(&a, &c, 1, err, sizeof(err)) == -EINVAL, "bad shape refused (%s)", err);
+	tap_result(ckpt_generate(&a, &c, 1, err, sizeof(err)) == -EINVAL, "bad shape refused (%s)", err);
 	ckpt_generate(&a, &small, 1, err, sizeof(err));
 	ckpt_save(&a, tmpfile_path, err, sizeof(err));
 	n = file_size(tmpfile_path);
 	if (truncate(tmpfile_path, n - 4) == 0)
-		ok(ckpt_load(&b, tmpfile_path, err, sizeof(err)) == -EINVAL,
+		tap_result(ckpt_load(&b, tmpfile_path, err, sizeof(err)) == -EINVAL,
 		   "truncated file refused (%s)", err);
 	f = fopen(tmpfile_path, "wb");
 	if (f) {
 		fwrite("\x01\x00", 1, 2, f);
 		fclose(f);
 	}
-	ok(ckpt_load(&b, tmpfile_path, err, sizeof(err)) == -EINVAL, "short header refused (%s)",
+	tap_result(ckpt_load(&b, tmpfile_path, err, sizeof(err)) == -EINVAL, "short header refused (%s)",
 	   err);
 	ckpt_free(&a);
 }
@@ -190,7 +175,7 @@ static void test_rmsnorm(void)
 		if (e > maxerr)
 			maxerr = e;
 	}
-	ok(maxerr < 2e-6, "rmsnorm against float64: max relative error %.2g", maxerr);
+	tap_result(maxerr < 2e-6, "rmsnorm against float64: max relative error %.2g", maxerr);
 }
 
 static void test_rope(void)
@@ -216,7 +201,7 @@ static void test_rope(void)
 			maxerr = fmax(maxerr, fmax(fabs(v[i] - r0), fabs(v[i + 1] - r1)));
 		}
 	}
-	ok(maxerr < 1e-6, "rope against float64 up to position %d: max error %.2g", SEQ - 1,
+	tap_result(maxerr < 1e-6, "rope against float64 up to position %d: max error %.2g", SEQ - 1,
 	   maxerr);
 	free(ct);
 	free(st);
@@ -240,7 +225,7 @@ static void test_swiglu(void)
 
 		maxerr = fmax(maxerr, fabs(out[i] - ref) / (fabs(ref) + 1e-6));
 	}
-	ok(maxerr < 1e-5, "swiglu against float64: max relative error %.2g", maxerr);
+	tap_result(maxerr < 1e-5, "swiglu against float64: max relative error %.2g", maxerr);
 }
 
 static void test_matmul(void)
@@ -267,15 +252,15 @@ static void test_matmul(void)
 			maxerr = fmax(maxerr, fabs(y[t * N + n] - ref));
 		}
 	}
-	ok(maxerr < 1e-4, "matmul against float64: max error %.2g", maxerr);
+	tap_result(maxerr < 1e-4, "matmul against float64: max error %.2g", maxerr);
 	/* each row alone, and the whole on three threads: the same bits */
 	for (t = 0; t < T; t++) {
 		matmul(NULL, y1, x + (size_t)t * K, w, 1, N, K);
 		same &= !memcmp(y1, y + (size_t)t * N, sizeof(float) * N);
 	}
-	ok(same, "matmul rows do not depend on the batch");
+	tap_result(same, "matmul rows do not depend on the batch");
 	matmul(pool, y2, x, w, T, N, K);
-	ok(!memcmp(y, y2, sizeof(float) * T * N), "matmul does not depend on the thread count");
+	tap_result(!memcmp(y, y2, sizeof(float) * T * N), "matmul does not depend on the thread count");
 	tpool_destroy(pool);
 	free(x);
 	free(w);
@@ -288,7 +273,7 @@ static void test_argmax(void)
 {
 	float l[6] = { 1, 3, -2, 3, 0, 3 };
 
-	ok(argmax(l, 6) == 1, "argmax takes the lowest id on ties");
+	tap_result(argmax(l, 6) == 1, "argmax takes the lowest id on ties");
 }
 
 /*
@@ -378,14 +363,14 @@ static void test_forward_invariance(void)
 	model_init(&m2, &ck, 128, 2, DECODE_WITH_PREFILL);
 	devcache_init(&dev, 2, 2, 16, 16, 16, KVRT_DTYPE_F16, NULL);
 	ret = run_chunks(&m1, &dev, tok, 100, 100, NULL, a);
-	ok(ret == 0, "forward, one chunk of 100 tokens: %d", ret);
+	tap_result(ret == 0, "forward, one chunk of 100 tokens: %d", ret);
 	ret = run_chunks(&m2, &dev, tok, 100, 7, other, b);
-	ok(ret == 0, "forward, chunks of 7 batched with another sequence, 2 threads: %d", ret);
-	ok(!memcmp(a, b, sizeof(float) * 200), "the logits are the same bits both ways");
+	tap_result(ret == 0, "forward, chunks of 7 batched with another sequence, 2 threads: %d", ret);
+	tap_result(!memcmp(a, b, sizeof(float) * 200), "the logits are the same bits both ways");
 	ret = run_chunks(&m2, &dev, tok, 100, 1, NULL, d);
-	ok(!ret && !memcmp(a, d, sizeof(float) * 200),
+	tap_result(!ret && !memcmp(a, d, sizeof(float) * 200),
 	   "token by token (1-token prefill chunks): the same bits");
-	ok(argmax(a, 200) == argmax(b, 200), "the same next token");
+	tap_result(argmax(a, 200) == argmax(b, 200), "the same next token");
 	devcache_fini(&dev);
 	model_fini(&m1);
 	model_fini(&m2);
@@ -412,6 +397,5 @@ int main(void)
 	test_argmax();
 	test_forward_invariance();
 	unlink(tmpfile_path);
-	printf("1..%d\n# %d passed, %d failed\n", n_test, n_test - n_fail, n_fail);
-	return n_fail ? 1 : 0;
+	return tap_done("test_model");
 }
