@@ -323,6 +323,18 @@ out:
 	return ret;
 }
 
+/* Lock the table and find id: the sequence, locked; or NULL, unlocked. */
+static struct seq *seq_lock(struct kvrt_seqs *seqs, uint64_t id)
+{
+	struct seq *s;
+
+	pthread_mutex_lock(&seqs->lock);
+	s = seq_find(seqs, id);
+	if (!s)
+		pthread_mutex_unlock(&seqs->lock);
+	return s;
+}
+
 int kvrt_seq_append(struct kvrt_seqs *seqs, uint64_t id, uint32_t n, int64_t *slots)
 {
 	struct seq *s;
@@ -333,12 +345,9 @@ int kvrt_seq_append(struct kvrt_seqs *seqs, uint64_t id, uint32_t n, int64_t *sl
 
 	if (!seqs || (n && !slots))
 		return -EINVAL;
-	pthread_mutex_lock(&seqs->lock);
-	s = seq_find(seqs, id);
-	if (!s) {
-		ret = -ENOENT;
-		goto out;
-	}
+	s = seq_lock(seqs, id);
+	if (!s)
+		return -ENOENT;
 	if (!n)
 		goto out;
 	bt = seqs->block_tokens;
@@ -392,12 +401,9 @@ int kvrt_seq_fork(struct kvrt_seqs *seqs, uint64_t parent, uint64_t *child)
 
 	if (!seqs || !child)
 		return -EINVAL;
-	pthread_mutex_lock(&seqs->lock);
-	p = seq_find(seqs, parent);
-	if (!p) {
-		ret = -ENOENT;
-		goto out;
-	}
+	p = seq_lock(seqs, parent);
+	if (!p)
+		return -ENOENT;
 	for (i = 0; i < p->nblocks; i++)
 		if (seqs->refs[p->blocks[i]] >= REFS_MAX) {
 			ret = -EOVERFLOW;
@@ -426,12 +432,9 @@ int kvrt_seq_truncate(struct kvrt_seqs *seqs, uint64_t id, uint32_t len)
 
 	if (!seqs)
 		return -EINVAL;
-	pthread_mutex_lock(&seqs->lock);
-	s = seq_find(seqs, id);
-	if (!s) {
-		ret = -ENOENT;
-		goto out;
-	}
+	s = seq_lock(seqs, id);
+	if (!s)
+		return -ENOENT;
 	if (len > s->len) {
 		ret = -ERANGE;
 		goto out;
@@ -450,23 +453,18 @@ out:
 int kvrt_seq_free(struct kvrt_seqs *seqs, uint64_t id)
 {
 	struct seq *s;
-	int ret = 0;
 
 	if (!seqs)
 		return -EINVAL;
-	pthread_mutex_lock(&seqs->lock);
-	s = seq_find(seqs, id);
-	if (!s) {
-		ret = -ENOENT;
-		goto out;
-	}
+	s = seq_lock(seqs, id);
+	if (!s)
+		return -ENOENT;
 	while (s->nblocks)
 		ref_put(seqs, s->blocks[--s->nblocks]);
 	seq_remove(seqs, id);
 	seq_destroy(s);
-out:
 	pthread_mutex_unlock(&seqs->lock);
-	return ret;
+	return 0;
 }
 
 int kvrt_seq_len(struct kvrt_seqs *seqs, uint64_t id)
