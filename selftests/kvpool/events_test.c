@@ -70,14 +70,10 @@ FIXTURE(ev) {
 FIXTURE_SETUP(ev)
 {
 	struct kvpool_info info;
-	int fd;
 
 	kv_name(self->name, sizeof(self->name), "ev");
 	self->tag = kv_now_us() ^ ((__u64)getpid() << 32);
-	fd = kv_open();
-	ASSERT_LE(0, fd);
-	ASSERT_EQ(0, kv_info(fd, &info));
-	close(fd);
+	ASSERT_EQ(0, kv_pool_info(&info));
 	ASSERT_EQ(KVPOOL_API_VERSION, info.api_version);
 	ASSERT_TRUE(info.features & KVPOOL_FEAT_EVENTS);
 	ASSERT_TRUE(info.features & KVPOOL_FEAT_PREFIX);

@@ -351,7 +351,6 @@ FIXTURE_SETUP(fi)
 {
 	struct kvpool_info info;
 	const char *why;
-	int fd;
 
 	if (!selected(_metadata->name))
 		SKIP(return, "not in kvpool_fi_only=");
@@ -359,10 +358,7 @@ FIXTURE_SETUP(fi)
 	trace = kv_cmdline_ulong("kvpool_fi_trace", 0);
 	ASSERT_EQ(NULL, why) TH_LOG("fault injection unavailable: %s", why);
 	ASSERT_TRUE(module_loaded()) TH_LOG("kvpool is not loaded");
-	fd = kv_open();
-	ASSERT_LE(0, fd);
-	ASSERT_EQ(0, kv_info(fd, &info));
-	close(fd);
+	ASSERT_EQ(0, kv_pool_info(&info));
 	self->nr_nodes = info.nr_nodes;
 	ASSERT_EQ(0, sysfs_u64("free_bytes", &self->free0));
 	ASSERT_EQ(0, sysfs_u64("pool_bytes", &self->pool0));

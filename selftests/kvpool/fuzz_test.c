@@ -4926,7 +4926,6 @@ TEST_F_TIMEOUT(fuzz, random_ops, FZ_TIMEOUT_DEFAULT)
 	struct rng mr;
 	u64 t0, t_end, next_kill, calls = 0, kills = 0, secs_x100;
 	unsigned int s, k;
-	int fd;
 
 	RETURN_IF_SKIPPED();
 	cfg_load();
@@ -4940,10 +4939,7 @@ TEST_F_TIMEOUT(fuzz, random_ops, FZ_TIMEOUT_DEFAULT)
 	sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE,
 		  MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	ASSERT_NE(MAP_FAILED, sh);
-	fd = kv_open();
-	ASSERT_LE(0, fd);
-	ASSERT_EQ(0, kv_info(fd, &info));
-	close(fd);
+	ASSERT_EQ(0, kv_pool_info(&info));
 	sh->pool_bytes = info.pool_bytes;
 	sh->pool_mask = info.node_mask;
 	ASSERT_EQ(0, prctl(PR_SET_CHILD_SUBREAPER, 1));

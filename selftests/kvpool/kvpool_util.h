@@ -74,6 +74,18 @@ static inline int kv_info(int fd, struct kvpool_info *info)
 	return kv_ioctl(fd, KVPOOL_IOC_INFO, info);
 }
 
+/* KVPOOL_IOC_INFO through a descriptor of its own: 0 or -errno. */
+static inline int kv_pool_info(struct kvpool_info *info)
+{
+	int fd = kv_open(), ret;
+
+	if (fd < 0)
+		return -errno;
+	ret = kv_info(fd, info);
+	close(fd);
+	return ret;
+}
+
 /* A unique, valid space name: "<tag>-<pid>-<n>". */
 static inline void kv_name(char *buf, size_t len, const char *tag)
 {

@@ -66,14 +66,10 @@ FIXTURE(numa) {
 FIXTURE_SETUP(numa)
 {
 	struct kvpool_info info;
-	int fd;
 
 	self->page = getpagesize();
 	kv_name(self->name, sizeof(self->name), "numa");
-	fd = kv_open();
-	ASSERT_LE(0, fd);
-	ASSERT_EQ(0, kv_info(fd, &info));
-	close(fd);
+	ASSERT_EQ(0, kv_pool_info(&info));
 	if ((info.node_mask & 0x3) != 0x3)
 		SKIP(return, "needs pool pages on nodes 0 and 1 (node_mask 0x%llx): boot with 2 NUMA nodes",
 		     (unsigned long long)info.node_mask);

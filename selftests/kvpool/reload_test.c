@@ -72,7 +72,7 @@ FIXTURE_SETUP(reload)
 {
 	struct kvpool_info info;
 	char buf[32];
-	int fd, n;
+	int n;
 
 	if (access(MODULE_FILE, R_OK))
 		SKIP(return, "%s not found: this test runs in the selftests VM", MODULE_FILE);
@@ -80,10 +80,7 @@ FIXTURE_SETUP(reload)
 	ASSERT_LT(0, n) TH_LOG("pool_mb_per_node parameter: %s", strerror(-n));
 	self->mb_per_node = strtoul(buf, NULL, 10);
 	snprintf(self->args, sizeof(self->args), "pool_mb_per_node=%lu", self->mb_per_node);
-	fd = kv_open();
-	ASSERT_LE(0, fd);
-	ASSERT_EQ(0, kv_info(fd, &info));
-	close(fd);
+	ASSERT_EQ(0, kv_pool_info(&info));
 	self->nr_nodes = info.nr_nodes;
 	self->node_mask = info.node_mask;
 	/* A fresh module's numbers are what every cycle must come back to. */

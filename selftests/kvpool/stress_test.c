@@ -431,12 +431,8 @@ TEST_F_TIMEOUT(stress, four_per_node_two_nodes, 600)
 	char ck[1024];
 	int i, j, st, failed = 0, pinned = 0;
 	struct kvpool_info info;
-	int fd;
 
-	fd = kv_open();
-	ASSERT_LE(0, fd);
-	ASSERT_EQ(0, kv_info(fd, &info));
-	close(fd);
+	ASSERT_EQ(0, kv_pool_info(&info));
 	if ((info.node_mask & 3) != 3)
 		SKIP(return, "needs pool nodes 0 and 1 (node mask %#llx)",
 		     (unsigned long long)info.node_mask);

@@ -45,15 +45,12 @@ FIXTURE(tenant) {
 FIXTURE_SETUP(tenant)
 {
 	struct kvpool_info info;
-	int fd, i;
+	int i;
 
 	for (i = 0; i < 4; i++)
 		kv_name(self->name[i], sizeof(self->name[i]), "tenant");
 	self->tag = kv_now_us();
-	fd = kv_open();
-	ASSERT_LE(0, fd);
-	ASSERT_EQ(0, kv_info(fd, &info));
-	close(fd);
+	ASSERT_EQ(0, kv_pool_info(&info));
 	ASSERT_EQ(KVPOOL_API_VERSION, info.api_version);
 	if (info.chunk_size != KV_CHUNK)
 		SKIP(return, "expects 2 MiB chunks, not %u", info.chunk_size);
