@@ -15,15 +15,8 @@
 #include "kvrt.h"
 #include "../../selftests/tap.h"
 
-static uint64_t rng = 0x13198a2e03707344ULL;
-
-static uint64_t rnd(void)
-{
-	rng ^= rng << 13;
-	rng ^= rng >> 7;
-	rng ^= rng << 17;
-	return rng;
-}
+#define XORSHIFT_SEED 0x13198a2e03707344ULL
+#include "xorshift.h"
 
 enum kind { BM, LM, HEAD_MAJOR, REVERSED, BM_INLINE, NKINDS };
 static const char *const kind_names[] = { "block-major", "layer-major", "head-major",

@@ -19,15 +19,8 @@
 #include "gpu/gpu_register.h"
 #include "../../selftests/tap.h"
 
-static uint64_t rng = 0x9e3779b97f4a7c15ULL;
-
-static uint64_t rnd(void)
-{
-	rng ^= rng << 13;
-	rng ^= rng >> 7;
-	rng ^= rng << 17;
-	return rng;
-}
+#define XORSHIFT_SEED 0x9e3779b97f4a7c15ULL
+#include "xorshift.h"
 
 static double frand(void)
 {
