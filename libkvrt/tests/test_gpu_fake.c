@@ -38,35 +38,41 @@ static void reset_env(void)
 	unlink(log_path);
 }
 
-/* Lines of the fake's log that start with prefix. */
-static int log_count(const char *prefix)
-{
-	FILE *f = fopen(log_path, "r");
-	char line[256];
-	int n = 0;
-
-	if (!f)
-		return 0;
-	while (fgets(line, sizeof(line), f))
-		n += !strncmp(line, prefix, strlen(prefix));
-	fclose(f);
-	return n;
-}
-
-/* Sum of the numbers after prefix in the log. */
-static uint64_t log_sum(const char *prefix)
+/*
+ * The lines of the fake's log that start with prefix: their count, and
+ * the sum of the numbers after prefix.
+ */
+static uint64_t log_scan(const char *prefix, int *count)
 {
 	FILE *f = fopen(log_path, "r");
 	char line[256];
 	uint64_t sum = 0;
+	int n = 0;
 
-	if (!f)
-		return 0;
-	while (fgets(line, sizeof(line), f))
-		if (!strncmp(line, prefix, strlen(prefix)))
-			sum += strtoull(line + strlen(prefix), NULL, 10);
-	fclose(f);
+	if (f) {
+		while (fgets(line, sizeof(line), f))
+			if (!strncmp(line, prefix, strlen(prefix))) {
+				n++;
+				sum += strtoull(line + strlen(prefix), NULL, 10);
+			}
+		fclose(f);
+	}
+	if (count)
+		*count = n;
 	return sum;
+}
+
+static int log_count(const char *prefix)
+{
+	int n;
+
+	log_scan(prefix, &n);
+	return n;
+}
+
+static uint64_t log_sum(const char *prefix)
+{
+	return log_scan(prefix, NULL);
 }
 
 static struct kvrt *open_embedded(void)
@@ -76,6 +82,34 @@ static struct kvrt *open_embedded(void)
 
 	if (kvrt_open(&k, &o))
 		return NULL;
+	return k;
+}
+
+/*
+ * The embedded pool and a GPU on the fake driver, for the tests that need
+ * kernels: NULL when the test is over (skipped without nvcc, or failed).
+ */
+static struct kvrt *open_with_gpu(struct kvrt_gpu **g)
+{
+	struct kvrt *k = open_embedded();
+
+	if (!k) {
+		tap_diag("%s:%d: the embedded pool did not open", __FILE__, __LINE__);
+		tap_ok = false;
+		return NULL;
+	}
+	if (!have_kernels) {
+		kvrt_close(k);
+		tap_skip("built without nvcc: no kernels to load");
+		return NULL;
+	}
+	reset_env();
+	if (kvrt_gpu_open(k, 0, g)) {
+		tap_diag("%s:%d: kvrt_gpu_open on the fake driver failed", __FILE__, __LINE__);
+		tap_ok = false;
+		kvrt_close(k);
+		return NULL;
+	}
 	return k;
 }
 
@@ -168,18 +202,12 @@ TEST(register_space_grows)
 	struct kvrt_gpu_info info;
 	struct kvrt_space *sp = NULL;
 	struct kvrt_gpu *g = NULL;
-	struct kvrt *k = open_embedded();
+	struct kvrt *k = open_with_gpu(&g);
 	uint32_t ids[600];
 	uint64_t first;
 
-	REQUIRE(k);
-	if (!have_kernels) {
-		kvrt_close(k);
-		tap_skip("built without nvcc: no kernels to load");
+	if (!k)
 		return;
-	}
-	reset_env();
-	REQUIRE(kvrt_gpu_open(k, 0, &g) == 0);
 	REQUIRE(kvrt_space_open(k, &so, &sp) == 0);
 	REQUIRE(kvrt_alloc_blocks(sp, 10, ids) == 0);
 	REQUIRE(kvrt_space_info(sp, &si) == 0);
@@ -270,17 +298,11 @@ TEST(copies_match_cpu)
 	static const enum kvrt_dtype dts[] = { KVRT_DTYPE_BF16, KVRT_DTYPE_FP8_E4M3 };
 	struct kvrt_block_pair pairs[20];
 	struct kvrt_gpu *g = NULL;
-	struct kvrt *k = open_embedded();
+	struct kvrt *k = open_with_gpu(&g);
 	size_t m, kd, d, i;
 
-	REQUIRE(k);
-	if (!have_kernels) {
-		kvrt_close(k);
-		tap_skip("built without nvcc: no kernels to load");
+	if (!k)
 		return;
-	}
-	reset_env();
-	REQUIRE(kvrt_gpu_open(k, 0, &g) == 0);
 	/* Blocks 0..9 go to 5..14 in order (runs join), 10..19 scattered. */
 	for (i = 0; i < 20; i++)
 		pairs[i] = (struct kvrt_block_pair){ (uint32_t)i,
@@ -374,19 +396,13 @@ TEST(plans_and_launches)
 	struct kvrt_gpu_plan_info pi;
 	struct kvrt_gpu_plan *plan = NULL;
 	struct kvrt_gpu *g = NULL;
-	struct kvrt *k = open_embedded();
+	struct kvrt *k = open_with_gpu(&g);
 	int32_t lens[3] = { 32768, 5, 17 }, qi[4] = { 0, 16, 21, 38 }, dummy[64] = { 0 };
 	struct kvrt_block_table t = { 1, dummy, dummy, dummy };
 	struct kvrt_kv_cache kv = { &l, dummy, NULL, 0 };
 
-	REQUIRE(k);
-	if (!have_kernels) {
-		kvrt_close(k);
-		tap_skip("built without nvcc: no kernels to load");
+	if (!k)
 		return;
-	}
-	reset_env();
-	REQUIRE(kvrt_gpu_open(k, 0, &g) == 0);
 	REQUIRE(kvrt_layout_init(&l, KVRT_LAYOUT_LAYER_MAJOR, 2, 8, 128, 16, 4096,
 				 KVRT_DTYPE_BF16) == 0);
 	CHECK_EQ(kvrt_gpu_plan_create(g, 0, 0, &plan), -EINVAL);
