@@ -160,9 +160,9 @@ static u64 kvp_pool_node_mask(void)
 /* The uAPI's constants are kvrules' (kmod/core/kvrules.h), which checks them. */
 static_assert(KVC_NAME_MAX == KVPOOL_NAME_MAX && KVC_MAX_SPACE_BYTES == KVPOOL_MAX_SPACE_BYTES &&
 	      KVC_MAX_BLOCK_BYTES == KVPOOL_MAX_BLOCK_BYTES);
-static_assert(KVC_OPEN_CREATE == KVPOOL_SPACE_CREATE && KVC_OPEN_EXCL == KVPOOL_SPACE_EXCL &&
-	      KVC_OPEN_PERSIST == KVPOOL_SPACE_PERSIST && KVC_OPEN_FOREIGN == KVPOOL_SPACE_FOREIGN &&
-	      KVC_OPEN_FLAGS == KVPOOL_SPACE_FLAGS);
+static_assert(KVC_OPEN_CREATE == KVPOOL_SPACE_CREATE && KVC_OPEN_EXCL == KVPOOL_SPACE_EXCL);
+static_assert(KVC_OPEN_PERSIST == KVPOOL_SPACE_PERSIST);
+static_assert(KVC_OPEN_FOREIGN == KVPOOL_SPACE_FOREIGN && KVC_OPEN_FLAGS == KVPOOL_SPACE_FLAGS);
 
 /* Validate a create request before anything is allocated. */
 static int kvp_space_args_valid(const struct kvpool_space_open *args)
