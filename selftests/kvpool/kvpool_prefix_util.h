@@ -15,6 +15,7 @@
 #include "kvpool_util.h"
 
 #include <poll.h>
+#include <sys/klog.h>
 #include <sys/prctl.h>
 
 /* ---- hashes and hash-derived content ------------------------------------ */
@@ -772,19 +773,16 @@ static inline struct px_pressure *px_pressure_new(void)
 }
 
 /*
- * vm.watermark_boost_factor, read into old (up to len bytes) and set to
- * val; 0 when the file is not there.  A boost raises a zone's watermarks
- * by up to 150% of high at once, after an allocation fell back to another
- * migratetype: the hog's 6 MiB margin above min then became -2 MiB in the
- * middle of a step, and the debug kernel OOM-killed it (min 27 MiB with an
- * 8 MiB boost, low only 4.7 MiB above min).
+ * /proc/sys/vm/<name>, read into old (up to len bytes) and set to val;
+ * 0 when the file is not there (an older kernel: nothing to set).
  */
-static inline int px_boost_factor(const char *val, char *old, size_t len)
+static inline int px_vm_sysctl(const char *name, const char *val, char *old, size_t len)
 {
-	const char *path = "/proc/sys/vm/watermark_boost_factor";
+	char path[96];
 	ssize_t n = 0;
 	int fd;
 
+	snprintf(path, sizeof(path), "/proc/sys/vm/%s", name);
 	if (old) {
 		fd = open(path, O_RDONLY);
 		if (fd < 0)
@@ -801,9 +799,66 @@ static inline int px_boost_factor(const char *val, char *old, size_t len)
 	return n == (ssize_t)strlen(val) ? 0 : -EIO;
 }
 
+/*
+ * What the hog changes while it runs, because both move free memory under
+ * its margin above min:
+ * - watermark_boost_factor 0: a boost raises a zone's watermarks by up to
+ *   150% of high at once, after an allocation fell back to another
+ *   migratetype: the 6 MiB margin became -2 MiB in the middle of a step,
+ *   and the debug kernel OOM-killed the hog (min 27 MiB, boost 8 MiB);
+ * - percpu_pagelist_high_fraction 1000000: from 6.7 the per-CPU free lists
+ *   tune their size up to the zone's low watermark, and one refill takes
+ *   that much out of the zone's free count at once; on 6.12 a node-bound
+ *   hog saw 7.8 MiB above min, then an allocation found the zone below min
+ *   with 26 MiB on one CPU's list, and the OOM killer ran.  A huge
+ *   fraction pins every list at its floor (4 batches, about 1 MiB).
+ */
+static const char *const px_hog_sysctls[][2] = {
+	{ "watermark_boost_factor", "0" },
+	{ "percpu_pagelist_high_fraction", "1000000" },
+};
+#define PX_HOG_SYSCTLS	(sizeof(px_hog_sysctls) / sizeof(px_hog_sysctls[0]))
+
+static inline void px_hog_sysctls_restore(char old[][32])
+{
+	size_t i;
+
+	for (i = 0; i < PX_HOG_SYSCTLS; i++)
+		if (old[i][0])
+			px_vm_sysctl(px_hog_sysctls[i][0], old[i], NULL, 0);
+}
+
+/*
+ * After an OOM kill of the hog, the kernel's own account of the zones
+ * (free, min, free_pcp per zone): the lines of the last OOM report that
+ * name a node or the totals, so that a failure says where memory went.
+ */
+static inline void px_print_oom_report(void)
+{
+	static char log[1 << 18];
+	char *line, *save = NULL, *last = NULL;
+	int n = klogctl(3 /* SYSLOG_ACTION_READ_ALL */, log, sizeof(log) - 1);
+
+	if (n <= 0)
+		return;
+	log[n] = '\0';
+	for (line = log; (line = strstr(line, "invoked oom-killer")); line++)
+		last = line;
+	if (!last)
+		return;
+	for (line = strtok_r(last, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+		if (strstr(line, "invoked oom-killer") || strstr(line, "Node ") ||
+		    strstr(line, " free:") || strstr(line, "oom-kill:"))
+			ksft_print_msg("oom report: %s\n", line);
+		if (strstr(line, "Killed process"))
+			break;
+	}
+}
+
 static inline int px_pressure_run(struct px_pressure *pp)
 {
-	char boost[32] = "";
+	char old[PX_HOG_SYSCTLS][32];
+	size_t i;
 	pid_t pid;
 	int st;
 
@@ -811,30 +866,38 @@ static inline int px_pressure_run(struct px_pressure *pp)
 	pp->reached = 0;
 	pp->hog_bytes = 0;
 	pp->err[0] = '\0';
-	/* no watermark boost while the hog runs: it moves min under the hog */
-	if (px_boost_factor("0", boost, sizeof(boost))) {
-		snprintf(pp->err, sizeof(pp->err), "cannot set vm.watermark_boost_factor to 0");
-		return -EIO;
+	memset(old, 0, sizeof(old));
+	for (i = 0; i < PX_HOG_SYSCTLS; i++) {
+		if (px_vm_sysctl(px_hog_sysctls[i][0], px_hog_sysctls[i][1], old[i],
+				 sizeof(old[i]))) {
+			snprintf(pp->err, sizeof(pp->err), "cannot set vm.%s to %s",
+				 px_hog_sysctls[i][0], px_hog_sysctls[i][1]);
+			px_hog_sysctls_restore(old);
+			return -EIO;
+		}
 	}
 	fflush(NULL);
 	pid = fork();
 	if (pid < 0) {
 		st = -errno;
-		if (boost[0])
-			px_boost_factor(boost, NULL, 0);
+		px_hog_sysctls_restore(old);
 		return st;
 	}
 	if (pid == 0)
 		px_hog_run(pp);
 	st = px_wait_timeout(pid, pp->max_ms + 60000);
-	if (boost[0])
-		px_boost_factor(boost, NULL, 0);
+	px_hog_sysctls_restore(old);
 	if (st == -ETIMEDOUT) {
 		px_kill_reap(pid);
 		snprintf(pp->err, sizeof(pp->err), "hog did not finish");
 		return -ETIMEDOUT;
 	}
 	if (st != 0 || !pp->done) {
+		/* the hog read none: the counters as they are after its end */
+		px_vmstats_read(&pp->vm1);
+		pp->reclaimed1 = sysfs_get("reclaimed_bytes");
+		if (st == 1000 + SIGKILL)
+			px_print_oom_report();
 		if (!pp->err[0])
 			snprintf(pp->err, sizeof(pp->err), "hog ended with %s %d%s",
 				 st >= 1000 ? "signal" : "status", st >= 1000 ? st - 1000 : st,
