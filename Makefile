@@ -95,7 +95,7 @@ lint: deps
 	bash selftests/lint/lint.sh
 
 # Host-side tests of the tools (kvctl against a fake sysfs tree, ...).
-TOOL_CHECKS := kvctl kvrt-demo kvbench
+TOOL_CHECKS := common kvctl kvrt-demo kvbench
 check-tools: deps lib tools
 	@for t in $(TOOL_CHECKS); do $(MAKE) -C tools/$$t check || exit 1; done
 

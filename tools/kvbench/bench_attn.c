@@ -644,7 +644,7 @@ static int parse_block_tokens(const char *v, void *dst)
 {
 	unsigned long n;
 
-	if (kvb_parse_ulong(v, 1, 256, &n) || (n & (n - 1)))
+	if (topt_parse_ulong(v, 1, 256, &n) || (n & (n - 1)))
 		return -1;
 	*(uint32_t *)dst = (uint32_t)n;
 	return 0;
@@ -658,15 +658,15 @@ int cmd_attn(int argc, char **argv)
 	unsigned int threads;
 	char title[160];
 	int ret;
-	const struct kvb_opt opts[] = {
-		{ .name = "--gib", .arg = "G", .kind = KVB_DOUBLE, .dst = &o.gib, .min = 0.05,
-		  .max = 64, .bad = "is not a size in [0.05, 64]",
+	const struct topt opts[] = {
+		{ .name = "--gib", .arg = "G", .kind = TOPT_DOUBLE, .dst = &o.gib, .min = 0.05,
+		  .max = 64, .want = "a size in [0.05, 64]",
 		  .help = "K/V working set in GiB (default 1; 0.05 .. 64)" },
-		{ .name = "--threads", .arg = "N", .kind = KVB_UINT, .dst = &o.threads, .min = 0,
-		  .max = 256, .bad = "is not a number from 0 to 256",
+		{ .name = "--threads", .arg = "N", .kind = TOPT_UINT, .dst = &o.threads, .min = 0,
+		  .max = 256, .want = "a number from 0 to 256",
 		  .help = "threads for attention and the streaming read (default:\nonline CPUs)" },
-		{ .name = "--block-tokens", .arg = "N", .kind = KVB_FUNC, .dst = &o.block_tokens,
-		  .parse = parse_block_tokens, .bad = "is not a power of two from 1 to 256",
+		{ .name = "--block-tokens", .arg = "N", .kind = TOPT_FUNC, .dst = &o.block_tokens,
+		  .parse = parse_block_tokens, .want = "a power of two from 1 to 256",
 		  .help = "tokens per cache block, a power of two from 1 to 256\n"
 			  "(default 16); case names get _btN when not 16; needs\n"
 			  "--gib of at least N / 512" },

@@ -252,11 +252,11 @@ int cmd_copy(int argc, char **argv)
 	struct copy_opts o = { .c = copy_defaults, .mib = 256 };
 	char title[160];
 	int ret;
-	const struct kvb_opt opts[] = {
-		{ .name = "--mib", .arg = "M", .kind = KVB_ULONG, .dst = &o.mib, .min = 16,
-		  .max = 65536, .bad = "is not a number from 16 to 65536",
+	const struct topt opts[] = {
+		{ .name = "--mib", .arg = "M", .kind = TOPT_ULONG, .dst = &o.mib, .min = 16,
+		  .max = 65536, .want = "a number from 16 to 65536",
 		  .help = "bytes per array in MiB (default 256; 16 .. 65536)" },
-		{ .name = "--sweep", .kind = KVB_FLAG, .dst = &o.sweep,
+		{ .name = "--sweep", .kind = TOPT_FLAG, .dst = &o.sweep,
 		  .help = "also 64, 128, 512 and 1024 KiB blocks (--plot implies it)" },
 		{ NULL },
 	};

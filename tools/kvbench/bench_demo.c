@@ -243,17 +243,17 @@ int cmd_demo(int argc, char **argv)
 	char *args[MAX_ARGS];
 	int i, nargs = 0, ret;
 	bool raw = false;
-	const struct kvb_opt opts[] = {
-		{ .name = "--json", .kind = KVB_FLAG, .dst = &o.json,
+	const struct topt opts[] = {
+		{ .name = "--json", .kind = TOPT_FLAG, .dst = &o.json,
 		  .help = "kvbench JSON lines from kvrt-demo --json: ttft_mean_ms and\n"
 			  "wall_s against the no-cache pass, prefix_hit_rate" },
-		{ .name = "--raw", .kind = KVB_FLAG, .dst = &raw,
+		{ .name = "--raw", .kind = TOPT_FLAG, .dst = &raw,
 		  .help = "with --json: kvrt-demo's own JSON object instead" },
-		{ .name = "--progress", .kind = KVB_FLAG, .dst = &o.progress,
+		{ .name = "--progress", .kind = TOPT_FLAG, .dst = &o.progress,
 		  .help = "passed on when kvrt-demo has it" },
-		{ .name = "--quiet", .kind = KVB_FLAG, .dst = &o.quiet,
+		{ .name = "--quiet", .kind = TOPT_FLAG, .dst = &o.quiet,
 		  .help = "passed on when kvrt-demo has it" },
-		{ .name = "--", .kind = KVB_REST,
+		{ .name = "--", .kind = TOPT_REST,
 		  .help = "the arguments after it go to kvrt-demo as they are" },
 		{ NULL },
 	};

@@ -132,7 +132,7 @@ static int parse_list(const char *s, uint32_t *v, unsigned int *n, unsigned long
 		return -1;
 	strcpy(buf, s);
 	for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-		if (*n >= MAX_LIST || kvb_parse_ulong(tok, 1, max, &x))
+		if (*n >= MAX_LIST || topt_parse_ulong(tok, 1, max, &x))
 			return -1;
 		v[(*n)++] = (uint32_t)x;
 	}
@@ -850,27 +850,27 @@ int cmd_gpu_attn(int argc, char **argv)
 		.batches = { 1, 8, 64 }, .nb = 3, .contexts = { 1024, 4096, 16384, 32768 }, .nc = 4,
 	};
 	int ret;
-	const struct kvb_opt opts[] = {
-		{ .name = "--device", .arg = "N", .kind = KVB_INT, .dst = &o.device, .min = 0,
-		  .max = 1023, .bad = "is not an ordinal", .help = "GPU ordinal (default 0)" },
-		{ .name = "--kv-dtype", .arg = "T", .kind = KVB_FUNC, .dst = &o.kv_dtype,
-		  .parse = parse_dtype, .bad = "is not bf16, f16 or fp8",
+	const struct topt opts[] = {
+		{ .name = "--device", .arg = "N", .kind = TOPT_INT, .dst = &o.device, .min = 0,
+		  .max = 1023, .want = "an ordinal", .help = "GPU ordinal (default 0)" },
+		{ .name = "--kv-dtype", .arg = "T", .kind = TOPT_FUNC, .dst = &o.kv_dtype,
+		  .parse = parse_dtype, .want = "bf16, f16 or fp8",
 		  .help = "bf16 (default), f16 or fp8 (e4m3 with block scales)" },
-		{ .name = "--batches", .arg = "LIST", .kind = KVB_FUNC, .dst = &o,
+		{ .name = "--batches", .arg = "LIST", .kind = TOPT_FUNC, .dst = &o,
 		  .parse = parse_batches,
-		  .bad = "is not a list of 1 to " XSTR(MAX_LIST) " numbers from 1 to 4096",
+		  .want = "a list of 1 to " XSTR(MAX_LIST) " numbers from 1 to 4096",
 		  .help = "comma-separated batch sizes (default 1,8,64)" },
-		{ .name = "--contexts", .arg = "LIST", .kind = KVB_FUNC, .dst = &o,
+		{ .name = "--contexts", .arg = "LIST", .kind = TOPT_FUNC, .dst = &o,
 		  .parse = parse_contexts,
-		  .bad = "is not a list of 1 to " XSTR(MAX_LIST) " numbers from 1 to 4194304",
+		  .want = "a list of 1 to " XSTR(MAX_LIST) " numbers from 1 to 4194304",
 		  .help = "tokens per sequence (default 1024,4096,16384,32768)" },
-		{ .name = "--copy-mib", .arg = "M", .kind = KVB_ULONG, .dst = &o.copy_mib,
-		  .min = 16, .max = 65536, .bad = "is not a number from 16 to 65536",
+		{ .name = "--copy-mib", .arg = "M", .kind = TOPT_ULONG, .dst = &o.copy_mib,
+		  .min = 16, .max = 65536, .want = "a number from 16 to 65536",
 		  .help = "device copy buffers for the limit (default 1024)" },
-		{ .name = "--peer-script", .arg = "P", .kind = KVB_STR, .dst = &o.peer_script,
+		{ .name = "--peer-script", .arg = "P", .kind = TOPT_STR, .dst = &o.peer_script,
 		  .help = "the SDPA peer script (default: bench/sdpa_peer.py of the\n"
 			  "source tree, else ./bench/sdpa_peer.py)" },
-		{ .name = "--no-peer", .kind = KVB_FLAG, .dst = &o.no_peer,
+		{ .name = "--no-peer", .kind = TOPT_FLAG, .dst = &o.no_peer,
 		  .help = "do not run the peer" },
 		{ NULL },
 	};

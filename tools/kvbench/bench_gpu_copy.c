@@ -532,17 +532,17 @@ int cmd_gpu_copy(int argc, char **argv)
 {
 	struct gcopy_opts o = { .c = gcopy_defaults, .mib = 1024, .batch_mib = 256, .reg_gib = 4 };
 	int ret;
-	const struct kvb_opt opts[] = {
-		{ .name = "--device", .arg = "N", .kind = KVB_INT, .dst = &o.device, .min = 0,
-		  .max = 1023, .bad = "is not an ordinal", .help = "GPU ordinal (default 0)" },
-		{ .name = "--mib", .arg = "M", .kind = KVB_ULONG, .dst = &o.mib, .min = 4,
-		  .max = 1 << 20, .bad = "is not a number from 4 to 1048576",
+	const struct topt opts[] = {
+		{ .name = "--device", .arg = "N", .kind = TOPT_INT, .dst = &o.device, .min = 0,
+		  .max = 1023, .want = "an ordinal", .help = "GPU ordinal (default 0)" },
+		{ .name = "--mib", .arg = "M", .kind = TOPT_ULONG, .dst = &o.mib, .min = 4,
+		  .max = 1 << 20, .want = "a number from 4 to 1048576",
 		  .help = "pool and device array per block size, MiB (default 1024)" },
-		{ .name = "--batch-mib", .arg = "B", .kind = KVB_ULONG, .dst = &o.batch_mib,
-		  .min = 2, .max = 1 << 16, .bad = "is not a number from 2 to 65536",
+		{ .name = "--batch-mib", .arg = "B", .kind = TOPT_ULONG, .dst = &o.batch_mib,
+		  .min = 2, .max = 1 << 16, .want = "a number from 2 to 65536",
 		  .help = "bytes per copy call, MiB (default 256; at most --mib)" },
-		{ .name = "--reg-gib", .arg = "G", .kind = KVB_ULONG, .dst = &o.reg_gib, .min = 0,
-		  .max = 1024, .bad = "is not a number from 0 to 1024",
+		{ .name = "--reg-gib", .arg = "G", .kind = TOPT_ULONG, .dst = &o.reg_gib, .min = 0,
+		  .max = 1024, .want = "a number from 0 to 1024",
 		  .help = "memory registered in the registration case, GiB (default 4;\n"
 			  "0: skip it)" },
 		{ NULL },

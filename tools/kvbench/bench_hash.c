@@ -101,9 +101,9 @@ int cmd_hash(int argc, char **argv)
 	uint64_t x = 0x2545f4914f6cdd1dULL;
 	unsigned int b;
 	int ret;
-	const struct kvb_opt opts[] = {
-		{ .name = "--tokens", .arg = "N", .kind = KVB_ULONG, .dst = &o.tokens, .min = 128,
-		  .max = 1UL << 26, .bad = "is not a number from 128 to 2^26",
+	const struct topt opts[] = {
+		{ .name = "--tokens", .arg = "N", .kind = TOPT_ULONG, .dst = &o.tokens, .min = 128,
+		  .max = 1UL << 26, .want = "a number from 128 to 2^26",
 		  .help = "prompt length (default 32768; 128 .. 2^26)" },
 		{ NULL },
 	};

@@ -841,14 +841,14 @@ int cmd_pool(int argc, char **argv)
 	bool core, dev;
 	struct stat st;
 	int ret;
-	const struct kvb_opt opts[] = {
-		{ .name = "--only", .arg = "core|ioctl", .kind = KVB_FUNC, .dst = &o.only,
-		  .parse = parse_only, .bad = "is neither core nor ioctl",
+	const struct topt opts[] = {
+		{ .name = "--only", .arg = "core|ioctl", .kind = TOPT_FUNC, .dst = &o.only,
+		  .parse = parse_only, .want = "core or ioctl",
 		  .help = "run only these cases" },
-		{ .name = "--device", .arg = "PATH", .kind = KVB_STR, .dst = &o.device,
+		{ .name = "--device", .arg = "PATH", .kind = TOPT_STR, .dst = &o.device,
 		  .help = "kvpool device (default /dev/kvpool)" },
-		{ .name = "--spaces", .arg = "N", .kind = KVB_UINT, .dst = &o.spaces, .min = 0,
-		  .max = OPEN_SPACES_MAX, .bad = "is not a count of 0 to " XSTR(OPEN_SPACES_MAX),
+		{ .name = "--spaces", .arg = "N", .kind = TOPT_UINT, .dst = &o.spaces, .min = 0,
+		  .max = OPEN_SPACES_MAX, .want = "a count of 0 to " XSTR(OPEN_SPACES_MAX),
 		  .help = "spaces present in ioctl_space_open_spacesN (default "
 			  XSTR(OPEN_SPACES_DEFAULT) ",\nat most " XSTR(OPEN_SPACES_MAX)
 			  "; 0: not run)" },

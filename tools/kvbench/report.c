@@ -16,77 +16,31 @@
 
 /* ---- options -------------------------------------------------------------- */
 
-int kvb_parse_ulong(const char *v, unsigned long min, unsigned long max, unsigned long *out)
-{
-	unsigned long n;
-	char *end;
-
-	if (!*v || *v == '-' || *v == '+')
-		return -1;
-	errno = 0;
-	n = strtoul(v, &end, 10);
-	if (*end || errno || n < min || n > max)
-		return -1;
-	*out = n;
-	return 0;
-}
-
-int kvb_parse_double(const char *v, double min, double max, double *out)
-{
-	char *end;
-	double d;
-
-	if (!*v)
-		return -1;
-	d = strtod(v, &end);
-	if (*end || !(d >= min && d <= max))
-		return -1;
-	*out = d;
-	return 0;
-}
-
-/* One option's --help line: "  --name ARG" in 18 columns, then its help. */
-static void usage_line(FILE *f, const char *name, const char *arg, const char *help)
-{
-	char head[64];
-	const char *nl;
-
-	snprintf(head, sizeof(head), "%s%s%s", name, arg ? " " : "", arg ? arg : "");
-	fprintf(f, "  %-17s ", head);
-	while ((nl = strchr(help, '\n'))) {
-		fprintf(f, "%.*s\n%20s", (int)(nl - help), help, "");
-		help = nl + 1;
-	}
-	fprintf(f, "%s\n", help);
-}
-
 void kvb_usage(const struct kvb_cmd *cmd, FILE *f)
 {
 	const struct kvb_opts *d = cmd->defaults;
-	const struct kvb_opt *t;
 	char line[96];
 
 	fprintf(f, "usage: kvbench %s %s\n\n%s\noptions:\n", d->bench,
 		cmd->synopsis ? cmd->synopsis : "[--json] [options]", cmd->about);
-	for (t = cmd->opts; t && t->name; t++)
-		usage_line(f, t->name, t->arg, t->help);
+	topt_usage(f, cmd->opts);
 	if (!cmd->no_common) {
-		usage_line(f, "--json", NULL, "one JSON object per case per line on stdout");
+		topt_usage_line(f, "--json", NULL, "one JSON object per case per line on stdout");
 		snprintf(line, sizeof(line),
 			 "repetitions per case, median reported (default %u, 1..%d)", d->reps,
 			 KVB_MAX_REPS);
-		usage_line(f, "--reps", "N", line);
+		topt_usage_line(f, "--reps", "N", line);
 		snprintf(line, sizeof(line), "seconds per repetition, at least (default %g)",
-			 d->rep_time);
-		usage_line(f, "--rep-time", "SEC", line);
+			     d->rep_time);
+		topt_usage_line(f, "--rep-time", "SEC", line);
 		if (d->can_plot)
-			usage_line(f, "--plot", "FILE",
-				   "also draw the sweep with gnuplot into FILE (.svg or\n.png)");
-		usage_line(f, "--progress", NULL,
-			   "a progress line on stderr even when it is not a terminal");
-		usage_line(f, "--quiet", NULL, "no progress line and no notes on stderr");
+			topt_usage_line(f, "--plot", "FILE",
+					"also draw the sweep with gnuplot into FILE (.svg or\n.png)");
+		topt_usage_line(f, "--progress", NULL,
+				"a progress line on stderr even when it is not a terminal");
+		topt_usage_line(f, "--quiet", NULL, "no progress line and no notes on stderr");
 	}
-	usage_line(f, "-h, --help", NULL, "this text");
+	topt_usage_line(f, "-h, --help", NULL, "this text");
 	if (cmd->epilogue)
 		fprintf(f, "\n%s", cmd->epilogue);
 }
@@ -118,114 +72,69 @@ static int parse_plot(const char *v, void *dst)
 #define NR_COMMON 6
 
 /* The common options, as a table over o. */
-static void common_table(struct kvb_opts *o, struct kvb_opt t[NR_COMMON])
+static void common_table(struct kvb_opts *o, struct topt t[NR_COMMON + 1])
 {
-	const struct kvb_opt c[NR_COMMON] = {
-		{ .name = "--json", .kind = KVB_FLAG, .dst = &o->json },
-		{ .name = "--quiet", .kind = KVB_FLAG, .dst = &o->quiet },
-		{ .name = "--progress", .kind = KVB_FLAG, .dst = &o->progress },
-		{ .name = "--reps", .kind = KVB_UINT, .dst = &o->reps, .min = 1, .max = KVB_MAX_REPS,
-		  .bad = "is not a number from 1 to 99" },
-		{ .name = "--rep-time", .kind = KVB_DOUBLE, .dst = &o->rep_time, .min = 1e-9,
-		  .max = 60, .bad = "is not seconds in (0, 60]" },
-		{ .name = "--plot", .kind = KVB_FUNC, .dst = &o->plot, .parse = parse_plot,
-		  .bad = "is not a FILE.svg or FILE.png name (without quotes or newlines)" },
+	const struct topt c[NR_COMMON + 1] = {
+		{ .name = "--json", .kind = TOPT_FLAG, .dst = &o->json },
+		{ .name = "--quiet", .kind = TOPT_FLAG, .dst = &o->quiet },
+		{ .name = "--progress", .kind = TOPT_FLAG, .dst = &o->progress },
+		{ .name = "--reps", .arg = "N", .kind = TOPT_UINT, .dst = &o->reps, .min = 1,
+		  .max = KVB_MAX_REPS, .want = "a number from 1 to 99" },
+		{ .name = "--rep-time", .arg = "SEC", .kind = TOPT_DOUBLE, .dst = &o->rep_time,
+		  .min = 1e-9, .max = 60, .want = "seconds in (0, 60]" },
+		{ .name = "--plot", .arg = "FILE", .kind = TOPT_FUNC, .dst = &o->plot,
+		  .parse = parse_plot,
+		  .want = "a FILE.svg or FILE.png name (without quotes or newlines)" },
+		{ .name = NULL },
 	};
 
 	memcpy(t, c, sizeof(c));
-}
-
-/* The option named by a's first len characters, among at most n of t. */
-static const struct kvb_opt *find_opt(const struct kvb_opt *t, size_t n, const char *a,
-				      size_t len)
-{
-	for (; t && n && t->name; t++, n--)
-		if (strlen(t->name) == len && !strncmp(t->name, a, len))
-			return t;
-	return NULL;
-}
-
-/* An option's value into its variable: 0, or -1 when the option does not take it. */
-static int set_value(const struct kvb_opt *t, const char *v)
-{
-	unsigned long n;
-	double d;
-
-	switch (t->kind) {
-	case KVB_STR:
-		*(const char **)t->dst = v;
-		return 0;
-	case KVB_FUNC:
-		return t->parse(v, t->dst);
-	case KVB_DOUBLE:
-		if (kvb_parse_double(v, t->min, t->max, &d))
-			return -1;
-		*(double *)t->dst = d;
-		return 0;
-	default:
-		if (kvb_parse_ulong(v, (unsigned long)t->min, (unsigned long)t->max, &n))
-			return -1;
-		if (t->kind == KVB_INT)
-			*(int *)t->dst = (int)n;
-		else if (t->kind == KVB_UINT)
-			*(unsigned int *)t->dst = (unsigned int)n;
-		else
-			*(unsigned long *)t->dst = n;
-		return 0;
-	}
 }
 
 /* The option parsing itself: -1 to run, else the exit status. */
 static int parse_args(const struct kvb_cmd *cmd, struct kvb_opts *o, int argc, char **argv,
 		      int *rest)
 {
-	struct kvb_opt common[NR_COMMON];
-	const struct kvb_opt *t;
-	const char *eq, *v;
-	int i, len;
+	struct topt common[NR_COMMON + 1];
+	const struct topt *tables[2] = { cmd->opts, NULL }, *t;
+	struct topt_args a;
+	const char *v;
 
 	*o = *cmd->defaults;
 	common_table(o, common);
+	if (!cmd->no_common)
+		tables[1] = common;
 	if (rest)
 		*rest = argc;
-	for (i = 1; i < argc; i++) {
-		const char *a = argv[i];
-
-		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+	topt_init(&a, argc, argv, 1);
+	for (;;) {
+		switch (topt_next(&a, tables, 2, &t, &v)) {
+		case TOPT_END:
+			return -1;
+		case TOPT_HELP:
 			kvb_usage(cmd, stdout);
 			return 0;
-		}
-		/* "--name=value" as well as "--name value", as kvctl and kvrt-demo take them */
-		eq = strncmp(a, "--", 2) ? NULL : strchr(a, '=');
-		len = eq ? (int)(eq - a) : (int)strlen(a);
-		t = find_opt(cmd->opts, SIZE_MAX, a, (size_t)len);
-		if (!t && !cmd->no_common)
-			t = find_opt(common, NR_COMMON, a, (size_t)len);
-		if (!t)
-			return kvb_usage_error(cmd, "unknown option '%.*s'%s", len, a,
-					       cmd->unknown_hint ? cmd->unknown_hint : "");
-		if (eq && (t->kind == KVB_REST || t->kind == KVB_FLAG))
-			return kvb_usage_error(cmd, "option '%.*s' takes no value (got '%s')", len,
-					       a, a);
-		if (t->kind == KVB_REST) {
+		case TOPT_AT_REST:
 			if (rest)
-				*rest = i + 1;
+				*rest = a.i;
 			return -1;
+		case TOPT_POS:
+			return kvb_usage_error(cmd, "unexpected argument '%s' (options start with --)",
+					       v);
+		case TOPT_OPT:
+			if (t->dst == (void *)&o->plot && !o->can_plot)
+				return kvb_usage_error(cmd,
+						       "--plot: %s has no sweep to plot (attn and copy do)",
+						       o->bench);
+			if (!topt_set(&a, t, v))
+				break;
+			/* fall through */
+		default:
+			return kvb_usage_error(cmd, "%s%s", a.err,
+					       !strncmp(a.err, "unknown option", 14) &&
+					       cmd->unknown_hint ? cmd->unknown_hint : "");
 		}
-		if (t->kind == KVB_FLAG) {
-			*(bool *)t->dst = true;
-			continue;
-		}
-		if (!eq && i + 1 >= argc)
-			return kvb_usage_error(cmd, "option '%s' needs a value", a);
-		v = eq ? eq + 1 : argv[++i];
-		if (t->dst == (void *)&o->plot && !o->can_plot)
-			return kvb_usage_error(cmd, "--plot: %s has no sweep to plot (attn and copy do)",
-					       o->bench);
-		if (set_value(t, v))
-			return kvb_usage_error(cmd, "%.*s: '%s' %s", len, a, v, t->bad);
 	}
-	return -1;
 }
 
 bool kvb_parse_args(const struct kvb_cmd *cmd, struct kvb_opts *o, int argc, char **argv,

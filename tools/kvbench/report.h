@@ -22,6 +22,8 @@
 #include <stdbool.h>
 #include <stdio.h>
 
+#include "../common/opts.h"
+
 #define KVB_MAX_REPS 99
 
 /* Options every subcommand takes (kvb_parse_args parses them). */
@@ -37,39 +39,17 @@ struct kvb_opts {
 };
 
 /*
- * A subcommand's own options, as a table the shared parser reads and
- * --help is printed from.  dst points at the variable the option sets; its
- * type is the kind's.  A number outside [min, max], or a value parse()
- * refuses, is the usage error "NAME: 'VALUE' BAD".
+ * A subcommand's own options are a table of ../common/opts.h rows: the
+ * shared parser reads it and --help is printed from it.  dst points at
+ * the variable the option sets; a value it cannot take is the usage error
+ * "NAME wants WANT, not 'VALUE'".
  */
-enum kvb_opt_kind {
-	KVB_FLAG,	/* bool: set to true; no value */
-	KVB_STR,	/* const char *: the value as given */
-	KVB_INT,	/* int in [min, max] */
-	KVB_UINT,	/* unsigned int in [min, max] */
-	KVB_ULONG,	/* unsigned long in [min, max] */
-	KVB_DOUBLE,	/* double in [min, max] */
-	KVB_FUNC,	/* parse(value, dst): 0, or -1 when the value is bad */
-	KVB_REST,	/* "--": the arguments after it are not parsed (*rest) */
-};
-
-struct kvb_opt {
-	const char *name;	/* "--gib"; NULL ends the table */
-	const char *arg;	/* the value's name in --help ("G"); NULL: none */
-	enum kvb_opt_kind kind;
-	void *dst;
-	double min, max;
-	int (*parse)(const char *v, void *dst);
-	const char *bad;	/* "is not a size in [0.05, 64]" */
-	const char *help;	/* --help text; a newline continues it indented */
-};
-
 /* A subcommand's command line: its options and its --help. */
 struct kvb_cmd {
 	const struct kvb_opts *defaults;	/* name, common options' defaults */
 	const char *synopsis;	/* after "usage: kvbench NAME"; NULL: "[--json] [options]" */
 	const char *about;	/* --help's paragraph, ending in a newline */
-	const struct kvb_opt *opts;
+	const struct topt *opts;
 	bool no_common;		/* the common options are not taken (demo) */
 	const char *unknown_hint;	/* appended to "unknown option 'X'" */
 	const char *epilogue;	/* --help's last paragraph; NULL: none */
@@ -84,7 +64,7 @@ struct kvb_cmd {
  * its option as the next argument or after '=' (--gib=0.5).  Returns true
  * to run; false with the exit status in *status: 0 after printing --help
  * on stdout, 2 after a usage error (kvb_usage_error).  rest, when not
- * NULL, gets the index of the first argument after a KVB_REST option,
+ * NULL, gets the index of the first argument after a TOPT_REST option,
  * argc when there is none.
  */
 bool kvb_parse_args(const struct kvb_cmd *cmd, struct kvb_opts *o, int argc, char **argv,
@@ -96,10 +76,6 @@ void kvb_usage(const struct kvb_cmd *cmd, FILE *f);
 /* "kvbench NAME: <message>", a blank line, kvb_usage(stderr); returns 2. */
 int kvb_usage_error(const struct kvb_cmd *cmd, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
-
-/* Strict parsers for option values: 0, or -1 when v is no such number. */
-int kvb_parse_ulong(const char *v, unsigned long min, unsigned long max, unsigned long *out);
-int kvb_parse_double(const char *v, double min, double max, double *out);
 
 /* CLOCK_MONOTONIC. */
 double kvb_now_ns(void);

@@ -54,18 +54,18 @@ check() {
 }
 
 check "--block-tokens 3 (not a power of two)" 2 \
-	"--block-tokens: '3' is not a power of two from 1 to 256" attn --block-tokens 3
-check "--block-tokens 0" 2 "--block-tokens: '0' is not a power of two" attn --block-tokens 0
-check "--block-tokens 512 (too large)" 2 "--block-tokens: '512' is not a power of two" \
+	"--block-tokens wants a power of two from 1 to 256, not '3'" attn --block-tokens 3
+check "--block-tokens 0" 2 "--block-tokens wants a power of two from 1 to 256, not '0'" attn --block-tokens 0
+check "--block-tokens 512 (too large)" 2 "--block-tokens wants a power of two from 1 to 256, not '512'" \
 	attn --block-tokens 512
-check "--block-tokens x (not a number)" 2 "--block-tokens: 'x'" attn --block-tokens x
-check "--block-tokens without a value" 2 "option '--block-tokens' needs a value" \
+check "--block-tokens x (not a number)" 2 "--block-tokens wants a power of two from 1 to 256, not 'x'" attn --block-tokens x
+check "--block-tokens without a value" 2 "--block-tokens needs a value \(--block-tokens N\)" \
 	attn --block-tokens
 check "--block-tokens 256 with --gib 0.1 (no block fits the shortest case)" 2 \
 	"--block-tokens 256 needs --gib 0.5 or more" attn --block-tokens 256 --gib 0.1
-check "--gib 0.01 (below the range)" 2 "--gib: '0.01' is not a size in \[0.05, 64\]" \
+check "--gib 0.01 (below the range)" 2 "--gib wants a size in \[0.05, 64\], not '0.01'" \
 	attn --gib 0.01
-check "--threads 300 (above the range)" 2 "--threads: '300' is not a number from 0 to 256" \
+check "--threads 300 (above the range)" 2 "--threads wants a number from 0 to 256, not '300'" \
 	attn --threads 300
 check "unknown option" 2 "unknown option '--block'" attn --block 64
 check "usage names --block-tokens" 0 "--block-tokens N" attn --help
@@ -73,14 +73,14 @@ check "usage names --block-tokens" 0 "--block-tokens N" attn --help
 # The shared option parser (report.c), through other subcommands' tables:
 # a common option's bad value, an unknown option listing the valid ones,
 # --help generated from the table, demo's own table and its "--".
-check "hash --reps 0 (a common option)" 2 "--reps: '0' is not a number from 1 to 99" \
+check "hash --reps 0 (a common option)" 2 "--reps wants a number from 1 to 99, not '0'" \
 	hash --reps 0
 check "hash --plot (no sweep to plot)" 2 "--plot: hash has no sweep to plot" hash --plot x.svg
 check "copy --bogus: the usage after it lists copy's own options" 2 \
 	"^  --mib M +bytes per array in MiB" copy --bogus
 check "gpu-copy --batch-mib 16 --mib 8 (options checked together)" 2 \
 	"--batch-mib 16 is more than --mib 8" gpu-copy --mib 8 --batch-mib 16
-check "gpu-attn --kv-dtype x" 2 "--kv-dtype: 'x' is not bf16, f16 or fp8" gpu-attn --kv-dtype x
+check "gpu-attn --kv-dtype x" 2 "--kv-dtype wants bf16, f16 or fp8, not 'x'" gpu-attn --kv-dtype x
 check "gpu-attn usage: a continued help line" 0 \
 	"^                    source tree, else ./bench/sdpa_peer.py\)$" gpu-attn --help
 check "demo --reps (not one of demo's options)" 2 \
@@ -119,9 +119,9 @@ check "pool usage names the prefix lookup" 0 "1,000-block prefix" pool --help
 check "pool usage names the SPACE_OPEN case and --spaces" 0 \
 	"ioctl_space_open_spacesN: open \+ SPACE_OPEN" pool --help
 check "pool --spaces 1000001 (above the range)" 2 \
-	"--spaces: '1000001' is not a count of 0 to 1000000" pool --spaces 1000001
-check "pool --spaces x (not a number)" 2 "--spaces: 'x'" pool --spaces x
-check "pool --spaces without a value" 2 "option '--spaces' needs a value" pool --spaces
+	"--spaces wants a count of 0 to 1000000, not '1000001'" pool --spaces 1000001
+check "pool --spaces x (not a number)" 2 "--spaces wants a count of 0 to 1000000, not 'x'" pool --spaces x
+check "pool --spaces without a value" 2 "--spaces needs a value \(--spaces N\)" pool --spaces
 
 # kvbench pool, in-process only (no device here), as short as it goes.
 "$KVBENCH" pool --json --quiet --only core --reps 1 --rep-time 0.001 >"$T/out" 2>"$T/err"

@@ -69,20 +69,20 @@ static const struct kvb_opts test_defaults = { .bench = "test", .reps = 5, .rep_
 /* kvb_parse_args over argv (NULL-terminated) into *p: 0 to run, else the exit status. */
 static int parse(char **argv, struct parsed *p, struct kvb_opts *o, int *rest)
 {
-	const struct kvb_opt opts[] = {
-		{ .name = "--flag", .kind = KVB_FLAG, .dst = &p->flag, .help = "f" },
-		{ .name = "--str", .arg = "S", .kind = KVB_STR, .dst = &p->str, .help = "s" },
-		{ .name = "--int", .arg = "N", .kind = KVB_INT, .dst = &p->i, .min = 0, .max = 7,
-		  .bad = "is not 0 to 7", .help = "i" },
-		{ .name = "--uint", .arg = "N", .kind = KVB_UINT, .dst = &p->u, .min = 2, .max = 9,
-		  .bad = "is not 2 to 9", .help = "u" },
-		{ .name = "--ulong", .arg = "N", .kind = KVB_ULONG, .dst = &p->ul, .min = 0,
-		  .max = 1UL << 40, .bad = "is not 0 to 2^40", .help = "ul" },
-		{ .name = "--double", .arg = "D", .kind = KVB_DOUBLE, .dst = &p->d, .min = 0.5,
-		  .max = 1.5, .bad = "is not in [0.5, 1.5]", .help = "d" },
-		{ .name = "--c", .arg = "C", .kind = KVB_FUNC, .dst = &p->c, .parse = parse_c,
-		  .bad = "is not C", .help = "c" },
-		{ .name = "--", .kind = KVB_REST, .help = "rest" },
+	const struct topt opts[] = {
+		{ .name = "--flag", .kind = TOPT_FLAG, .dst = &p->flag, .help = "f" },
+		{ .name = "--str", .arg = "S", .kind = TOPT_STR, .dst = &p->str, .help = "s" },
+		{ .name = "--int", .arg = "N", .kind = TOPT_INT, .dst = &p->i, .min = 0, .max = 7,
+		  .want = "0 to 7", .help = "i" },
+		{ .name = "--uint", .arg = "N", .kind = TOPT_UINT, .dst = &p->u, .min = 2, .max = 9,
+		  .want = "2 to 9", .help = "u" },
+		{ .name = "--ulong", .arg = "N", .kind = TOPT_ULONG, .dst = &p->ul, .min = 0,
+		  .max = 1UL << 40, .want = "0 to 2^40", .help = "ul" },
+		{ .name = "--double", .arg = "D", .kind = TOPT_DOUBLE, .dst = &p->d, .min = 0.5,
+		  .max = 1.5, .want = "in [0.5, 1.5]", .help = "d" },
+		{ .name = "--c", .arg = "C", .kind = TOPT_FUNC, .dst = &p->c, .parse = parse_c,
+		  .want = "C", .help = "c" },
+		{ .name = "--", .kind = TOPT_REST, .help = "rest" },
 		{ NULL },
 	};
 	const struct kvb_cmd cmd = { .defaults = &test_defaults, .about = "test\n", .opts = opts };
