@@ -8,7 +8,6 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
@@ -21,6 +20,7 @@
 #include <kvrt.h>
 
 #include "cache.h"
+#include "../common/opts.h"
 #include "checkpoint.h"
 #include "devgpu.h"
 #include "model.h"
@@ -58,16 +58,16 @@ struct opts {
 	enum kvrt_backend backend;
 	const char *space;
 	enum role role;
-	int keep_space;
-	int foreign;			/* --space-owner given */
+	bool keep_space;
+	bool foreign;			/* --space-owner given */
 	uint32_t space_owner;
 	uint64_t pool_bytes;
 	enum decode_kernel decode_kernel;
-	int reference, progress, expect_hits, expect_shared, json, quiet, inject_fault;
+	bool reference, progress, expect_hits, expect_shared, json, quiet, inject_fault;
 	enum device_choice { DEVICE_AUTO, DEVICE_CPU, DEVICE_GPU } device;
-	int gpu_check;			/* each GPU attention call against the CPU's */
-	int inject_gpu_fault;
-	int reference_on_gpu;		/* --reference-device gpu */
+	bool gpu_check;			/* each GPU attention call against the CPU's */
+	bool inject_gpu_fault;
+	int reference_on_gpu;		/* --reference-device gpu (a choice: cpu 0, gpu 1) */
 };
 
 /* Presets: tiny runs in a TCG VM in seconds; default is what `make demo` shows. */
@@ -179,251 +179,177 @@ static void usage(FILE *f)
 	      "  --help, --version\n", f);
 }
 
-static int parse_u32(const char *s, uint32_t min, uint32_t max, uint32_t *out)
+/* A command-line mistake, and where the options are told. */
+static int usage_error(const char *what)
 {
-	char *end;
-	unsigned long long v;
-
-	errno = 0;
-	v = strtoull(s, &end, 0);
-	if (errno || end == s || *end || *s == '-' || v < min || v > max)
-		return -1;
-	*out = (uint32_t)v;
-	return 0;
-}
-
-static int parse_double(const char *s, double min, double max, double *out)
-{
-	char *end;
-	double v;
-
-	errno = 0;
-	v = strtod(s, &end);
-	if (errno || end == s || *end || !(v >= min && v <= max))
-		return -1;
-	*out = v;
-	return 0;
-}
-
-enum {
-	O_CKPT = 256, O_GEN, O_SEED, O_DIM, O_HIDDEN, O_LAYERS, O_HEADS, O_KVHEADS, O_VOCAB,
-	O_SEQ, O_PRESET, O_REQ, O_SYS, O_USER, O_GENTOK, O_TURNS, O_MULTI, O_RATE, O_THINK,
-	O_WSEED, O_BT, O_BATCH, O_SEQS, O_DEVBLK, O_DTYPE, O_DECK, O_THREADS, O_DEVICE,
-	O_BACKEND, O_SPACE, O_ROLE, O_KEEP, O_POOL, O_NOREF, O_EXPH, O_EXPS, O_NOPROG, O_HELP,
-	O_VERSION, O_JSON, O_QUIET, O_FAULT, O_OWNER, O_NOGPUCHK, O_GPUFAULT, O_REFDEV,
-};
-
-static const struct option longopts[] = {
-	{ "checkpoint", 1, NULL, O_CKPT }, { "gen-checkpoint", 1, NULL, O_GEN },
-	{ "seed", 1, NULL, O_SEED }, { "dim", 1, NULL, O_DIM },
-	{ "hidden-dim", 1, NULL, O_HIDDEN }, { "layers", 1, NULL, O_LAYERS },
-	{ "heads", 1, NULL, O_HEADS }, { "kv-heads", 1, NULL, O_KVHEADS },
-	{ "vocab", 1, NULL, O_VOCAB }, { "seq-len", 1, NULL, O_SEQ },
-	{ "preset", 1, NULL, O_PRESET }, { "requests", 1, NULL, O_REQ },
-	{ "system-tokens", 1, NULL, O_SYS }, { "user-tokens", 1, NULL, O_USER },
-	{ "gen-tokens", 1, NULL, O_GENTOK }, { "max-turns", 1, NULL, O_TURNS },
-	{ "multi-turn", 1, NULL, O_MULTI }, { "rate", 1, NULL, O_RATE },
-	{ "think-ms", 1, NULL, O_THINK }, { "workload-seed", 1, NULL, O_WSEED },
-	{ "block-tokens", 1, NULL, O_BT }, { "batch-tokens", 1, NULL, O_BATCH },
-	{ "max-seqs", 1, NULL, O_SEQS }, { "device-blocks", 1, NULL, O_DEVBLK },
-	{ "kv-dtype", 1, NULL, O_DTYPE }, { "decode-kernel", 1, NULL, O_DECK },
-	{ "threads", 1, NULL, O_THREADS }, { "device", 1, NULL, O_DEVICE },
-	{ "backend", 1, NULL, O_BACKEND }, { "space", 1, NULL, O_SPACE },
-	{ "role", 1, NULL, O_ROLE }, { "keep-space", 0, NULL, O_KEEP },
-	{ "pool-mb", 1, NULL, O_POOL }, { "no-reference", 0, NULL, O_NOREF },
-	{ "expect-hits", 0, NULL, O_EXPH }, { "expect-shared-hits", 0, NULL, O_EXPS },
-	{ "no-progress", 0, NULL, O_NOPROG }, { "help", 0, NULL, O_HELP },
-	{ "version", 0, NULL, O_VERSION }, { "json", 0, NULL, O_JSON },
-	{ "quiet", 0, NULL, O_QUIET }, { "inject-fault", 0, NULL, O_FAULT },
-	{ "space-owner", 1, NULL, O_OWNER }, { "no-gpu-check", 0, NULL, O_NOGPUCHK },
-	{ "inject-gpu-fault", 0, NULL, O_GPUFAULT }, { "reference-device", 1, NULL, O_REFDEV },
-	{ NULL, 0, NULL, 0 },
-};
-
-static int bad_value(const char *opt, const char *val, const char *want)
-{
-	fprintf(stderr, "kvrt-demo: --%s %s: %s\n", opt, val, want);
+	fprintf(stderr, "kvrt-demo: %s\n(more: kvrt-demo --help)\n", what);
 	return EXIT_USAGE;
 }
+
+/* --think-ms: milliseconds in, seconds kept. */
+static int parse_think_ms(const char *v, void *dst)
+{
+	double ms;
+
+	if (topt_parse_double(v, 0, 1e9, &ms))
+		return -1;
+	*(double *)dst = ms / 1000;
+	return 0;
+}
+
+/* --pool-mb: MiB in, bytes kept. */
+static int parse_pool_mb(const char *v, void *dst)
+{
+	unsigned long mb;
+
+	if (topt_parse_ulong(v, 1, 1UL << 20, &mb))
+		return -1;
+	*(uint64_t *)dst = (uint64_t)mb << 20;
+	return 0;
+}
+
+/* --space-owner: the uid, and that the space is someone else's. */
+static int parse_owner(const char *v, void *dst)
+{
+	struct opts *o = dst;
+	unsigned long uid;
+
+	if (topt_parse_ulong(v, 0, UINT32_MAX - 1, &uid))
+		return -1;
+	o->foreign = true;
+	o->space_owner = (uint32_t)uid;
+	return 0;
+}
+
+_Static_assert(sizeof(unsigned long) == sizeof(uint64_t), "seeds are parsed as unsigned long");
+_Static_assert(sizeof(int) == sizeof(int32_t) && sizeof(unsigned int) == sizeof(uint32_t),
+	       "sizes are parsed as int and unsigned int");
+
+static const int dtype_values[] = { KVRT_DTYPE_F32, KVRT_DTYPE_F16, KVRT_DTYPE_BF16 };
+static const int deck_values[] = { DECODE_WITH_PREFILL, DECODE_WITH_DECODE };
+static const int device_values[] = { DEVICE_CPU, DEVICE_GPU, DEVICE_AUTO };
+static const int backend_values[] = { KVRT_BACKEND_AUTO, KVRT_BACKEND_EMBEDDED, KVRT_BACKEND_KMOD };
+static const int role_values[] = { ROLE_FIRST, ROLE_SECOND };
+
+#define U32(opt, lo, hi, field) \
+	{ .name = opt, .arg = "N", .kind = TOPT_UINT, .dst = &o->field, .min = lo, .max = hi }
+#define I32(opt, lo, hi, field) \
+	{ .name = opt, .arg = "N", .kind = TOPT_INT, .dst = &o->field, .min = lo, .max = hi }
+#define CHOICE(opt, list, stored, field)                                             \
+	{ .name = opt, .arg = list, .kind = TOPT_CHOICE, .dst = &o->field, .choices = list, \
+	  .values = stored }
+#define FLAG(opt, field) { .name = opt, .kind = TOPT_FLAG, .dst = &o->field }
 
 /* Returns -1 to go on, else the exit status. */
 static int parse(int argc, char **argv, struct opts *o)
 {
-	const char *name;
-	uint32_t u;
-	double d;
-	int c, idx;
+	int preset_index = 1;
+	bool version = false, no_ref = false, no_progress = false, no_gpu_check = false;
+	const struct topt table[] = {
+		{ .name = "--checkpoint", .arg = "FILE", .kind = TOPT_STR, .dst = &o->checkpoint },
+		{ .name = "--gen-checkpoint", .arg = "FILE", .kind = TOPT_STR,
+		  .dst = &o->gen_checkpoint },
+		{ .name = "--seed", .arg = "N", .kind = TOPT_ULONG, .dst = &o->model_seed,
+		  .max = UINT32_MAX, .want = "a 32-bit number" },
+		I32("--dim", 2, CKPT_MAX_DIM, cfg.dim),
+		I32("--hidden-dim", 1, CKPT_MAX_HIDDEN, cfg.hidden_dim),
+		I32("--layers", 1, CKPT_MAX_LAYERS, cfg.n_layers),
+		I32("--heads", 1, 1024, cfg.n_heads),
+		I32("--kv-heads", 1, 1024, cfg.n_kv_heads),
+		I32("--vocab", 2, CKPT_MAX_VOCAB, cfg.vocab_size),
+		I32("--seq-len", 2, 65536, cfg.seq_len),
+		{ .name = "--preset", .arg = "tiny|default", .kind = TOPT_CHOICE,
+		  .dst = &preset_index, .choices = "tiny|default" },
+		U32("--requests", 1, 100000, wl.requests),
+		U32("--system-tokens", 0, 65536, wl.system_tokens),
+		U32("--user-tokens", 1, 65536, wl.user_tokens),
+		U32("--gen-tokens", 1, 65536, wl.gen_tokens),
+		U32("--max-turns", 1, 64, wl.max_turns),
+		{ .name = "--multi-turn", .arg = "F", .kind = TOPT_DOUBLE, .dst = &o->wl.multi_turn,
+		  .min = 0, .max = 1, .want = "a fraction from 0 to 1" },
+		{ .name = "--rate", .arg = "R", .kind = TOPT_DOUBLE, .dst = &o->wl.rate,
+		  .min = 1e-6, .max = 1e9, .want = "a positive rate (conversations per second)" },
+		{ .name = "--think-ms", .arg = "MS", .kind = TOPT_FUNC, .dst = &o->wl.think_s,
+		  .parse = parse_think_ms, .want = "milliseconds >= 0" },
+		{ .name = "--workload-seed", .arg = "N", .kind = TOPT_ULONG, .dst = &o->wl.seed,
+		  .max = UINT32_MAX, .want = "a 32-bit number" },
+		U32("--block-tokens", 1, 4096, block_tokens),
+		U32("--batch-tokens", 1, 65536, batch_tokens),
+		U32("--max-seqs", 1, 4096, max_seqs),
+		U32("--device-blocks", 1, 16777216, device_blocks),
+		U32("--threads", 1, 1024, threads),
+		{ .name = "--pool-mb", .arg = "N", .kind = TOPT_FUNC, .dst = &o->pool_bytes,
+		  .parse = parse_pool_mb, .want = "MiB from 1 to 1048576" },
+		CHOICE("--kv-dtype", "f32|f16|bf16", dtype_values, kv_dtype),
+		CHOICE("--decode-kernel", "prefill|decode", deck_values, decode_kernel),
+		CHOICE("--device", "cpu|gpu|auto", device_values, device),
+		CHOICE("--backend", "auto|embedded|kmod", backend_values, backend),
+		CHOICE("--role", "first|second", role_values, role),
+		{ .name = "--reference-device", .arg = "cpu|gpu", .kind = TOPT_CHOICE,
+		  .dst = &o->reference_on_gpu, .choices = "cpu|gpu" },
+		{ .name = "--space", .arg = "NAME", .kind = TOPT_STR, .dst = &o->space },
+		{ .name = "--space-owner", .arg = "UID", .kind = TOPT_FUNC, .dst = o,
+		  .parse = parse_owner, .want = "a uid" },
+		FLAG("--keep-space", keep_space),
+		{ .name = "--no-reference", .kind = TOPT_FLAG, .dst = &no_ref },
+		{ .name = "--no-progress", .kind = TOPT_FLAG, .dst = &no_progress },
+		{ .name = "--no-gpu-check", .kind = TOPT_FLAG, .dst = &no_gpu_check },
+		FLAG("--expect-hits", expect_hits),
+		FLAG("--expect-shared-hits", expect_shared),
+		FLAG("--json", json),
+		FLAG("--quiet", quiet),
+		FLAG("--inject-fault", inject_fault),
+		FLAG("--inject-gpu-fault", inject_gpu_fault),
+		{ .name = "--version", .kind = TOPT_FLAG, .dst = &version },
+		{ .name = NULL },
+	};
+	const struct topt *tables[] = { table }, *preset_opt = table;
+	struct topt_args a;
+	int i;
 
 	defaults(o);
 	/* a preset first, wherever it is, so that other options override it */
-	for (c = 1; c < argc; c++) {
-		const char *a = argv[c];
+	while (strcmp(preset_opt->name, "--preset"))
+		preset_opt++;
+	topt_init(&a, argc, argv, 1);
+	for (i = 1; i < argc; i++) {
+		const char *v = !strncmp(argv[i], "--preset=", 9) ? argv[i] + 9 :
+				!strcmp(argv[i], "--preset") && i + 1 < argc ? argv[i + 1] : NULL;
 
-		if (!strncmp(a, "--preset=", 9))
-			name = a + 9;
-		else if (!strcmp(a, "--preset") && c + 1 < argc)
-			name = argv[c + 1];
-		else
-			continue;
-		if (strcmp(name, "tiny") && strcmp(name, "default"))
-			return bad_value("preset", name, "tiny or default");
-		preset(o, name);
-	}
-	opterr = 1;
-	while ((c = getopt_long(argc, argv, "h", longopts, &idx)) != -1) {
-		name = c >= O_CKPT && c <= O_OWNER ? longopts[c - O_CKPT].name : "";
-#define U32(lo, hi, dst)                                                                   \
-	do {                                                                               \
-		if (parse_u32(optarg, lo, hi, &u))                                         \
-			return bad_value(name, optarg, "out of range (" #lo ".." #hi ")"); \
-		dst = u;                                                                   \
-	} while (0)
-		switch (c) {
-		case O_CKPT: o->checkpoint = optarg; break;
-		case O_GEN: o->gen_checkpoint = optarg; break;
-		case O_SEED:
-			if (parse_u32(optarg, 0, UINT32_MAX, &u))
-				return bad_value(name, optarg, "a 32-bit number");
-			o->model_seed = u;
-			break;
-		case O_DIM: U32(2, CKPT_MAX_DIM, o->cfg.dim); break;
-		case O_HIDDEN: U32(1, CKPT_MAX_HIDDEN, o->cfg.hidden_dim); break;
-		case O_LAYERS: U32(1, CKPT_MAX_LAYERS, o->cfg.n_layers); break;
-		case O_HEADS: U32(1, 1024, o->cfg.n_heads); break;
-		case O_KVHEADS: U32(1, 1024, o->cfg.n_kv_heads); break;
-		case O_VOCAB: U32(2, CKPT_MAX_VOCAB, o->cfg.vocab_size); break;
-		case O_SEQ: U32(2, 65536, o->cfg.seq_len); break;
-		case O_PRESET: break;
-		case O_REQ: U32(1, 100000, o->wl.requests); break;
-		case O_SYS: U32(0, 65536, o->wl.system_tokens); break;
-		case O_USER: U32(1, 65536, o->wl.user_tokens); break;
-		case O_GENTOK: U32(1, 65536, o->wl.gen_tokens); break;
-		case O_TURNS: U32(1, 64, o->wl.max_turns); break;
-		case O_MULTI:
-			if (parse_double(optarg, 0, 1, &d))
-				return bad_value(name, optarg, "a fraction 0..1");
-			o->wl.multi_turn = d;
-			break;
-		case O_RATE:
-			if (parse_double(optarg, 1e-6, 1e9, &d))
-				return bad_value(name, optarg, "a positive rate");
-			o->wl.rate = d;
-			break;
-		case O_THINK:
-			if (parse_double(optarg, 0, 1e9, &d))
-				return bad_value(name, optarg, "milliseconds >= 0");
-			o->wl.think_s = d / 1000;
-			break;
-		case O_WSEED:
-			if (parse_u32(optarg, 0, UINT32_MAX, &u))
-				return bad_value(name, optarg, "a 32-bit number");
-			o->wl.seed = u;
-			break;
-		case O_BT: U32(1, 4096, o->block_tokens); break;
-		case O_BATCH: U32(1, 1 << 16, o->batch_tokens); break;
-		case O_SEQS: U32(1, 4096, o->max_seqs); break;
-		case O_DEVBLK: U32(1, 1 << 24, o->device_blocks); break;
-		case O_THREADS: U32(1, 1024, o->threads); break;
-		case O_POOL:
-			U32(1, 1 << 20, u);
-			o->pool_bytes = (uint64_t)u << 20;
-			break;
-		case O_DTYPE:
-			if (!strcmp(optarg, "f32"))
-				o->kv_dtype = KVRT_DTYPE_F32;
-			else if (!strcmp(optarg, "f16"))
-				o->kv_dtype = KVRT_DTYPE_F16;
-			else if (!strcmp(optarg, "bf16"))
-				o->kv_dtype = KVRT_DTYPE_BF16;
-			else
-				return bad_value(name, optarg, "f32, f16 or bf16");
-			break;
-		case O_DECK:
-			if (!strcmp(optarg, "prefill"))
-				o->decode_kernel = DECODE_WITH_PREFILL;
-			else if (!strcmp(optarg, "decode"))
-				o->decode_kernel = DECODE_WITH_DECODE;
-			else
-				return bad_value(name, optarg, "prefill or decode");
-			break;
-		case O_DEVICE:
-			if (!strcmp(optarg, "gpu"))
-				o->device = DEVICE_GPU;
-			else if (!strcmp(optarg, "cpu"))
-				o->device = DEVICE_CPU;
-			else if (!strcmp(optarg, "auto"))
-				o->device = DEVICE_AUTO;
-			else
-				return bad_value(name, optarg, "cpu, gpu or auto");
-			break;
-		case O_NOGPUCHK: o->gpu_check = 0; break;
-		case O_GPUFAULT: o->inject_gpu_fault = 1; break;
-		case O_REFDEV:
-			if (strcmp(optarg, "cpu") && strcmp(optarg, "gpu"))
-				return bad_value(name, optarg, "cpu or gpu");
-			o->reference_on_gpu = !strcmp(optarg, "gpu");
-			break;
-		case O_BACKEND:
-			if (!strcmp(optarg, "auto"))
-				o->backend = KVRT_BACKEND_AUTO;
-			else if (!strcmp(optarg, "kmod"))
-				o->backend = KVRT_BACKEND_KMOD;
-			else if (!strcmp(optarg, "embedded"))
-				o->backend = KVRT_BACKEND_EMBEDDED;
-			else
-				return bad_value(name, optarg, "auto, embedded or kmod");
-			break;
-		case O_SPACE: o->space = optarg; break;
-		case O_ROLE:
-			if (!strcmp(optarg, "first"))
-				o->role = ROLE_FIRST;
-			else if (!strcmp(optarg, "second"))
-				o->role = ROLE_SECOND;
-			else
-				return bad_value(name, optarg, "first or second");
-			break;
-		case O_KEEP: o->keep_space = 1; break;
-		case O_OWNER:
-			if (parse_u32(optarg, 0, UINT32_MAX - 1, &u))
-				return bad_value(name, optarg, "a uid");
-			o->foreign = 1;
-			o->space_owner = u;
-			break;
-		case O_NOREF: o->reference = 0; break;
-		case O_EXPH: o->expect_hits = 1; break;
-		case O_EXPS: o->expect_shared = 1; break;
-		case O_NOPROG: o->progress = 0; break;
-		case O_JSON: o->json = 1; break;
-		case O_FAULT: o->inject_fault = 1; break;
-		case O_QUIET:
-			o->quiet = 1;
-			o->progress = 0;
-			break;
-		case 'h':
-		case O_HELP:
-			usage(stdout);
-			return EXIT_OK;
-		case O_VERSION:
-			printf("kvrt-demo %s (libkvrt %s)\n", DEMO_VERSION, kvrt_version());
-			return EXIT_OK;
-		default:
-			usage(stderr);
-			return EXIT_USAGE;
+		if (v && topt_set(&a, preset_opt, v)) {
+			return usage_error(a.err);
 		}
-#undef U32
+		if (v)
+			preset(o, preset_index ? "default" : "tiny");
 	}
-	if (optind < argc) {
-		fprintf(stderr, "kvrt-demo: unexpected argument '%s'\n", argv[optind]);
-		return EXIT_USAGE;
+	switch (topt_parse(&a, tables, 1, NULL, NULL)) {
+	case TOPT_END:
+		break;
+	case TOPT_HELP:
+		usage(stdout);
+		return EXIT_OK;
+	default:
+		return usage_error(a.err);
 	}
+	if (version) {
+		printf("kvrt-demo %s (libkvrt %s)\n", DEMO_VERSION, kvrt_version());
+		return EXIT_OK;
+	}
+	o->reference = !no_ref;
+	o->progress = !no_progress && !o->quiet;
+	o->gpu_check = !no_gpu_check;
 	/* Only a join may accept another owner: creating makes the space ours. */
 	if (o->foreign && o->role != ROLE_SECOND) {
-		fprintf(stderr, "kvrt-demo: --space-owner needs --role second\n");
-		return EXIT_USAGE;
+		return usage_error("--space-owner needs --role second (only a join takes another's space)");
 	}
 	o->wl.vocab = (uint32_t)o->cfg.vocab_size;
 	return -1;
 }
+
+#undef U32
+#undef I32
+#undef CHOICE
+#undef FLAG
 
 static uint32_t cpus(void)
 {
