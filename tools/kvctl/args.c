@@ -1,9 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * Option parsing for the commands: long options only ("--name value" or
- * "--name=value"), -h/--help, "--" ending options, positionals in between.
- * Hand-rolled rather than getopt_long so that every mistake is reported
- * with the command's name and its usage line.
+ * Option parsing for the commands, through the parser the tools share
+ * (../common/opts.h), so that every mistake is reported with the
+ * command's name and its usage line; and the numeric option values.
  */
 #include <errno.h>
 #include <math.h>
@@ -15,67 +14,36 @@
 void kv_args_init(struct kv_args *a, const char *cmd, int argc, char **argv)
 {
 	a->cmd = cmd;
-	a->argc = argc;
-	a->argv = argv;
-	a->i = 0;
-	a->no_more_opts = false;
+	topt_init(&a->t, argc, argv, 0);
 }
 
 /*
  * The next option's id (its value in *val), KV_OPT_POS with the argument
  * in *val, KV_OPT_HELP, KV_OPT_END, or KV_OPT_ERR after printing why.
  */
-int kv_args_next(struct kv_args *a, const struct kv_opt *opts, const char **val)
+int kv_args_next(struct kv_args *a, const struct topt *opts, const char **val)
 {
-	const struct kv_opt *o;
-	const char *arg, *eq;
-	size_t n;
+	const struct topt *tables[] = { opts }, *hit, *o;
 
-	*val = NULL;
-	if (a->i >= a->argc)
+	switch (topt_next(&a->t, tables, 1, &hit, val)) {
+	case TOPT_END:
 		return KV_OPT_END;
-	arg = a->argv[a->i++];
-	if (a->no_more_opts || arg[0] != '-' || !strcmp(arg, "-")) {
-		*val = arg;
+	case TOPT_POS:
 		return KV_OPT_POS;
-	}
-	if (!strcmp(arg, "--")) {
-		a->no_more_opts = true;
-		return kv_args_next(a, opts, val);
-	}
-	if (!strcmp(arg, "-h") || !strcmp(arg, "--help"))
+	case TOPT_HELP:
 		return KV_OPT_HELP;
-	if (arg[1] != '-') {
-		kv_usage(a->cmd, "unknown option '%s' (options are long: --name)", arg);
-		return KV_OPT_ERR;
+	case TOPT_OPT:
+		if (hit->kind == TOPT_ID)
+			return hit->id;
+		break;
+	default:
+		break;
 	}
-	eq = strchr(arg, '=');
-	n = eq ? (size_t)(eq - arg - 2) : strlen(arg + 2);
-	for (o = opts; o && o->name; o++) {
-		if (strlen(o->name) != n || strncmp(o->name, arg + 2, n))
-			continue;
-		if (!o->has_arg) {
-			if (eq) {
-				kv_usage(a->cmd, "--%s takes no value (got '%s')", o->name, arg);
-				return KV_OPT_ERR;
-			}
-			return o->id;
-		}
-		if (eq) {
-			*val = eq + 1;
-		} else if (a->i < a->argc) {
-			*val = a->argv[a->i++];
-		} else {
-			kv_usage(a->cmd, "--%s needs a value", o->name);
-			return KV_OPT_ERR;
-		}
-		return o->id;
-	}
-	kv_usage(a->cmd, "unknown option '%.*s'", (int)(n + 2), arg);
-	if (opts && opts->name) {
+	kv_usage(a->cmd, "%s", a->t.err);
+	if (!strncmp(a->t.err, "unknown option '--", 18) && opts && opts->name) {
 		fprintf(stderr, "options of kvctl %s:", a->cmd);
 		for (o = opts; o->name; o++)
-			fprintf(stderr, " --%s%s", o->name, o->has_arg ? " X" : "");
+			fprintf(stderr, " %s%s%s", o->name, o->arg ? " " : "", o->arg ? o->arg : "");
 		fprintf(stderr, " --help\n");
 	}
 	return KV_OPT_ERR;

@@ -3,7 +3,7 @@
  * kvctl: the kvpool admin CLI.  Declarations shared by its source files:
  *
  *   main.c        command table, global options, help, usage errors
- *   args.c        option parsing and numeric option values
+ *   args.c        option parsing (../common/opts.c) and numeric option values
  *   units.c       byte sizes: parsing "512M", printing "1.5 GiB"
  *   sysfs.c       file access under the sysfs/debugfs roots, errno messages
  *   snapshot.c    one consistent-enough read of pool, nodes, spaces, tenants
@@ -24,6 +24,8 @@
 #include <stdio.h>
 
 #include <linux/kvpool.h>
+
+#include "../common/opts.h"
 
 #define KVCTL_VERSION	"1.0"
 
@@ -57,22 +59,18 @@ void kv_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 int kv_usage(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int kv_help(const char *cmd);
 
-/* args.c: "--name value", "--name=value", "-h", "--" and positionals. */
-struct kv_opt {
-	const char *name;	/* without the leading "--" */
-	bool has_arg;
-	int id;			/* > 0 */
-};
+/*
+ * args.c: the tools' one option style (../common/opts.h): "--name value",
+ * "--name=value", "-h", "--" and positionals.  A command's options are
+ * TOPT_ID rows; kv_args_next returns the row's id, or one of these.
+ */
 enum { KV_OPT_END = 0, KV_OPT_POS = -1, KV_OPT_ERR = -2, KV_OPT_HELP = -3 };
 struct kv_args {
 	const char *cmd;
-	int argc;
-	char **argv;
-	int i;
-	bool no_more_opts;
+	struct topt_args t;
 };
 void kv_args_init(struct kv_args *a, const char *cmd, int argc, char **argv);
-int kv_args_next(struct kv_args *a, const struct kv_opt *opts, const char **val);
+int kv_args_next(struct kv_args *a, const struct topt *opts, const char **val);
 int kv_opt_u64(const char *cmd, const char *opt, const char *val, uint64_t min,
 	       uint64_t max, bool suffixes, uint64_t *out);
 int kv_opt_double(const char *cmd, const char *opt, const char *val, double min,

@@ -264,7 +264,10 @@ static void kv_show_result(const struct kv_write *w, bool had_old, uint64_t old)
 
 int cmd_set(int argc, char **argv)
 {
-	static const struct kv_opt opts[] = { { "force", false, 1 }, { NULL, false, 0 } };
+	static const struct topt opts[] = {
+		{ .name = "--force", .kind = TOPT_ID, .id = 1 },
+		{ .name = NULL },
+	};
 	struct kv_write *w;
 	struct kv_args a;
 	const char *v;
@@ -288,7 +291,7 @@ int cmd_set(int argc, char **argv)
 			goto out;
 		}
 		if (o == KV_OPT_ERR) {
-			if (argc && strstr(argv[a.i - 1], "json"))
+			if (argc && strstr(argv[a.t.i - 1], "json"))
 				fprintf(stderr, "(set prints what it changed; kvctl status --json "
 					"reads the tunables)\n");
 			r = KV_EXIT_USAGE;

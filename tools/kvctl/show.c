@@ -14,7 +14,10 @@ enum { OPT_JSON = 1, OPT_ID, OPT_SPACE };
 /* For commands whose only option is --json: -1 to go on, else an exit status. */
 static int kv_json_only(const char *cmd, int argc, char **argv, bool *json)
 {
-	static const struct kv_opt opts[] = { { "json", false, OPT_JSON }, { NULL, false, 0 } };
+	static const struct topt opts[] = {
+		{ .name = "--json", .kind = TOPT_ID, .id = OPT_JSON },
+		{ .name = NULL },
+	};
 	struct kv_args a;
 	const char *v;
 	int o;
@@ -285,9 +288,11 @@ int cmd_spaces(int argc, char **argv)
 static int kv_space_args(const char *cmd, int argc, char **argv, bool named_opt,
 			 const char **name, long *id, bool *json)
 {
-	static const struct kv_opt opts[] = {
-		{ "json", false, OPT_JSON }, { "id", true, OPT_ID }, { "space", true, OPT_SPACE },
-		{ NULL, false, 0 },
+	static const struct topt opts[] = {
+		{ .name = "--json", .kind = TOPT_ID, .id = OPT_JSON },
+		{ .name = "--id", .arg = "ID", .kind = TOPT_ID, .id = OPT_ID },
+		{ .name = "--space", .arg = "NAME", .kind = TOPT_ID, .id = OPT_SPACE },
+		{ .name = NULL },
 	};
 	struct kv_args a;
 	const char *v;

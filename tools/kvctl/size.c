@@ -465,14 +465,20 @@ static void kv_size_text(const struct kv_size_in *in, const struct kv_size_out *
 
 int cmd_size(int argc, char **argv)
 {
-	static const struct kv_opt opts[] = {
-		{ "model", true, OPT_MODEL }, { "layers", true, OPT_LAYERS },
-		{ "kv-heads", true, OPT_HEADS }, { "head-dim", true, OPT_DIM },
-		{ "tokens", true, OPT_TOKENS }, { "batch", true, OPT_BATCH },
-		{ "dtype", true, OPT_DTYPE }, { "tp", true, OPT_TP },
-		{ "block-tokens", true, OPT_BLOCK }, { "no-scales", false, OPT_NOSCALES },
-		{ "list-models", false, OPT_LIST }, { "json", false, OPT_JSON },
-		{ NULL, false, 0 },
+	static const struct topt opts[] = {
+		{ .name = "--model", .arg = "NAME", .kind = TOPT_ID, .id = OPT_MODEL },
+		{ .name = "--layers", .arg = "N", .kind = TOPT_ID, .id = OPT_LAYERS },
+		{ .name = "--kv-heads", .arg = "N", .kind = TOPT_ID, .id = OPT_HEADS },
+		{ .name = "--head-dim", .arg = "N", .kind = TOPT_ID, .id = OPT_DIM },
+		{ .name = "--tokens", .arg = "N", .kind = TOPT_ID, .id = OPT_TOKENS },
+		{ .name = "--batch", .arg = "N", .kind = TOPT_ID, .id = OPT_BATCH },
+		{ .name = "--dtype", .arg = "DTYPE", .kind = TOPT_ID, .id = OPT_DTYPE },
+		{ .name = "--tp", .arg = "N", .kind = TOPT_ID, .id = OPT_TP },
+		{ .name = "--block-tokens", .arg = "N", .kind = TOPT_ID, .id = OPT_BLOCK },
+		{ .name = "--no-scales", .kind = TOPT_ID, .id = OPT_NOSCALES },
+		{ .name = "--list-models", .kind = TOPT_ID, .id = OPT_LIST },
+		{ .name = "--json", .kind = TOPT_ID, .id = OPT_JSON },
+		{ .name = NULL },
 	};
 	struct kv_size_in in = { .batch = 1, .tp = 1, .scales = true };
 	uint64_t layers = 0, heads = 0, dim = 0;

@@ -89,8 +89,10 @@ static void kv_stats_text(const struct kv_snap *s)
 
 int cmd_stats(int argc, char **argv)
 {
-	static const struct kv_opt opts[] = {
-		{ "json", false, OPT_JSON }, { "prometheus", false, OPT_PROM }, { NULL, false, 0 },
+	static const struct topt opts[] = {
+		{ .name = "--json", .kind = TOPT_ID, .id = OPT_JSON },
+		{ .name = "--prometheus", .kind = TOPT_ID, .id = OPT_PROM },
+		{ .name = NULL },
 	};
 	bool json = false, prom = false;
 	struct kv_args a;

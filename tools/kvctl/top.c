@@ -202,9 +202,11 @@ static void kv_sleep(double sec)
 
 int cmd_top(int argc, char **argv)
 {
-	static const struct kv_opt opts[] = {
-		{ "interval", true, OPT_INTERVAL }, { "count", true, OPT_COUNT },
-		{ "json", false, OPT_JSON }, { NULL, false, 0 },
+	static const struct topt opts[] = {
+		{ .name = "--interval", .arg = "SEC", .kind = TOPT_ID, .id = OPT_INTERVAL },
+		{ .name = "--count", .arg = "N", .kind = TOPT_ID, .id = OPT_COUNT },
+		{ .name = "--json", .kind = TOPT_ID, .id = OPT_JSON },
+		{ .name = NULL },
 	};
 	struct kv_snap snaps[2], *cur, *prev = NULL;
 	unsigned long sample;
