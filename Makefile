@@ -19,7 +19,7 @@ CFLAGS_USER := -O2 -g -Wall -Wextra -Werror -I$(SRC)/include/uapi -I$(SRC)/kmod/
 export CFLAGS_USER
 
 .PHONY: all module lib tools selftests deps check check-core check-lib check-kmod check-debug \
-	check-tools check-install check-python check-vllm check-sglang check-engines-vm check-quick check-cuda lint demo demo-vm bench-pool clean help
+	check-tools check-install deps-demo check-python check-vllm check-sglang check-engines-vm check-quick check-cuda lint demo demo-vm bench-pool clean help
 
 all: module lib tools
 
@@ -68,6 +68,9 @@ selftests: lib
 
 deps:
 	@bash .ci/deps.sh
+
+deps-demo:
+	@bash .ci/deps.sh demo
 
 check-core: deps
 	$(MAKE) -C selftests/core run
@@ -146,7 +149,7 @@ check-quick:
 
 # The engine demo runs on the host: /dev/kvpool when the module is loaded,
 # else libkvrt's embedded pool.  demo-vm shows the module itself in a VM.
-demo: deps lib tools
+demo: deps-demo lib tools
 	tools/kvrt-demo/kvrt-demo
 
 demo-vm: deps module tools

@@ -1,11 +1,29 @@
 #!/bin/bash
 # Install the Debian packages the project needs when root; otherwise print
-# the exact apt-get line.  Called by `make deps`, `make check`, `make demo`.
+# the exact apt-get line.  Called by `make deps` (everything `make check`
+# needs) and by `make demo` as `deps.sh demo`: only what building libkvrt and
+# the tools takes (measured: every file the build opened, under strace,
+# belongs to these packages or to what they depend on), so a newcomer's
+# first command does not wait for QEMU, kernel images and Python.
+#   deps.sh [demo] [--list]   --list: print the packages, install nothing
 set -e
-PKGS="gcc make libc6-dev clang libclang-rt-14-dev linux-headers-amd64 linux-image-amd64
+DEMO_PKGS="gcc make libc6-dev libssl-dev"
+ALL_PKGS="$DEMO_PKGS clang libclang-rt-14-dev linux-headers-amd64 linux-image-amd64
 qemu-system-x86 busybox-static cpio kmod
-linux-source-6.1 sparse flex bison bc libelf-dev libssl-dev xz-utils pkgconf
+linux-source-6.1 sparse flex bison bc libelf-dev xz-utils pkgconf
 python3 python3-venv python3-pip python3-setuptools python3-numpy"
+PKGS=$ALL_PKGS
+for a in "$@"; do
+	case $a in
+	demo) PKGS=$DEMO_PKGS ;;
+	--list) list=1 ;;
+	*) echo "deps.sh: unknown argument '$a' (usage: deps.sh [demo] [--list])" >&2; exit 2 ;;
+	esac
+done
+if [ -n "${list:-}" ]; then
+	echo $PKGS
+	exit 0
+fi
 missing=""
 for p in $PKGS; do
 	dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q "install ok installed" ||

@@ -16,7 +16,9 @@
 #     in bash and sets what DKMS needs; with dkms installed (Debian: dkms),
 #     as root and with kernel headers, `dkms add` and `dkms build` in a
 #     scratch DKMS tree build kvpool.ko (KVPOOL_TEST_DKMS_BUILD=0 skips it);
-#   - make uninstall leaves no file behind.
+#   - make uninstall leaves no file behind;
+#   - make demo's short package list (.ci/deps.sh demo) holds every library
+#     libkvrt and the tools link.
 #
 # Nothing outside the scratch directories is touched.  Prints TAP-style
 # lines and ends with "N passed, N failed"; exits non-zero on any failure.
@@ -335,6 +337,26 @@ fi
 
 "${MAKE_INSTALL[@]}" uninstall-dkms DESTDIR="$K" > /dev/null 2>&1
 check "make uninstall-dkms removes the DKMS tree" test ! -e "$T"
+
+# make demo installs only `.ci/deps.sh demo --list`: every library that
+# libkvrt and the tools link (-lX in their Makefiles) must come from one
+# of those packages, or a fresh machine's `make demo` fails to link.
+demo_pkgs=" $(bash "$ROOT/.ci/deps.sh" demo --list) "
+libs=$(grep -h '^[A-Z_]*LIBS[[:space:]]*[:+]\?=' "$ROOT"/libkvrt/Makefile "$ROOT"/tools/*/Makefile |
+	grep -o -- ' -l[a-z0-9_]\+' | grep -v -- '-lkvrt$' | sort -u)
+outside=
+for l in $libs; do
+	f=
+	for ext in a so; do
+		p=$(gcc -print-file-name="lib${l#-l}.$ext")
+		[ "$p" != "lib${l#-l}.$ext" ] && f=$(readlink -f "$p") && break
+	done
+	owner=$( { [ -n "$f" ] && dpkg -S "$f" 2>/dev/null; } | head -1 | cut -d: -f1)
+	case "$demo_pkgs" in *" $owner "*) ;; *) outside="$outside $l(${owner:-no package})" ;; esac
+done
+check "make demo's packages hold every library libkvrt and the tools link ($(echo $libs))" \
+	test -z "$outside"
+[ -z "$outside" ] || echo "# outside .ci/deps.sh's DEMO_PKGS:$outside"
 
 echo "1..$n"
 echo "$pass passed, $fail failed"
