@@ -102,15 +102,10 @@ const char *fmt_bytes(char *buf, size_t len, uint64_t bytes)
 	return buf;
 }
 
-struct ttft {
-	double mean, p50, p90;
-	uint32_t n;
-};
-
 /* TTFT in ms over the requests that match (hit: 1 with a prefix hit, 0 without, -1 all). */
-static struct ttft ttft_of(const struct pass_result *r, int hit)
+static struct latency ttft_of(const struct pass_result *r, int hit)
 {
-	struct ttft t = { 0 };
+	struct latency t = { 0 };
 	double *v = malloc(sizeof(double) * (r->n_requests ? r->n_requests : 1)), sum = 0;
 	uint32_t i;
 
@@ -134,6 +129,36 @@ static struct ttft ttft_of(const struct pass_result *r, int hit)
 	return t;
 }
 
+struct latency report_tpot(const struct pass_result *r)
+{
+	struct latency t = { 0 };
+	double *v = malloc(sizeof(double) * (r->n_requests ? r->n_requests : 1)), sum = 0;
+	uint32_t i;
+
+	if (!v)
+		return t;
+	for (i = 0; i < r->n_requests; i++) {
+		const struct req_result *q = &r->req[i];
+
+		if (q->n_gen < 2)
+			continue;
+		v[t.n] = (q->done - q->first) * 1e3 / (q->n_gen - 1);
+		sum += v[t.n++];
+	}
+	if (t.n) {
+		t.mean = sum / t.n;
+		t.p50 = percentile(v, t.n, 50);
+		t.p90 = percentile(v, t.n, 90);
+	}
+	free(v);
+	return t;
+}
+
+static double decode_only_rate(const struct pass_result *r)
+{
+	return r->decode_only_time > 0 ? r->decode_only_tokens / r->decode_only_time : 0;
+}
+
 static void row(FILE *f, const char *name, const char *a, const char *b)
 {
 	if (*b)
@@ -142,7 +167,7 @@ static void row(FILE *f, const char *name, const char *a, const char *b)
 		fprintf(f, "  %-34s %18s\n", name, a);
 }
 
-static void row_ttft(FILE *f, const char *name, struct ttft a, struct ttft b, int have_b)
+static void row_latency(FILE *f, const char *name, struct latency a, struct latency b, int have_b)
 {
 	char x[32], y[32];
 
@@ -159,7 +184,7 @@ static void row_ttft(FILE *f, const char *name, struct ttft a, struct ttft b, in
 
 void report_table(FILE *f, const struct pass_result *c, const struct pass_result *ref)
 {
-	struct ttft ca = ttft_of(c, -1), ch = ttft_of(c, 1), cm = ttft_of(c, 0), ra = { 0 };
+	struct latency ca = ttft_of(c, -1), ch = ttft_of(c, 1), cm = ttft_of(c, 0), ra = { 0 };
 	const struct pool_stats *ps = &c->pool;
 	char a[48], b[48], x[24], y[24];
 
@@ -168,9 +193,9 @@ void report_table(FILE *f, const struct pass_result *c, const struct pass_result
 	fputs("\n", f);
 	row(f, "", "prefix cache", "reference");
 	row(f, "", "+ offload", "(no cache)");
-	row_ttft(f, "TTFT ms, all requests (mean / p50)", ca, ra, ref != NULL);
-	row_ttft(f, "  requests that reused K/V", ch, (struct ttft){ 0 }, 0);
-	row_ttft(f, "  requests that reused none", cm, (struct ttft){ 0 }, 0);
+	row_latency(f, "TTFT ms, all requests (mean / p50)", ca, ra, ref != NULL);
+	row_latency(f, "  requests that reused K/V", ch, (struct latency){ 0 }, 0);
+	row_latency(f, "  requests that reused none", cm, (struct latency){ 0 }, 0);
 	snprintf(a, sizeof(a), "%.1f", ca.p90);
 	snprintf(b, sizeof(b), "%.1f", ra.p90);
 	row(f, "TTFT ms, p90", a, ref ? b : "-");
@@ -206,10 +231,15 @@ void report_table(FILE *f, const struct pass_result *c, const struct pass_result
 	snprintf(b, sizeof(b), "%.0f", ref && ref->prefill_time > 0 ?
 		 ref->prefill_tokens / ref->prefill_time : 0);
 	row(f, "prefill tokens/s", a, ref ? b : "-");
-	snprintf(a, sizeof(a), "%.0f", c->decode_time > 0 ? c->decode_tokens / c->decode_time : 0);
-	snprintf(b, sizeof(b), "%.0f", ref && ref->decode_time > 0 ?
-		 ref->decode_tokens / ref->decode_time : 0);
-	row(f, "decode tokens/s", a, ref ? b : "-");
+	row_latency(f, "time per output token, ms mean / p50", report_tpot(c),
+		    ref ? report_tpot(ref) : report_tpot(c), ref != NULL);
+	/* a step's rate grows with its batch: say the batch beside it */
+	snprintf(a, sizeof(a), "%.0f (batch %.1f)", decode_only_rate(c),
+		 c->decode_only_steps ? (double)c->decode_only_tokens / c->decode_only_steps : 0);
+	snprintf(b, sizeof(b), "%.0f (batch %.1f)", ref ? decode_only_rate(ref) : 0,
+		 ref && ref->decode_only_steps ?
+		 (double)ref->decode_only_tokens / ref->decode_only_steps : 0);
+	row(f, "decode-only steps: tokens/s", a, ref ? b : "-");
 	snprintf(a, sizeof(a), "%.2f", c->wall_time);
 	snprintf(b, sizeof(b), "%.2f", ref ? ref->wall_time : 0);
 	row(f, "wall time, s", a, ref ? b : "-");
@@ -234,7 +264,7 @@ static void json_str(FILE *f, const char *s)
 
 static void json_pass(FILE *f, const char *name, const struct pass_result *r, int last)
 {
-	struct ttft all = ttft_of(r, -1), hit = ttft_of(r, 1), miss = ttft_of(r, 0);
+	struct latency all = ttft_of(r, -1), hit = ttft_of(r, 1), miss = ttft_of(r, 0);
 	const struct pool_stats *ps = &r->pool;
 
 	fprintf(f, "  \"%s\": {\n", name);
@@ -262,6 +292,14 @@ static void json_pass(FILE *f, const char *name, const struct pass_result *r, in
 	fprintf(f, "    \"prefill_tokens_per_s\": %.1f, \"decode_tokens_per_s\": %.1f,\n",
 		r->prefill_time > 0 ? r->prefill_tokens / r->prefill_time : 0.0,
 		r->decode_time > 0 ? r->decode_tokens / r->decode_time : 0.0);
+	{
+		struct latency tp = report_tpot(r);
+
+		fprintf(f, "    \"decode_only_steps\": %llu, \"decode_only_tokens_per_s\": %.1f,\n",
+			(unsigned long long)r->decode_only_steps, decode_only_rate(r));
+		fprintf(f, "    \"tpot_ms\": {\"n\": %u, \"mean\": %.3f, \"p50\": %.3f, \"p90\": %.3f},\n",
+			tp.n, tp.mean, tp.p50, tp.p90);
+	}
 	fprintf(f, "    \"offloaded_bytes\": %llu, \"offloaded_publish_bytes\": %llu, "
 		"\"offloaded_idle_bytes\": %llu,\n",
 		(unsigned long long)(ps->offload_bytes + ps->publish_bytes),

@@ -29,6 +29,20 @@ double wall_seconds(void);
 /* p-th percentile (0..100) of n values, by sorting a copy; 0 for n == 0. */
 double percentile(const double *v, uint32_t n, double p);
 
+/* A latency over requests, in ms; n == 0: no request counted. */
+struct latency {
+	double mean, p50, p90;
+	uint32_t n;
+};
+
+/*
+ * Time per output token, as a decoding request sees it: from its first
+ * token to its last, over the tokens after the first (requests with two
+ * tokens or more).  It includes the prefill work the scheduler put in the
+ * same steps, as a user's stream does; the table's decode speed.
+ */
+struct latency report_tpot(const struct pass_result *r);
+
 /* The closing table of one or two passes (ref may be NULL). */
 void report_table(FILE *f, const struct pass_result *cached, const struct pass_result *ref);
 

@@ -641,6 +641,11 @@ static int step(struct engine *e, struct progress *prog)
 	res->busy_time += dt;
 	res->prefill_time += dt * n_pre / b.n_tokens;
 	res->decode_time += dt * n_dec / b.n_tokens;
+	if (!n_pre) {
+		res->decode_only_time += dt;
+		res->decode_only_tokens += n_dec;
+		res->decode_only_steps++;
+	}
 	res->prefill_tokens += n_pre;
 	res->decode_tokens += n_dec;
 	res->steps++;

@@ -33,7 +33,15 @@ struct pass_result {
 	struct req_result *req;
 	uint64_t prompt_tokens, prefill_tokens, decode_tokens;
 	uint64_t reused_tokens, resumed_tokens;
+	/*
+	 * prefill_time and decode_time split each step's time by its token
+	 * counts (a cost share, not a speed a user sees); decode_only_* sum
+	 * the steps that had no prefill tokens, whose rate is the decode
+	 * speed of the engine.
+	 */
 	double prefill_time, decode_time, busy_time, wall_time, virtual_time;
+	double decode_only_time;
+	uint64_t decode_only_tokens, decode_only_steps;
 	uint64_t steps;
 	int have_pool;
 	struct pool_stats pool;
