@@ -2,7 +2,7 @@
 /*
  * compat.h: the kernel APIs kvpool uses that changed between the kernels it
  * is built and tested on (Debian 12's 6.1 and 6.12, Documentation/
- * kvpool.rst "Kernels").  Each shim says which release changed what; on
+ * admin-guide.rst "Kernels").  Each shim says which release changed what; on
  * another kernel, a build error in one of these is where to look.  The rest
  * of the module calls these and tests no version itself.
  */
