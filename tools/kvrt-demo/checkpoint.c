@@ -338,6 +338,48 @@ int ckpt_generate(struct checkpoint *ck, const struct model_config *cfg, uint64_
 	return 0;
 }
 
+int ckpt_first_layers(struct checkpoint *dst, const struct checkpoint *src, int32_t layers,
+		      char *err, size_t errlen)
+{
+	size_t D, H, KV, L;
+	int ret;
+
+	memset(dst, 0, sizeof(*dst));
+	if (layers < 1 || layers > src->cfg.n_layers) {
+		set_err(err, errlen, "a model of %d layers has no first %d layers (want 1 to %d)",
+			src->cfg.n_layers, layers, src->cfg.n_layers);
+		return -EINVAL;
+	}
+	dst->cfg = src->cfg;
+	dst->cfg.n_layers = layers;
+	ret = alloc_data(dst, err, errlen);
+	if (ret)
+		return ret;
+	D = (size_t)src->cfg.dim;
+	H = (size_t)src->cfg.hidden_dim;
+	KV = D / (size_t)src->cfg.n_heads * (size_t)src->cfg.n_kv_heads;
+	L = (size_t)layers;
+	/* each per-layer tensor stacks its layers: the first L are a prefix */
+	memcpy(dst->tok_emb, src->tok_emb, sizeof(float) * (size_t)src->cfg.vocab_size * D);
+	memcpy(dst->rms_att, src->rms_att, sizeof(float) * L * D);
+	memcpy(dst->wq, src->wq, sizeof(float) * L * D * D);
+	memcpy(dst->wk, src->wk, sizeof(float) * L * KV * D);
+	memcpy(dst->wv, src->wv, sizeof(float) * L * KV * D);
+	memcpy(dst->wo, src->wo, sizeof(float) * L * D * D);
+	memcpy(dst->rms_ffn, src->rms_ffn, sizeof(float) * L * D);
+	memcpy(dst->w1, src->w1, sizeof(float) * L * H * D);
+	memcpy(dst->w2, src->w2, sizeof(float) * L * D * H);
+	memcpy(dst->w3, src->w3, sizeof(float) * L * H * D);
+	memcpy(dst->rms_final, src->rms_final, sizeof(float) * D);
+	memcpy(dst->freq_cos, src->freq_cos,
+	       sizeof(float) * (size_t)src->cfg.seq_len * (D / (size_t)src->cfg.n_heads) / 2);
+	memcpy(dst->freq_sin, src->freq_sin,
+	       sizeof(float) * (size_t)src->cfg.seq_len * (D / (size_t)src->cfg.n_heads) / 2);
+	if (!src->cfg.shared_classifier)
+		memcpy(dst->wcls, src->wcls, sizeof(float) * (size_t)src->cfg.vocab_size * D);
+	return 0;
+}
+
 void ckpt_free(struct checkpoint *ck)
 {
 	free(ck->data);

@@ -61,6 +61,14 @@ int ckpt_save(const struct checkpoint *ck, const char *path, char *err, size_t e
 int ckpt_generate(struct checkpoint *ck, const struct model_config *cfg, uint64_t seed,
 		  char *err, size_t errlen);
 
+/*
+ * A new checkpoint of src's first `layers` layers with its embedding, final
+ * norm and classifier: a layer-skipping draft model for speculative
+ * decoding.  -EINVAL (and a sentence) unless 1 <= layers <= src's layers.
+ */
+int ckpt_first_layers(struct checkpoint *dst, const struct checkpoint *src, int32_t layers,
+		      char *err, size_t errlen);
+
 void ckpt_free(struct checkpoint *ck);
 
 /* A 64-bit fingerprint of the shape and every weight (FNV-1a). */

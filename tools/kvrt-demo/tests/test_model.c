@@ -155,6 +155,35 @@ static void test_checkpoint_errors(void)
 	ckpt_free(&a);
 }
 
+/* The draft of speculative decoding: a prefix of every layer stack. */
+static void test_checkpoint_first_layers(void)
+{
+	struct model_config c = small;
+	struct checkpoint a, d, all;
+	size_t D = (size_t)c.dim, H = (size_t)c.hidden_dim, KV = D / 6 * 2;
+	char err[256];
+
+	c.shared_classifier = 0;
+	ckpt_generate(&a, &c, 5, err, sizeof(err));
+	tap_result(ckpt_first_layers(&d, &a, 0, err, sizeof(err)) == -EINVAL &&
+		   ckpt_first_layers(&d, &a, 4, err, sizeof(err)) == -EINVAL,
+		   "0 or more layers than the model refused (%s)", err);
+	tap_result(ckpt_first_layers(&all, &a, 3, err, sizeof(err)) == 0 &&
+		   ckpt_fingerprint(&all) == ckpt_fingerprint(&a),
+		   "all layers: the same checkpoint, fingerprint and all");
+	tap_result(ckpt_first_layers(&d, &a, 2, err, sizeof(err)) == 0 && d.cfg.n_layers == 2 &&
+		   d.n_floats < a.n_floats, "2 of 3 layers: a smaller checkpoint");
+	tap_result(!memcmp(d.wq, a.wq, 4 * 2 * D * D) && !memcmp(d.wk, a.wk, 4 * 2 * KV * D) &&
+		   !memcmp(d.w2, a.w2, 4 * 2 * D * H) && !memcmp(d.w3, a.w3, 4 * 2 * H * D) &&
+		   !memcmp(d.rms_ffn, a.rms_ffn, 4 * 2 * D) &&
+		   !memcmp(d.tok_emb, a.tok_emb, 4 * (size_t)c.vocab_size * D) &&
+		   !memcmp(d.wcls, a.wcls, 4 * (size_t)c.vocab_size * D) && d.wcls != d.tok_emb,
+		   "its layers, embedding and classifier are the model's first ones");
+	ckpt_free(&d);
+	ckpt_free(&all);
+	ckpt_free(&a);
+}
+
 static void test_rmsnorm(void)
 {
 	enum { N = 333 };
@@ -390,6 +419,7 @@ int main(void)
 	test_checkpoint_roundtrip(0);
 	test_checkpoint_generator();
 	test_checkpoint_errors();
+	test_checkpoint_first_layers();
 	test_rmsnorm();
 	test_rope();
 	test_swiglu();
