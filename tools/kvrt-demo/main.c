@@ -26,6 +26,7 @@
 #include "model.h"
 #include "report.h"
 #include "scheduler.h"
+#include "speculative.h"
 #include "workload.h"
 
 #define DEMO_VERSION "0.1"
@@ -68,6 +69,9 @@ struct opts {
 	bool gpu_check;			/* each GPU attention call against the CPU's */
 	bool inject_gpu_fault;
 	int reference_on_gpu;		/* --reference-device gpu (a choice: cpu 0, gpu 1) */
+	struct spec_opts spec;		/* --speculative K and its draft */
+	bool inject_spec_fault;
+	int separate_classifier;	/* --classifier separate */
 };
 
 /* Presets: tiny runs in a TCG VM in seconds; default is what `make demo` shows. */
@@ -135,6 +139,8 @@ static void usage(FILE *f)
 	      "  --seed N               seed of the random weights (1)\n"
 	      "  --dim N --hidden-dim N --layers N --heads N --kv-heads N --vocab N --seq-len N\n"
 	      "                         shape of the random model (512 1376 6 8 2 4096 2048)\n"
+	      "  --classifier shared|separate  logits from the token embedding or a matrix of\n"
+	      "                         their own (shared; a random shared one repeats its input)\n"
 	      "workload:\n"
 	      "  --preset tiny|default  sizes for a VM test or for the demo (default)\n"
 	      "  --requests N           requests (turns of all conversations) (24)\n"
@@ -176,6 +182,13 @@ static void usage(FILE *f)
 	      "  --inject-fault         test the check: corrupt the first fetched block\n"
 	      "  --inject-gpu-fault     test the GPU check: move one output of the first GPU\n"
 	      "                         attention call (by 1% plus 0.01)\n"
+	      "speculative decoding (instead of serving; see SPECULATIVE DECODING in the man page):\n"
+	      "  --speculative K        a draft proposes K tokens (1-64), the model verifies them\n"
+	      "                         in one pass; checked against the model decoding alone\n"
+	      "  --draft-layers N       the draft: the model's first N layers (half of them)\n"
+	      "  --draft-checkpoint FILE  the draft: a checkpoint with the model's vocabulary\n"
+	      "  --gen-draft-checkpoint FILE  write the draft (--draft-layers) and exit\n"
+	      "  --inject-spec-fault    test the check: report one accepted token wrong\n"
 	      "  --help, --version\n", f);
 }
 
@@ -258,6 +271,8 @@ static int parse(int argc, char **argv, struct opts *o)
 		I32("--kv-heads", 1, 1024, cfg.n_kv_heads),
 		I32("--vocab", 2, CKPT_MAX_VOCAB, cfg.vocab_size),
 		I32("--seq-len", 2, 65536, cfg.seq_len),
+		{ .name = "--classifier", .arg = "shared|separate", .kind = TOPT_CHOICE,
+		  .dst = &o->separate_classifier, .choices = "shared|separate" },
 		{ .name = "--preset", .arg = "tiny|default", .kind = TOPT_CHOICE,
 		  .dst = &preset_index, .choices = "tiny|default" },
 		U32("--requests", 1, 100000, wl.requests),
@@ -300,6 +315,13 @@ static int parse(int argc, char **argv, struct opts *o)
 		FLAG("--quiet", quiet),
 		FLAG("--inject-fault", inject_fault),
 		FLAG("--inject-gpu-fault", inject_gpu_fault),
+		U32("--speculative", 1, SPEC_MAX_K, spec.k),
+		U32("--draft-layers", 1, CKPT_MAX_LAYERS, spec.draft_layers),
+		{ .name = "--draft-checkpoint", .arg = "FILE", .kind = TOPT_STR,
+		  .dst = &o->spec.draft_checkpoint },
+		{ .name = "--gen-draft-checkpoint", .arg = "FILE", .kind = TOPT_STR,
+		  .dst = &o->spec.gen_draft },
+		FLAG("--inject-spec-fault", inject_spec_fault),
 		{ .name = "--version", .kind = TOPT_FLAG, .dst = &version },
 		{ .name = NULL },
 	};
@@ -342,6 +364,17 @@ static int parse(int argc, char **argv, struct opts *o)
 	if (o->foreign && o->role != ROLE_SECOND) {
 		return usage_error("--space-owner needs --role second (only a join takes another's space)");
 	}
+	if (!o->spec.k && !o->spec.gen_draft &&
+	    (o->spec.draft_layers || o->spec.draft_checkpoint || o->inject_spec_fault))
+		return usage_error("--draft-layers, --draft-checkpoint and --inject-spec-fault "
+				   "belong to --speculative K: add it");
+	if ((o->spec.k || o->spec.gen_draft) &&
+	    (o->device == DEVICE_GPU || o->role != ROLE_NONE || o->expect_hits ||
+	     o->expect_shared || no_ref || o->inject_fault || o->inject_gpu_fault))
+		return usage_error("--speculative and --gen-draft-checkpoint run on the CPU without "
+				   "the pool and always check: drop --device gpu, --role, --expect-*, "
+				   "--no-reference and --inject-fault/--inject-gpu-fault");
+	o->cfg.shared_classifier = !o->separate_classifier;
 	o->wl.vocab = (uint32_t)o->cfg.vocab_size;
 	return -1;
 }
@@ -565,6 +598,18 @@ int main(int argc, char **argv)
 		o.device_blocks = o.max_seqs * max_blocks;
 	if (!o.threads)
 		o.threads = cpus();
+	if (o.spec.k || o.spec.gen_draft) {
+		o.spec.block_tokens = o.block_tokens;
+		o.spec.batch_tokens = o.batch_tokens;
+		o.spec.threads = o.threads;
+		o.spec.kv_dtype = o.kv_dtype;
+		o.spec.decode_kernel = o.decode_kernel;
+		o.spec.json = o.json;
+		o.spec.quiet = o.quiet;
+		o.spec.inject_fault = o.inject_spec_fault;
+		rc = spec_main(&ck, o.checkpoint, o.model_seed, &wl, &o.spec);
+		goto out_wl;
+	}
 	ret = model_init(&m, &ck, o.batch_tokens, o.threads, o.decode_kernel);
 	if (ret) {
 		fprintf(stderr, "kvrt-demo: model: %s\n", strerror(-ret));

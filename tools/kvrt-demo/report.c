@@ -246,7 +246,7 @@ void report_table(FILE *f, const struct pass_result *c, const struct pass_result
 }
 
 /* A JSON string: quotes, backslashes and control characters escaped. */
-static void json_str(FILE *f, const char *s)
+void json_str(FILE *f, const char *s)
 {
 	fputc('"', f);
 	for (; s && *s; s++) {

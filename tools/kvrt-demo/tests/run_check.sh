@@ -5,7 +5,8 @@
 # on the embedded backend must pass the equivalence check and hit the
 # prefix cache; a checkpoint written by --gen-checkpoint must load and give
 # the same tokens as the same weights generated in memory; the documented
-# exit statuses for bad options and a missing space.  TAP output.
+# exit statuses for bad options and a missing space; --speculative against
+# the model decoding alone.  TAP output.
 
 set -u
 DEMO=${1:-./kvrt-demo}
@@ -98,6 +99,61 @@ result $([ $rc = 3 ]; echo $?) "missing checkpoint: exit 3"
 run --preset tiny --system-tokens 600
 result $([ $rc = 2 ] && grep -q "seq_len" "$TMP/err"; echo $?) \
 	"conversation longer than seq_len: exit 2"
+
+# --speculative: a draft proposes, the model verifies, rejections are cut
+# by kvrt_seq_truncate; the output must equal the model decoding alone.
+# --classifier separate: a random model with a shared one repeats its input
+# token, so every draft would agree and nothing would be rolled back.
+jnum() {	# the number after "KEY": in the JSON output
+	grep -o "\"$1\": [0-9.]*" "$TMP/out" | head -1 | sed 's/.*: //'
+}
+SPEC=(--preset tiny --classifier separate)
+run "${SPEC[@]}" --json
+tokens_serving=$(grep -o '"tokens_digest": "[0-9a-f]*"' "$TMP/out")
+run "${SPEC[@]}" --speculative 3 --json
+ok=1
+if [ $rc = 0 ] && grep -q '"mode": "speculative"' "$TMP/out" &&
+	grep -q '"equivalence": {"result": "pass"' "$TMP/out" &&
+	[ "$(jnum logits_identical)" = "$(jnum tokens)" ] && [ "$(jnum tokens)" -gt 0 ] &&
+	[ "$(jnum truncates)" -gt 0 ] && [ "$(jnum rolled_back_tokens)" -gt 0 ] &&
+	[ "$(jnum accepted)" -gt 0 ] && [ "$(jnum accepted)" -lt "$(jnum proposed)" ] &&
+	[ "$(jnum draft_passes)" -gt 0 ] && [ "$(jnum target_passes_saved)" -gt 0 ] &&
+	[ -n "$(jnum acceptance_rate)" ] && [ -n "$(jnum tokens_per_target_pass)" ] &&
+	[ "$(jnum plain_tokens_per_target_pass)" = 1.000000 ] &&
+	[ "$(grep -o '"tokens_digest": "[0-9a-f]*"' "$TMP/out")" = "$tokens_serving" ]; then
+	ok=0
+fi
+result $ok "--speculative 3: PASS, logits bitwise, acceptance $(jnum acceptance_rate), $(jnum tokens_per_target_pass) tokens per target pass, $(jnum truncates) truncates, same tokens as the serving engine"
+[ $ok = 0 ] || cat "$TMP/out" "$TMP/err"
+acc3=$(jnum accepted)
+
+run "${SPEC[@]}" --speculative 3 --gen-draft-checkpoint "$TMP/draft.bin"
+run "${SPEC[@]}" --speculative 3 --draft-checkpoint "$TMP/draft.bin" --json
+result $([ $rc = 0 ] && grep -q '"result": "pass"' "$TMP/out" && [ "$(jnum accepted)" = "$acc3" ]; echo $?) \
+	"--gen-draft-checkpoint writes the draft, --draft-checkpoint loads it: $acc3 accepted again"
+run "${SPEC[@]}" --speculative 3 --draft-layers 2 --json
+result $([ $rc = 0 ] && [ "$(jnum accepted)" = "$(jnum proposed)" ] && [ "$(jnum truncates)" = 0 ]; echo $?) \
+	"a draft of all the model's layers: every one of $(jnum proposed) tokens accepted, nothing rolled back"
+run "${SPEC[@]}" --speculative 4 --decode-kernel decode --block-tokens 8 --kv-dtype f32
+result $([ $rc = 0 ] && grep -q '^equivalence: PASS' "$TMP/out" && grep -q 'not required' "$TMP/out"; echo $?) \
+	"--decode-kernel decode: tokens identical; $(grep -o 'bitwise identical at .*' "$TMP/out")"
+run "${SPEC[@]}" --speculative 3 --inject-spec-fault
+result $([ $rc = 1 ] && grep -q '^equivalence: FAIL: request .* speculative' "$TMP/out"; echo $?) \
+	"one accepted token reported wrong is caught: exit 1, $(grep -o '^equivalence: FAIL: .*' "$TMP/out" | head -c 80)"
+run "${SPEC[@]}" --speculative 0
+result $([ $rc = 2 ] && grep -q -- '--speculative wants' "$TMP/err"; echo $?) "--speculative 0: exit 2, $(head -1 "$TMP/err")"
+run "${SPEC[@]}" --speculative 1000
+result $([ $rc = 2 ] && grep -q -- '--speculative wants' "$TMP/err"; echo $?) "--speculative 1000: exit 2"
+run "${SPEC[@]}" --speculative 8 --batch-tokens 8
+result $([ $rc = 2 ] && grep -q 'batch-tokens' "$TMP/err"; echo $?) "--speculative 8 with an 8-token budget: exit 2"
+"$DEMO" --preset tiny --vocab 256 --gen-checkpoint "$TMP/v256.bin" >/dev/null 2>&1
+run "${SPEC[@]}" --speculative 3 --draft-checkpoint "$TMP/v256.bin"
+result $([ $rc = 2 ] && grep -q 'vocabulary of 256 tokens, the model 512' "$TMP/err"; echo $?) \
+	"a draft with another vocabulary: exit 2, $(head -c 80 "$TMP/err")"
+run "${SPEC[@]}" --draft-layers 1
+result $([ $rc = 2 ] && grep -q 'belong to --speculative' "$TMP/err"; echo $?) "--draft-layers without --speculative: exit 2"
+run "${SPEC[@]}" --speculative 3 --draft-layers 3
+result $([ $rc = 2 ] && grep -q 'no first 3 layers' "$TMP/err"; echo $?) "--draft-layers past the model's: exit 2"
 
 echo "1..$n"
 echo "$((n - failed)) passed, $failed failed"
