@@ -487,6 +487,8 @@ static void print_text(const struct checkpoint *ck, const char *target_name, uin
 {
 	uint64_t saved = p->decode_passes - s->decode_passes;
 
+	if (o->quiet)
+		goto table;
 	printf("kvrt-demo %s: speculative decoding on libkvrt %s sequence tables\n", "0.1",
 	       kvrt_version());
 	printf("target    %s: dim %d, hidden %d, %d layers, %d heads / %d KV heads, vocab %d, "
@@ -495,7 +497,7 @@ static void print_text(const struct checkpoint *ck, const char *target_name, uin
 	       ck->cfg.vocab_size, (double)ckpt_param_count(&ck->cfg) / 1e6);
 	if (!target_name)
 		printf(" (seed %" PRIu64 ")", seed);
-	printf("\ndraft     %s: %d layers, %.2fM parameters\n", draft_desc, dk->cfg.n_layers,
+	printf("\ndraft     %s (%.2fM parameters)\n", draft_desc,
 	       (double)ckpt_param_count(&dk->cfg) / 1e6);
 	printf("workload  %u requests in %u conversations, one after another; system prompt %u "
 	       "tokens (computed once per model, forked by every conversation)\n",
@@ -505,6 +507,7 @@ static void print_text(const struct checkpoint *ck, const char *target_name, uin
 	       "tokens are cut from both sequences by kvrt_seq_truncate\n\n",
 	       o->kv_dtype == KVRT_DTYPE_F32 ? "f32" : o->kv_dtype == KVRT_DTYPE_F16 ? "f16" :
 	       "bf16", o->block_tokens, o->k);
+table:
 	printf("%-36s %16s %16s\n", "", "target alone", "speculative");
 	printf("%-36s %16" PRIu64 " %16" PRIu64 "\n", "tokens after each turn's first",
 	       p->decode_tokens, s->decode_tokens);
@@ -637,7 +640,9 @@ static int make_draft(const struct checkpoint *ck, const struct workload *wl,
 			ckpt_free(dk);
 			return EX_USAGE;
 		}
-		snprintf(desc, dlen, "%s", o->draft_checkpoint);
+		snprintf(desc, dlen, "%s: dim %d, hidden %d, %d layers, %d heads / %d KV heads",
+			 o->draft_checkpoint, dk->cfg.dim, dk->cfg.hidden_dim, dk->cfg.n_layers,
+			 dk->cfg.n_heads, dk->cfg.n_kv_heads);
 		return EX_OK;
 	}
 	ret = ckpt_first_layers(dk, ck, L, err, sizeof(err));
@@ -683,8 +688,8 @@ int spec_main(const struct checkpoint *ck, const char *target_name, uint64_t tar
 		if (ret)
 			fprintf(stderr, "kvrt-demo: %s\n", err);
 		else
-			printf("wrote %s: llama2.c checkpoint, %s: %d layers, vocab %d, %zu bytes\n",
-			       o->gen_draft, desc, dk.cfg.n_layers, dk.cfg.vocab_size,
+			printf("wrote %s: llama2.c checkpoint, %s, vocab %d, %zu bytes\n",
+			       o->gen_draft, desc, dk.cfg.vocab_size,
 			       CKPT_HEADER_BYTES + dk.n_floats * sizeof(float));
 		ckpt_free(&dk);
 		return ret ? EX_RUNTIME : EX_OK;
