@@ -143,6 +143,23 @@ class GpuPlanInfoC(ctypes.Structure):
                 ("split_tokens", c_uint32), ("grid", c_uint32), ("reserved", c_uint32 * 3)]
 
 
+#: int copy_block(void *arg, uint32_t src, uint32_t dst, uint32_t ntokens)
+COPY_BLOCK_FN = CFUNCTYPE(c_int, c_void_p, c_uint32, c_uint32, c_uint32)
+
+
+class SeqsOptsC(ctypes.Structure):
+    _fields_ = [("nr_blocks", c_uint32), ("block_tokens", c_uint32),
+                ("copy_block", COPY_BLOCK_FN), ("copy_arg", c_void_p),
+                ("reserved", c_uint64 * 4)]
+
+
+class SeqsStatsC(ctypes.Structure):
+    _fields_ = [("nr_blocks", c_uint32), ("block_tokens", c_uint32),
+                ("free_blocks", c_uint32), ("used_blocks", c_uint32),
+                ("shared_blocks", c_uint32), ("nr_seqs", c_uint32), ("block_refs", c_uint64),
+                ("copies", c_uint64), ("reserved", c_uint64 * 4)]
+
+
 HashArray = c_uint8 * HASH_BYTES
 P = c_void_p  # opaque handles travel as void *
 
@@ -227,6 +244,27 @@ _PROTOS = {
 }
 
 
+#: 0.5 (KVRT_0.5): sequence block tables.  Declared only when the loaded
+#: library has them, so that the package still binds a 0.4 library.
+SEQS_VERSION_NUMBER = 500
+_PROTOS_SEQS = {
+    "kvrt_seqs_create": (c_int, [POINTER(P), POINTER(SeqsOptsC)]),
+    "kvrt_seqs_destroy": (None, [P]),
+    "kvrt_seq_add": (c_int, [P, POINTER(c_uint64)]),
+    "kvrt_seq_add_blocks": (c_int, [P, c_uint32, P, c_uint32, POINTER(c_uint64)]),
+    "kvrt_seq_append": (c_int, [P, c_uint64, c_uint32, P]),
+    "kvrt_seq_fork": (c_int, [P, c_uint64, POINTER(c_uint64)]),
+    "kvrt_seq_truncate": (c_int, [P, c_uint64, c_uint32]),
+    "kvrt_seq_free": (c_int, [P, c_uint64]),
+    "kvrt_seq_len": (c_int, [P, c_uint64]),
+    "kvrt_seq_blocks": (c_int, [P, c_uint64, P, c_uint32]),
+    "kvrt_seqs_csr_size": (c_int, [P, c_uint32, P, POINTER(c_uint32)]),
+    "kvrt_seqs_csr": (c_int, [P, c_uint32, P, P, P, c_uint32, P]),
+    "kvrt_seqs_block_refs": (c_int, [P, c_uint32]),
+    "kvrt_seqs_stats": (c_int, [P, POINTER(SeqsStatsC)]),
+}
+
+
 def _in_tree_candidate() -> str:
     # src/kvrt/_lib.py -> libkvrt/python/src/kvrt -> libkvrt/build
     here = os.path.dirname(os.path.abspath(__file__))
@@ -299,3 +337,24 @@ if version_number // 10000 != 0 or version_number < MIN_VERSION_NUMBER:
     raise ImportError(f"kvrt: {where} is libkvrt {version_number}; this package needs "
                       f"0.x with x >= {MIN_VERSION_NUMBER // 100}")
 _declare(lib)
+
+
+def _declare_seqs(lib: ctypes.CDLL) -> Optional[str]:
+    """Declare the 0.5 calls; None, or why the library lacks them."""
+    if version_number < SEQS_VERSION_NUMBER:
+        return (f"{where} is libkvrt {version_number // 10000}.{version_number // 100 % 100}."
+                f"{version_number % 100}; "
+                "sequence block tables need 0.5 or newer")
+    missing = [n for n in _PROTOS_SEQS if not hasattr(lib, n)]
+    if missing:
+        return (f"{where} says version {version_number} but lacks {', '.join(missing)}; "
+                "sequence block tables need a complete libkvrt 0.5 or newer")
+    for name, (res, args) in _PROTOS_SEQS.items():
+        fn = getattr(lib, name)
+        fn.restype = res
+        fn.argtypes = args
+    return None
+
+
+#: None when kvrt.Sequences can be used, else the reason it cannot.
+seqs_missing = _declare_seqs(lib)

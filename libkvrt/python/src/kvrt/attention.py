@@ -10,6 +10,7 @@ called; what the library refuses raises a :class:`kvrt.KvrtError`.
 """
 from __future__ import annotations
 
+import array
 import ctypes
 import enum
 import math
@@ -122,6 +123,9 @@ def int_array(x: IntsLike, what: str, dtype: type, length: Optional[int] = None,
         x = x.detach().numpy()
     elif cuda:
         raise ValueError(f"{what}: host memory; pass a CUDA torch.{name} tensor for the GPU call")
+    if isinstance(x, array.array):
+        # e.g. Sequences.append's slots: its buffer as it is, no per-item loop
+        x = np.frombuffer(x, dtype=np.dtype(x.typecode)) if len(x) else np.zeros(0, dtype)
     if isinstance(x, np.ndarray):
         if x.dtype.kind not in "iu":
             raise TypeError(f"{what}: dtype {x.dtype}; pass an integer array")
