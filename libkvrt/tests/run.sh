@@ -8,7 +8,9 @@
 #     the same set, kvrt.h compiling alone as C99 and C++, kvrt.pc usable;
 #  2. every test program, first the plain build (BUILD/plain/, linked
 #     against the shared library), then the ASan+UBSan build (BUILD/asan/);
-#  3. the libFuzzer target, FUZZ_SECONDS long (tests/fuzz.sh), when built.
+#  3. the C examples of Documentation/libkvrt.rst, $DOC_EXAMPLES, that the
+#     Makefile extracted and built (tests/doc_examples.sh);
+#  4. the libFuzzer target, FUZZ_SECONDS long (tests/fuzz.sh), when built.
 #
 # A program passes the TAP lines it prints ("ok N" / "not ok N", "# SKIP");
 # one that exits non-zero or dies without a "not ok" line counts one more
@@ -142,6 +144,16 @@ for kind in plain asan; do
 done
 el=$(( $(ms) - total_start ))
 printf '# test programs took %d.%03d s\n' $((el / 1000)) $((el % 1000))
+
+# ---- the C examples of Documentation/libkvrt.rst (tests/doc_examples.sh) ----
+while IFS= read -r line; do
+	case $line in
+	"ok "[0-9]*) n=$((n + 1)) tp=$((tp + 1)); echo "ok $n - ${line#* - }" ;;
+	"not ok "[0-9]*) n=$((n + 1)) tf=$((tf + 1)); echo "not ok $n - ${line#* - }" ;;
+	*" passed, "*" failed") ;;
+	*) echo "$line" ;;
+	esac
+done < <(bash tests/doc_examples.sh "$B" "${DOC_EXAMPLES:-}")
 
 # ---- the fuzzer (tests/fuzz.sh), FUZZ_SECONDS long -------------------------
 if [ -x "$B/fuzz/fuzz_api" ]; then
