@@ -467,6 +467,34 @@ class TestCallback(unittest.TestCase):
 
 
 class TestThreads(unittest.TestCase):
+    def test_close_waits_for_a_call_in_flight(self):
+        inside, go = threading.Event(), threading.Event()
+
+        def cb(src, dst, n):
+            inside.set()
+            go.wait(10)
+
+        t = kvrt.Sequences(8, 4, cb)
+        a = t.add()
+        t.append(a, 2)
+        t.fork(a)
+        res = {}
+        app = threading.Thread(target=lambda: res.setdefault("slots", t.append(a, 1)))
+        app.start()
+        self.assertTrue(inside.wait(10))
+        closer = threading.Thread(target=t.close)
+        closer.start()
+        closer.join(0.3)
+        self.assertTrue(closer.is_alive(), "close did not wait for the append")
+        with self.assertRaisesRegex(ValueError, "closed"):   # no new call starts meanwhile
+            t.stats()
+        go.set()
+        app.join(10)
+        closer.join(10)
+        self.assertFalse(closer.is_alive())
+        self.assertEqual(list(res["slots"]), [1 * 4 + 2])   # block 0 copied to block 1
+        self.assertTrue(t.closed)
+
     def test_concurrent_sequences_keep_their_histories(self):
         nb, bt = 512, 4
         cache = SlotCache(nb, bt)
