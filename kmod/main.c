@@ -19,6 +19,19 @@ static unsigned int pool_mb_per_node = 64;
 module_param(pool_mb_per_node, uint, 0444);
 MODULE_PARM_DESC(pool_mb_per_node, "MiB of pinned pages reserved on each NUMA node at load");
 
+#ifdef CONFIG_FAULT_INJECTION
+/*
+ * For selftests/kvpool/fault_inject.c on fault-injection kernels: fail the
+ * Nth fault point counted from the start of kvp_init, as fail-nth does
+ * from the start of a syscall.  The module loader's own points before
+ * kvp_init are the kernel's code, and sweeping them cost most of the
+ * sweep's time.  0 (the default): nothing.
+ */
+static unsigned int fail_nth_at_init;
+module_param(fail_nth_at_init, uint, 0);
+MODULE_PARM_DESC(fail_nth_at_init, "test only: fail the Nth fault point of the module's init");
+#endif
+
 static long kvp_ioctl_info(void __user *uarg)
 {
 	struct kvpool_info info;
@@ -245,6 +258,10 @@ static int __init kvp_init(void)
 {
 	int ret;
 
+#ifdef CONFIG_FAULT_INJECTION
+	if (fail_nth_at_init)
+		WRITE_ONCE(current->fail_nth, fail_nth_at_init);
+#endif
 	ret = kvp_spaces_init();
 	if (ret)
 		return ret;

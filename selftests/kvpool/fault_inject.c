@@ -53,7 +53,9 @@
  * the vmalloc fallback); FREE of 100 and of 4096 ids (ids buffer); sysfs
  * pool_bytes growth; module load (finit_module after delete_module, with
  * pool_mb_per_node=4 to keep the sweep short; the pool growth loop is the
- * same code at any size).  A module load that succeeds although its debugfs
+ * same code at any size), its N counted from the start of the module's
+ * init by the module itself (fail_nth_at_init, kmod/main.c): the loader's
+ * own points before it are the kernel's code, and took most of the sweep.  A module load that succeeds although its debugfs
  * files could not be created is counted, not failed: modules ignore debugfs
  * errors by kernel convention.
  *
@@ -225,8 +227,8 @@ static void arm(unsigned int n)
 	}
 }
 
-/* Disarm; true when the armed fault fired. */
-static bool disarm(void)
+/* Disarm; the count that was left (0: the armed fault fired). */
+static unsigned long disarm_left(void)
 {
 	char buf[16] = "";
 	ssize_t n = pread(nth_fd, buf, sizeof(buf) - 1, 0);
@@ -235,7 +237,13 @@ static bool disarm(void)
 		perror("fail-nth");
 		_exit(2);
 	}
-	return strtoul(buf, NULL, 10) == 0;
+	return strtoul(buf, NULL, 10);
+}
+
+/* Disarm; true when the armed fault fired. */
+static bool disarm(void)
+{
+	return disarm_left() == 0;
 }
 
 /* Open one allocator's fault points and hide the other's (see the top). */
@@ -315,20 +323,51 @@ static long sys_delete_module(const char *name, unsigned int flags)
 	return syscall(SYS_delete_module, name, flags);
 }
 
-static int load_module(const char *args, bool armed, unsigned int n, bool *fired)
+/* finit_module with args, no fault armed: 0 or -errno. */
+static int load_module(const char *args)
 {
 	int fd = open(MODULE_FILE, O_RDONLY | O_CLOEXEC);
 	int ret = 0;
 
 	if (fd < 0)
 		return -errno;
-	if (armed)
-		arm(n);
 	if (syscall(SYS_finit_module, fd, args, 0))
 		ret = -errno;
-	if (armed)
-		*fired = disarm();
 	close(fd);
+	return ret;
+}
+
+/*
+ * A count the module loader cannot use up before kvp_init: armed with it,
+ * the thread reads back near it after a load whose module ignored
+ * fail_nth_at_init, where 0 would pass for a fault that fired.
+ */
+#define FI_FAR	1000000000u
+
+/*
+ * finit_module with fail_nth_at_init=n: the nth fault point from the start
+ * of the module's init fails (kmod/main.c).  *fired as disarm() says;
+ * *hooked false when the module did not take the count over.
+ */
+static int load_module_failing_init(unsigned int n, bool *fired, bool *hooked)
+{
+	char args[96];
+	unsigned long left;
+	int fd = open(MODULE_FILE, O_RDONLY | O_CLOEXEC);
+	int ret = 0;
+
+	*fired = false;
+	*hooked = true;
+	if (fd < 0)
+		return -errno;
+	snprintf(args, sizeof(args), "%s fail_nth_at_init=%u", FI_LOAD_ARGS, n);
+	arm(FI_FAR);
+	if (syscall(SYS_finit_module, fd, args, 0))
+		ret = -errno;
+	left = disarm_left();
+	close(fd);
+	*fired = left == 0;
+	*hooked = left < FI_FAR / 2;
 	return ret;
 }
 
@@ -385,7 +424,7 @@ FIXTURE_TEARDOWN(fi)
 		     strncmp(restore_args + strlen("pool_mb_per_node="), buf,
 			     strcspn(buf, "\n"))))
 			sys_delete_module("kvpool", O_NONBLOCK);
-		if (!module_loaded() && load_module(restore_args, false, 0, NULL))
+		if (!module_loaded() && load_module(restore_args))
 			say("could not load kvpool back with %s\n", restore_args);
 	}
 	if (!p)
@@ -788,9 +827,12 @@ static void one_load(struct __test_metadata *_metadata, FIXTURE_DATA(fi) *self,
 {
 	__u64 want = 4 * MiB * self->nr_nodes;
 	struct kvpool_info info;
+	bool hooked = true;
 	int ret, fd;
 
-	ret = load_module(FI_LOAD_ARGS, true, n, fired);
+	ret = load_module_failing_init(n, fired, &hooked);
+	ASSERT_TRUE(hooked)
+		TH_LOG("kvpool.ko ignored fail_nth_at_init (built without CONFIG_FAULT_INJECTION?)");
 	if (!*fired) {
 		ASSERT_EQ(0, ret) TH_LOG("finit_module without a fault: %s", strerror(-ret));
 		ASSERT_TRUE(check_ok(_metadata, p->name, n));
@@ -851,7 +893,7 @@ TEST_F_TIMEOUT(fi, module_load, 3600)
 	/* Leave the module as we found it (the teardown cannot ASSERT). */
 	if (module_loaded())
 		sys_delete_module("kvpool", O_NONBLOCK);
-	ret = load_module(args, false, 0, NULL);
+	ret = load_module(args);
 	ASSERT_EQ(0, ret) TH_LOG("reloading with %s: %s", args, strerror(-ret));
 	ASSERT_TRUE(at_baseline(_metadata, self, "module load", 0));
 }
