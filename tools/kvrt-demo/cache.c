@@ -458,14 +458,14 @@ out_free:
  * the lowest exponent bit), so that a test can see the equivalence check
  * catch a cache that hands back wrong data.
  */
-static void corrupt_block(struct pcache *pc, uint32_t dev_id)
+void devcache_corrupt(struct devcache *d, uint32_t id)
 {
-	const struct kvrt_layout *l = &pc->dev->layout;
-	unsigned char *where = (unsigned char *)pc->dev->base + (size_t)dev_id * l->block_stride;
-	unsigned char word[4], *p = pc->dev->gpu ? word : where;
+	const struct kvrt_layout *l = &d->layout;
+	unsigned char *where = (unsigned char *)d->base + (size_t)id * l->block_stride;
+	unsigned char word[4], *p = d->gpu ? word : where;
 
 	/* on the GPU: the word down, a bit flipped, the word back up */
-	if (pc->dev->gpu && kvrt_gpu_memcpy(pc->dev->gpu->gpu, word, where, sizeof(word)))
+	if (d->gpu && kvrt_gpu_memcpy(d->gpu->gpu, word, where, sizeof(word)))
 		return;
 
 	switch (l->kv_dtype) {
@@ -479,8 +479,8 @@ static void corrupt_block(struct pcache *pc, uint32_t dev_id)
 		p[2] ^= 0x80;	/* bit 23 */
 		break;
 	}
-	if (pc->dev->gpu)
-		kvrt_gpu_memcpy(pc->dev->gpu->gpu, where, word, sizeof(word));
+	if (d->gpu)
+		kvrt_gpu_memcpy(d->gpu->gpu, where, word, sizeof(word));
 }
 
 int pcache_fetch(struct pcache *pc, uint32_t n, const uint32_t *pool_ids,
@@ -500,7 +500,7 @@ int pcache_fetch(struct pcache *pc, uint32_t n, const uint32_t *pool_ids,
 		return ret;
 	if (pc->inject_fault) {
 		pc->inject_fault = 0;
-		corrupt_block(pc, dev_ids[0]);
+		devcache_corrupt(pc->dev, dev_ids[0]);
 	}
 	if (resume) {
 		pc->st.fetch_resume_blocks += n;

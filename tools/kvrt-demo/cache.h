@@ -33,6 +33,8 @@ int devcache_init(struct devcache *d, uint32_t layers, uint32_t kv_heads, uint32
 void devcache_fini(struct devcache *d);
 int devcache_alloc(struct devcache *d, uint32_t n, uint32_t *ids);
 void devcache_free(struct devcache *d, uint32_t n, const uint32_t *ids);
+/* Test the checks: flip one bit of block id (layer 0, K, token 0). */
+void devcache_corrupt(struct devcache *d, uint32_t id);
 
 /* Figures of the pool side, summed over a run. */
 struct pool_stats {

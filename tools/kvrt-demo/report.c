@@ -246,7 +246,7 @@ void report_table(FILE *f, const struct pass_result *c, const struct pass_result
 }
 
 /* A JSON string: quotes, backslashes and control characters escaped. */
-void json_str(FILE *f, const char *s)
+void report_json_str(FILE *f, const char *s)
 {
 	fputc('"', f);
 	for (; s && *s; s++) {
@@ -318,13 +318,13 @@ void report_json(FILE *f, const struct json_info *ji, const struct pass_result *
 	const struct model_config *m = ji->cfg;
 
 	fprintf(f, "{\n  \"tool\": \"kvrt-demo\", \"version\": ");
-	json_str(f, ji->version);
+	report_json_str(f, ji->version);
 	fprintf(f, ",\n  \"backend\": ");
-	json_str(f, ji->backend);
+	report_json_str(f, ji->backend);
 	fprintf(f, ", \"backend_info\": ");
-	json_str(f, ji->backend_info);
+	report_json_str(f, ji->backend_info);
 	fprintf(f, ", \"device\": \"cpu\",\n  \"space\": {\"name\": ");
-	json_str(f, ji->space);
+	report_json_str(f, ji->space);
 	fprintf(f, ", \"created\": %s, \"persistent\": %s, \"destroyed\": %s},\n",
 		ji->space_created ? "true" : "false", ji->space_persistent ? "true" : "false",
 		ji->space_destroyed ? "true" : "false");
@@ -340,7 +340,7 @@ void report_json(FILE *f, const struct json_info *ji, const struct pass_result *
 		ji->threads, ji->decode_kernel, ji->device);
 	if (ji->gpu) {
 		fprintf(f, "  \"gpu\": {\"name\": ");
-		json_str(f, ji->gpu_name);
+		report_json_str(f, ji->gpu_name);
 		fprintf(f, ", \"reference_device\": \"%s\"", ji->reference_on_gpu ? "gpu" : "cpu");
 		fprintf(f, ", \"steps\": %llu, \"attention_calls\": %llu, \"check\": %s, "
 			"\"rows_checked\": %llu, \"worst_in_tolerances\": %.4g, \"up_bytes\": %llu, "
@@ -356,7 +356,7 @@ void report_json(FILE *f, const struct json_info *ji, const struct pass_result *
 	fprintf(f, "  \"equivalence\": {\"result\": \"%s\", \"requests\": %u, \"tokens\": %llu, "
 		"\"logits_identical\": %llu, \"why\": ", ji->equivalence, ji->eq_requests,
 		(unsigned long long)ji->eq_tokens, (unsigned long long)ji->eq_same_logits);
-	json_str(f, ji->eq_why);
+	report_json_str(f, ji->eq_why);
 	fprintf(f, "},\n  \"tokens_digest\": \"%016llx\"\n}\n",
 		(unsigned long long)ji->tokens_digest);
 }

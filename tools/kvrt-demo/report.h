@@ -71,8 +71,8 @@ struct json_info {
 void report_json(FILE *f, const struct json_info *ji, const struct pass_result *cached,
 		 const struct pass_result *ref);
 
-/* s as a JSON string, quoted and escaped. */
-void json_str(FILE *f, const char *s);
+/* s as a JSON string, escaped. */
+void report_json_str(FILE *f, const char *s);
 
 /* Human sizes: "12.3 MiB". */
 const char *fmt_bytes(char *buf, size_t len, uint64_t bytes);

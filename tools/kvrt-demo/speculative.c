@@ -569,7 +569,7 @@ static void print_json(const struct checkpoint *ck, const struct checkpoint *dk,
 	       m->dim, m->hidden_dim, m->n_layers, m->n_heads, m->n_kv_heads, m->vocab_size,
 	       m->seq_len, ckpt_param_count(m));
 	printf("  \"draft\": {\"source\": ");
-	json_str(stdout, draft_desc);
+	report_json_str(stdout, draft_desc);
 	printf(", \"layers\": %d, \"params\": %" PRIu64 "},\n", dk->cfg.n_layers,
 	       ckpt_param_count(&dk->cfg));
 	printf("  \"workload\": {\"requests\": %u, \"conversations\": %u, \"system_tokens\": %u},\n",
@@ -601,7 +601,7 @@ static void print_json(const struct checkpoint *ck, const struct checkpoint *dk,
 	       ", \"logits_identical\": %" PRIu64 ", \"logits_required\": %s, \"why\": ",
 	       eq->ok ? "pass" : "fail", eq->requests, eq->tokens, eq->same_logits,
 	       eq->strict ? "true" : "false");
-	json_str(stdout, eq->why);
+	report_json_str(stdout, eq->why);
 	printf("},\n  \"tokens_digest\": \"%016" PRIx64 "\"\n}\n", digest(wl, s));
 }
 
