@@ -19,6 +19,7 @@
 
 #include <kvrt.h>
 
+#include "branch.h"
 #include "cache.h"
 #include "../common/opts.h"
 #include "checkpoint.h"
@@ -72,6 +73,7 @@ struct opts {
 	struct spec_opts spec;		/* --speculative K and its draft */
 	bool inject_spec_fault;
 	int separate_classifier;	/* --classifier separate */
+	struct branch_opts br;		/* --n, --beam: instead of serving the workload */
 };
 
 /* Presets: tiny runs in a TCG VM in seconds; default is what `make demo` shows. */
@@ -122,6 +124,7 @@ static void defaults(struct opts *o)
 	o->reference = 1;
 	o->progress = 1;
 	o->gpu_check = 1;
+	branch_defaults(&o->br);
 }
 
 static void usage(FILE *f)
@@ -172,6 +175,11 @@ static void usage(FILE *f)
 	      "  --keep-space           second: do not destroy the space at exit\n"
 	      "  --space-owner UID      second: join the space although UID, not you, owns it\n"
 	      "  --pool-mb N            space quota in MiB (256)\n"
+	      "branching (instead of serving the workload; kvrt-demo(1)):\n"
+	      "  --n N                  N sampled continuations of each prompt, sharing its blocks\n"
+	      "  --beam N               beam search of width N over --gen-tokens tokens\n"
+	      "  --temperature T        --n: sampling temperature, 0 greedy (1)\n"
+	      "  --sample-seed N        --n: seed of the samplers (1)\n"
 	      "checks and output:\n"
 	      "  --no-reference         skip the reference pass (no equivalence check)\n"
 	      "  --expect-hits          exit 4 unless some prefix block was hit\n"
@@ -180,6 +188,7 @@ static void usage(FILE *f)
 	      "  --quiet                no progress line, no description of the run\n"
 	      "  --json                 print one JSON object instead of the text report\n"
 	      "  --inject-fault         test the check: corrupt the first fetched block\n"
+	      "                         (--n, --beam: the prompt's first block after the fork)\n"
 	      "  --inject-gpu-fault     test the GPU check: move one output of the first GPU\n"
 	      "                         attention call (by 1% plus 0.01)\n"
 	      "speculative decoding (instead of serving; see SPECULATIVE DECODING in the man page):\n"
@@ -322,11 +331,20 @@ static int parse(int argc, char **argv, struct opts *o)
 		{ .name = "--gen-draft-checkpoint", .arg = "FILE", .kind = TOPT_STR,
 		  .dst = &o->spec.gen_draft },
 		FLAG("--inject-spec-fault", inject_spec_fault),
+		{ .name = "--n", .arg = "N", .kind = TOPT_UINT, .dst = &o->br.n, .min = 1,
+		  .max = BRANCH_MAX_WIDTH, .want = "a number of samples from 1 to 128" },
+		{ .name = "--beam", .arg = "N", .kind = TOPT_UINT, .dst = &o->br.beam, .min = 1,
+		  .max = BRANCH_MAX_WIDTH, .want = "a beam width from 1 to 128" },
+		{ .name = "--temperature", .arg = "T", .kind = TOPT_DOUBLE, .dst = &o->br.temperature,
+		  .min = 0, .max = 100, .want = "a temperature from 0 (greedy) to 100" },
+		{ .name = "--sample-seed", .arg = "N", .kind = TOPT_ULONG, .dst = &o->br.sample_seed,
+		  .max = UINT32_MAX, .want = "a 32-bit number" },
 		{ .name = "--version", .kind = TOPT_FLAG, .dst = &version },
 		{ .name = NULL },
 	};
 	const struct topt *tables[] = { table }, *preset_opt = table;
 	struct topt_args a;
+	const char *err;
 	int i;
 
 	defaults(o);
@@ -357,13 +375,16 @@ static int parse(int argc, char **argv, struct opts *o)
 		printf("kvrt-demo %s (libkvrt %s)\n", DEMO_VERSION, kvrt_version());
 		return EXIT_OK;
 	}
+	if ((err = branch_check(&o->br)))
+		return usage_error(err);
 	o->reference = !no_ref;
 	o->progress = !no_progress && !o->quiet;
 	o->gpu_check = !no_gpu_check;
 	/* Only a join may accept another owner: creating makes the space ours. */
-	if (o->foreign && o->role != ROLE_SECOND) {
+	if (o->foreign && o->role != ROLE_SECOND)
 		return usage_error("--space-owner needs --role second (only a join takes another's space)");
-	}
+	if ((o->spec.k || o->spec.gen_draft) && (o->br.n || o->br.beam))
+		return usage_error("--speculative and --n/--beam are separate modes: give one of them");
 	if (!o->spec.k && !o->spec.gen_draft &&
 	    (o->spec.draft_layers || o->spec.draft_checkpoint || o->inject_spec_fault))
 		return usage_error("--draft-layers, --draft-checkpoint and --inject-spec-fault "
@@ -683,6 +704,21 @@ int main(int argc, char **argv)
 		run_dev = &gdev;
 	}
 
+	if (branch_enabled(&o.br)) {
+		struct branch_env be = {
+			.m = &m, .ck = &ck, .dev = run_dev, .k = k, .gpu = use_gpu ? &g : NULL,
+			.wl = &wl, .gen_tokens = o.wl.gen_tokens, .max_seqs = o.max_seqs,
+			.strict = !use_gpu && o.decode_kernel == DECODE_WITH_PREFILL,
+			.json = o.json, .quiet = o.quiet, .inject_fault = o.inject_fault,
+			.gpu_check = o.gpu_check, .version = DEMO_VERSION,
+			.kv_dtype = dtype_name(o.kv_dtype), .threads = o.threads,
+			.decode_kernel = o.decode_kernel == DECODE_WITH_DECODE ? "decode" : "prefill",
+			.model_name = o.checkpoint ? o.checkpoint : "random weights",
+		};
+
+		rc = branch_run(&o.br, &be);
+		goto out_kvrt;
+	}
 	if (o.space)
 		snprintf(space_name, sizeof(space_name), "%s", o.space);
 	else

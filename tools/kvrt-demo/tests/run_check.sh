@@ -6,7 +6,8 @@
 # prefix cache; a checkpoint written by --gen-checkpoint must load and give
 # the same tokens as the same weights generated in memory; the documented
 # exit statuses for bad options and a missing space; --speculative against
-# the model decoding alone.  TAP output.
+# the model decoding alone; --n and --beam runs (equivalence, sharing
+# figures, an injected fault, bad input).  TAP output.
 
 set -u
 DEMO=${1:-./kvrt-demo}
@@ -154,6 +155,53 @@ run "${SPEC[@]}" --draft-layers 1
 result $([ $rc = 2 ] && grep -q 'belong to --speculative' "$TMP/err"; echo $?) "--draft-layers without --speculative: exit 2"
 run "${SPEC[@]}" --speculative 3 --draft-layers 3
 result $([ $rc = 2 ] && grep -q 'no first 3 layers' "$TMP/err"; echo $?) "--draft-layers past the model's: exit 2"
+# --n and --beam: continuations sharing their prompt's blocks through libkvrt's
+# sequence tables, each recomputed alone and required to match bit for bit.
+jq_py() {	# jq_py EXPR: python's verdict on the JSON in $TMP/out (0 true)
+	python3 -c 'import json, sys
+j = json.load(open(sys.argv[1])); b = j["branch"]; e = j["equivalence"]
+sys.exit(0 if eval("(" + sys.argv[2] + ")") else 1)' "$TMP/out" "$1"
+}
+run --preset tiny --n 4 --temperature 4 --json
+result $([ $rc = 0 ] && jq_py 'e["result"] == "pass" and e["strict"] and e["sequences"] == 8 and
+	e["tokens"] == 64 and e["logits_identical"] == 64 and b["tokens_generated"] == 64 and
+	b["forks"] == 6 and b["cow_copies"] > 0 and b["blocks_shared"] > 0 and
+	b["peak_used_blocks"] < b["peak_block_refs"] and
+	b["independent_bytes"] == b["peak_block_refs"] * b["block_bytes"] and
+	len({tuple(c["tokens"]) for c in b["continuations"]}) > 2'; echo $?) \
+	"--n 4: equivalence PASS with the logits bitwise, $(grep -o '"cow_copies": [0-9]*' "$TMP/out"), $(grep -o '"peak_used_blocks": [0-9]*, "peak_block_refs": [0-9]*' "$TMP/out")"
+[ $rc = 0 ] || cat "$TMP/out" "$TMP/err"
+digest=$(grep -o '"tokens_digest": "[0-9a-f]*"' "$TMP/out")
+run --preset tiny --n 4 --temperature 4 --json
+same=$(grep -o '"tokens_digest": "[0-9a-f]*"' "$TMP/out")
+run --preset tiny --n 4 --temperature 4 --sample-seed 2 --json
+other=$(grep -o '"tokens_digest": "[0-9a-f]*"' "$TMP/out")
+result $([ -n "$digest" ] && [ "$digest" = "$same" ] && [ "$digest" != "$other" ]; echo $?) \
+	"--n: the same seed samples the same tokens, another seed others"
+run --preset tiny --beam 4 --json
+result $([ $rc = 0 ] && jq_py 'e["result"] == "pass" and e["strict"] and e["sequences"] == 8 and
+	e["logits_identical"] == 64 and e["log_probs_identical"] == 8 and
+	e["log_prob_max_diff"] == 0 and b["forks"] > 0 and b["freed"] > 0 and
+	b["cow_copies"] > 0 and b["peak_used_blocks"] < b["peak_block_refs"] and
+	all(b["continuations"][i]["log_prob"] >= b["continuations"][i + 1]["log_prob"]
+	    for i in range(len(b["continuations"]) - 1) if i % 4 != 3)'; echo $?) \
+	"--beam 4: equivalence PASS, log-probs recomputed bitwise, $(grep -o '"forks": [0-9]*, "freed": [0-9]*' "$TMP/out")"
+[ $rc = 0 ] || cat "$TMP/out" "$TMP/err"
+run --preset tiny --beam 3 --decode-kernel decode --block-tokens 8
+result $([ $rc = 0 ] && grep -q '^equivalence: PASS' "$TMP/out" &&
+	grep -q '^summary: mode=beam width=3 ' "$TMP/out"; echo $?) \
+	"--beam 3 with kvrt_attn_decode and 8-token blocks: PASS"
+for mode in "--n 4" "--beam 4"; do
+	run --preset tiny $mode --inject-fault
+	result $([ $rc = 1 ] && grep -q '^equivalence: FAIL' "$TMP/out"; echo $?) \
+		"$mode: a shared block corrupted after the fork is caught: exit 1, $(grep -o '^equivalence: FAIL: .*' "$TMP/out" | head -c 80)"
+done
+for bad in "--n 0" "--beam 0" "--n 2 --beam 2" "--beam 2 --temperature 2" "--temperature 2" \
+	"--vocab 16 --beam 20" "--n 2 --inject-fault --gen-tokens 1"; do
+	run --preset tiny $bad
+	result $([ $rc = 2 ] && [ -s "$TMP/err" ] && [ ! -s "$TMP/out" ]; echo $?) \
+		"$bad: exit 2, $(head -n 1 "$TMP/err" | head -c 80)"
+done
 
 echo "1..$n"
 echo "$((n - failed)) passed, $failed failed"
