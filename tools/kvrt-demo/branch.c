@@ -476,26 +476,17 @@ static int shared_run(struct ctx *c, struct run *r, const struct branch_opts *bo
 	}
 	note_stats(c);
 	if (e->inject_fault) {
-		uint32_t blk;
-
 		/* the prompt's first block, held by all W continuations now */
-		ret = kvrt_seq_blocks(c->seqs, pseq[0], &blk, 1);
-		if (ret < 0 && ret != -ENOSPC) {
+		uint32_t *blk = malloc(sizeof(uint32_t) * c->blk_cap);
+
+		ret = blk ? kvrt_seq_blocks(c->seqs, pseq[0], blk, c->blk_cap) : -ENOMEM;
+		if (ret > 0)
+			devcache_corrupt(e->dev, blk[0]);
+		free(blk);
+		if (ret < 0) {
 			fail(c, ret, "kvrt_seq_blocks");
 			goto out;
 		}
-		if (ret == -ENOSPC) {
-			uint32_t *all = malloc(sizeof(uint32_t) * c->blk_cap);
-
-			ret = all ? kvrt_seq_blocks(c->seqs, pseq[0], all, c->blk_cap) : -ENOMEM;
-			blk = all ? all[0] : 0;
-			free(all);
-			if (ret < 0) {
-				fail(c, ret, "kvrt_seq_blocks");
-				goto out;
-			}
-		}
-		devcache_corrupt(e->dev, blk);
 	}
 
 	for (s = 1; s < r->G; s++) {
