@@ -750,7 +750,7 @@ static void report_text(const struct ctx *c, const struct run *r, const struct b
 
 		printf("prompt %u %s %u", ct->prompt + 1, what, i % r->W + 1);
 		if (r->beam)
-			printf(" (log-prob %.4f)", ct->score);
+			printf(" (log-prob %.6g)", ct->score);
 		printf(":");
 		for (s = 0; s < r->G && s < 12; s++)
 			printf(" %u", ct->tok[s]);
