@@ -78,6 +78,14 @@ if [ -f "$EMU" ]; then
 	KVRT_LIBCUDA=$EMU run "${GPU_TINY[@]}" --inject-gpu-fault
 	result $([ $rc = 1 ] && grep -q '^gpu check: FAIL' "$TMP/out"; echo $?) \
 		"a wrong GPU attention output is caught: exit 1, $(grep -o '^gpu check: FAIL: .*tolerance' "$TMP/out" | tail -c 60)"
+	# beam search with the cache on the GPU: copy-on-write by kvrt_gpu_copy_blocks
+	KVRT_LIBCUDA=$EMU run "${GPU_TINY[@]}" --beam 3 --system-tokens 20 --user-tokens 6 \
+		--gen-tokens 4 --block-tokens 8
+	result $([ $rc = 0 ] && grep -q '^equivalence: PASS' "$TMP/out" &&
+		grep -q '^gpu check: PASS' "$TMP/out" &&
+		grep -q 'copy-on-write by kvrt_gpu_copy_blocks' "$TMP/out" &&
+		[ "$(sed -n 's/^summary: .*cow_copies=\([0-9]*\).*/\1/p' "$TMP/out")" -gt 0 ]; echo $?) \
+		"--beam 3 --device gpu (emulated driver): PASS, $(grep -o 'cow_copies=[0-9]*' "$TMP/out") by kvrt_gpu_copy_blocks"
 else
 	result 1 "the emulated driver $EMU is not built (make -C cuda build/emu/libcuda-emu.so)"
 fi
