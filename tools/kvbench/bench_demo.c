@@ -172,25 +172,23 @@ static double json_num(const char *from, const char *key)
 	return p ? strtod(p + strlen(pat), NULL) : NAN;
 }
 
-/* Run kvrt-demo --json, read its object, print kvbench's JSON lines. */
-static int demo_json_lines(const struct kvb_opts *o, const char *path, char **args)
+/* Run path with args, its standard output into out (NUL-terminated); 0 when it exited 0. */
+static int run_capture(const char *path, char **args, char *out, size_t size)
 {
-	struct kvb_report cost = { .o = o, .ratio = KVB_COST, .name_w = 16, .num_w = 10,
-				   .unit_w = 36, .ratio_w = 7 };
-	struct kvb_report rate = cost;
-	static char out[1 << 20];
-	const char *cached, *ref;
 	size_t got = 0;
 	int fds[2], status;
 	ssize_t n;
 	pid_t pid;
 
-	rate.ratio = KVB_RATE;
 	if (pipe(fds))
-		return 1;
+		return -1;
+	fflush(NULL);
 	pid = fork();
-	if (pid < 0)
-		return 1;
+	if (pid < 0) {
+		close(fds[0]);
+		close(fds[1]);
+		return -1;
+	}
 	if (!pid) {
 		dup2(fds[1], STDOUT_FILENO);
 		close(fds[0]);
@@ -199,7 +197,7 @@ static int demo_json_lines(const struct kvb_opts *o, const char *path, char **ar
 		_exit(127);
 	}
 	close(fds[1]);
-	while (got + 1 < sizeof(out) && (n = read(fds[0], out + got, sizeof(out) - 1 - got))) {
+	while (got + 1 < size && (n = read(fds[0], out + got, size - 1 - got))) {
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0)
@@ -210,12 +208,27 @@ static int demo_json_lines(const struct kvb_opts *o, const char *path, char **ar
 	close(fds[0]);
 	while (waitpid(pid, &status, 0) < 0)
 		if (errno != EINTR)
-			return 1;
+			return -1;
 	if (!WIFEXITED(status) || WEXITSTATUS(status)) {
 		fprintf(stderr, "kvbench demo: %s failed (status %d): no figures\n", path,
 			WIFEXITED(status) ? WEXITSTATUS(status) : -1);
-		return 1;
+		return -1;
 	}
+	return 0;
+}
+
+/* Run kvrt-demo --json, read its object, print kvbench's JSON lines. */
+static int demo_json_lines(const struct kvb_opts *o, const char *path, char **args)
+{
+	struct kvb_report cost = { .o = o, .ratio = KVB_COST, .name_w = 16, .num_w = 10,
+				   .unit_w = 36, .ratio_w = 7 };
+	struct kvb_report rate = cost;
+	static char out[1 << 20];
+	const char *cached, *ref;
+
+	rate.ratio = KVB_RATE;
+	if (run_capture(path, args, out, sizeof(out)))
+		return 1;
 	cached = strstr(out, "\"cached\":");
 	ref = strstr(out, "\"reference\":");
 	if (!cached || !ref || isnan(json_num(cached, "mean")) || isnan(json_num(ref, "mean"))) {
@@ -234,6 +247,73 @@ static int demo_json_lines(const struct kvb_opts *o, const char *path, char **ar
 	return 0;
 }
 
+#define MODE_BEAM	"4"
+#define MODE_SPEC_K	"4"
+
+/*
+ * --modes: kvrt-demo's sequence modes, each checked by kvrt-demo against a
+ * recomputation (a run that fails its check exits non-zero: no figure).
+ * Beam search's K/V at its peak against the same beams as independent
+ * copies; speculative decoding's target passes per generated token against
+ * plain decoding of the same requests in the same run.  args_tail: the
+ * arguments after "--", given to both.
+ */
+static int demo_mode_lines(const struct kvb_opts *o, const char *path, char **tail, int ntail)
+{
+	struct kvb_report cost = { .o = o, .ratio = KVB_COST, .name_w = 16, .num_w = 10,
+				   .unit_w = 36, .ratio_w = 7 };
+	static char out[1 << 20];
+	char *args[MAX_ARGS];
+	const char *b, *sp;
+	int n, i;
+
+	n = 0;
+	args[n++] = (char *)path;
+	args[n++] = "--json";
+	args[n++] = "--beam";
+	args[n++] = MODE_BEAM;
+	for (i = 0; i < ntail && n + 1 < MAX_ARGS; i++)
+		args[n++] = tail[i];
+	args[n] = NULL;
+	kvb_note(o, "running %s --beam " MODE_BEAM, path);
+	if (run_capture(path, args, out, sizeof(out)))
+		return 1;
+	b = strstr(out, "\"branch\":");
+	if (!b || isnan(json_num(b, "peak_used_bytes")) || isnan(json_num(b, "independent_bytes"))) {
+		fprintf(stderr, "kvbench demo: %s --beam printed no branch figures\n", path);
+		return 1;
+	}
+	kvb_report(&cost, "beam" MODE_BEAM "_kv_bytes", json_num(b, "peak_used_bytes"),
+		   "B of K/V at the peak, beams sharing blocks", json_num(b, "independent_bytes"),
+		   "B for the same beams as independent copies");
+
+	n = 0;
+	args[n++] = (char *)path;
+	args[n++] = "--json";
+	args[n++] = "--speculative";
+	args[n++] = MODE_SPEC_K;
+	/* a random model with a shared classifier repeats its input: any draft agrees */
+	args[n++] = "--classifier";
+	args[n++] = "separate";
+	for (i = 0; i < ntail && n + 1 < MAX_ARGS; i++)
+		args[n++] = tail[i];
+	args[n] = NULL;
+	kvb_note(o, "running %s --speculative " MODE_SPEC_K, path);
+	if (run_capture(path, args, out, sizeof(out)))
+		return 1;
+	sp = strstr(out, "\"speculative\":");
+	if (!sp || !(json_num(sp, "decode_tokens") > 0) || !(json_num(sp, "plain_decode_tokens") > 0)) {
+		fprintf(stderr, "kvbench demo: %s --speculative printed no figures\n", path);
+		return 1;
+	}
+	kvb_report(&cost, "spec" MODE_SPEC_K "_passes_per_token",
+		   json_num(sp, "target_passes") / json_num(sp, "decode_tokens"),
+		   "target passes per token, speculative",
+		   json_num(sp, "plain_target_passes") / json_num(sp, "plain_decode_tokens"),
+		   "per token, plain decoding (same run)");
+	return 0;
+}
+
 /* argv[0] is "demo". */
 int cmd_demo(int argc, char **argv)
 {
@@ -241,14 +321,18 @@ int cmd_demo(int argc, char **argv)
 	static char help[65536];
 	char path[PATH_MAX], tried[3 * PATH_MAX];
 	char *args[MAX_ARGS];
-	int i, nargs = 0, ret;
-	bool raw = false;
+	int i, nargs = 0, ret, tail;
+	bool raw = false, modes = false;
 	const struct topt opts[] = {
 		{ .name = "--json", .kind = TOPT_FLAG, .dst = &o.json,
 		  .help = "kvbench JSON lines from kvrt-demo --json: ttft_mean_ms and\n"
 			  "wall_s against the no-cache pass, prefix_hit_rate" },
 		{ .name = "--raw", .kind = TOPT_FLAG, .dst = &raw,
 		  .help = "with --json: kvrt-demo's own JSON object instead" },
+		{ .name = "--modes", .kind = TOPT_FLAG, .dst = &modes,
+		  .help = "with --json: also --beam " MODE_BEAM " (K/V against independent\n"
+			  "copies) and --speculative " MODE_SPEC_K " (target passes per token\n"
+			  "against plain decoding), each checked by kvrt-demo" },
 		{ .name = "--progress", .kind = TOPT_FLAG, .dst = &o.progress,
 		  .help = "passed on when kvrt-demo has it" },
 		{ .name = "--quiet", .kind = TOPT_FLAG, .dst = &o.quiet,
@@ -265,6 +349,8 @@ int cmd_demo(int argc, char **argv)
 
 	if (!kvb_parse_args(&cmd, &o, argc, argv, &i, &ret))
 		return ret;
+	if (modes && (!o.json || raw))
+		return kvb_usage_error(&cmd, "--modes adds JSON lines: give it with --json, without --raw");
 	if (find_demo(path, sizeof(path), tried, sizeof(tried))) {
 		fprintf(stderr,
 			"kvbench demo: kvrt-demo is not available (looked at %s).\n"
@@ -295,6 +381,7 @@ int cmd_demo(int argc, char **argv)
 		args[nargs++] = "--no-progress";
 	if (o.progress && help_lists_option(help, "--progress"))
 		args[nargs++] = "--progress";
+	tail = i;
 	for (; i < argc; i++) {
 		if (nargs + 1 >= MAX_ARGS) {
 			fprintf(stderr, "kvbench demo: too many arguments\n");
@@ -305,8 +392,12 @@ int cmd_demo(int argc, char **argv)
 	args[nargs] = NULL;
 	kvb_note(&o, "running %s", path);
 	fflush(NULL);
-	if (o.json && !raw)
-		return demo_json_lines(&o, path, args);
+	if (o.json && !raw) {
+		ret = demo_json_lines(&o, path, args);
+		if (!ret && modes)
+			ret = demo_mode_lines(&o, path, argv + tail, argc - tail);
+		return ret;
+	}
 	execv(path, args);
 	fprintf(stderr, "kvbench demo: exec %s: %s\n", path, strerror(errno));
 	return 1;

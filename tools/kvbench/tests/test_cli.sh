@@ -86,6 +86,22 @@ check "gpu-attn usage: a continued help line" 0 \
 check "demo --reps (not one of demo's options)" 2 \
 	"unknown option '--reps' \(kvrt-demo's own options go after --\)" demo --reps 3
 check "demo usage names --" 0 "^  -- +the arguments after it go to kvrt-demo" demo --help
+check "demo --modes without --json" 2 "--modes adds JSON lines: give it with --json" demo --modes
+
+# kvbench demo --modes: beam search's K/V against independent copies and
+# speculative decoding's target passes per token against plain decoding,
+# from kvrt-demo runs that passed their own equivalence checks.  Beams of
+# width 4 over shared prompts must need less K/V than 4 copies, and a draft
+# whose tokens are ever accepted saves target passes (ratio > 1).
+"$KVBENCH" demo --json --modes --quiet -- --preset tiny >"$T/out" 2>"$T/err"
+rc=$?
+why=
+[ "$rc" = 0 ] || why="exit $rc: $(head -c 300 "$T/err")"
+[ -n "$why" ] || why=$(awk '
+	/"case":"beam4_kv_bytes"/ { b = 1; r = $0; sub(/.*"ratio":/, "", r); if (!(r + 0 > 1)) print "beam ratio " r }
+	/"case":"spec4_passes_per_token"/ { s = 1; r = $0; sub(/.*"ratio":/, "", r); if (!(r + 0 > 1)) print "spec ratio " r }
+	END { if (!b) print "no beam4_kv_bytes line"; if (!s) print "no spec4_passes_per_token line" }' "$T/out")
+result "demo --json --modes: beam K/V and speculative passes per token, both ratios > 1" "$why"
 
 # A real run, small and short: 64-token blocks over 128 MiB.
 "$KVBENCH" attn --json --quiet --gib 0.125 --block-tokens 64 --reps 1 --rep-time 0.01 \
