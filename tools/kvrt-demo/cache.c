@@ -6,6 +6,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -175,6 +176,14 @@ static const char *space_errno_text(int err)
 	}
 }
 
+void pcache_model_id(char *buf, size_t len, uint64_t fingerprint, enum kvrt_dtype dtype,
+		     uint32_t block_tokens)
+{
+	snprintf(buf, len, "kvrt-demo model %016" PRIx64 " kv %s block %u", fingerprint,
+		 dtype == KVRT_DTYPE_F32 ? "f32" : dtype == KVRT_DTYPE_F16 ? "f16" : "bf16",
+		 block_tokens);
+}
+
 int pcache_open(struct pcache *pc, struct kvrt *k, struct devcache *dev,
 		const struct pool_opts *o, const void *model_id, size_t model_id_len,
 		char *err, size_t errlen)
@@ -188,6 +197,7 @@ int pcache_open(struct pcache *pc, struct kvrt *k, struct devcache *dev,
 	pc->k = k;
 	pc->dev = dev;
 	pc->block_tokens = dl->block_tokens;
+	pc->priority = KVRT_PRIO_DEFAULT;
 	pc->pending_tail = &pc->pending;
 	pc->mine = calloc(1, sizeof(*pc->mine));
 	pc->shared = calloc(1, sizeof(*pc->shared));
@@ -346,7 +356,7 @@ int pcache_publish(struct pcache *pc, uint32_t n, const uint32_t *dev_ids,
 		   const uint8_t (*hashes)[KVRT_HASH_BYTES], uint32_t *pool_ids)
 {
 	struct kvrt_block_pair *pairs;
-	uint32_t *flags, i;
+	uint32_t *flags, *prio = NULL, i;
 	int ret;
 
 	if (!n)
@@ -360,7 +370,13 @@ int pcache_publish(struct pcache *pc, uint32_t n, const uint32_t *dev_ids,
 		return ret;
 	pairs = make_pairs(n, dev_ids, pool_ids);
 	flags = calloc(n, sizeof(*flags));
-	if (!pairs || !flags) {
+	/* NULL priorities is the library's default: an array only for another */
+	if (pc->priority != KVRT_PRIO_DEFAULT) {
+		prio = malloc(sizeof(*prio) * n);
+		for (i = 0; prio && i < n; i++)
+			prio[i] = pc->priority;
+	}
+	if (!pairs || !flags || (pc->priority != KVRT_PRIO_DEFAULT && !prio)) {
 		ret = -ENOMEM;
 		goto out_free_blocks;
 	}
@@ -368,7 +384,7 @@ int pcache_publish(struct pcache *pc, uint32_t n, const uint32_t *dev_ids,
 	ret = copy_now(pc, &pc->pool_arr, &pc->dev_arr, pairs, n);
 	if (ret)
 		goto out_free_blocks;
-	ret = kvrt_publish(pc->space, n, pool_ids, hashes, NULL, flags);
+	ret = kvrt_publish(pc->space, n, pool_ids, hashes, prio, flags);
 	if (ret < 0)
 		goto out_free_blocks;
 	for (i = 0; i < n; i++) {
@@ -384,12 +400,14 @@ int pcache_publish(struct pcache *pc, uint32_t n, const uint32_t *dev_ids,
 	pc->st.publish_bytes += n * pc->kv_block_bytes;
 	free(pairs);
 	free(flags);
+	free(prio);
 	return 0;
 
 out_free_blocks:
 	kvrt_free_blocks(pc->space, n, pool_ids);
 	free(pairs);
 	free(flags);
+	free(prio);
 	return ret;
 }
 

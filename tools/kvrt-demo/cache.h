@@ -12,6 +12,7 @@
 #ifndef KVRT_DEMO_CACHE_H
 #define KVRT_DEMO_CACHE_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include <kvrt.h>
@@ -76,6 +77,7 @@ struct pcache {
 	struct hashset *shared;		/* others' hashes this process hit */
 	struct pending_copy *pending, **pending_tail;
 	struct pool_stats st;
+	uint32_t priority;		/* of the blocks it publishes (KVRT_PRIO_DEFAULT) */
 	int inject_fault;		/* test: corrupt the next fetch once */
 };
 
@@ -93,6 +95,14 @@ struct pool_opts {
  * layout's block rounded up to a page), registered with the GPU when the
  * device cache is on one.  err gets a sentence on failure.
  */
+/*
+ * The model identity the hash chain starts from: the weights' fingerprint,
+ * the K/V element type and the block size.  Every process that must find
+ * another's blocks (a serving run, kvrt-demo warm) names it the same way.
+ */
+void pcache_model_id(char *buf, size_t len, uint64_t fingerprint, enum kvrt_dtype dtype,
+		     uint32_t block_tokens);
+
 int pcache_open(struct pcache *pc, struct kvrt *k, struct devcache *dev,
 		const struct pool_opts *o, const void *model_id, size_t model_id_len,
 		char *err, size_t errlen);
@@ -108,8 +118,8 @@ int pcache_lookup(struct pcache *pc, const uint8_t (*hashes)[KVRT_HASH_BYTES], u
 		  uint32_t *ids);
 
 /*
- * Publish device blocks dev_ids[i] under hashes[i]: allocate pool blocks,
- * copy in one batch, publish in one call.  pool_ids[i] receives the block
+ * Publish device blocks dev_ids[i] under hashes[i], at pc->priority:
+ * allocate pool blocks, copy in one batch, publish in one call.  pool_ids[i] receives the block
  * that holds each hash (one reference each).  -ENOSPC: pool full, nothing
  * published (counted as skipped).
  */

@@ -733,9 +733,7 @@ int main(int argc, char **argv)
 		po.space_flags = KVRT_SPACE_FOREIGN;
 		po.space_owner = o.space_owner;
 	}
-	snprintf(model_id, sizeof(model_id),
-		 "kvrt-demo model %016" PRIx64 " kv %s block %u", fp, dtype_name(o.kv_dtype),
-		 o.block_tokens);
+	pcache_model_id(model_id, sizeof(model_id), fp, o.kv_dtype, o.block_tokens);
 	ret = pcache_open(&pc, k, run_dev, &po, model_id, strlen(model_id), err, sizeof(err));
 	if (ret) {
 		fprintf(stderr, "kvrt-demo: %s\n", err);
