@@ -28,6 +28,7 @@
 #include "report.h"
 #include "scheduler.h"
 #include "speculative.h"
+#include "warm.h"
 #include "workload.h"
 
 #define DEMO_VERSION "0.1"
@@ -131,6 +132,7 @@ static void usage(FILE *f)
 {
 	fputs("usage: kvrt-demo [options]\n"
 	      "       kvrt-demo --gen-checkpoint FILE [model options]\n"
+	      "       kvrt-demo warm --space NAME --prompts FILE [options] (warm --help)\n"
 	      "\n"
 	      "Serve simulated requests with a Llama-architecture model on libkvrt, with the\n"
 	      "prefix cache and offload, then recompute them without; print the figures and\n"
@@ -262,8 +264,9 @@ static const int role_values[] = { ROLE_FIRST, ROLE_SECOND };
 	  .values = stored }
 #define FLAG(opt, field) { .name = opt, .kind = TOPT_FLAG, .dst = &o->field }
 
-/* Returns -1 to go on, else the exit status. */
-static int parse(int argc, char **argv, struct opts *o)
+/* Returns -1 to go on, else the exit status.  warm: `kvrt-demo warm`'s rows
+ * first, and of the table only the rows warm_keep() keeps. */
+static int parse(int argc, char **argv, struct opts *o, const struct topt *warm)
 {
 	int preset_index = 1;
 	bool version = false, no_ref = false, no_progress = false, no_gpu_check = false;
@@ -342,11 +345,14 @@ static int parse(int argc, char **argv, struct opts *o)
 		{ .name = "--version", .kind = TOPT_FLAG, .dst = &version },
 		{ .name = NULL },
 	};
-	const struct topt *tables[] = { table }, *preset_opt = table;
+	struct topt kept[sizeof(table) / sizeof(table[0])];
+	const struct topt *tables[] = { warm, warm ? kept : table }, *preset_opt = table;
 	struct topt_args a;
 	const char *err;
 	int i;
 
+	if (warm)
+		warm_keep(table, kept);
 	defaults(o);
 	/* a preset first, wherever it is, so that other options override it */
 	while (strcmp(preset_opt->name, "--preset"))
@@ -362,11 +368,11 @@ static int parse(int argc, char **argv, struct opts *o)
 		if (v)
 			preset(o, preset_index ? "default" : "tiny");
 	}
-	switch (topt_parse(&a, tables, 1, NULL, NULL)) {
+	switch (topt_parse(&a, tables, 2, NULL, NULL)) {
 	case TOPT_END:
 		break;
 	case TOPT_HELP:
-		usage(stdout);
+		(warm ? warm_usage : usage)(stdout);
 		return EXIT_OK;
 	default:
 		return usage_error(a.err);
@@ -568,7 +574,22 @@ int main(int argc, char **argv)
 	struct equivalence eq = { 0 };
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
-	rc = parse(argc, argv, &o);
+	if (argc > 1 && !strcmp(argv[1], "warm")) {
+		struct warm_opts wo;
+		struct topt rows[WARM_ROWS];
+
+		warm_rows(&wo, rows);
+		rc = parse(argc - 1, argv + 1, &o, rows);
+		if (rc >= 0)
+			return rc;
+		return warm_main(&wo, &(struct warm_setup){
+			.checkpoint = o.checkpoint, .cfg = &o.cfg, .model_seed = o.model_seed,
+			.wl = &o.wl, .block_tokens = o.block_tokens, .batch_tokens = o.batch_tokens,
+			.threads = o.threads ? o.threads : cpus(), .kv_dtype = o.kv_dtype,
+			.backend = o.backend, .space = o.space, .pool_bytes = o.pool_bytes,
+			.json = o.json, .quiet = o.quiet });
+	}
+	rc = parse(argc, argv, &o, NULL);
 	if (rc >= 0)
 		return rc;
 
