@@ -897,6 +897,10 @@ int main(int argc, char **argv)
 			       "blocks) were published by another process; this process inserted %"
 			       PRIu64 " blocks\n", cached.pool.shared_hits, cached.pool.hits,
 			       cached.pool.shared_distinct, cached.pool.inserted);
+		/* the first arrival: only a warmed or shared space can serve it */
+		if (cached.n_requests && cached.req[0].hit_blocks)
+			printf("first request: %u of its %u prompt blocks found in the pool\n",
+			       cached.req[0].hit_blocks, cached.req[0].lookup_blocks);
 		if (destroyed)
 			printf("space %s destroyed (--keep-space keeps it)\n", space_name);
 		else if (o.role == ROLE_FIRST)

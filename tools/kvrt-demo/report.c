@@ -278,6 +278,8 @@ static void json_pass(FILE *f, const char *name, const struct pass_result *r, in
 	fprintf(f, "    \"prefix_lookups\": %llu, \"prefix_hits\": %llu, \"prefix_hit_rate\": %.4f,\n",
 		(unsigned long long)ps->lookups, (unsigned long long)ps->hits,
 		ps->lookups ? (double)ps->hits / ps->lookups : 0.0);
+	/* the first arrival: nothing this process published can serve it */
+	fprintf(f, "    \"first_request_hit_blocks\": %u,\n", r->n_requests ? r->req[0].hit_blocks : 0);
 	fprintf(f, "    \"shared_hits\": %llu, \"shared_blocks\": %llu, \"inserted\": %llu, "
 		"\"dedups\": %llu, \"publish_skipped\": %llu, \"offload_dropped\": %llu,\n",
 		(unsigned long long)ps->shared_hits, (unsigned long long)ps->shared_distinct,
