@@ -7,7 +7,9 @@
 # the same tokens as the same weights generated in memory; the documented
 # exit statuses for bad options and a missing space; --speculative against
 # the model decoding alone; --n and --beam runs (equivalence, sharing
-# figures, an injected fault, bad input).  TAP output.
+# figures, an injected fault, bad input); kvrt-demo warm's counts and its
+# refusals of bad prompt files (its in-process effect on a serving engine is
+# tests/test_warm's).  TAP output.
 
 set -u
 DEMO=${1:-./kvrt-demo}
@@ -210,6 +212,59 @@ for bad in "--n 0" "--beam 0" "--n 2 --beam 2" "--beam 2 --temperature 2" "--tem
 	result $([ $rc = 2 ] && [ -s "$TMP/err" ] && [ ! -s "$TMP/out" ]; echo $?) \
 		"$bad: exit 2, $(head -n 1 "$TMP/err" | head -c 80)"
 done
+
+# kvrt-demo warm: the counts, and bad prompt files refused before anything is published
+warm() {
+	"$DEMO" warm --backend embedded --preset tiny "$@" >"$TMP/out" 2>"$TMP/err"
+	rc=$?
+}
+jnum() {	# the number after "KEY": in $TMP/out
+	sed -n "s/.*\"$1\": \\([0-9]*\\).*/\\1/p" "$TMP/out"
+}
+warm --print-workload-prompt
+cp "$TMP/out" "$TMP/system.txt"
+result $([ $rc = 0 ] && [ "$(grep -v '^#' "$TMP/system.txt" | wc -w)" = 96 ]; echo $?) \
+	"warm --print-workload-prompt: the tiny workload's 96-token system prompt"
+warm --space warm-check --prompts "$TMP/system.txt" --json
+result $([ $rc = 0 ] && [ "$(jnum prompts)" = 1 ] && [ "$(jnum blocks)" = 6 ] &&
+	[ "$(jnum computed)" = 6 ] && [ "$(jnum published)" = 6 ] && [ "$(jnum present)" = 0 ] &&
+	[ "$(jnum priority)" = 75 ] && [ "$(jnum published_bytes)" -gt 0 ] &&
+	grep -q '"persistent": true' "$TMP/out" && grep -q 'embedded space ends with this process' "$TMP/err"; echo $?) \
+	"warm: 1 prompt, 6 blocks computed and published at priority 75, $(jnum published_bytes) bytes; the embedded backend is noted"
+[ $rc = 0 ] || cat "$TMP/out" "$TMP/err"
+{ cat "$TMP/system.txt"; echo "1 2 3   # shorter than a block"; grep -v '^#' "$TMP/system.txt"; } >"$TMP/twice.txt"
+warm --space warm-check --prompts "$TMP/twice.txt" --priority 0
+result $([ $rc = 0 ] && [ "$(field prompts)" = 3 ] && [ "$(field blocks)" = 12 ] &&
+	[ "$(field computed)" = 6 ] && [ "$(field present)" = 6 ] && [ "$(field published)" = 6 ] &&
+	[ "$(field priority)" = 0 ] && grep -q 'shorter than one block' "$TMP/out"; echo $?) \
+	"warm: a prompt given twice is computed once ($(field present) blocks present), a short one is noted"
+[ $rc = 0 ] || cat "$TMP/out" "$TMP/err"
+
+warm --space warm-check --prompts "$TMP/missing.txt"
+result $([ $rc = 2 ] && grep -q 'cannot open .*missing.txt' "$TMP/err" && ! grep -q . "$TMP/out"; echo $?) \
+	"warm, missing file: exit 2, $(head -c 70 "$TMP/err")"
+printf '# nothing but a comment\n\n' >"$TMP/empty.txt"
+warm --space warm-check --prompts "$TMP/empty.txt"
+result $([ $rc = 2 ] && grep -q 'has no prompt' "$TMP/err" && ! grep -q . "$TMP/out"; echo $?) \
+	"warm, empty file: exit 2, 'has no prompt'"
+yes 7 | head -n 513 | tr '\n' ' ' >"$TMP/long.txt"
+warm --space warm-check --prompts "$TMP/long.txt"
+result $([ $rc = 2 ] && grep -q "long.txt:1: .*seq_len, 512" "$TMP/err" && ! grep -q . "$TMP/out"; echo $?) \
+	"warm, a 513-token prompt for seq_len 512: exit 2, nothing published"
+printf '1 2 3\n4 512\n' >"$TMP/vocab.txt"
+warm --space warm-check --prompts "$TMP/vocab.txt"
+result $([ $rc = 2 ] && grep -q "vocab.txt:2: token id 512 is not below the model's vocab" "$TMP/err"; echo $?) \
+	"warm, an id past the vocab: exit 2, the line named"
+warm --prompts "$TMP/system.txt"
+result $([ $rc = 2 ] && grep -q -- '--space NAME is needed' "$TMP/err"; echo $?) "warm without --space: exit 2"
+warm --space warm-check
+result $([ $rc = 2 ] && grep -q -- '--prompts FILE is needed' "$TMP/err"; echo $?) "warm without --prompts: exit 2"
+warm --space warm-check --prompts "$TMP/system.txt" --requests 4
+result $([ $rc = 2 ] && grep -q "unknown option '--requests'" "$TMP/err"; echo $?) \
+	"warm refuses a serving-only option: exit 2"
+warm --space warm-check --prompts "$TMP/system.txt" --priority 101
+result $([ $rc = 2 ] && grep -q -- "--priority wants an eviction priority from 0" "$TMP/err"; echo $?) \
+	"warm --priority 101: exit 2"
 
 echo "1..$n"
 echo "$((n - failed)) passed, $failed failed"
