@@ -7,8 +7,9 @@
  * first published; both must pass their own equivalence check (tokens
  * with the cache == a full recomputation) and generate the same tokens.
  * Also: both at once (dedup races between two processes publishing the
- * same prompts) change no token, and a run without a role leaves no space
- * behind.  run-vm.sh puts every
+ * same prompts) change no token, a run without a role leaves no space
+ * behind, and a space warmed by `kvrt-demo warm` serves a fresh process's
+ * very first request.  run-vm.sh puts every
  * static tools/NAME/NAME in the guest's /bin; the test skips without it.
  */
 #include "kvpool_util.h"
@@ -43,17 +44,23 @@ FIXTURE_TEARDOWN(demo)
 }
 
 /*
- * Start kvrt-demo on the tiny preset with the kmod backend and the extra
- * arguments (a va_list, NULL-terminated); its stdout and stderr go to *rfd.
- * Returns its pid, or -errno.
+ * Start kvrt-demo (its subcommand sub first unless NULL) on the tiny preset
+ * with the kmod backend and the extra arguments (a va_list,
+ * NULL-terminated); its stdout and stderr go to *rfd.  Returns its pid, or
+ * -errno.
  */
-static pid_t demo_vstart(const char *space, int *rfd, va_list ap)
+static pid_t demo_vstart(const char *sub, const char *space, int *rfd, va_list ap)
 {
 	const char *argv[24] = { DEMO, "--backend", "kmod", "--preset", "tiny", "--space", space,
 				 "--no-progress" };
 	int argc = 8, fd[2];
 	pid_t pid;
 
+	if (sub) {
+		memmove(argv + 2, argv + 1, sizeof(*argv) * 7);
+		argv[1] = sub;
+		argc++;
+	}
 	while (argc < 23 && (argv[argc] = va_arg(ap, const char *)))
 		argc++;
 	argv[argc] = NULL;
@@ -84,7 +91,7 @@ static pid_t demo_start(const char *space, int *rfd, ...)
 	pid_t pid;
 
 	va_start(ap, rfd);
-	pid = demo_vstart(space, rfd, ap);
+	pid = demo_vstart(NULL, space, rfd, ap);
 	va_end(ap);
 	return pid;
 }
@@ -110,7 +117,22 @@ static int run_demo(const char *space, char *out, size_t len, ...)
 	int rfd;
 
 	va_start(ap, len);
-	pid = demo_vstart(space, &rfd, ap);
+	pid = demo_vstart(NULL, space, &rfd, ap);
+	va_end(ap);
+	if (pid < 0)
+		return pid;
+	return demo_finish(pid, rfd, out, len);
+}
+
+/* kvrt-demo warm, as run_demo. */
+static int run_warm(const char *space, char *out, size_t len, ...)
+{
+	va_list ap;
+	pid_t pid;
+	int rfd;
+
+	va_start(ap, len);
+	pid = demo_vstart("warm", space, &rfd, ap);
 	va_end(ap);
 	if (pid < 0)
 		return pid;
@@ -259,6 +281,77 @@ TEST_F_TIMEOUT(demo, single_run_leaves_nothing, 240)
 	EXPECT_EQ(-ENOENT, fd);
 	if (fd >= 0)
 		close(fd);
+	ASSERT_KV_CHECK_OK();
+}
+
+/*
+ * kvrt-demo warm publishes the workload's system prompt into a persistent
+ * space and exits; a fresh kvrt-demo joining that space (--role second:
+ * join only) must find the system prompt's blocks for its very first
+ * request, which no process before it served, and pass its equivalence
+ * check with them.
+ */
+TEST_F_TIMEOUT(demo, warmed_space_serves_first_request, 240)
+{
+	char prompts[96], want[64];
+	struct kvpool_space_stats st;
+	long long published;
+	const char *first;
+	int fd, rc;
+	FILE *f;
+
+	RETURN_IF_SKIPPED();
+	/* the prompt file: the serving workload's system prompt (96 tokens, 6 blocks) */
+	rc = run_warm(self->space, self->out, OUT_MAX, "--print-workload-prompt", NULL);
+	ASSERT_EQ(0, rc) TH_LOG("--print-workload-prompt: exit %d:\n%s", rc, self->out);
+	snprintf(prompts, sizeof(prompts), "/tmp/%s.prompts", self->space);
+	f = fopen(prompts, "w");
+	ASSERT_NE(NULL, f);
+	fputs(self->out, f);
+	ASSERT_EQ(0, fclose(f));
+
+	rc = run_warm(self->space, self->out, OUT_MAX, "--prompts", prompts, "--priority", "90",
+		      NULL);
+	ASSERT_EQ(0, rc) TH_LOG("warm: exit %d:\n%s", rc, self->out);
+	log_summary("warm", self->out);
+	ASSERT_NE(NULL, strstr(self->out, "summary: backend=kmod "));
+	published = field(self->out, "published", 10);
+	ASSERT_EQ(6, published) TH_LOG("warm:\n%s", self->out);
+	ASSERT_EQ(6, field(self->out, "computed", 10));
+
+	/* the warm process is gone; the space persists with the blocks cached */
+	fd = kv_open_join(self->space, NULL);
+	ASSERT_GE(fd, 0) TH_LOG("join %s: %s", self->space, strerror(-fd));
+	ASSERT_EQ(0, kv_space_stats(fd, &st));
+	EXPECT_EQ(0, st.published_blocks);
+	EXPECT_EQ(6, st.cached_blocks);
+	close(fd);
+
+	/* warming again computes nothing */
+	rc = run_warm(self->space, self->out, OUT_MAX, "--prompts", prompts, NULL);
+	ASSERT_EQ(0, rc) TH_LOG("second warm: exit %d:\n%s", rc, self->out);
+	EXPECT_EQ(6, field(self->out, "present", 10));
+	EXPECT_EQ(0, field(self->out, "computed", 10));
+	unlink(prompts);
+
+	rc = run_demo(self->space, self->out, OUT_MAX, "--role", "second", "--expect-shared-hits",
+		      NULL);
+	ASSERT_EQ(0, rc) TH_LOG("engine: exit %d:\n%s", rc, self->out);
+	log_summary("engine", self->out);
+	ASSERT_NE(NULL, strstr(self->out, "\nequivalence: PASS")) TH_LOG("engine:\n%s", self->out);
+	/* its first request: every system prompt block from the warmed space */
+	snprintf(want, sizeof(want), "\nfirst request: %lld of ", published);
+	first = strstr(self->out, want);
+	ASSERT_NE(NULL, first) TH_LOG("engine (want '%s'):\n%s", want + 1, self->out);
+	fprintf(stderr, "# %.*s\n", (int)strcspn(first + 1, "\n"), first + 1);
+	ASSERT_GE(field(self->out, "shared_hits", 10), published);
+
+	/* --role second destroyed the space on exit */
+	fd = kv_open_join(self->space, NULL);
+	EXPECT_EQ(-ENOENT, fd);
+	if (fd >= 0)
+		close(fd);
+	self->space[0] = '\0';
 	ASSERT_KV_CHECK_OK();
 }
 
