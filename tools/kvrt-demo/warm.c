@@ -94,7 +94,8 @@ static int add_prompt(struct warm_file *f, uint32_t *tok, uint32_t n, uint32_t l
 {
 	struct warm_prompt *p;
 
-	if (!(f->n & (f->n - 1)) || !f->n) {
+	/* room for 4, then doubled whenever n reaches a power of two */
+	if (!f->n || (f->n >= 4 && !(f->n & (f->n - 1)))) {
 		p = realloc(f->p, sizeof(*p) * (f->n ? 2 * f->n : 4));
 		if (!p)
 			return -ENOMEM;

@@ -101,6 +101,19 @@ TEST(test_read)
 	CHECK_EQ(warm_blocks_needed(&f, 2), 2);
 	warm_file_free(&f);
 
+	/* many prompts: the list grows */
+	for (i = 0; i < 20; i++)
+		used += (size_t)snprintf(text + used, sizeof(text) - used, "%d %d\n", i, i + 1);
+	p = write_file("many.txt", text);
+	ret = warm_read(&f, p, 512, 512, err, sizeof(err));
+	CHECKF(ret == 0 && f.n == 20, "20 prompts: %d, %u read", ret, f.n);
+	for (i = 0; ret == 0 && i < 20; i++)
+		CHECKF(f.p[i].n == 2 && f.p[i].tok[0] == (uint32_t)i && f.p[i].line == (uint32_t)i + 1,
+		       "prompt %d: %u tokens from %u at line %u", i, f.p[i].n, f.p[i].tok[0],
+		       f.p[i].line);
+	warm_file_free(&f);
+	used = 0;
+
 	snprintf(text, sizeof(text), "%s/missing.txt", dir);
 	ret = warm_read(&f, text, 512, 512, err, sizeof(err));
 	CHECKF(ret == -ENOENT && strstr(err, "missing.txt") && strstr(err, "--prompts"),
