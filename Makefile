@@ -35,7 +35,7 @@ help:
 	@echo "make check-sglang kvrt.sglang, the HiCache storage backend, against SGLang's own classes"
 	@echo "make check-cuda the GPU kernels without a GPU: fatbin check (nvcc), CPU emulator run, the GPU run's dry run"
 	@echo "make check-tools host tests of the tools (kvctl on a fake sysfs tree)"
-	@echo "make check-kmod the VM selftests against the real module (libkvrt's kmod backend too)"
+	@echo "make check-kmod the VM selftests against the real module (libkvrt's kmod backend too), on 6.1 and 6.12"
 	@echo "make check-debug the VM suite on a KASAN/lockdep/kmemleak debug kernel (built once, cached)"
 	@echo "make check-quick check-core, check-lib and check-kmod (fuzzers 10 s): the fast loop"
 	@echo "make lint       checkpatch --strict, sparse, -Werror userspace"
@@ -88,14 +88,15 @@ check-cuda: deps
 	$(MAKE) -j$(JOBS) -C cuda emu-test
 	bash bench/gpu-run.sh dry-run
 
-check-kmod: deps module tools selftests
-	bash selftests/vm/run-vm.sh check
+check-kmod: deps tools selftests
+	bash selftests/vm/check-kernels.sh
 
 check-debug: deps
 	bash selftests/debug/check-debug.sh
 
+# sparse builds against each installed kernel series, unless KDIR was given
 lint: deps
-	bash selftests/lint/lint.sh
+	$(if $(filter command line environment,$(origin KDIR)),,KDIR=) bash selftests/lint/lint.sh
 
 # Host-side tests of the tools (kvctl against a fake sysfs tree, ...).
 TOOL_CHECKS := common kvctl kvrt-demo kvbench

@@ -19,7 +19,7 @@
 # failure.  checkpatch and its data files are extracted once into
 # $KVPOOL_LINT_CACHE (default ${XDG_CACHE_HOME:-$HOME/.cache}/kvpool/lint).
 #
-# Environment: KDIR (kernel build dir, as in the top Makefile),
+# Environment: KDIR (one kernel build dir; default: each series installed),
 # LINUX_SOURCE_TAR (default /usr/src/linux-source-6.1.tar.xz), CC.
 
 set -u
@@ -163,42 +163,52 @@ check_checkpatch()
 	fi
 }
 
-kdir()
-{
-	local d=${KDIR:-}
+# shellcheck source=selftests/vm/kernels.sh
+. "$SRC/selftests/vm/kernels.sh"
 
-	if [ -z "$d" ]; then
-		d=/lib/modules/$(uname -r)/build
-		[ -d "$d" ] || d=$(printf '%s\n' /usr/src/linux-headers-*-amd64 | sort -V | tail -1)
+# The kernel trees sparse builds against: KDIR when set, else each kernel
+# series installed with headers (Debian 12: 6.1 and 6.12), else the
+# running kernel's build dir.
+kdirs()
+{
+	local v
+
+	if [ -n "${KDIR:-}" ]; then
+		echo "$KDIR"
+		return
 	fi
-	echo "$d"
+	for v in $(kvpool_kernels); do
+		echo "/usr/src/linux-headers-$v"
+	done | grep . || echo "/lib/modules/$(uname -r)/build"
 }
 
 check_sparse()
 {
 	local k rc b=$SCRATCH/sparse log=$SCRATCH/sparse.log n
 
-	k=$(kdir)
-	if [ -z "$k" ] || [ ! -d "$k" ]; then
-		result fail sparse "no kernel headers: run 'make deps' or set KDIR"
-		return
-	fi
 	if ! command -v sparse >/dev/null; then
 		result fail sparse "sparse is not installed: run 'make deps'"
 		return
 	fi
-	copy_tree "$b"
-	make -C "$k" M="$b" C=2 CHECK=sparse W=1 -j"$JOBS" modules >"$log" 2>&1
-	rc=$?
-	# Our diagnostics name a file in the copy; the kernel's headers' own
-	# are not ours to fix.
-	n=$(grep -cE "^$b/[^:]+:[0-9]+:([0-9]+:)? (warning|error):" "$log")
-	if [ $rc -ne 0 ] || [ "$n" -ne 0 ]; then
-		sed "s|$b/||g" "$log" | grep -vE '^  [A-Z]+ |^make(\[[0-9]+\])?: (Entering|Leaving)'
-		result fail sparse "$n diagnostics, make exit $rc"
-	else
-		result ok sparse "kvpool.ko clean (C=2 W=1)"
-	fi
+	for k in $(kdirs); do
+		if [ ! -d "$k" ]; then
+			result fail sparse "no kernel headers at $k: run 'make deps' or set KDIR"
+			continue
+		fi
+		rm -rf "$b"
+		copy_tree "$b"
+		make -C "$k" M="$b" C=2 CHECK=sparse W=1 -j"$JOBS" modules >"$log" 2>&1
+		rc=$?
+		# Our diagnostics name a file in the copy; the kernel's headers' own
+		# are not ours to fix.
+		n=$(grep -cE "^$b/[^:]+:[0-9]+:([0-9]+:)? (warning|error):" "$log")
+		if [ $rc -ne 0 ] || [ "$n" -ne 0 ]; then
+			sed "s|$b/||g" "$log" | grep -vE '^  [A-Z]+ |^make(\[[0-9]+\])?: (Entering|Leaving)'
+			result fail sparse "${k##*/}: $n diagnostics, make exit $rc"
+		else
+			result ok sparse "kvpool.ko clean against ${k##*/} (C=2 W=1)"
+		fi
+	done
 }
 
 check_userspace()
