@@ -19,7 +19,7 @@ CFLAGS_USER := -O2 -g -Wall -Wextra -Werror -I$(SRC)/include/uapi -I$(SRC)/kmod/
 export CFLAGS_USER
 
 .PHONY: all module lib tools selftests deps check check-core check-lib check-kmod check-debug \
-	check-tools check-install deps-demo check-python check-vllm check-sglang check-engines-vm check-quick check-cuda lint demo demo-vm bench-pool clean help
+	check-tools check-install deps-demo demo-modes check-python check-vllm check-sglang check-engines-vm check-quick check-cuda lint demo demo-vm bench-pool clean help
 
 all: module lib tools
 
@@ -44,6 +44,7 @@ help:
 	@echo "make install-dkms  the module's sources and dkms.conf to /usr/src/kvpool-VERSION"
 	@echo "make demo       kvrt-demo: a small Llama engine on libkvrt (prefix cache, offload), checked"
 	@echo "                against a no-cache recomputation; /dev/kvpool when loaded, else embedded"
+	@echo "make demo-modes kvrt-demo's sequence modes on the tiny model: --n, --beam, --speculative"
 	@echo "make demo-vm    boot a VM, load the module, share blocks between two processes"
 	@echo "make bench-pool kvbench pool in userspace and in the VM; JSON in bench/results/"
 
@@ -152,6 +153,17 @@ check-quick:
 # else libkvrt's embedded pool.  demo-vm shows the module itself in a VM.
 demo: deps-demo lib tools
 	tools/kvrt-demo/kvrt-demo
+	@$(MAKE) --no-print-directory demo-modes
+
+# The sequence modes on the tiny model, a second each: continuations that
+# share their prompt's blocks, and a draft whose rejected tokens are cut.
+demo-modes: lib tools
+	@echo; echo "== kvrt-demo --preset tiny --n 4 --temperature 4: parallel sampling"
+	tools/kvrt-demo/kvrt-demo --preset tiny --n 4 --temperature 4
+	@echo; echo "== kvrt-demo --preset tiny --beam 4: beam search"
+	tools/kvrt-demo/kvrt-demo --preset tiny --beam 4
+	@echo; echo "== kvrt-demo --preset tiny --speculative 3 --classifier separate: speculative decoding"
+	tools/kvrt-demo/kvrt-demo --preset tiny --speculative 3 --classifier separate
 
 demo-vm: deps module tools
 	bash selftests/vm/run-vm.sh demo
