@@ -250,6 +250,20 @@ static int demo_json_lines(const struct kvb_opts *o, const char *path, char **ar
 #define MODE_BEAM	"4"
 #define MODE_SPEC_K	"4"
 
+/* args: path --json mode... tail..., NULL-terminated, at most MAX_ARGS. */
+static void mode_args(char **args, const char *path, char *const *mode, char **tail, int ntail)
+{
+	int n = 0, i;
+
+	args[n++] = (char *)path;
+	args[n++] = "--json";
+	for (i = 0; mode[i]; i++)
+		args[n++] = mode[i];
+	for (i = 0; i < ntail && n + 1 < MAX_ARGS; i++)
+		args[n++] = tail[i];
+	args[n] = NULL;
+}
+
 /*
  * --modes: kvrt-demo's sequence modes, each checked by kvrt-demo against a
  * recomputation (a run that fails its check exits non-zero: no figure).
@@ -265,16 +279,12 @@ static int demo_mode_lines(const struct kvb_opts *o, const char *path, char **ta
 	static char out[1 << 20];
 	char *args[MAX_ARGS];
 	const char *b, *sp;
-	int n, i;
 
-	n = 0;
-	args[n++] = (char *)path;
-	args[n++] = "--json";
-	args[n++] = "--beam";
-	args[n++] = MODE_BEAM;
-	for (i = 0; i < ntail && n + 1 < MAX_ARGS; i++)
-		args[n++] = tail[i];
-	args[n] = NULL;
+	static char *const beam[] = { "--beam", MODE_BEAM, NULL };
+	/* a random model with a shared classifier repeats its input: any draft agrees */
+	static char *const spec[] = { "--speculative", MODE_SPEC_K, "--classifier", "separate", NULL };
+
+	mode_args(args, path, beam, tail, ntail);
 	kvb_note(o, "running %s --beam " MODE_BEAM, path);
 	if (run_capture(path, args, out, sizeof(out)))
 		return 1;
@@ -287,17 +297,7 @@ static int demo_mode_lines(const struct kvb_opts *o, const char *path, char **ta
 		   "B of K/V at the peak, beams sharing blocks", json_num(b, "independent_bytes"),
 		   "B for the same beams as independent copies");
 
-	n = 0;
-	args[n++] = (char *)path;
-	args[n++] = "--json";
-	args[n++] = "--speculative";
-	args[n++] = MODE_SPEC_K;
-	/* a random model with a shared classifier repeats its input: any draft agrees */
-	args[n++] = "--classifier";
-	args[n++] = "separate";
-	for (i = 0; i < ntail && n + 1 < MAX_ARGS; i++)
-		args[n++] = tail[i];
-	args[n] = NULL;
+	mode_args(args, path, spec, tail, ntail);
 	kvb_note(o, "running %s --speculative " MODE_SPEC_K, path);
 	if (run_capture(path, args, out, sizeof(out)))
 		return 1;

@@ -5,6 +5,7 @@
  * closing table (stdout).
  */
 #define _GNU_SOURCE
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -102,8 +103,28 @@ const char *fmt_bytes(char *buf, size_t len, uint64_t bytes)
 	return buf;
 }
 
-/* TTFT in ms over the requests that match (hit: 1 with a prefix hit, 0 without, -1 all). */
-static struct latency ttft_of(const struct pass_result *r, int hit)
+/* A request's TTFT in ms; every request has one. */
+static bool ttft_ms(const struct req_result *q, double *ms)
+{
+	*ms = (q->first - q->arrival) * 1e3;
+	return true;
+}
+
+/* A request's time per output token in ms; none below two tokens. */
+static bool tpot_ms(const struct req_result *q, double *ms)
+{
+	if (q->n_gen < 2)
+		return false;
+	*ms = (q->done - q->first) * 1e3 / (q->n_gen - 1);
+	return true;
+}
+
+/*
+ * Mean and percentiles of value() over the requests that have one and
+ * match hit (1: with a prefix hit or a resume, 0: without, -1: all).
+ */
+static struct latency latency_over(const struct pass_result *r,
+				   bool (*value)(const struct req_result *q, double *ms), int hit)
 {
 	struct latency t = { 0 };
 	double *v = malloc(sizeof(double) * (r->n_requests ? r->n_requests : 1)), sum = 0;
@@ -115,9 +136,8 @@ static struct latency ttft_of(const struct pass_result *r, int hit)
 		const struct req_result *q = &r->req[i];
 		int h = q->hit_blocks > 0 || q->resumed_tokens > 0;
 
-		if (hit >= 0 && h != hit)
+		if ((hit >= 0 && h != hit) || !value(q, &v[t.n]))
 			continue;
-		v[t.n] = (q->first - q->arrival) * 1e3;
 		sum += v[t.n++];
 	}
 	if (t.n) {
@@ -129,29 +149,14 @@ static struct latency ttft_of(const struct pass_result *r, int hit)
 	return t;
 }
 
+static struct latency ttft_of(const struct pass_result *r, int hit)
+{
+	return latency_over(r, ttft_ms, hit);
+}
+
 struct latency report_tpot(const struct pass_result *r)
 {
-	struct latency t = { 0 };
-	double *v = malloc(sizeof(double) * (r->n_requests ? r->n_requests : 1)), sum = 0;
-	uint32_t i;
-
-	if (!v)
-		return t;
-	for (i = 0; i < r->n_requests; i++) {
-		const struct req_result *q = &r->req[i];
-
-		if (q->n_gen < 2)
-			continue;
-		v[t.n] = (q->done - q->first) * 1e3 / (q->n_gen - 1);
-		sum += v[t.n++];
-	}
-	if (t.n) {
-		t.mean = sum / t.n;
-		t.p50 = percentile(v, t.n, 50);
-		t.p90 = percentile(v, t.n, 90);
-	}
-	free(v);
-	return t;
+	return latency_over(r, tpot_ms, -1);
 }
 
 static double decode_only_rate(const struct pass_result *r)
