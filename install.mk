@@ -10,7 +10,8 @@
 #                        group, and the examples and docs
 #   make install-dkms    the module's sources and dkms.conf to
 #                        /usr/src/kvpool-$(KVPOOL_VERSION); with no DESTDIR
-#                        and dkms present, also `dkms add`
+#                        and dkms present, also `dkms add` and `dkms install`
+#                        for every installed kernel that has its headers
 #   make uninstall       removes what `make install` installed
 #   make uninstall-dkms  removes the DKMS source tree (after `dkms remove`)
 #
@@ -176,13 +177,18 @@ install-dkms:
 	chmod 0644 $(KVP_DKMS_DIR)/dkms.conf
 ifeq ($(DESTDIR),)
 	@if command -v dkms >/dev/null 2>&1 && [ "$$(id -u)" -eq 0 ]; then \
-		if dkms status -m kvpool -v $(KVPOOL_VERSION) | grep -q .; then \
+		if dkms status -m kvpool -v $(KVPOOL_VERSION) 2>/dev/null | grep -q '^kvpool/'; then \
 			echo "install-dkms: kvpool/$(KVPOOL_VERSION) is already added to DKMS"; \
 		else \
 			dkms add -m kvpool -v $(KVPOOL_VERSION) || exit 1; \
 		fi; \
-		echo "install-dkms: now 'dkms install -m kvpool -v $(KVPOOL_VERSION)' builds and installs it for the running kernel;"; \
-		echo "  later kernels get it automatically (AUTOINSTALL)"; \
+		for k in $$(ls /lib/modules); do \
+			[ -d /lib/modules/$$k/build ] || continue; \
+			echo "install-dkms: building and installing for $$k"; \
+			dkms install -m kvpool -v $(KVPOOL_VERSION) -k $$k || \
+				echo "install-dkms: FAILED for $$k (its log: /var/lib/dkms/kvpool/$(KVPOOL_VERSION)/build/make.log)"; \
+		done; \
+		echo "install-dkms: kernels installed later get it automatically (AUTOINSTALL)"; \
 	else \
 		echo "install-dkms: as root, with dkms installed (apt-get install dkms), run:"; \
 		echo "  dkms add -m kvpool -v $(KVPOOL_VERSION) && dkms install -m kvpool -v $(KVPOOL_VERSION)"; \

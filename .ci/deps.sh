@@ -9,7 +9,7 @@
 set -e
 DEMO_PKGS="gcc make libc6-dev libssl-dev"
 ALL_PKGS="$DEMO_PKGS clang libclang-rt-14-dev linux-headers-amd64 linux-image-amd64
-qemu-system-x86 busybox-static cpio kmod rsync
+qemu-system-x86 busybox-static cpio kmod rsync dkms
 linux-source-6.1 sparse flex bison bc libelf-dev xz-utils pkgconf
 python3 python3-venv python3-pip python3-setuptools python3-numpy"
 # Debian 12's second kernel, 6.12 (in its own archive, with no

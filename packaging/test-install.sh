@@ -14,8 +14,10 @@
 #     systemd-sysusers read them;
 #   - the DKMS tree: the module's sources and nothing built; dkms.conf parses
 #     in bash and sets what DKMS needs; with dkms installed (Debian: dkms),
-#     as root and with kernel headers, `dkms add` and `dkms build` in a
-#     scratch DKMS tree build kvpool.ko (KVPOOL_TEST_DKMS_BUILD=0 skips it);
+#     as root and with kernel headers, `dkms add`, then `dkms build` in a
+#     scratch DKMS tree for each installed kernel series (Debian 12: 6.1
+#     and 6.12) builds kvpool.ko with that kernel's vermagic
+#     (KVPOOL_TEST_DKMS_BUILD=0 skips it);
 #   - make uninstall leaves no file behind;
 #   - make demo's short package list (.ci/deps.sh demo) holds every library
 #     libkvrt and the tools link.
@@ -296,15 +298,13 @@ elif [ "${KVPOOL_TEST_DKMS_BUILD:-1}" = 0 ]; then
 elif [ "$(id -u)" -ne 0 ]; then
 	skip "not root: no dkms add/build"
 else
-	# The kernel to build for: the running one's headers, else Debian's newest.
-	kver=$(uname -r)
-	ksrc=/lib/modules/$kver/build
-	if [ ! -d "$ksrc" ]; then
-		ksrc=$(ls -d /usr/src/linux-headers-*-amd64 2>/dev/null | sort -V | tail -1)
-		kver=${ksrc#/usr/src/linux-headers-}
-	fi
-	if [ -z "$ksrc" ] || [ ! -d "$ksrc" ]; then
-		skip "no kernel headers (Debian: linux-headers-amd64): no dkms build"
+	# Every kernel series installed with headers (Debian 12: 6.1 and 6.12),
+	# each built the way DKMS builds it, in one scratch DKMS tree.
+	# shellcheck source=selftests/vm/kernels.sh
+	. "$ROOT/selftests/vm/kernels.sh"
+	kvers=$(kvpool_kernels)
+	if [ -z "$kvers" ]; then
+		skip "no kernel headers under /usr/src (Debian: linux-headers-amd64): no dkms build"
 	else
 		DT=$SCRATCH/dkms-tree
 		mkdir -p "$DT"
@@ -315,23 +315,29 @@ else
 			not_ok "dkms add (scratch DKMS tree)"
 			sed 's/^/# /' "$SCRATCH/dkms-add.log"
 		fi
-		start=$(date +%s)
-		# dkms signs what it builds, creating /var/lib/dkms/mok.{key,pub} when
-		# absent: keep that key in the scratch directory too.
-		if mok_signing_key=$SCRATCH/mok.key mok_certificate=$SCRATCH/mok.pub \
-			"${dk[@]}" build -k "$kver" --kernelsourcedir "$ksrc" > "$SCRATCH/dkms-build.log" 2>&1; then
-			ko=$(find "$DT/kvpool/$VERSION/$kver" -name kvpool.ko 2>/dev/null | head -1)
-			vermagic=$(modinfo -F vermagic "$ko" 2>/dev/null | awk '{ print $1 }')
-			check "dkms build -k $kver: kvpool.ko, vermagic $vermagic ($(( $(date +%s) - start )) s)" \
-				test -n "$ko" -a -n "$vermagic"
-			status=$("${dk[@]}" status 2>&1 | head -1)
-			check "dkms status: $status" bash -c '[[ "$1" == *built* ]]' _ "$status"
-		else
-			not_ok "dkms build -k $kver"
-			tail -30 "$SCRATCH/dkms-build.log" | sed 's/^/# /'
-			mk=$(find "$DT/kvpool/$VERSION" -name make.log | head -1)
-			[ -n "$mk" ] && tail -30 "$mk" | sed 's/^/# make.log: /'
-		fi
+		for kver in $kvers; do
+			ksrc=/usr/src/linux-headers-$kver
+			start=$(date +%s)
+			# dkms signs what it builds, creating /var/lib/dkms/mok.{key,pub}
+			# when absent: keep that key in the scratch directory too.
+			if mok_signing_key=$SCRATCH/mok.key mok_certificate=$SCRATCH/mok.pub \
+				"${dk[@]}" build -k "$kver" --kernelsourcedir "$ksrc" \
+				> "$SCRATCH/dkms-build.log" 2>&1; then
+				# 6.12's kbuild compresses modules (kvpool.ko.xz)
+				ko=$(find "$DT/kvpool/$VERSION/$kver" -name 'kvpool.ko*' 2>/dev/null | head -1)
+				vermagic=$(modinfo -F vermagic "$ko" 2>/dev/null | awk '{ print $1 }')
+				check "dkms build -k $kver: ${ko##*/}, vermagic $vermagic ($(( $(date +%s) - start )) s)" \
+					test -n "$ko" -a "$vermagic" = "$kver"
+				# dkms 3 prints readelf's warnings before its status lines
+				status=$("${dk[@]}" status -k "$kver" 2>/dev/null | grep '^kvpool/' | head -1)
+				check "dkms status -k $kver: $status" bash -c '[[ "$1" == *built* ]]' _ "$status"
+			else
+				not_ok "dkms build -k $kver"
+				tail -30 "$SCRATCH/dkms-build.log" | sed 's/^/# /'
+				mk=$(find "$DT/kvpool/$VERSION" -name make.log | head -1)
+				[ -n "$mk" ] && tail -30 "$mk" | sed 's/^/# make.log: /'
+			fi
+		done
 	fi
 fi
 
