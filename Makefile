@@ -8,6 +8,13 @@ SRC := $(CURDIR)
 
 # Kernel to build against: the running kernel's build dir, else the newest
 # installed Debian linux-headers-*-amd64.
+# The KDIR a user gave (command line or environment), empty when the
+# default below picks it: lint then checks every installed kernel.  Kept
+# apart because KDIR is exported to sub-makes, where it always looks given.
+ifeq ($(origin KVPOOL_KDIR_GIVEN),undefined)
+KVPOOL_KDIR_GIVEN := $(if $(filter command line environment,$(origin KDIR)),$(KDIR))
+export KVPOOL_KDIR_GIVEN
+endif
 KDIR ?= $(shell d=/lib/modules/$$(uname -r)/build; if [ -d $$d ]; then echo $$d; \
 	else ls -d /usr/src/linux-headers-*-amd64 2>/dev/null | sort -V | tail -1; fi)
 # Debian's kernel.release says 6.1.x where the image is 6.1.0-N-amd64: use UTS_RELEASE.
@@ -97,7 +104,7 @@ check-debug: deps
 
 # sparse builds against each installed kernel series, unless KDIR was given
 lint: deps
-	$(if $(filter command line environment,$(origin KDIR)),,KDIR=) bash selftests/lint/lint.sh
+	KDIR=$(KVPOOL_KDIR_GIVEN) bash selftests/lint/lint.sh
 
 # Host-side tests of the tools (kvctl against a fake sysfs tree, ...).
 TOOL_CHECKS := common kvctl kvrt-demo kvbench
