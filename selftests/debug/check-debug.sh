@@ -56,27 +56,17 @@ for p in Kbuild kmod/Kbuild include/uapi/linux/kvpool.h; do
 	[ -f "$SRC/$p" ] || fail "$SRC has no $p"
 done
 tm=$(date +%s)
-mkdir -p "$BUILD"
-# Only the sources: objects built for another kernel must not come along, and
-# objects already built here stay.  A file whose contents changed is written
-# anew (no -t: it gets the time of the copy, newer than its object), so kbuild
-# rebuilds exactly what changed, also when KVPOOL_DEBUG_SRC switches trees.
-if command -v rsync >/dev/null; then
-	rsync -rc --delete --include='*/' --include='*.[ch]' --include=Kbuild --exclude='*' \
-		"$SRC/Kbuild" "$SRC/kmod" "$SRC/include" "$BUILD/"
-else
-	rm -rf "$BUILD"
-	mkdir -p "$BUILD"
-	(cd "$SRC" && find Kbuild kmod include \( -name '*.[ch]' -o -name Kbuild \) -print0 |
-		cpio -0pdm --quiet "$BUILD")
-fi
-if ! make -C "$TREE" M="$BUILD" -j"${KVPOOL_DEBUG_JOBS:-$(nproc)}" modules >"$BUILD/build.log" 2>&1; then
+# shellcheck source=selftests/vm/kernels.sh
+. "$ROOT/selftests/vm/kernels.sh"
+brc=0
+KVPOOL_BUILD_JOBS=${KVPOOL_DEBUG_JOBS:-$(nproc)} kvpool_build_module "$SRC" "$TREE" "$BUILD" || brc=$?
+case $brc in
+1)
 	cat "$BUILD/build.log" >&2
 	fail "kvpool.ko did not build against $RELEASE (log: $BUILD/build.log)"
-fi
-if grep -E 'warning:|WARNING:' "$BUILD/build.log" >&2; then
-	fail "building against $RELEASE gave warnings (above)"
-fi
+	;;
+2) fail "building against $RELEASE gave warnings (above)" ;;
+esac
 for ko in kvpool kvpool_kunit; do
 	[ -f "$BUILD/kmod/$ko.ko" ] || fail "no $ko.ko after the build (log: $BUILD/build.log)"
 done

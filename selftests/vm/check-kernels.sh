@@ -46,23 +46,23 @@ for kver in "${kernels[@]}"; do
 	t0=$(date +%s)
 	kdir=/usr/src/linux-headers-$kver
 	b=$ROOT/build/kmod-$kver
-	mkdir -p "$b"
-	# Sources only; a changed file is written anew, so kbuild rebuilds it.
-	rsync -rc --delete --include='*/' --include='*.[ch]' --include=Kbuild --exclude='*' \
-		"$ROOT/Kbuild" "$ROOT/kmod" "$ROOT/include" "$b/"
-	if ! make -C "$kdir" M="$b" -j"$(nproc)" modules >"$b/build.log" 2>&1; then
+	brc=0
+	kvpool_build_module "$ROOT" "$kdir" "$b" || brc=$?
+	case $brc in
+	1)
 		cat "$b/build.log"
 		say "FAIL: kvpool.ko did not build against $kver"
 		echo "0 passed, 1 failed"
 		rc=1
 		continue
-	fi
-	if grep -E 'warning:|WARNING:' "$b/build.log"; then
+		;;
+	2)
 		say "FAIL: building against $kver gave warnings (above)"
 		echo "0 passed, 1 failed"
 		rc=1
 		continue
-	fi
+		;;
+	esac
 	say "$kver: built $(cd "$b" && ls kmod/*.ko | tr '\n' ' ')"
 	if [ -n "$first" ]; then append=$LONG_RUN; else append=$SHORT_RUN; fi
 	first=
