@@ -35,6 +35,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "child.h"
 #include "report.h"
 
 #define MAX_ARGS 256
@@ -100,43 +101,19 @@ static int find_demo(char *path, size_t len, char *tried, size_t tlen)
 /* kvrt-demo --help's output (stdout and stderr) into buf; 0 or -errno. */
 static int demo_help(const char *path, char *buf, size_t len)
 {
-	size_t got = 0;
-	int fds[2], status, ret = 0;
-	ssize_t n;
+	char *argv[] = { "kvrt-demo", "--help", NULL };
+	bool timed_out;
+	int fd, status, ret;
+	size_t got;
 	pid_t pid;
 
-	if (pipe(fds))
-		return -errno;
-	fflush(NULL);
-	pid = fork();
-	if (pid < 0) {
-		ret = -errno;
-		close(fds[0]);
-		close(fds[1]);
+	pid = kvb_child_start(path, argv, KVB_CHILD_STDERR, &fd);
+	if (pid < 0)
+		return (int)pid;
+	got = kvb_child_read(fd, pid, buf, len, 0, &timed_out);
+	ret = kvb_child_wait(pid, &status);
+	if (ret)
 		return ret;
-	}
-	if (!pid) {
-		dup2(fds[1], STDOUT_FILENO);
-		dup2(fds[1], STDERR_FILENO);
-		close(fds[0]);
-		close(fds[1]);
-		execl(path, "kvrt-demo", "--help", (char *)NULL);
-		_exit(127);
-	}
-	close(fds[1]);
-	while (got + 1 < len && (n = read(fds[0], buf + got, len - 1 - got)) != 0) {
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			break;
-		}
-		got += (size_t)n;
-	}
-	buf[got] = 0;
-	close(fds[0]);
-	while (waitpid(pid, &status, 0) < 0)
-		if (errno != EINTR)
-			return -errno;
 	if (WIFEXITED(status) && WEXITSTATUS(status) == 127 && !got)
 		return -ENOEXEC;
 	return 0;
@@ -175,40 +152,16 @@ static double json_num(const char *from, const char *key)
 /* Run path with args, its standard output into out (NUL-terminated); 0 when it exited 0. */
 static int run_capture(const char *path, char **args, char *out, size_t size)
 {
-	size_t got = 0;
-	int fds[2], status;
-	ssize_t n;
+	bool timed_out;
+	int fd, status;
 	pid_t pid;
 
-	if (pipe(fds))
+	pid = kvb_child_start(path, args, 0, &fd);
+	if (pid < 0)
 		return -1;
-	fflush(NULL);
-	pid = fork();
-	if (pid < 0) {
-		close(fds[0]);
-		close(fds[1]);
+	kvb_child_read(fd, pid, out, size, 0, &timed_out);
+	if (kvb_child_wait(pid, &status))
 		return -1;
-	}
-	if (!pid) {
-		dup2(fds[1], STDOUT_FILENO);
-		close(fds[0]);
-		close(fds[1]);
-		execv(path, args);
-		_exit(127);
-	}
-	close(fds[1]);
-	while (got + 1 < size && (n = read(fds[0], out + got, size - 1 - got))) {
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			break;
-		got += (size_t)n;
-	}
-	out[got] = 0;
-	close(fds[0]);
-	while (waitpid(pid, &status, 0) < 0)
-		if (errno != EINTR)
-			return -1;
 	if (!WIFEXITED(status) || WEXITSTATUS(status)) {
 		fprintf(stderr, "kvbench demo: %s failed (status %d): no figures\n", path,
 			WIFEXITED(status) ? WEXITSTATUS(status) : -1);

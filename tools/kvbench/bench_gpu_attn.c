@@ -71,7 +71,6 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <math.h>
-#include <poll.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -83,6 +82,7 @@
 
 #include "kvrt.h"
 #include "data.h"
+#include "child.h"
 #include "report.h"
 
 #define HEAD_DIM 128
@@ -423,9 +423,8 @@ static int run_peer(const struct gattn_opts *o, struct peer_result *res, unsigne
 	char script[PATH_MAX], tried[2 * PATH_MAX + 64], *args[2 * 64 + 32], cases[64][32];
 	char dev[16], reps[16], out[1 << 16];
 	unsigned int i, na = 0;
-	size_t got = 0;
-	int fds[2], status;
-	double t0;
+	bool timed_out;
+	int fd, status;
 	pid_t pid;
 
 	if (!find_peer(o, script, sizeof(script), tried, sizeof(tried))) {
@@ -454,54 +453,19 @@ static int run_peer(const struct gattn_opts *o, struct peer_result *res, unsigne
 		args[na++] = cases[i];
 	}
 	args[na] = NULL;
-	if (pipe(fds)) {
-		snprintf(why, wlen, "pipe: %s", strerror(errno));
-		return -1;
-	}
-	fflush(NULL);
-	pid = fork();
+	pid = kvb_child_start("python3", args, KVB_CHILD_SEARCH, &fd);
 	if (pid < 0) {
-		snprintf(why, wlen, "fork: %s", strerror(errno));
-		close(fds[0]);
-		close(fds[1]);
+		snprintf(why, wlen, "cannot start python3: %s", strerror((int)-pid));
 		return -1;
 	}
-	if (!pid) {
-		dup2(fds[1], STDOUT_FILENO);
-		close(fds[0]);
-		close(fds[1]);
-		execvp("python3", args);
-		printf("{\"error\": \"cannot run python3: %s\"}\n", strerror(errno));
-		fflush(stdout);
-		_exit(127);
-	}
-	close(fds[1]);
-	t0 = kvb_now_s();
-	for (;;) {
-		struct pollfd pfd = { .fd = fds[0], .events = POLLIN };
-		int pr = poll(&pfd, 1, 1000);
-		ssize_t r;
-
-		if (kvb_now_s() - t0 > PEER_TIMEOUT_S) {
-			kill(pid, SIGKILL);
-			break;
-		}
-		if (pr <= 0)
-			continue;
-		r = read(fds[0], out + got, sizeof(out) - 1 - got);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0)
-			break;
-		got += (size_t)r;
-		if (got + 1 >= sizeof(out))
-			break;
-	}
-	out[got] = 0;
-	close(fds[0]);
-	waitpid(pid, &status, 0);
-	if (kvb_now_s() - t0 > PEER_TIMEOUT_S) {
+	kvb_child_read(fd, pid, out, sizeof(out), PEER_TIMEOUT_S, &timed_out);
+	kvb_child_wait(pid, &status);
+	if (timed_out) {
 		snprintf(why, wlen, "the peer ran past %d s and was killed", PEER_TIMEOUT_S);
+		return -1;
+	}
+	if (WIFEXITED(status) && WEXITSTATUS(status) == 127 && !out[0]) {
+		snprintf(why, wlen, "cannot run python3 (not on $PATH?)");
 		return -1;
 	}
 	/* one JSON object per line: a whole-run error, or one per case */

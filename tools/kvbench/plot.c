@@ -14,6 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "child.h"
 #include "plot.h"
 
 #define MAX_SERIES 8
@@ -120,7 +121,7 @@ int kvb_plot_write(const struct kvb_opts *o, const struct kvb_plot_axes *axes)
 {
 	char path[4096];
 	struct stat st;
-	int fds[2], status, ret;
+	int fd, status, ret;
 	void (*old)(int);
 	pid_t pid;
 	FILE *f;
@@ -135,40 +136,26 @@ int kvb_plot_write(const struct kvb_opts *o, const struct kvb_plot_axes *axes)
 		kvb_plot_check(o);
 		return -ENOENT;
 	}
-	if (pipe(fds))
-		return -errno;
-	fflush(NULL);
-	pid = fork();
-	if (pid < 0) {
-		ret = -errno;
-		close(fds[0]);
-		close(fds[1]);
-		return ret;
-	}
-	if (!pid) {
+	{
 		char *argv[] = { "gnuplot", NULL };
 
-		dup2(fds[0], STDIN_FILENO);
-		close(fds[0]);
-		close(fds[1]);
 		/* gnuplot's messages go to kvbench's stderr, its stdout too */
-		dup2(STDERR_FILENO, STDOUT_FILENO);
-		execv(path, argv);
-		_exit(127);
+		pid = kvb_child_start(path, argv, KVB_CHILD_FEED, &fd);
+		if (pid < 0)
+			return (int)pid;
 	}
-	close(fds[0]);
 	old = signal(SIGPIPE, SIG_IGN);
-	f = fdopen(fds[1], "w");
+	f = fdopen(fd, "w");
 	if (f) {
 		write_script(f, o, axes);
 		fclose(f);
 	} else {
-		close(fds[1]);
+		close(fd);
 	}
 	signal(SIGPIPE, old);
-	while (waitpid(pid, &status, 0) < 0)
-		if (errno != EINTR)
-			return -errno;
+	ret = kvb_child_wait(pid, &status);
+	if (ret)
+		return ret;
 	if (!WIFEXITED(status) || WEXITSTATUS(status)) {
 		fprintf(stderr, "kvbench %s: gnuplot (%s) failed; %s not written\n", o->bench,
 			path, o->plot);
