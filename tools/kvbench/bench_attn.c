@@ -64,13 +64,11 @@
 #include <unistd.h>
 
 #include "kvrt.h"
+#include "attn_shape.h"
 #include "plot.h"
 #include "data.h"
 #include "report.h"
 
-#define HEAD_DIM 128
-#define Q_HEADS 32
-#define KV_HEADS 8
 #define DEFAULT_BLOCK_TOKENS 16
 #define TOKEN_KV_BYTES (2ULL * KV_HEADS * HEAD_DIM * 2)	/* K and V, bf16: 4 KiB */
 

@@ -81,13 +81,11 @@
 #include <unistd.h>
 
 #include "kvrt.h"
+#include "attn_shape.h"
 #include "data.h"
 #include "child.h"
 #include "report.h"
 
-#define HEAD_DIM 128
-#define Q_HEADS 32
-#define KV_HEADS 8
 #define BLOCK 16
 #define MAX_LIST 16
 #define PEER_TIMEOUT_S 900
@@ -421,7 +419,7 @@ static int run_peer(const struct gattn_opts *o, struct peer_result *res, unsigne
 		    size_t wlen)
 {
 	char script[PATH_MAX], tried[2 * PATH_MAX + 64], *args[2 * 64 + 32], cases[64][32];
-	char dev[16], reps[16], out[1 << 16];
+	char dev[16], reps[16], out[1 << 16], q_heads[8], kv_heads[8], head_dim[8];
 	unsigned int i, na = 0;
 	bool timed_out;
 	int fd, status;
@@ -432,6 +430,9 @@ static int run_peer(const struct gattn_opts *o, struct peer_result *res, unsigne
 		return -1;
 	}
 	snprintf(dev, sizeof(dev), "%d", o->device);
+	snprintf(q_heads, sizeof(q_heads), "%d", Q_HEADS);
+	snprintf(kv_heads, sizeof(kv_heads), "%d", KV_HEADS);
+	snprintf(head_dim, sizeof(head_dim), "%d", HEAD_DIM);
 	snprintf(reps, sizeof(reps), "%u", o->c.reps < 5 ? 20 : 4 * o->c.reps);
 	args[na++] = "python3";
 	args[na++] = script;
@@ -440,11 +441,11 @@ static int run_peer(const struct gattn_opts *o, struct peer_result *res, unsigne
 	args[na++] = "--iters";
 	args[na++] = reps;
 	args[na++] = "--q-heads";
-	args[na++] = "32";
+	args[na++] = q_heads;
 	args[na++] = "--kv-heads";
-	args[na++] = "8";
+	args[na++] = kv_heads;
 	args[na++] = "--head-dim";
-	args[na++] = "128";
+	args[na++] = head_dim;
 	args[na++] = "--dtype";
 	args[na++] = o->kv_dtype == KVRT_DTYPE_F16 ? "f16" : "bf16";
 	for (i = 0; i < n && i < 64; i++) {
