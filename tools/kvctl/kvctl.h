@@ -186,6 +186,7 @@ void kv_json_null(struct kv_json *j, const char *key);
 void kv_json_done(struct kv_json *j);
 void kv_json_space(struct kv_json *j, const char *key, const struct kv_space *sp);
 void kv_json_pool(struct kv_json *j, const struct kv_snap *s);	/* show.c */
+void kv_json_snap(const struct kv_snap *s, bool with_pool);	/* show.c */
 
 /* Commands. */
 int cmd_status(int argc, char **argv);

@@ -232,10 +232,27 @@ static int kv_name_width(const struct kv_snap *s)
 	return w;
 }
 
+/* The snapshot as one JSON document on stdout: its pool (with_pool), then its spaces. */
+void kv_json_snap(const struct kv_snap *s, bool with_pool)
+{
+	struct kv_json j;
+	int i;
+
+	kv_json_init(&j, stdout, true);
+	kv_json_obj(&j, NULL);
+	if (with_pool)
+		kv_json_pool(&j, s);
+	kv_json_arr(&j, "spaces");
+	for (i = 0; i < s->nr_sp; i++)
+		kv_json_space(&j, NULL, &s->sp[i]);
+	kv_json_end(&j, ']');
+	kv_json_end(&j, '}');
+	kv_json_done(&j);
+}
+
 int cmd_spaces(int argc, char **argv)
 {
 	char b1[KV_BYTES_LEN], b2[KV_BYTES_LEN], b3[KV_BYTES_LEN];
-	struct kv_json j;
 	struct kv_snap s;
 	bool json = false;
 	int r, i, w;
@@ -247,14 +264,7 @@ int cmd_spaces(int argc, char **argv)
 	if (r)
 		return r;
 	if (json) {
-		kv_json_init(&j, stdout, true);
-		kv_json_obj(&j, NULL);
-		kv_json_arr(&j, "spaces");
-		for (i = 0; i < s.nr_sp; i++)
-			kv_json_space(&j, NULL, &s.sp[i]);
-		kv_json_end(&j, ']');
-		kv_json_end(&j, '}');
-		kv_json_done(&j);
+		kv_json_snap(&s, false);
 		kv_snap_free(&s);
 		return KV_EXIT_OK;
 	}

@@ -96,10 +96,9 @@ int cmd_stats(int argc, char **argv)
 	};
 	bool json = false, prom = false;
 	struct kv_args a;
-	struct kv_json j;
 	struct kv_snap s;
 	const char *v;
-	int o, r, i;
+	int o, r;
 
 	kv_args_init(&a, "stats", argc, argv);
 	while ((o = kv_args_next(&a, opts, &v)) != KV_OPT_END) {
@@ -126,15 +125,7 @@ int cmd_stats(int argc, char **argv)
 	if (prom) {
 		r = kv_prometheus(&s);
 	} else if (json) {
-		kv_json_init(&j, stdout, true);
-		kv_json_obj(&j, NULL);
-		kv_json_pool(&j, &s);
-		kv_json_arr(&j, "spaces");
-		for (i = 0; i < s.nr_sp; i++)
-			kv_json_space(&j, NULL, &s.sp[i]);
-		kv_json_end(&j, ']');
-		kv_json_end(&j, '}');
-		kv_json_done(&j);
+		kv_json_snap(&s, true);
 	} else {
 		kv_stats_text(&s);
 	}

@@ -36,10 +36,12 @@ static int kv_scale(uint64_t v, unsigned int shift, uint64_t *out)
 	return KV_SIZE_OK;
 }
 
-/* "4096", "512M", "2G", "1T", "64KiB": bytes.  "2GB" is refused: ambiguous. */
-int kv_parse_size(const char *s, uint64_t *out)
+/*
+ * Digits, then at most one suffix from units (any case), each 1024 times
+ * the one before; sizes may spell it with "iB" after.
+ */
+static int parse_scaled(const char *s, const char *units, bool ib_allowed, uint64_t *out)
 {
-	static const char units[] = "KMGT";
 	const char *end, *u;
 	uint64_t v;
 	int r = kv_digits(s, &v, &end);
@@ -51,29 +53,21 @@ int kv_parse_size(const char *s, uint64_t *out)
 	u = strchr(units, toupper((unsigned char)*end));
 	if (!u || !*u)
 		return KV_SIZE_BAD;
-	if (end[1] && strcmp(end + 1, "iB") && strcmp(end + 1, "ib"))
+	if (end[1] && (!ib_allowed || (strcmp(end + 1, "iB") && strcmp(end + 1, "ib"))))
 		return KV_SIZE_BAD;
 	return kv_scale(v, 10 * (unsigned int)(u - units + 1), out);
+}
+
+/* "4096", "512M", "2G", "1T", "64KiB": bytes.  "2GB" is refused: ambiguous. */
+int kv_parse_size(const char *s, uint64_t *out)
+{
+	return parse_scaled(s, "KMGT", true, out);
 }
 
 /* Token counts: "8192", "128k", "1M" (k = 1024, as context lengths go). */
 int kv_parse_count(const char *s, uint64_t *out)
 {
-	const char *end;
-	uint64_t v;
-	int r = kv_digits(s, &v, &end);
-
-	if (r)
-		return r;
-	if (!*end)
-		return kv_scale(v, 0, out);
-	if (end[1])
-		return KV_SIZE_BAD;
-	if (*end == 'k' || *end == 'K')
-		return kv_scale(v, 10, out);
-	if (*end == 'm' || *end == 'M')
-		return kv_scale(v, 20, out);
-	return KV_SIZE_BAD;
+	return parse_scaled(s, "KM", false, out);
 }
 
 /* The spellings kstrtobool() takes, whole words only; 0 or -1. */
