@@ -53,6 +53,34 @@ check() {
 	fi
 }
 
+# json_cases AWK ARGS...: run kvbench ARGS (JSON lines expected) and set
+# why: the exit status and stderr when it failed, else what AWK prints.
+# Before AWK runs on a line, every line must be a result line of that
+# subcommand, with name (the case), value and limit set; both must be > 0.
+json_cases() {
+	local check=$1 rc
+	shift
+	"$KVBENCH" "$@" >"$T/out" 2>"$T/err"
+	rc=$?
+	if [ "$rc" != 0 ]; then
+		why="exit $rc: $(head -c 300 "$T/err")"
+		return
+	fi
+	why=$(awk -v bench="$1" '
+		{
+			head = "{\"bench\":\"" bench "\",\"case\":\""
+			if (index($0, head) != 1 || !match($0, /"case":"[a-z0-9_]+"/)) {
+				print "not a result line: " $0; next
+			}
+			name = substr($0, RSTART + 8, RLENGTH - 9)
+			value = $0; sub(/.*"value":/, "", value); value += 0
+			limit = $0; sub(/.*"limit":/, "", limit); limit += 0
+			if (!(value > 0) || !(limit > 0))
+				print "case " name ": value " value ", limit " limit
+		}
+		'"$check" "$T/out")
+}
+
 check "--block-tokens 3 (not a power of two)" 2 \
 	"--block-tokens wants a power of two from 1 to 256, not '3'" attn --block-tokens 3
 check "--block-tokens 0" 2 "--block-tokens wants a power of two from 1 to 256, not '0'" attn --block-tokens 0
@@ -93,42 +121,22 @@ check "demo --modes without --json" 2 "--modes adds JSON lines: give it with --j
 # from kvrt-demo runs that passed their own equivalence checks.  Beams of
 # width 4 over shared prompts must need less K/V than 4 copies, and a draft
 # whose tokens are ever accepted saves target passes (ratio > 1).
-"$KVBENCH" demo --json --modes --quiet -- --preset tiny >"$T/out" 2>"$T/err"
-rc=$?
-why=
-[ "$rc" = 0 ] || why="exit $rc: $(head -c 300 "$T/err")"
-[ -n "$why" ] || why=$(awk '
-	/"case":"beam4_kv_bytes"/ { b = 1; r = $0; sub(/.*"ratio":/, "", r); if (!(r + 0 > 1)) print "beam ratio " r }
-	/"case":"spec4_passes_per_token"/ { s = 1; r = $0; sub(/.*"ratio":/, "", r); if (!(r + 0 > 1)) print "spec ratio " r }
-	END { if (!b) print "no beam4_kv_bytes line"; if (!s) print "no spec4_passes_per_token line" }' "$T/out")
+json_cases '
+	name == "beam4_kv_bytes" { b = 1; r = $0; sub(/.*"ratio":/, "", r); if (!(r + 0 > 1)) print "beam ratio " r }
+	name == "spec4_passes_per_token" { s = 1; r = $0; sub(/.*"ratio":/, "", r); if (!(r + 0 > 1)) print "spec ratio " r }
+	END { if (!b) print "no beam4_kv_bytes line"; if (!s) print "no spec4_passes_per_token line" }' \
+	demo --json --modes --quiet -- --preset tiny
 result "demo --json --modes: beam K/V and speculative passes per token, both ratios > 1" "$why"
 
 # A real run, small and short: 64-token blocks over 128 MiB.
-"$KVBENCH" attn --json --quiet --gib 0.125 --block-tokens 64 --reps 1 --rep-time 0.01 \
-	>"$T/out" 2>"$T/err"
-rc=$?
-why=
-[ "$rc" = 0 ] || why="exit $rc: $(head -c 300 "$T/err")"
-if [ -z "$why" ]; then
-	# every line: {"bench":"attn","case":"NAME","value":V,...,"limit":L,...}
-	why=$(awk '
-		{
-			if (!match($0, /^\{"bench":"attn","case":"[a-z0-9_]+"/)) {
-				print "not a result line: " $0; next
-			}
-			name = substr($0, 25, RLENGTH - 25)
-			v = $0; sub(/.*"value":/, "", v); v += 0
-			l = $0; sub(/.*"limit":/, "", l); l += 0
-			if (!(v > 0) || !(l > 0))
-				print "case " name ": value " v ", limit " l
-			if (name ~ /^(decode_b|gather_read_b)/) {
-				pat++
-				if (name !~ /_bt64$/)
-					print "case " name " lacks _bt64"
-			}
-		}
-		END { if (pat != 6) print pat + 0 " decode/gather cases, wanted 6" }' "$T/out")
-fi
+json_cases '
+	name ~ /^(decode_b|gather_read_b)/ {
+		pat++
+		if (name !~ /_bt64$/)
+			print "case " name " lacks _bt64"
+	}
+	END { if (pat != 6) print pat + 0 " decode/gather cases, wanted 6" }' \
+	attn --json --quiet --gib 0.125 --block-tokens 64 --reps 1 --rep-time 0.01
 result "attn --block-tokens 64: 6 decode/gather cases named _bt64, all measured" "$why"
 
 check "pool usage names the prefix lookup" 0 "1,000-block prefix" pool --help
@@ -140,31 +148,16 @@ check "pool --spaces x (not a number)" 2 "--spaces wants a count of 0 to 1000000
 check "pool --spaces without a value" 2 "--spaces needs a value \(--spaces N\)" pool --spaces
 
 # kvbench pool, in-process only (no device here), as short as it goes.
-"$KVBENCH" pool --json --quiet --only core --reps 1 --rep-time 0.001 >"$T/out" 2>"$T/err"
-rc=$?
-why=
-[ "$rc" = 0 ] || why="exit $rc: $(head -c 300 "$T/err")"
-if [ -z "$why" ]; then
-	why=$(awk '
-		{
-			if (!match($0, /^\{"bench":"pool","case":"[a-z0-9_]+"/)) {
-				print "not a result line: " $0; next
-			}
-			name = substr($0, 25, RLENGTH - 25)
-			v = $0; sub(/.*"value":/, "", v); v += 0
-			l = $0; sub(/.*"limit":/, "", l); l += 0
-			if (!(v > 0) || !(l > 0))
-				print "case " name ": value " v ", limit " l
-			seen[name] = 1
-		}
-		END {
-			split("core_alloc_free_batch1 core_alloc_free_batch4096 " \
-			      "core_lookup_prefix1000 core_lookup_prefix1000_colliding", want)
-			for (i in want)
-				if (!(want[i] in seen))
-					print "no case " want[i]
-		}' "$T/out")
-fi
+json_cases '
+	{ seen[name] = 1 }
+	END {
+		split("core_alloc_free_batch1 core_alloc_free_batch4096 " \
+		      "core_lookup_prefix1000 core_lookup_prefix1000_colliding", want)
+		for (i in want)
+			if (!(want[i] in seen))
+				print "no case " want[i]
+	}' \
+	pool --json --quiet --only core --reps 1 --rep-time 0.001
 result "pool --only core: alloc/free and prefix lookup cases, all measured" "$why"
 
 echo "$passed passed, $failed failed"
