@@ -295,6 +295,16 @@ def load(path: str) -> Dict[str, Any]:
         return json.load(f)
 
 
+def first_report(tap: Tap, child: Child, path: str, what: str,
+                 wait_s: float = WAIT_S) -> Optional[Dict[str, Any]]:
+    """The first child's JSON report, checked as what; None (the check
+    failed, with the child's output) when it ended or wait_s passed first."""
+    ok = wait_file(path, child, wait_s)
+    if not tap.check(ok, what, "" if ok else child.finish(1)):
+        return None
+    return load(path)
+
+
 def mode_run() -> int:
     """The test: writer, then reader, then foreign; TAP out, 0 when all passed."""
     tap = Tap()
@@ -314,13 +324,10 @@ def mode_run() -> int:
     writer = Child("writer", {"space": space, "out": files["writer"], "done": done},
                    logs["writer"])
     try:
-        published = wait_file(files["writer"], writer)
-        # finish() kills a writer that is still there: only when it failed.
-        if not tap.check(published,
-                         f"writer (pid {writer.pid}) published {PREFIX_BLOCKS} blocks",
-                         "" if published else writer.finish(1)):
+        w = first_report(tap, writer, files["writer"],
+                         f"writer (pid {writer.pid}) published {PREFIX_BLOCKS} blocks")
+        if w is None:
             return 1
-        w = load(files["writer"])
         # The reader starts only now, after the writer published.
         r_out = Child("reader", {"space": space, "out": files["reader"]},
                       logs["reader"]).finish()
@@ -380,6 +387,16 @@ def mode_run() -> int:
               "writer exited cleanly and the pool is back to its starting use",
               f"pool used {start_used} at start, {end_used} at the end\n{w_out}")
     return 1 if tap.failed else 0
+
+
+def main_run_only(mode_run_fn, started: float) -> int:
+    """main() of an engine test whose children are forked, not run by mode."""
+    if sys.argv[1:] != ["run"]:
+        print(f"usage: {sys.argv[0]} run", file=sys.stderr)
+        return 2
+    rc = mode_run_fn()
+    print(f"# total {time.monotonic() - started:.0f}s", flush=True)
+    return rc
 
 
 MODES = {"writer": mode_writer, "reader": mode_reader, "foreign": mode_foreign}

@@ -40,7 +40,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ENGINES = os.path.join(HERE, "..", "..", "..", "libkvrt", "python", "engines", "sglang")
 sys.path[:0] = [HERE, os.path.abspath(ENGINES)]
 
-import kvrt_share as ks  # noqa: E402  (Tap, Child, pfns, write_json, load, need)
+import kvrt_share as ks  # noqa: E402  (Tap, Child, pfns, write_json, load, need, main)
 import test_storage as su  # noqa: E402  (imports SGLang and torch: the long part)
 
 import kvrt  # noqa: E402
@@ -240,14 +240,12 @@ def mode_run() -> int:
     writer = ks.Child("sglang_writer", {"out": f["writer"], "done": done["writer"]},
                       logs["writer"])
     reader: Optional[ks.Child] = None
-    w: Dict[str, Any] = {}
     r: Dict[str, Any] = {}
     try:
-        ok = ks.wait_file(f["writer"], writer, WAIT_S)
-        if not tap.check(ok, f"process A (pid {writer.pid}) stored {PAGES} pages with "
-                         "batch_set_v1", "" if ok else writer.finish(1)):
+        w = ks.first_report(tap, writer, f["writer"], f"process A (pid {writer.pid}) stored "
+                            f"{PAGES} pages with batch_set_v1", WAIT_S)
+        if w is None:
             return 1
-        w = ks.load(f["writer"])
         print(f"# A: {time.monotonic() - t:.0f}s; space {w['space']}", flush=True)
 
         t = time.monotonic()
@@ -327,15 +325,11 @@ def mode_run() -> int:
               "back to its starting use",
               f"pool used {start_used} at start, {end_used} at the end; sysfs {gone}\n"
               + "\n".join(outs))
-    print(f"# total {time.monotonic() - T0:.0f}s", flush=True)
     return 1 if tap.failed else 0
 
 
 def main() -> int:
-    if sys.argv[1:] == ["run"]:
-        return mode_run()
-    print(f"usage: {sys.argv[0]} run", file=sys.stderr)
-    return 2
+    return ks.main_run_only(mode_run, T0)
 
 
 if __name__ == "__main__":

@@ -36,7 +36,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ENGINES = os.path.join(HERE, "..", "..", "..", "libkvrt", "python", "engines", "vllm")
 sys.path[:0] = [HERE, os.path.abspath(ENGINES)]
 
-import kvrt_share as ks  # noqa: E402  (Tap, Child, pfns, write_json, load, need)
+import kvrt_share as ks  # noqa: E402  (Tap, Child, pfns, write_json, load, need, main)
 import vllm_util as vu  # noqa: E402  (imports vLLM and torch: the long part)
 
 import kvrt  # noqa: E402
@@ -182,13 +182,11 @@ def mode_run() -> int:
 
     t = time.monotonic()
     writer = ks.Child("vllm_writer", {"out": f["writer"], "done": done}, logs["writer"])
-    w: Dict[str, Any] = {}
     try:
-        ok = ks.wait_file(f["writer"], writer, WAIT_S)
-        if not tap.check(ok, f"writer engine (pid {writer.pid}) stored {PREFIX_BLOCKS} "
-                         "blocks through the connector", "" if ok else writer.finish(1)):
+        w = ks.first_report(tap, writer, f["writer"], f"writer engine (pid {writer.pid}) "
+                            f"stored {PREFIX_BLOCKS} blocks through the connector", WAIT_S)
+        if w is None:
             return 1
-        w = ks.load(f["writer"])
         print(f"# writer: engine up and prefill stored in {w['seconds']:.0f}s; "
               f"space {w['space']}", flush=True)
         t = time.monotonic()
@@ -269,15 +267,11 @@ def mode_run() -> int:
     tap.check(writer.returncode == 0 and end_used == start_used,
               "writer engine shut down cleanly and the pool is back to its starting use",
               f"pool used {start_used} at start, {end_used} at the end\n{w_out}")
-    print(f"# total {time.monotonic() - T0:.0f}s", flush=True)
     return 1 if tap.failed else 0
 
 
 def main() -> int:
-    if sys.argv[1:] == ["run"]:
-        return mode_run()
-    print(f"usage: {sys.argv[0]} run", file=sys.stderr)
-    return 2
+    return ks.main_run_only(mode_run, T0)
 
 
 if __name__ == "__main__":
