@@ -435,6 +435,15 @@ _ATTN_DETAIL = ("seq_lens in 1..blocks * block_tokens, indices < num_blocks, "
                 "blocks inside the pool")
 
 
+def _call_attn(name: str, workers: Optional[Workers], *args: Any) -> None:
+    """The C call name, or its _on variant on the threads workers keep."""
+    if workers is None:
+        call(name, *args, detail=_ATTN_DETAIL)
+    else:
+        with workers._lock:
+            call(name + "_on", workers._p(), *args, detail=_ATTN_DETAIL)
+
+
 def attn_decode(q: Any, cache: KvCache, table: BlockTable, *, out: Any = None,
                 q_dtype: Optional[DTypeLike] = None, out_dtype: Optional[DTypeLike] = None,
                 sm_scale: Optional[float] = None, window_left: int = -1,
@@ -456,13 +465,8 @@ def attn_decode(q: Any, cache: KvCache, table: BlockTable, *, out: Any = None,
     out, od, op = check_out(out, q, tuple(q.shape), out_dtype, False)
     prm = attn_params(cache, heads, qd, od, sm_scale, window_left, logit_softcap, impl,
                       num_threads)
-    if workers is None:
-        call("kvrt_attn_decode", ctypes.byref(prm), qp, ctypes.byref(cache._c),
-             ctypes.byref(table._c), op, detail=_ATTN_DETAIL)
-    else:
-        with workers._lock:
-            call("kvrt_attn_decode_on", workers._p(), ctypes.byref(prm), qp,
-                 ctypes.byref(cache._c), ctypes.byref(table._c), op, detail=_ATTN_DETAIL)
+    _call_attn("kvrt_attn_decode", workers, ctypes.byref(prm), qp, ctypes.byref(cache._c),
+               ctypes.byref(table._c), op)
     return out
 
 
@@ -488,11 +492,6 @@ def attn_prefill(q: Any, q_indptr: IntsLike, cache: KvCache, table: BlockTable, 
     out, od, op = check_out(out, q, tuple(q.shape), out_dtype, False)
     prm = attn_params(cache, heads, qd, od, sm_scale, window_left, logit_softcap, impl,
                       num_threads)
-    if workers is None:
-        call("kvrt_attn_prefill", ctypes.byref(prm), qp, ip, ctypes.byref(cache._c),
-             ctypes.byref(table._c), op, detail=_ATTN_DETAIL)
-    else:
-        with workers._lock:
-            call("kvrt_attn_prefill_on", workers._p(), ctypes.byref(prm), qp, ip,
-                 ctypes.byref(cache._c), ctypes.byref(table._c), op, detail=_ATTN_DETAIL)
+    _call_attn("kvrt_attn_prefill", workers, ctypes.byref(prm), qp, ip,
+               ctypes.byref(cache._c), ctypes.byref(table._c), op)
     return out
