@@ -171,6 +171,18 @@ static inline bool kvp_zero(const void *p, size_t len)
 	return !memchr_inv(p, 0, len);
 }
 
+/*
+ * The checks a batch ioctl on a space makes first, in this order: an
+ * unknown flag or a nonzero reserved field (bad) or an empty batch
+ * -EINVAL, a batch over KVPOOL_MAX_BATCH -E2BIG, no space joined -EBADFD.
+ */
+static inline long kvp_batch_check(bool bad, u32 count, bool joined)
+{
+	if (bad || !count)
+		return -EINVAL;
+	return count > KVPOOL_MAX_BATCH ? -E2BIG : joined ? 0 : -EBADFD;
+}
+
 extern struct mutex kvp_spaces_lock;
 extern struct list_head kvp_spaces;
 extern unsigned int kvp_nr_spaces;

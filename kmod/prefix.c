@@ -60,13 +60,10 @@ long kvp_ioctl_publish(struct kvp_client *client, void __user *uarg)
 	if (copy_from_user(&args, uarg, sizeof(args)))
 		return -EFAULT;
 	/* nr_dedup is out only: 0 on the way in (API 4), like pad and reserved. */
-	if ((args.flags & ~KVPOOL_PUBLISH_FLAGS) || args.nr_dedup || args.pad ||
-	    !kvp_zero(args.reserved, sizeof(args.reserved)) || !args.count)
-		return -EINVAL;
-	if (args.count > KVPOOL_MAX_BATCH)
-		return -E2BIG;
-	if (!space)
-		return -EBADFD;
+	ret = kvp_batch_check((args.flags & ~KVPOOL_PUBLISH_FLAGS) || args.nr_dedup || args.pad ||
+			      !kvp_zero(args.reserved, sizeof(args.reserved)), args.count, space);
+	if (ret)
+		return ret;
 	bytes = (size_t)args.count * sizeof(*e);
 	/* Everything written back must be writable before anything changes. */
 	if (fault_in_safe_writeable(u64_to_user_ptr(args.entries), bytes) ||
@@ -162,13 +159,10 @@ long kvp_ioctl_lookup(struct kvp_client *client, void __user *uarg)
 	if (copy_from_user(&args, uarg, sizeof(args)))
 		return -EFAULT;
 	/* nr_hits is out only: 0 on the way in (API 4). */
-	if (args.flags || args.nr_hits || args.pad ||
-	    !kvp_zero(args.reserved, sizeof(args.reserved)) || !args.count)
-		return -EINVAL;
-	if (args.count > KVPOOL_MAX_BATCH)
-		return -E2BIG;
-	if (!space)
-		return -EBADFD;
+	ret = kvp_batch_check(args.flags || args.nr_hits || args.pad ||
+			      !kvp_zero(args.reserved, sizeof(args.reserved)), args.count, space);
+	if (ret)
+		return ret;
 	/* Outputs must be writable before any reference is taken. */
 	if (fault_in_safe_writeable(uarg, sizeof(args)) ||
 	    fault_in_safe_writeable(u64_to_user_ptr(args.ids), (size_t)args.count * sizeof(u32)) ||
@@ -230,8 +224,6 @@ long kvp_ioctl_release(struct kvp_client *client, struct kvpool_blocks *args)
 	u32 *ids;
 	long ret;
 
-	if (!space)
-		return -EBADFD;
 	ids = kvp_space_lock_with_ids(space, args);
 	if (IS_ERR(ids))
 		return PTR_ERR(ids);

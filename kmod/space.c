@@ -1154,14 +1154,17 @@ out_unpin:
 }
 
 /*
- * FREE's and RELEASE's first steps: copy in the ids (-ENOMEM or -EFAULT, as
- * every ids array) and lock the space (-EINTR).  The caller unlocks and
- * kvfree()s them.
+ * FREE's and RELEASE's first steps: a client with no space is -EBADFD;
+ * copy in the ids (-ENOMEM or -EFAULT, as every ids array) and lock the
+ * space (-EINTR).  The caller unlocks and kvfree()s them.
  */
 u32 *kvp_space_lock_with_ids(struct kvp_space *space, const struct kvpool_blocks *args)
 {
-	u32 *ids = vmemdup_user(u64_to_user_ptr(args->ids), (size_t)args->count * sizeof(*ids));
+	u32 *ids;
 
+	if (!space)
+		return ERR_PTR(-EBADFD);
+	ids = vmemdup_user(u64_to_user_ptr(args->ids), (size_t)args->count * sizeof(*ids));
 	if (IS_ERR(ids))
 		return ids;
 	if (mutex_lock_killable(&space->lock)) {
@@ -1177,8 +1180,6 @@ long kvp_ioctl_free(struct kvp_client *client, struct kvpool_blocks *args)
 	u32 *ids, i;
 	long ret;
 
-	if (!space)
-		return -EBADFD;
 	ids = kvp_space_lock_with_ids(space, args);
 	if (IS_ERR(ids))
 		return PTR_ERR(ids);

@@ -37,6 +37,20 @@ static u64 kvp_tenant_limit(const struct kvp_tenant *t)
 	return t->limit ? t->limit : READ_ONCE(kvp_tun.uid_limit_default);
 }
 
+/* uid's tenant, else *fresh entered for it (*fresh becomes NULL), else NULL. */
+static struct kvp_tenant *kvp_tenant_find_or_add(kuid_t uid, struct kvp_tenant **fresh)
+{
+	struct kvp_tenant *t = kvp_tenant_find(uid);
+
+	if (!t && *fresh) {
+		t = *fresh;
+		*fresh = NULL;
+		t->uid = uid;
+		list_add_tail(&t->link, &kvp_tenants);
+	}
+	return t;
+}
+
 /*
  * The tenant of a new space; the space holds it until it is destroyed.
  * ERR_PTR(-EDQUOT) when the uid has spaces_per_uid_max spaces already
@@ -48,13 +62,7 @@ struct kvp_tenant *kvp_tenant_get(kuid_t uid)
 	u32 max = READ_ONCE(kvp_tun.spaces_per_uid_max);
 
 	spin_lock(&kvp_tenants_lock);
-	t = kvp_tenant_find(uid);
-	if (!t && fresh) {
-		t = fresh;
-		fresh = NULL;
-		t->uid = uid;
-		list_add_tail(&t->link, &kvp_tenants);
-	}
+	t = kvp_tenant_find_or_add(uid, &fresh);
 	if (!t)
 		t = ERR_PTR(-ENOMEM);
 	else if (max && t->nr_spaces >= max)
@@ -166,13 +174,7 @@ int kvp_tenant_set_limit(kuid_t uid, u64 bytes)
 	if (bytes && !fresh)
 		return -ENOMEM;
 	spin_lock(&kvp_tenants_lock);
-	t = kvp_tenant_find(uid);
-	if (!t && fresh) {
-		t = fresh;
-		fresh = NULL;
-		t->uid = uid;
-		list_add_tail(&t->link, &kvp_tenants);
-	}
+	t = kvp_tenant_find_or_add(uid, &fresh);
 	if (t) {
 		t->limit = bytes;
 		kvp_tenant_maybe_free(t);

@@ -1676,6 +1676,11 @@ TEST_F(dev, publish_unjoined_ebadfd)
 	entries_init(e, &id, 1);
 	pub_init(&p, e, 1);
 	EXPECT_EQ(-EBADFD, kv_ioctl(self->fd, KVPOOL_IOC_PUBLISH, &p));
+	/* The arguments are checked before the space: a bad batch says so first. */
+	p.count = KVPOOL_MAX_BATCH + 1;
+	EXPECT_EQ(-E2BIG, kv_ioctl(self->fd, KVPOOL_IOC_PUBLISH, &p));
+	p.count = 0;
+	EXPECT_EQ(-EINVAL, kv_ioctl(self->fd, KVPOOL_IOC_PUBLISH, &p));
 }
 
 TEST_F(space, publish_flags_pad_reserved_einval)
@@ -1793,6 +1798,10 @@ TEST_F(dev, lookup_unjoined_ebadfd)
 	kv_hash(h[0], V2SEED, 0);
 	lookup_init(&l, h, ids, NULL, 1);
 	EXPECT_EQ(-EBADFD, kv_ioctl(self->fd, KVPOOL_IOC_LOOKUP, &l));
+	l.count = KVPOOL_MAX_BATCH + 1;
+	EXPECT_EQ(-E2BIG, kv_ioctl(self->fd, KVPOOL_IOC_LOOKUP, &l));
+	l.count = 0;
+	EXPECT_EQ(-EINVAL, kv_ioctl(self->fd, KVPOOL_IOC_LOOKUP, &l));
 }
 
 /* fd publishes hashes 0 and 1 and releases them: both CACHED. */
