@@ -7,7 +7,7 @@
 # first command does not wait for QEMU, kernel images and Python.
 #   deps.sh [demo] [--list]   --list: print the packages, install nothing
 set -e
-DEMO_PKGS="gcc make libc6-dev libssl-dev"
+DEMO_PKGS="gcc make libc6-dev libssl-dev liburing-dev libxxhash-dev"
 ALL_PKGS="$DEMO_PKGS clang libclang-rt-14-dev linux-headers-amd64 linux-image-amd64
 qemu-system-x86 busybox-static cpio kmod rsync dkms
 linux-source-6.1 sparse flex bison bc libelf-dev xz-utils pkgconf

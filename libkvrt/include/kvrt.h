@@ -45,10 +45,11 @@ extern "C" {
  * 0.3: the GPU (driver loading, registration, copies, append, attention).
  * 0.4: worker threads kept between attention calls.  0.5: sequence block
  * tables (fork with copy-on-write, truncate, CSR for the attention calls).
+ * 0.6: tiers below the pool (a local SSD tier).
  */
 
 #define KVRT_VERSION_MAJOR 0
-#define KVRT_VERSION_MINOR 5
+#define KVRT_VERSION_MINOR 6
 #define KVRT_VERSION_PATCH 0
 /* MAJOR * 10000 + MINOR * 100 + PATCH, comparable with kvrt_version_number() */
 #define KVRT_VERSION_NUMBER \
@@ -1226,6 +1227,117 @@ struct kvrt_seqs_stats {
 };
 
 int kvrt_seqs_stats(struct kvrt_seqs *seqs, struct kvrt_seqs_stats *stats);
+
+/*
+ * Tiers below the pool (since 0.6).  A tier keeps a space's blocks, by
+ * their chained hashes, outside host memory.  Tiers are opened on a space
+ * handle, in order: kvrt_lookup_tiers() asks the pool first, then each
+ * tier in the order it was opened.  A hit below the pool is read into
+ * blocks this handle allocates and published in the space (so that every
+ * process on the host finds it in memory next time); kvrt_tier_store()
+ * writes blocks through to every tier of the handle.  kvrt_space_close()
+ * closes the handle's tiers.
+ *
+ * A tier's blocks belong to one space identity: the space's name, its
+ * owner uid, its block_bytes and, when the opener gives it, its layout;
+ * blocks stored under another identity never match.  Every block carries
+ * a checksum (XXH3-64) verified on every read: a block that fails it is a
+ * miss, counted in checksum_errors, and is dropped from the tier.
+ *
+ * The SSD tier: one directory per identity below dir, holding a data file
+ * of capacity_bytes / block_bytes slots, read and written with O_DIRECT
+ * through io_uring straight between the space's pages and the file, and
+ * an index log (Documentation/libkvrt.rst, "Tiers", gives the format).
+ * It survives process and machine restarts: a block is in the index only
+ * once its data is on the device (fdatasync), and a slot leaves the index
+ * (a record made durable) before it is overwritten, so a crash at any
+ * point leaves every block lookup returns whole.  When full, it evicts
+ * the least recently used block of the lowest priority, as the pool does.
+ * One process at a time uses an identity's directory (-EBUSY for a
+ * second); the other processes of the host reach its blocks through the
+ * pool, where every hit is published.
+ */
+struct kvrt_tier;
+
+enum kvrt_tier_kind {
+	KVRT_TIER_SSD = 1,
+};
+
+struct kvrt_tier_ssd_opts {
+	const char *dir;		/* created 0700 when absent */
+	uint64_t capacity_bytes;	/* the identity's limit: at least one block */
+	uint32_t queue_depth;		/* I/Os in flight: 0 is 64; at most 4096 */
+	uint32_t flags;			/* 0 */
+	const struct kvrt_layout *layout;	/* NULL: the identity has no layout */
+	uint64_t reserved[4];		/* 0 */
+};
+
+/*
+ * Open the SSD tier of the space's identity below opts->dir and add it to
+ * this handle's tiers.  -EINVAL NULL arguments, flags or reserved fields,
+ * capacity_bytes below one block or above 2^50, queue_depth above 4096;
+ * -EBUSY another process
+ * (or handle) has the identity's directory open; -ENOSYS io_uring is not
+ * available (kernel.io_uring_disabled, a seccomp filter); the errno of
+ * creating or opening the directory or files (-EACCES, -ENOSPC, ...);
+ * -ENOMEM.  On failure nothing is added and nothing below dir is changed
+ * but directories created.
+ */
+int kvrt_tier_open_ssd(struct kvrt_space *space, const struct kvrt_tier_ssd_opts *opts,
+		       struct kvrt_tier **tier);
+
+/* Remove the tier from its handle's tiers and close it; NULL is a no-op. */
+void kvrt_tier_close(struct kvrt_tier *tier);
+
+struct kvrt_tier_stats {
+	uint32_t kind;			/* enum kvrt_tier_kind */
+	uint32_t reserved0;		/* 0 */
+	uint64_t capacity_bytes;
+	uint64_t used_bytes;		/* blocks held x block_bytes */
+	uint64_t blocks;		/* blocks held */
+	uint64_t hits;			/* looked-up blocks it had and gave back whole */
+	uint64_t misses;		/* lookups that asked it for the next hash, absent */
+	uint64_t stores;		/* blocks written */
+	uint64_t store_skips;		/* blocks asked to be stored that it had */
+	uint64_t read_bytes;
+	uint64_t write_bytes;
+	uint64_t evictions;		/* blocks dropped to make room */
+	uint64_t checksum_errors;	/* blocks whose data failed the checksum */
+	uint64_t io_errors;		/* reads or writes that failed or came short */
+	uint64_t reserved[6];		/* 0 */
+};
+
+/* The tier's figures.  -EINVAL NULL arguments. */
+int kvrt_tier_stats(struct kvrt_tier *tier, struct kvrt_tier_stats *stats);
+
+/*
+ * kvrt_lookup() across the pool and this handle's tiers: the longest
+ * prefix of hashes[0..count) found, each hash in the first place that has
+ * it.  Returns nr_hits and ids[0..nr_hits) with one reader reference each,
+ * as kvrt_lookup() (drop them with kvrt_release()); where (may be NULL)
+ * gets, per hit, 0 for the pool or n for the n-th tier opened on this
+ * handle.  A tier hit takes a block of the space: when the space has none
+ * left (-ENOSPC from kvrt_alloc_blocks), or a tier's read fails, the
+ * prefix ends there; what is in the pool and the tiers stays as it was.
+ * Errors as kvrt_lookup(), before any reference is taken.
+ */
+int kvrt_lookup_tiers(struct kvrt_space *space, uint32_t count,
+		      const uint8_t (*hashes)[KVRT_HASH_BYTES], uint32_t *ids, uint8_t *where);
+
+/*
+ * Write blocks ids[i] (holding the data of hashes[i]) through to every
+ * tier of this handle that lacks them; a tier that has a hash only marks
+ * it used.  priorities NULL: KVRT_PRIO_DEFAULT each; else 0..KVRT_PRIO_MAX,
+ * the eviction order in the tier as in the pool.  When a batch holds more
+ * new blocks than a tier has room for, the first ones are stored.  Returns
+ * the number of blocks written (to any tier), or -EINVAL (NULL space,
+ * count 0, an id outside the space, a priority above KVRT_PRIO_MAX),
+ * -E2BIG (count > KVRT_MAX_BATCH), -EFAULT (ids or hashes NULL), -ENODEV
+ * (no tier open on this handle), -EIO (a tier could not write or sync:
+ * nothing of this call is in that tier's index), -ENOMEM.
+ */
+int kvrt_tier_store(struct kvrt_space *space, uint32_t count, const uint32_t *ids,
+		    const uint8_t (*hashes)[KVRT_HASH_BYTES], const uint32_t *priorities);
 
 #if defined(__GNUC__) && __GNUC__ >= 4
 #pragma GCC visibility pop

@@ -20,6 +20,11 @@
  *   seq/                sequence block tables (seq.c): per-block reference
  *                       counts, fork with copy-on-write, truncate, CSR out;
  *                       standalone, one mutex per table, taken alone
+ *   tier/               tiers below the pool: tier.h (the ops table a
+ *                       tier implements), tier.c (the calls: lookup
+ *                       across tiers, write-through), tier_ssd.c (the
+ *                       SSD tier: io_uring, O_DIRECT) with ssd_index.c
+ *                       (its slots, LRU and index log)
  *   gpu/                the GPU backend, a file per concern: gpu_loader.c
  *                       and cuda_drv.h (libcuda), gpu.c (the handle),
  *                       gpu_register.{c,h} (host registration),
@@ -51,6 +56,7 @@
 #define KVRT_INTERNAL_H
 
 #include <pthread.h>
+#include <stddef.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -60,6 +66,13 @@
 #include "kvrules.h"
 
 #define KVRT_CHUNK_BYTES (2ULL << 20)
+
+/*
+ * A backend's space embeds struct kvrt_space, a tier struct kvrt_tier;
+ * their calls get the common part and reach their own with this.
+ */
+#define kvrt_container_of(ptr, type, member) \
+	((type *)((char *)(ptr) - offsetof(type, member)))
 #define KVRT_DEFAULT_DEVICE "/dev/kvpool"
 
 /*
@@ -122,6 +135,8 @@ struct kvrt_space {
 	uint64_t nr_blocks;
 	uint64_t map_bytes;
 	uint32_t created;
+	char name[KVRT_NAME_MAX];	/* as opened: part of a tier's identity */
+	struct kvrt_tier *tiers;	/* tier/: searched in this order */
 };
 
 __attribute__((format(printf, 3, 4)))

@@ -257,6 +257,8 @@ int kvrt_space_open(struct kvrt *k, const struct kvrt_space_opts *o, struct kvrt
 	ret = k->ops->space_open(k, o, &s);
 	if (ret)
 		return ret;
+	snprintf(s->name, sizeof(s->name), "%s", o->name);
+	s->tiers = NULL;
 	pthread_mutex_lock(&k->lock);
 	s->next = k->spaces;
 	if (k->spaces)
@@ -278,6 +280,8 @@ void kvrt_space_close(struct kvrt_space *s)
 	if (!s)
 		return;
 	k = s->k;
+	while (s->tiers)
+		kvrt_tier_close(s->tiers);
 	pthread_mutex_lock(&k->lock);
 	if (s->prev)
 		s->prev->next = s->next;

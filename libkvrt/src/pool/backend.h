@@ -15,13 +15,6 @@
 
 #include "internal.h"
 
-/*
- * A backend's space embeds struct kvrt_space; its calls get the common
- * part and reach their own with this.
- */
-#define kvrt_container_of(ptr, type, member) \
-	((type *)((char *)(ptr) - offsetof(type, member)))
-
 struct kvrt_backend_ops {
 	/* What kvrt_backend() and kvrt_pool_info() report for this table. */
 	enum kvrt_backend backend;

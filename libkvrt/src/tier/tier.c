@@ -1,0 +1,227 @@
+// SPDX-License-Identifier: MIT
+/*
+ * tier/tier.c: the tier calls of kvrt.h: opening and closing a handle's
+ * tiers, lookup across the pool and the tiers, write-through.  The tiers'
+ * own work is behind their ops (tier.h).
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <openssl/evp.h>
+
+#include "tier.h"
+
+/* As kvrt.c's checks of a batch, in the module's order. */
+static int batch_args(const struct kvrt_space *s, uint32_t count, const void *a, const void *b)
+{
+	if (!s || !count)
+		return -EINVAL;
+	if (count > KVRT_MAX_BATCH)
+		return -E2BIG;
+	if (!a || !b)
+		return -EFAULT;
+	return 0;
+}
+
+int kvrt_tier_identity(struct kvrt_space *s, const struct kvrt_layout *layout, uint8_t id[32])
+{
+	struct {
+		char magic[8];
+		char name[KVRT_NAME_MAX];
+		uint32_t uid;
+		uint32_t has_layout;
+		uint64_t block_bytes;
+		struct kvrt_layout layout;
+	} key;
+	struct kvrt_space_info info;
+	unsigned int len = 32;
+	int ret;
+
+	ret = kvrt_space_info(s, &info);
+	if (ret)
+		return ret;
+	memset(&key, 0, sizeof(key));
+	memcpy(key.magic, "kvtier1", 8);
+	memcpy(key.name, s->name, sizeof(key.name));
+	key.uid = info.uid;
+	key.block_bytes = s->block_bytes;
+	if (layout) {
+		key.has_layout = 1;
+		key.layout = *layout;
+		key.layout.num_blocks = 0;	/* the cache's size, not its geometry */
+	}
+	return EVP_Digest(&key, sizeof(key), id, &len, EVP_sha256(), NULL) == 1 ? 0 : -ENOMEM;
+}
+
+static void tier_add(struct kvrt_space *s, struct kvrt_tier *t)
+{
+	struct kvrt_tier **p;
+
+	pthread_mutex_lock(&s->k->lock);
+	for (p = &s->tiers; *p; p = &(*p)->next)
+		;
+	t->next = NULL;
+	*p = t;
+	pthread_mutex_unlock(&s->k->lock);
+}
+
+int kvrt_tier_open_ssd(struct kvrt_space *s, const struct kvrt_tier_ssd_opts *o,
+		       struct kvrt_tier **out)
+{
+	uint8_t identity[32];
+	struct kvrt_tier *t;
+	uint64_t z = 0;
+	unsigned int i;
+	int ret;
+
+	if (!out)
+		return -EINVAL;
+	*out = NULL;
+	if (!s || !o || !o->dir || !*o->dir || o->flags)
+		return -EINVAL;
+	for (i = 0; i < sizeof(o->reserved) / sizeof(o->reserved[0]); i++)
+		z |= o->reserved[i];
+	if (z || o->capacity_bytes < s->block_bytes || o->capacity_bytes > (1ULL << 50) ||
+	    o->queue_depth > 4096)
+		return -EINVAL;
+	ret = kvrt_tier_identity(s, o->layout, identity);
+	if (ret)
+		return ret;
+	ret = kvrt_ssd_open(s, o, identity, &t);
+	if (ret)
+		return ret;
+	t->space = s;
+	t->kind = KVRT_TIER_SSD;
+	tier_add(s, t);
+	*out = t;
+	return 0;
+}
+
+void kvrt_tier_close(struct kvrt_tier *t)
+{
+	struct kvrt_tier **p;
+	struct kvrt_space *s;
+
+	if (!t)
+		return;
+	s = t->space;
+	pthread_mutex_lock(&s->k->lock);
+	for (p = &s->tiers; *p && *p != t; p = &(*p)->next)
+		;
+	if (*p)
+		*p = t->next;
+	pthread_mutex_unlock(&s->k->lock);
+	t->ops->close(t);
+}
+
+int kvrt_tier_stats(struct kvrt_tier *t, struct kvrt_tier_stats *st)
+{
+	if (!t || !st)
+		return -EINVAL;
+	memset(st, 0, sizeof(*st));
+	st->kind = t->kind;
+	t->ops->stats(t, st);
+	return 0;
+}
+
+/*
+ * Bring hashes[0..n) up from tier t into new blocks of the space and
+ * publish them there; ids[] get the blocks (a dedup's id when another
+ * process published the hash meanwhile).  Returns how many arrived, from
+ * the first, or an errno when none did and the reason matters.
+ */
+static int bring_up(struct kvrt_tier *t, uint32_t n, const uint8_t (*hashes)[KVRT_HASH_BYTES],
+		    uint32_t *ids)
+{
+	struct kvrt_space *s = t->space;
+	uint32_t got;
+	int ret;
+
+	ret = kvrt_alloc_blocks(s, n, ids);
+	/* No room for all: as many as fit, fewer each time. */
+	while (ret == -ENOSPC && n > 1) {
+		n /= 2;
+		ret = kvrt_alloc_blocks(s, n, ids);
+	}
+	if (ret)
+		return ret;
+	got = t->ops->fetch(t, n, hashes, ids);
+	if (got < n)
+		kvrt_free_blocks(s, n - got, ids + got);
+	if (!got)
+		return 0;
+	ret = kvrt_publish(s, got, ids, hashes, NULL, NULL);
+	if (ret < 0) {
+		kvrt_free_blocks(s, got, ids);
+		return ret;
+	}
+	return (int)got;
+}
+
+int kvrt_lookup_tiers(struct kvrt_space *s, uint32_t count,
+		      const uint8_t (*hashes)[KVRT_HASH_BYTES], uint32_t *ids, uint8_t *where)
+{
+	uint32_t hits = 0, want = 0, depth;
+	struct kvrt_tier *t;
+	int ret;
+
+	ret = batch_args(s, count, hashes, ids);
+	if (ret)
+		return ret;
+	while (hits < count) {
+		/* The pool first, at every step: a tier's run may end where the pool resumes. */
+		ret = kvrt_lookup(s, count - hits, hashes + hits, ids + hits, NULL);
+		if (ret < 0) {
+			if (!hits)
+				return ret;
+			break;
+		}
+		if (ret > 0) {
+			if (where)
+				memset(where + hits, 0, (uint32_t)ret);
+			hits += (uint32_t)ret;
+			continue;
+		}
+		for (t = s->tiers, depth = 1; t; t = t->next, depth++) {
+			want = t->ops->present(t, count - hits, hashes + hits);
+			if (want)
+				break;
+		}
+		if (!t)
+			break;
+		ret = bring_up(t, want, hashes + hits, ids + hits);
+		if (ret <= 0)
+			break;
+		if (where)
+			memset(where + hits, (int)depth, (uint32_t)ret);
+		hits += (uint32_t)ret;
+		if ((uint32_t)ret < want)
+			break;
+	}
+	return (int)hits;
+}
+
+int kvrt_tier_store(struct kvrt_space *s, uint32_t count, const uint32_t *ids,
+		    const uint8_t (*hashes)[KVRT_HASH_BYTES], const uint32_t *prio)
+{
+	struct kvrt_tier *t;
+	int ret, written = 0;
+	uint32_t i;
+
+	ret = batch_args(s, count, ids, hashes);
+	if (ret)
+		return ret;
+	for (i = 0; i < count; i++)
+		if (ids[i] >= s->nr_blocks || (prio && prio[i] > KVRT_PRIO_MAX))
+			return -EINVAL;
+	if (!s->tiers)
+		return -ENODEV;
+	for (t = s->tiers; t; t = t->next) {
+		ret = t->ops->store(t, count, hashes, ids, prio);
+		if (ret < 0)
+			return ret;
+		written = ret > written ? ret : written;
+	}
+	return written;
+}

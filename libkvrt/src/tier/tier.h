@@ -1,0 +1,53 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tier/tier.h: what a tier below the pool implements, one ops table per
+ * kind (as pool/backend.h for the pool backends).  tier.c checks every
+ * argument, walks a handle's tiers in order and moves blocks between the
+ * pool and a tier; a tier sees only block ids inside its space and hashes
+ * it is asked about, and locks its own state.
+ */
+#ifndef KVRT_TIER_H
+#define KVRT_TIER_H
+
+#include <pthread.h>
+
+#include "internal.h"
+
+struct kvrt_tier_ops {
+	/* How many of hashes[0..count), from the first, the tier holds; no data is read. */
+	uint32_t (*present)(struct kvrt_tier *t, uint32_t count,
+			    const uint8_t (*hashes)[KVRT_HASH_BYTES]);
+	/*
+	 * Read hashes[i]'s data into block ids[i] of the space, in order;
+	 * returns how many, from the first, arrived whole (checksum checked).
+	 * A block that did not is dropped from the tier.
+	 */
+	uint32_t (*fetch)(struct kvrt_tier *t, uint32_t count,
+			  const uint8_t (*hashes)[KVRT_HASH_BYTES], const uint32_t *ids);
+	/* Write the blocks it lacks; the number written, or -EIO / -ENOMEM. */
+	int (*store)(struct kvrt_tier *t, uint32_t count, const uint8_t (*hashes)[KVRT_HASH_BYTES],
+		     const uint32_t *ids, const uint32_t *prio);
+	/* stats->kind is set; fill the rest. */
+	void (*stats)(struct kvrt_tier *t, struct kvrt_tier_stats *stats);
+	/* Release everything the tier holds open and free it. */
+	void (*close)(struct kvrt_tier *t);
+};
+
+/* The common part every tier embeds. */
+struct kvrt_tier {
+	const struct kvrt_tier_ops *ops;
+	enum kvrt_tier_kind kind;
+	struct kvrt_space *space;
+	struct kvrt_tier *next;		/* space->tiers, in search order */
+};
+
+/*
+ * The 32-byte identity of a space's blocks in any tier: its name, owner
+ * uid, block_bytes and the layout's geometry (num_blocks aside), if any.
+ */
+int kvrt_tier_identity(struct kvrt_space *s, const struct kvrt_layout *layout, uint8_t id[32]);
+
+int kvrt_ssd_open(struct kvrt_space *s, const struct kvrt_tier_ssd_opts *o,
+		  const uint8_t identity[32], struct kvrt_tier **out);
+
+#endif /* KVRT_TIER_H */

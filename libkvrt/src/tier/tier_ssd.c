@@ -1,0 +1,642 @@
+// SPDX-License-Identifier: MIT
+/*
+ * tier/tier_ssd.c: the SSD tier.  Below opts->dir, one directory per space
+ * identity (its hex) holds:
+ *
+ *   lock    flock()ed by the one handle using the directory
+ *   data    nr_slots slots of block_bytes, read and written with O_DIRECT
+ *           through io_uring, straight between the space's pages and the file
+ *   index   a log: a head, then 64-byte records, PUT (slot holds hash, data
+ *           checksum, priority) and DEL (slot holds nothing); each record
+ *           carries its own checksum, and replay stops at the first that
+ *           fails it (a torn tail).  Rewritten compact at open and when it
+ *           grows past twice the slots (a new file renamed over it).
+ *
+ * The order that makes a crash harmless (Documentation/libkvrt.rst, Tiers):
+ * a slot's DEL is durable before the slot is overwritten; its data is
+ * durable (fdatasync) before its PUT is written.  Every read is checked
+ * against the PUT's checksum all the same: a block that fails is a miss
+ * and is dropped.
+ *
+ * Registered buffers are not used: they would pin the whole mapping of the
+ * space (backing every block of an embedded space), and 6.1's io_uring
+ * refuses file-backed memory, which a kmod space's mapping is, with
+ * -EOPNOTSUPP.  Each O_DIRECT request pins its own pages while it runs.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <liburing.h>
+#include <xxhash.h>
+
+#include "ssd_index.h"
+#include "tier.h"
+
+#define SSD_HEAD_MAGIC "KVTIER\0\1"
+#define SSD_VERSION 1
+#define SSD_REC_MAGIC 0x5253564bU	/* "KVSR" */
+#define SSD_PUT 1
+#define SSD_DEL 2
+#define SSD_DEFAULT_QD 64
+
+struct ssd_head {
+	char magic[8];
+	uint32_t version;
+	uint32_t reserved;
+	uint64_t block_bytes;
+	uint8_t identity[32];
+	uint64_t sum;		/* XXH3-64 of the bytes before */
+};
+
+struct ssd_rec {
+	uint32_t magic;
+	uint8_t type;
+	uint8_t prio;
+	uint16_t reserved;
+	uint32_t slot;
+	uint32_t reserved2;
+	uint64_t data_sum;
+	uint8_t hash[KVRT_HASH_BYTES];
+	uint64_t sum;		/* XXH3-64 of the bytes before */
+};
+
+_Static_assert(sizeof(struct ssd_head) == 64, "ssd_head is 64 bytes");
+_Static_assert(sizeof(struct ssd_rec) == 64, "ssd_rec is 64 bytes");
+
+struct ssd_tier {
+	struct kvrt_tier t;
+	pthread_mutex_t lock;
+	struct ssd_index x;
+	struct io_uring ring;
+	int dirfd, lockfd, datafd, logfd;
+	uint32_t qd;
+	uint64_t block_bytes;
+	uint64_t log_records;	/* records in the index file since its head */
+	uint8_t identity[32];
+	struct kvrt_tier_stats st;	/* the counters; the rest filled on demand */
+	/* A batch's scratch, grown as needed. */
+	uint32_t cap;
+	uint32_t *slots;
+	int *res;
+	char **bufs;
+	struct ssd_rec *recs;
+};
+
+static struct ssd_tier *ssd_of(struct kvrt_tier *t)
+{
+	return kvrt_container_of(t, struct ssd_tier, t);
+}
+
+static void rec_fill(struct ssd_rec *r, uint8_t type, uint32_t slot, const struct ssd_slot *s)
+{
+	memset(r, 0, sizeof(*r));
+	r->magic = SSD_REC_MAGIC;
+	r->type = type;
+	r->slot = slot;
+	if (s) {
+		r->prio = s->prio;
+		r->data_sum = s->sum;
+		memcpy(r->hash, s->hash, KVRT_HASH_BYTES);
+	}
+	r->sum = XXH3_64bits(r, offsetof(struct ssd_rec, sum));
+}
+
+static bool rec_valid(const struct ssd_rec *r)
+{
+	return r->magic == SSD_REC_MAGIC && (r->type == SSD_PUT || r->type == SSD_DEL) &&
+	       r->prio <= KVRT_PRIO_MAX && r->sum == XXH3_64bits(r, offsetof(struct ssd_rec, sum));
+}
+
+static int write_all(int fd, const void *buf, size_t len)
+{
+	const char *p = buf;
+
+	while (len) {
+		ssize_t n = write(fd, p, len);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return n < 0 ? -errno : -EIO;
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+/* Append n records to the index and make them durable. */
+static int log_append(struct ssd_tier *t, const struct ssd_rec *r, uint32_t n)
+{
+	int ret;
+
+	if (!n)
+		return 0;
+	ret = write_all(t->logfd, r, (size_t)n * sizeof(*r));
+	if (!ret && fdatasync(t->logfd))
+		ret = -errno;
+	if (!ret)
+		t->log_records += n;
+	return ret;
+}
+
+/*
+ * The index rewritten: the head, then one PUT per held slot, oldest first
+ * within each priority (a replay rebuilds the same order); a new file,
+ * durable, renamed over the old one.  logfd then appends to it.
+ */
+static int log_compact(struct ssd_tier *t)
+{
+	struct ssd_head h = { .version = SSD_VERSION, .block_bytes = t->block_bytes };
+	struct ssd_rec r;
+	unsigned int p;
+	uint32_t i;
+	int fd, ret = 0;
+	FILE *f;
+
+	memcpy(h.magic, SSD_HEAD_MAGIC, sizeof(h.magic));
+	memcpy(h.identity, t->identity, sizeof(h.identity));
+	h.sum = XXH3_64bits(&h, offsetof(struct ssd_head, sum));
+	fd = openat(t->dirfd, "index.new", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return -errno;
+	f = fdopen(fd, "w");
+	if (!f) {
+		ret = -errno;
+		close(fd);
+		return ret;
+	}
+	fwrite(&h, sizeof(h), 1, f);
+	for (p = 0; p <= KVRT_PRIO_MAX; p++)
+		for (i = t->x.oldest[p]; i != SSD_NONE; i = t->x.slots[i].next) {
+			rec_fill(&r, SSD_PUT, i, &t->x.slots[i]);
+			fwrite(&r, sizeof(r), 1, f);
+		}
+	errno = 0;
+	if (fflush(f) || ferror(f) || fdatasync(fd))
+		ret = errno ? -errno : -EIO;
+	if (fclose(f) && !ret)
+		ret = -errno;
+	if (!ret && renameat(t->dirfd, "index.new", t->dirfd, "index"))
+		ret = -errno;
+	if (!ret && fsync(t->dirfd))
+		ret = -errno;
+	if (ret) {
+		unlinkat(t->dirfd, "index.new", 0);
+		return ret;
+	}
+	fd = openat(t->dirfd, "index", O_WRONLY | O_APPEND | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	if (t->logfd >= 0)
+		close(t->logfd);
+	t->logfd = fd;
+	t->log_records = t->x.nr_used;
+	return 0;
+}
+
+/* The index's records into t->x; a wrong head or a torn tail ends the replay. */
+static void log_replay(struct ssd_tier *t)
+{
+	struct ssd_head h;
+	struct ssd_rec r;
+	uint64_t skipped = 0;
+	uint32_t old;
+	FILE *f;
+	int fd;
+
+	fd = openat(t->dirfd, "index", O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return;
+	f = fdopen(fd, "r");
+	if (!f) {
+		close(fd);
+		return;
+	}
+	if (fread(&h, sizeof(h), 1, f) != 1 || memcmp(h.magic, SSD_HEAD_MAGIC, sizeof(h.magic)) ||
+	    h.version != SSD_VERSION || h.block_bytes != t->block_bytes ||
+	    memcmp(h.identity, t->identity, sizeof(h.identity)) ||
+	    h.sum != XXH3_64bits(&h, offsetof(struct ssd_head, sum))) {
+		kvrt_log(t->t.space->k, KVRT_LOG_WARNING,
+			 "ssd tier: the index has no valid head: starting empty");
+		fclose(f);
+		return;
+	}
+	while (fread(&r, sizeof(r), 1, f) == 1 && rec_valid(&r)) {
+		if (r.slot >= t->x.nr_slots) {
+			skipped++;	/* the tier is smaller than when it was written */
+			continue;
+		}
+		if (t->x.slots[r.slot].used)
+			ssd_index_remove(&t->x, r.slot);
+		if (r.type == SSD_DEL)
+			continue;
+		old = ssd_index_find(&t->x, r.hash);
+		if (old != SSD_NONE)
+			ssd_index_remove(&t->x, old);
+		ssd_index_insert(&t->x, r.slot, r.hash, r.data_sum, r.prio);
+	}
+	fclose(f);
+	ssd_index_rebuild_free(&t->x);
+	if (skipped)
+		kvrt_log(t->t.space->k, KVRT_LOG_INFO,
+			 "ssd tier: %llu records beyond the capacity dropped",
+			 (unsigned long long)skipped);
+}
+
+static int scratch_grow(struct ssd_tier *t, uint32_t n)
+{
+	void *a, *b, *c, *d;
+
+	if (n <= t->cap)
+		return 0;
+	a = realloc(t->slots, n * sizeof(*t->slots));
+	if (a)
+		t->slots = a;
+	b = realloc(t->res, n * sizeof(*t->res));
+	if (b)
+		t->res = b;
+	c = realloc(t->bufs, n * sizeof(*t->bufs));
+	if (c)
+		t->bufs = c;
+	d = realloc(t->recs, n * sizeof(*t->recs));
+	if (d)
+		t->recs = d;
+	if (!a || !b || !c || !d)
+		return -ENOMEM;
+	t->cap = n;
+	return 0;
+}
+
+/*
+ * n requests of block_bytes, slot t->slots[i] <-> t->bufs[i], queue_depth at
+ * a time; t->res[i] gets each one's result.  Every request has completed
+ * when this returns (the kernel writes into the buffers until then).
+ */
+static void ssd_rw(struct ssd_tier *t, bool write, uint32_t n)
+{
+	uint32_t queued = 0, done = 0, inflight = 0, hard = 0;
+	struct io_uring_cqe *cqe;
+	int ret;
+
+	while (done < n) {
+		while (queued < n && inflight < t->qd) {
+			struct io_uring_sqe *sqe = io_uring_get_sqe(&t->ring);
+			off_t off = (off_t)t->slots[queued] * (off_t)t->block_bytes;
+
+			if (!sqe)
+				break;
+			if (write)
+				io_uring_prep_write(sqe, t->datafd, t->bufs[queued],
+						    (unsigned int)t->block_bytes, off);
+			else
+				io_uring_prep_read(sqe, t->datafd, t->bufs[queued],
+						   (unsigned int)t->block_bytes, off);
+			sqe->user_data = queued;
+			queued++;
+			inflight++;
+		}
+		ret = io_uring_submit_and_wait(&t->ring, 1);
+		/* A ring that keeps refusing io_uring_enter: what is left fails. */
+		if (ret < 0 && ret != -EINTR && ret != -EAGAIN && ret != -EBUSY && ++hard > 3) {
+			for (; queued < n; queued++)
+				t->res[queued] = ret;
+			while (inflight && !io_uring_wait_cqe(&t->ring, &cqe)) {
+				t->res[cqe->user_data] = cqe->res;
+				io_uring_cqe_seen(&t->ring, cqe);
+				inflight--;
+			}
+			return;
+		}
+		while (io_uring_peek_cqe(&t->ring, &cqe) == 0) {
+			t->res[cqe->user_data] = cqe->res;
+			io_uring_cqe_seen(&t->ring, cqe);
+			done++;
+			inflight--;
+		}
+	}
+}
+
+static uint32_t ssd_present(struct kvrt_tier *tier, uint32_t count,
+			    const uint8_t (*hashes)[KVRT_HASH_BYTES])
+{
+	struct ssd_tier *t = ssd_of(tier);
+	uint32_t i;
+
+	pthread_mutex_lock(&t->lock);
+	for (i = 0; i < count && ssd_index_find(&t->x, hashes[i]) != SSD_NONE; i++)
+		;
+	if (!i)
+		t->st.misses++;
+	pthread_mutex_unlock(&t->lock);
+	return i;
+}
+
+/* A slot whose data failed: out of the index, its DEL appended (not synced: see top). */
+static void ssd_drop(struct ssd_tier *t, uint32_t slot)
+{
+	struct ssd_rec r;
+
+	ssd_index_remove(&t->x, slot);
+	ssd_index_put_free(&t->x, slot);
+	rec_fill(&r, SSD_DEL, slot, NULL);
+	if (!write_all(t->logfd, &r, sizeof(r)))
+		t->log_records++;
+}
+
+static uint32_t ssd_fetch(struct kvrt_tier *tier, uint32_t count,
+			  const uint8_t (*hashes)[KVRT_HASH_BYTES], const uint32_t *ids)
+{
+	struct ssd_tier *t = ssd_of(tier);
+	uint32_t n, i;
+
+	pthread_mutex_lock(&t->lock);
+	if (scratch_grow(t, count)) {
+		pthread_mutex_unlock(&t->lock);
+		return 0;
+	}
+	for (n = 0; n < count; n++) {
+		t->slots[n] = ssd_index_find(&t->x, hashes[n]);
+		if (t->slots[n] == SSD_NONE)
+			break;
+		t->bufs[n] = kvrt_block_addr(tier->space, ids[n]);
+	}
+	ssd_rw(t, false, n);
+	for (i = 0; i < n; i++) {
+		const struct ssd_slot *s = &t->x.slots[t->slots[i]];
+
+		if (t->res[i] != (int)t->block_bytes) {
+			t->st.io_errors++;
+			break;
+		}
+		t->st.read_bytes += t->block_bytes;
+		if (XXH3_64bits(t->bufs[i], t->block_bytes) != s->sum) {
+			t->st.checksum_errors++;
+			break;
+		}
+		ssd_index_touch(&t->x, t->slots[i]);
+	}
+	if (i < n) {
+		kvrt_log(tier->space->k, KVRT_LOG_WARNING, "ssd tier: slot %u: %s; dropped",
+			 t->slots[i], t->res[i] < 0 ? strerror(-t->res[i]) :
+			 t->res[i] != (int)t->block_bytes ? "short read" : "checksum mismatch");
+		ssd_drop(t, t->slots[i]);
+	}
+	t->st.hits += i;
+	pthread_mutex_unlock(&t->lock);
+	return i;
+}
+
+/* Undo a store's pending slots: out of the index and free again. */
+static void ssd_unwind(struct ssd_tier *t, uint32_t n)
+{
+	uint32_t i;
+
+	for (i = 0; i < n; i++)
+		if (t->slots[i] != SSD_NONE && t->x.slots[t->slots[i]].pending) {
+			ssd_index_remove(&t->x, t->slots[i]);
+			ssd_index_put_free(&t->x, t->slots[i]);
+		}
+}
+
+static int ssd_store_locked(struct ssd_tier *t, uint32_t count,
+			    const uint8_t (*hashes)[KVRT_HASH_BYTES], const uint32_t *ids,
+			    const uint32_t *prio)
+{
+	uint32_t i, n = 0, ndel = 0, slot, victim, ok;
+	int ret;
+
+	/* recs: the PUTs at [0, count), the victims' DELs at [count, 2 count). */
+	ret = scratch_grow(t, 2 * count);
+	if (ret)
+		return ret;
+	for (i = 0; i < count; i++) {
+		slot = ssd_index_find(&t->x, hashes[i]);
+		if (slot != SSD_NONE) {
+			/* Held, or earlier in this batch. */
+			if (!t->x.slots[slot].pending) {
+				ssd_index_touch(&t->x, slot);
+				t->st.store_skips++;
+			}
+			continue;
+		}
+		slot = ssd_index_take_free(&t->x);
+		if (slot == SSD_NONE) {
+			victim = ssd_index_victim(&t->x);
+			if (victim == SSD_NONE)
+				break;	/* every slot is this batch's: the rest do not fit */
+			ssd_index_remove(&t->x, victim);
+			rec_fill(&t->recs[count + ndel], SSD_DEL, victim, NULL);
+			ndel++;
+			t->st.evictions++;
+			slot = victim;
+		}
+		t->bufs[n] = kvrt_block_addr(t->t.space, ids[i]);
+		ssd_index_insert(&t->x, slot, hashes[i], XXH3_64bits(t->bufs[n], t->block_bytes),
+				 (uint8_t)(prio ? prio[i] : KVRT_PRIO_DEFAULT));
+		t->x.slots[slot].pending = 1;
+		t->slots[n++] = slot;
+	}
+	if (!n)
+		return 0;
+	/* The victims' DELs durable before their slots are overwritten. */
+	ret = log_append(t, &t->recs[count], ndel);
+	if (ret)
+		goto fail;
+	ssd_rw(t, true, n);
+	for (i = 0, ok = 0; i < n; i++) {
+		if (t->res[i] != (int)t->block_bytes) {
+			t->st.io_errors++;
+			ret = -EIO;
+			continue;
+		}
+		t->st.write_bytes += t->block_bytes;
+		rec_fill(&t->recs[ok++], SSD_PUT, t->slots[i], &t->x.slots[t->slots[i]]);
+	}
+	if (ret)
+		goto fail;
+	if (fdatasync(t->datafd)) {
+		ret = -EIO;
+		goto fail;
+	}
+	ret = log_append(t, t->recs, ok);
+	if (ret)
+		goto fail;
+	for (i = 0; i < n; i++)
+		t->x.slots[t->slots[i]].pending = 0;
+	t->st.stores += n;
+	if (t->log_records > 2ULL * t->x.nr_slots + 1024 && log_compact(t))
+		kvrt_log(t->t.space->k, KVRT_LOG_WARNING, "ssd tier: index compaction failed");
+	return (int)n;
+fail:
+	kvrt_log(t->t.space->k, KVRT_LOG_WARNING, "ssd tier: store of %u blocks failed: %s", n,
+		 strerror(-ret));
+	ssd_unwind(t, n);
+	return ret == -ENOMEM ? ret : -EIO;
+}
+
+static int ssd_store(struct kvrt_tier *tier, uint32_t count,
+		     const uint8_t (*hashes)[KVRT_HASH_BYTES], const uint32_t *ids,
+		     const uint32_t *prio)
+{
+	struct ssd_tier *t = ssd_of(tier);
+	int ret;
+
+	pthread_mutex_lock(&t->lock);
+	ret = ssd_store_locked(t, count, hashes, ids, prio);
+	pthread_mutex_unlock(&t->lock);
+	return ret;
+}
+
+static void ssd_stats(struct kvrt_tier *tier, struct kvrt_tier_stats *st)
+{
+	struct ssd_tier *t = ssd_of(tier);
+
+	pthread_mutex_lock(&t->lock);
+	*st = t->st;
+	st->kind = KVRT_TIER_SSD;
+	st->capacity_bytes = (uint64_t)t->x.nr_slots * t->block_bytes;
+	st->blocks = t->x.nr_used;
+	st->used_bytes = (uint64_t)t->x.nr_used * t->block_bytes;
+	pthread_mutex_unlock(&t->lock);
+}
+
+static void ssd_close(struct kvrt_tier *tier)
+{
+	struct ssd_tier *t = ssd_of(tier);
+
+	if (t->ring.ring_fd > 0)
+		io_uring_queue_exit(&t->ring);
+	if (t->logfd >= 0)
+		close(t->logfd);
+	if (t->datafd >= 0)
+		close(t->datafd);
+	if (t->lockfd >= 0)
+		close(t->lockfd);	/* and the flock with it */
+	if (t->dirfd >= 0)
+		close(t->dirfd);
+	ssd_index_destroy(&t->x);
+	pthread_mutex_destroy(&t->lock);
+	free(t->slots);
+	free(t->res);
+	free(t->bufs);
+	free(t->recs);
+	free(t);
+}
+
+static const struct kvrt_tier_ops ssd_ops = {
+	.present = ssd_present,
+	.fetch = ssd_fetch,
+	.store = ssd_store,
+	.stats = ssd_stats,
+	.close = ssd_close,
+};
+
+/* dir/<identity in hex>, each created 0700 when absent; an O_DIRECTORY fd. */
+static int identity_dir(const char *dir, const uint8_t identity[32])
+{
+	char sub[65];
+	int dfd, fd, i;
+
+	if (mkdir(dir, 0700) && errno != EEXIST)
+		return -errno;
+	dfd = open(dir, O_DIRECTORY | O_RDONLY | O_CLOEXEC);
+	if (dfd < 0)
+		return -errno;
+	for (i = 0; i < 32; i++)
+		snprintf(sub + 2 * i, 3, "%02x", identity[i]);
+	if (mkdirat(dfd, sub, 0700) && errno != EEXIST) {
+		fd = -errno;
+		close(dfd);
+		return fd;
+	}
+	fd = openat(dfd, sub, O_DIRECTORY | O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		fd = -errno;
+	close(dfd);
+	return fd;
+}
+
+static int ssd_files(struct ssd_tier *t)
+{
+	off_t size = (off_t)t->x.nr_slots * (off_t)t->block_bytes;
+	int ret;
+
+	t->lockfd = openat(t->dirfd, "lock", O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (t->lockfd < 0)
+		return -errno;
+	if (flock(t->lockfd, LOCK_EX | LOCK_NB))
+		return errno == EWOULDBLOCK ? -EBUSY : -errno;
+	t->datafd = openat(t->dirfd, "data", O_RDWR | O_CREAT | O_DIRECT | O_CLOEXEC, 0600);
+	if (t->datafd < 0) {
+		ret = -errno;
+		kvrt_log(t->t.space->k, KVRT_LOG_ERR, "ssd tier: data file: %s%s", strerror(-ret),
+			 ret == -EINVAL ? " (the file system refuses O_DIRECT)" : "");
+		return ret;
+	}
+	ret = fallocate(t->datafd, 0, 0, size) ? -errno : 0;
+	if (ret == -EOPNOTSUPP)
+		ret = ftruncate(t->datafd, size) ? -errno : 0;
+	return ret;
+}
+
+int kvrt_ssd_open(struct kvrt_space *s, const struct kvrt_tier_ssd_opts *o,
+		  const uint8_t identity[32], struct kvrt_tier **out)
+{
+	struct ssd_tier *t = calloc(1, sizeof(*t));
+	struct stat st;
+	int ret;
+
+	if (!t)
+		return -ENOMEM;
+	t->t.ops = &ssd_ops;
+	t->t.space = s;
+	t->dirfd = t->lockfd = t->datafd = t->logfd = -1;
+	t->ring.ring_fd = -1;
+	t->block_bytes = s->block_bytes;
+	t->qd = o->queue_depth ? o->queue_depth : SSD_DEFAULT_QD;
+	memcpy(t->identity, identity, 32);
+	pthread_mutex_init(&t->lock, NULL);
+	ret = ssd_index_init(&t->x, (uint32_t)(o->capacity_bytes / s->block_bytes));
+	if (ret)
+		goto fail;
+	t->dirfd = identity_dir(o->dir, identity);
+	if (t->dirfd < 0) {
+		ret = t->dirfd;
+		goto fail;
+	}
+	ret = ssd_files(t);
+	if (ret)
+		goto fail;
+	ret = io_uring_queue_init(t->qd, &t->ring, 0);
+	if (ret) {
+		t->ring.ring_fd = -1;
+		if (ret == -EPERM)
+			ret = -ENOSYS;	/* kernel.io_uring_disabled, or a filter */
+		goto fail;
+	}
+	log_replay(t);
+	ret = log_compact(t);
+	if (ret)
+		goto fail;
+	/* A tier that shrank gives the space beyond its slots back. */
+	if (!fstat(t->datafd, &st) && st.st_size > (off_t)t->x.nr_slots * (off_t)t->block_bytes &&
+	    ftruncate(t->datafd, (off_t)t->x.nr_slots * (off_t)t->block_bytes))
+		kvrt_log(s->k, KVRT_LOG_WARNING, "ssd tier: could not shrink the data file");
+	kvrt_log(s->k, KVRT_LOG_DEBUG, "ssd tier: %u slots of %llu bytes, %u held, queue depth %u",
+		 t->x.nr_slots, (unsigned long long)t->block_bytes, t->x.nr_used, t->qd);
+	*out = &t->t;
+	return 0;
+fail:
+	ssd_close(&t->t);
+	return ret;
+}
