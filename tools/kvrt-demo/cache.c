@@ -241,6 +241,20 @@ int pcache_open(struct pcache *pc, struct kvrt *k, struct devcache *dev,
 			 strerror(-ret));
 		goto out_close;
 	}
+	if (o->tier_dir) {
+		struct kvrt_tier_ssd_opts to = { .dir = o->tier_dir, .capacity_bytes = o->tier_bytes,
+						 .layout = &pc->layout };
+
+		if (to.capacity_bytes < bb)
+			to.capacity_bytes = bb;
+		ret = kvrt_tier_open_ssd(pc->space, &to, &pc->tier);
+		if (ret) {
+			snprintf(err, errlen, "kvrt_tier_open_ssd(%s): %s%s", o->tier_dir,
+				 strerror(-ret), ret == -EBUSY ?
+				 " (another process has this space's tier open)" : "");
+			goto out_close;
+		}
+	}
 	if (dev->gpu) {
 		/* once: every copy after this runs at the link's speed */
 		ret = kvrt_gpu_register_space(dev->gpu->gpu, pc->space);
@@ -301,11 +315,22 @@ int pcache_hash(struct pcache *pc, const uint32_t *tokens, uint32_t n,
 int pcache_lookup(struct pcache *pc, const uint8_t (*hashes)[KVRT_HASH_BYTES], uint32_t n,
 		  uint32_t *ids)
 {
+	uint8_t *where = NULL;
 	int hits, i;
 
 	if (!n)
 		return 0;
-	hits = kvrt_lookup(pc->space, n, hashes, ids, NULL);
+	if (pc->tier) {
+		where = malloc(n);
+		if (!where)
+			return -ENOMEM;
+		hits = kvrt_lookup_tiers(pc->space, n, hashes, ids, where);
+		for (i = 0; i < hits; i++)
+			pc->st.tier_hits += where[i] != 0;
+		free(where);
+	} else {
+		hits = kvrt_lookup(pc->space, n, hashes, ids, NULL);
+	}
 	if (hits < 0)
 		return hits;
 	pc->st.lookups += n;
@@ -398,6 +423,15 @@ int pcache_publish(struct pcache *pc, uint32_t n, const uint32_t *dev_ids,
 	}
 	pc->st.publish_blocks += n;
 	pc->st.publish_bytes += n * pc->kv_block_bytes;
+	if (pc->tier) {
+		/* Write-through: the pool keeps its copy whatever the tier says. */
+		int w = kvrt_tier_store(pc->space, n, pool_ids, hashes, prio);
+
+		if (w >= 0)
+			pc->st.tier_stores += (uint64_t)w;
+		else
+			pc->st.tier_store_errors++;
+	}
 	free(pairs);
 	free(flags);
 	free(prio);

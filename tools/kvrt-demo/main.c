@@ -65,6 +65,9 @@ struct opts {
 	bool foreign;			/* --space-owner given */
 	uint32_t space_owner;
 	uint64_t pool_bytes;
+	const char *tier_dir;		/* --tier ssd:DIR */
+	uint64_t tier_bytes;
+	bool expect_tier_hits;
 	enum decode_kernel decode_kernel;
 	bool reference, progress, expect_hits, expect_shared, json, quiet, inject_fault;
 	enum device_choice { DEVICE_AUTO, DEVICE_CPU, DEVICE_GPU } device;
@@ -177,6 +180,11 @@ static void usage(FILE *f)
 	      "  --keep-space           second: do not destroy the space at exit\n"
 	      "  --space-owner UID      second: join the space although UID, not you, owns it\n"
 	      "  --pool-mb N            space quota in MiB (256)\n"
+	      "  --tier ssd:DIR         an SSD tier below the pool, in DIR: published blocks\n"
+	      "                         are written through, prefixes the pool lacks are read\n"
+	      "                         back (a restarted demo finds its prefixes there; the\n"
+	      "                         space is then named kvrt-demo unless --space names it)\n"
+	      "  --tier-mb N            the SSD tier's capacity in MiB (1024)\n"
 	      "branching (instead of serving the workload; kvrt-demo(1)):\n"
 	      "  --n N                  N sampled continuations of each prompt, sharing its blocks\n"
 	      "  --beam N               beam search of width N over --gen-tokens tokens\n"
@@ -186,6 +194,7 @@ static void usage(FILE *f)
 	      "  --no-reference         skip the reference pass (no equivalence check)\n"
 	      "  --expect-hits          exit 4 unless some prefix block was hit\n"
 	      "  --expect-shared-hits   exit 4 unless some hit block came from another process\n"
+	      "  --expect-tier-hits     exit 4 unless some hit block came from the SSD tier\n"
 	      "  --no-progress          no progress line on stderr\n"
 	      "  --quiet                no progress line, no description of the run\n"
 	      "  --json                 print one JSON object instead of the text report\n"
@@ -229,6 +238,15 @@ static int parse_pool_mb(const char *v, void *dst)
 	if (topt_parse_ulong(v, 1, 1UL << 20, &mb))
 		return -1;
 	*(uint64_t *)dst = (uint64_t)mb << 20;
+	return 0;
+}
+
+/* --tier: the one kind so far, ssd:DIR. */
+static int parse_tier(const char *v, void *dst)
+{
+	if (strncmp(v, "ssd:", 4) || !v[4])
+		return -1;
+	*(const char **)dst = v + 4;
 	return 0;
 }
 
@@ -315,6 +333,11 @@ static int parse(int argc, char **argv, struct opts *o, const struct topt *warm)
 		{ .name = "--reference-device", .arg = "cpu|gpu", .kind = TOPT_CHOICE,
 		  .dst = &o->reference_on_gpu, .choices = "cpu|gpu" },
 		{ .name = "--space", .arg = "NAME", .kind = TOPT_STR, .dst = &o->space },
+		{ .name = "--tier", .arg = "ssd:DIR", .kind = TOPT_FUNC, .dst = &o->tier_dir,
+		  .parse = parse_tier, .want = "ssd:DIR (the SSD tier's directory)" },
+		{ .name = "--tier-mb", .arg = "N", .kind = TOPT_FUNC, .dst = &o->tier_bytes,
+		  .parse = parse_pool_mb, .want = "MiB from 1 to 1048576" },
+		FLAG("--expect-tier-hits", expect_tier_hits),
 		{ .name = "--space-owner", .arg = "UID", .kind = TOPT_FUNC, .dst = o,
 		  .parse = parse_owner, .want = "a uid" },
 		FLAG("--keep-space", keep_space),
@@ -742,11 +765,15 @@ int main(int argc, char **argv)
 	}
 	if (o.space)
 		snprintf(space_name, sizeof(space_name), "%s", o.space);
+	else if (o.tier_dir)
+		snprintf(space_name, sizeof(space_name), "kvrt-demo");	/* the tier's identity */
 	else
 		snprintf(space_name, sizeof(space_name), "kvrt-demo-%d", (int)getpid());
 	po.space_name = space_name;
 	po.mode = 0600;
 	po.quota_bytes = o.pool_bytes;
+	po.tier_dir = o.tier_dir;
+	po.tier_bytes = o.tier_bytes ? o.tier_bytes : 1ULL << 30;
 	po.space_flags = o.role == ROLE_SECOND ? 0 :
 			 o.role == ROLE_FIRST ? KVRT_SPACE_CREATE | KVRT_SPACE_PERSIST :
 			 KVRT_SPACE_CREATE;
@@ -897,6 +924,10 @@ int main(int argc, char **argv)
 			       "blocks) were published by another process; this process inserted %"
 			       PRIu64 " blocks\n", cached.pool.shared_hits, cached.pool.hits,
 			       cached.pool.shared_distinct, cached.pool.inserted);
+		if (o.tier_dir)
+			printf("ssd tier: %" PRIu64 " of %" PRIu64 " block hits came from %s; %" PRIu64
+			       " blocks written through\n", cached.pool.tier_hits, cached.pool.hits,
+			       o.tier_dir, cached.pool.tier_stores);
 		/* the first arrival: only a warmed or shared space can serve it */
 		if (cached.n_requests && cached.req[0].hit_blocks)
 			printf("first request: %u of its %u prompt blocks found in the pool\n",
@@ -922,6 +953,11 @@ int main(int argc, char **argv)
 	if (rc == EXIT_OK && o.expect_hits && !cached.pool.hits) {
 		fprintf(stderr, "kvrt-demo: expectation failed: no prefix block was hit "
 			"(--expect-hits)\n");
+		rc = EXIT_EXPECT;
+	}
+	if (rc == EXIT_OK && o.expect_tier_hits && !cached.pool.tier_hits) {
+		fprintf(stderr, "kvrt-demo: expectation failed: no hit came from the SSD tier "
+			"(--expect-tier-hits)\n");
 		rc = EXIT_EXPECT;
 	}
 	if (rc == EXIT_OK && o.expect_shared && !cached.pool.shared_hits) {

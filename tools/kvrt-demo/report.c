@@ -290,6 +290,9 @@ static void json_pass(FILE *f, const char *name, const struct pass_result *r, in
 		(unsigned long long)ps->shared_hits, (unsigned long long)ps->shared_distinct,
 		(unsigned long long)ps->inserted, (unsigned long long)ps->dedups,
 		(unsigned long long)ps->publish_skipped, (unsigned long long)ps->offload_dropped);
+	fprintf(f, "    \"tier_hits\": %llu, \"tier_stores\": %llu, \"tier_store_errors\": %llu,\n",
+		(unsigned long long)ps->tier_hits, (unsigned long long)ps->tier_stores,
+		(unsigned long long)ps->tier_store_errors);
 	fprintf(f, "    \"prompt_tokens\": %llu, \"reused_tokens\": %llu, \"resumed_tokens\": %llu,\n",
 		(unsigned long long)r->prompt_tokens, (unsigned long long)r->reused_tokens,
 		(unsigned long long)r->resumed_tokens);

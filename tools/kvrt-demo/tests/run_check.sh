@@ -6,7 +6,7 @@
 # prefix cache; a checkpoint written by --gen-checkpoint must load and give
 # the same tokens as the same weights generated in memory; the documented
 # exit statuses for bad options and a missing space; --speculative against
-# the model decoding alone; --n and --beam runs (equivalence, sharing
+# the model decoding alone; --tier ssd across a restart; --n and --beam runs (equivalence, sharing
 # figures, an injected fault, bad input); kvrt-demo warm's counts and its
 # refusals of bad prompt files (its in-process effect on a serving engine is
 # tests/test_warm's).  TAP output.
@@ -110,6 +110,30 @@ result $([ $rc = 3 ]; echo $?) "missing checkpoint: exit 3"
 run --preset tiny --system-tokens 600
 result $([ $rc = 2 ] && grep -q "seq_len" "$TMP/err"; echo $?) \
 	"conversation longer than seq_len: exit 2"
+
+# --tier ssd:DIR: the first run writes its published blocks through; a
+# second process (an empty embedded pool) gets its prefixes back from the
+# SSD tier, and generates exactly the tokens of a run without the tier.
+# ${KVRT_TIER_DIR:-/var/tmp}: O_DIRECT needs a real file system (not tmpfs).
+TIER=$(mktemp -d "${KVRT_TIER_DIR:-/var/tmp}/kvrt-demo-tier.XXXXXX")
+run --preset tiny --tier "ssd:$TIER" --tier-mb 16
+stores=$(sed -n 's/^ssd tier: .* \([0-9]*\) blocks written through$/\1/p' "$TMP/out")
+result $([ $rc = 0 ] && grep -q '^equivalence: PASS' "$TMP/out" &&
+	[ "$(field tokens)" = "$tokens_mem" ] && [ "${stores:-0}" -gt 0 ]; echo $?) \
+	"--tier ssd: a first run writes ${stores:-no} blocks through, same tokens"
+run --preset tiny --tier "ssd:$TIER" --tier-mb 16 --expect-tier-hits
+tier_hits=$(sed -n 's/^ssd tier: \([0-9]*\) of .*/\1/p' "$TMP/out")
+result $([ $rc = 0 ] && grep -q '^equivalence: PASS' "$TMP/out" &&
+	[ "$(field tokens)" = "$tokens_mem" ] && [ "${tier_hits:-0}" -gt 0 ] &&
+	grep -q '^first request: [1-9][0-9]* of its' "$TMP/out"; echo $?) \
+	"--tier ssd, restarted: ${tier_hits:-no} block hits from the SSD tier, the first request's among them, same tokens"
+run --preset tiny --expect-tier-hits
+result $([ $rc = 4 ] && grep -q 'no hit came from the SSD tier' "$TMP/err"; echo $?) \
+	"--expect-tier-hits without a tier: exit 4"
+run --preset tiny --tier "redis:$TIER"
+result $([ $rc = 2 ] && grep -q -- "--tier wants ssd:DIR (the SSD tier's directory), not 'redis:" "$TMP/err"; echo $?) \
+	"--tier of an unknown kind: exit 2, said how"
+rm -rf "$TIER"
 
 # --speculative: a draft proposes, the model verifies, rejections are cut
 # by kvrt_seq_truncate; the output must equal the model decoding alone.
