@@ -18,6 +18,7 @@
  *   demo   bench_demo.c    runs the kvrt-demo engine's benchmark
  *   gpu-attn  bench_gpu_attn.c  GPU paged-attention decode (libkvrt), SDPA peer
  *   gpu-copy  bench_gpu_copy.c  GPU <-> host pool block copies, registration
+ *   tier   bench_tier.c    the SSD tier's store and fetch GB/s, fio as the peer
  *
  * The GPU subcommands need a dynamically linked kvbench (libcuda is
  * loaded at run time); kvbench-static, the VM's build, says so and exits 1.
@@ -33,6 +34,7 @@ int cmd_copy(int argc, char **argv);	/* bench_copy.c */
 int cmd_demo(int argc, char **argv);	/* bench_demo.c */
 int cmd_gpu_attn(int argc, char **argv);	/* bench_gpu_attn.c */
 int cmd_gpu_copy(int argc, char **argv);	/* bench_gpu_copy.c */
+int cmd_tier(int argc, char **argv);	/* bench_tier.c */
 
 static const struct {
 	const char *name;
@@ -58,6 +60,9 @@ static const struct {
 	{ "gpu-copy", cmd_gpu_copy, "block copies between the GPU and a registered host pool\n"
 				    "                per method, against one pinned memcpy; and\n"
 				    "                the cost of registering the pool" },
+	{ "tier", cmd_tier, "libkvrt's SSD tier: store and fetch GB/s at 256 KiB and\n"
+			    "                2 MiB blocks, against fio's O_DIRECT writes and\n"
+			    "                reads on the same file system" },
 };
 #define NR_CMDS (sizeof(cmds) / sizeof(cmds[0]))
 

@@ -10,8 +10,10 @@
 # a count of 0 to 1,000,000.  The shared option parser, through the
 # other subcommands' tables: common options' errors, the usage after an
 # unknown option, a checked pair of options, generated help lines, demo's
-# own options and its "--".  (The ioctl cases need /dev/kvpool: `make
-# bench-pool` runs them in the VM.)
+# own options and its "--".  kvbench tier, short, must print its four
+# cases against fio, leave no file behind, and say how to get fio when it
+# is missing.  (The ioctl cases need /dev/kvpool: `make bench-pool` runs
+# them in the VM.)
 #
 # Output is TAP-like; the last line is "N passed, N failed".
 
@@ -159,6 +161,27 @@ json_cases '
 	}' \
 	pool --json --quiet --only core --reps 1 --rep-time 0.001
 result "pool --only core: alloc/free and prefix lookup cases, all measured" "$why"
+
+# kvbench tier: the SSD tier's store and fetch against fio, as short as it
+# goes (4 MiB per block size, one repetition), in a scratch directory of
+# ${KVRT_TIER_DIR:-/var/tmp} (O_DIRECT: not tmpfs).
+TD=$(mktemp -d "${KVRT_TIER_DIR:-/var/tmp}/kvbench-tier-test.XXXXXX")
+json_cases '
+	{ seen[name] = 1; if ($0 !~ /"limit_unit":"GB\/s fio O_DIRECT (read|write), io_uring/) print "limit not fio: " $0 }
+	END {
+		split("ssd_store_256k ssd_fetch_256k ssd_store_2048k ssd_fetch_2048k", want)
+		for (i in want)
+			if (!(want[i] in seen))
+				print "no case " want[i]
+	}' \
+	tier --json --quiet --dir "$TD" --mib 4 --reps 1
+result "tier: store and fetch at 256 KiB and 2 MiB, each against fio" "$why"
+left=$(ls -A "$TD")
+result "tier: its scratch files are gone afterwards" "${left:+left: $left}"
+mkdir "$TD/bin" && printf '#!/bin/sh\nexit 127\n' > "$TD/bin/fio" && chmod +x "$TD/bin/fio"
+PATH="$TD/bin:$PATH" check "tier without fio: exit 1, says how to get it" 1 "fio is not on \\\$PATH \\(Debian: apt-get install fio\\)" \
+	tier --dir "$TD" --mib 4 --reps 1
+rm -rf "$TD"
 
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]

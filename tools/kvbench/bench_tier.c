@@ -1,0 +1,365 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * bench_tier.c: kvbench tier, libkvrt's SSD tier against fio.
+ *
+ *   kvbench tier [--json] [--dir DIR] [--mib M] [--queue-depth N]
+ *                [--batch N] [common options]
+ *
+ * Cases ssd_store_<B> and ssd_fetch_<B>, for blocks B of 256 KiB and 2 MiB:
+ * M MiB (default 256) of blocks, in batches of --batch blocks (32):
+ *
+ *   store   kvrt_tier_store() of blocks of an embedded space into a new SSD
+ *           tier below DIR: O_DIRECT writes through io_uring, then the
+ *           data file's fdatasync and the index records' (per batch)
+ *   fetch   after a restart (a new pool, the tier reopened from its index),
+ *           kvrt_lookup_tiers() of the blocks' hashes: O_DIRECT reads into
+ *           new blocks of the space, each checksummed, then published
+ *
+ * value = GB/s of block bytes.  limit, measured in the same run on the same
+ * file system: fio writing (then reading) a file of the same size with the
+ * same block size, O_DIRECT, io_uring, the tier's depth (the smaller of
+ * --queue-depth and --batch: a call has at most its batch in flight), and,
+ * for writes, an fdatasync every --batch blocks as the tier does.  ratio =
+ * value / limit.  Each repetition runs the tier's case and fio's once;
+ * of --reps (default 3) pairs the one with the middle ratio is reported.
+ *
+ * fio (Debian's fio) must be on $PATH: without it kvbench tier says so and
+ * exits 1.  DIR defaults to $TMPDIR or /var/tmp: it needs O_DIRECT (not
+ * tmpfs before Linux 6.6), and what is measured is its device.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "kvrt.h"
+#include "child.h"
+#include "report.h"
+
+#define TIER_MAX_REPS 9
+
+struct tier_opts {
+	struct kvb_opts c;
+	const char *dir;
+	unsigned long mib;
+	unsigned int qd;
+	unsigned int batch;
+};
+
+static const struct kvb_opts tier_defaults = { .bench = "tier", .reps = 3, .rep_time = 0 };
+
+static const char tier_about[] =
+	"libkvrt's SSD tier: store and fetch GB/s at 256 KiB and 2 MiB blocks, against\n"
+	"fio's O_DIRECT writes and reads of the same size on the same file system.\n"
+	"ratio = value / limit.  Needs fio on $PATH.\n";
+
+/* One block size's state: a pool, a space and its tier. */
+struct tier_run {
+	const struct tier_opts *o;
+	uint64_t bb;		/* block bytes */
+	uint32_t n;		/* blocks */
+	char dir[4096];
+	struct kvrt *k;
+	struct kvrt_space *s;
+	struct kvrt_tier *t;
+	uint8_t (*hashes)[KVRT_HASH_BYTES];
+	uint32_t *ids;
+};
+
+static void run_close(struct tier_run *r)
+{
+	if (r->s)
+		kvrt_space_close(r->s);
+	if (r->k)
+		kvrt_close(r->k);
+	r->s = NULL;
+	r->k = NULL;
+	r->t = NULL;
+}
+
+/* A new pool, the space, and the SSD tier below r->dir. */
+static int run_open(struct tier_run *r)
+{
+	struct kvrt_open_opts ko = { .backend = KVRT_BACKEND_EMBEDDED,
+				     .flags = KVRT_OPEN_NO_HUGETLB };
+	struct kvrt_space_opts so = { .name = "kvbench-tier", .flags = KVRT_SPACE_CREATE,
+				      .mode = 0600, .block_bytes = r->bb,
+				      .quota_bytes = (uint64_t)(r->n + 1) * r->bb };
+	struct kvrt_tier_ssd_opts to = { .dir = r->dir, .capacity_bytes = (uint64_t)r->n * r->bb,
+					 .queue_depth = r->o->qd };
+	int ret;
+
+	ret = kvrt_open(&r->k, &ko);
+	if (!ret)
+		ret = kvrt_space_open(r->k, &so, &r->s);
+	if (!ret)
+		ret = kvrt_tier_open_ssd(r->s, &to, &r->t);
+	if (ret)
+		run_close(r);
+	return ret;
+}
+
+static int remove_tree(const char *dir)
+{
+	char *argv[] = { "rm", "-rf", (char *)dir, NULL };
+	char out[256];
+	bool timed_out;
+	int fd, status;
+	pid_t pid;
+
+	pid = kvb_child_start("rm", argv, KVB_CHILD_SEARCH | KVB_CHILD_STDERR, &fd);
+	if (pid < 0)
+		return (int)pid;
+	kvb_child_read(fd, pid, out, sizeof(out), 0, &timed_out);
+	return kvb_child_wait(pid, &status) ? -EIO : 0;
+}
+
+/* Store all blocks into a new tier: seconds, or a negative errno. */
+static double time_store(struct tier_run *r)
+{
+	uint64_t x = 0x9e3779b97f4a7c15ULL;
+	uint32_t i, j;
+	double t0, t = 0;
+	int ret;
+
+	remove_tree(r->dir);
+	ret = run_open(r);
+	if (ret)
+		return ret;
+	ret = kvrt_alloc_blocks(r->s, r->n, r->ids);
+	if (ret)
+		goto out;
+	/* Data that no device can compress or deduplicate. */
+	for (i = 0; i < r->n; i++) {
+		uint64_t *p = kvrt_block_addr(r->s, r->ids[i]);
+
+		for (j = 0; j < r->bb / 8; j++) {
+			x ^= x << 13;
+			x ^= x >> 7;
+			x ^= x << 17;
+			p[j] = x;
+		}
+	}
+	t0 = kvb_now_s();
+	for (i = 0; i < r->n && ret >= 0; i += r->o->batch) {
+		uint32_t m = r->n - i < r->o->batch ? r->n - i : r->o->batch;
+
+		ret = kvrt_tier_store(r->s, m, r->ids + i,
+				      (const uint8_t (*)[KVRT_HASH_BYTES])r->hashes + i, NULL);
+		if (ret >= 0 && (uint32_t)ret != m)
+			ret = -ENOSPC;
+	}
+	t = kvb_now_s() - t0;
+out:
+	run_close(r);
+	return ret < 0 ? ret : t;
+}
+
+/* A restart, then every block brought up from the tier: seconds, or a negative errno. */
+static double time_fetch(struct tier_run *r)
+{
+	double t0, t;
+	uint32_t i;
+	int ret;
+
+	ret = run_open(r);
+	if (ret)
+		return ret;
+	t0 = kvb_now_s();
+	for (i = 0; i < r->n; i += r->o->batch) {
+		uint32_t m = r->n - i < r->o->batch ? r->n - i : r->o->batch;
+
+		ret = kvrt_lookup_tiers(r->s, m, (const uint8_t (*)[KVRT_HASH_BYTES])r->hashes + i,
+					r->ids + i, NULL);
+		if (ret >= 0 && (uint32_t)ret != m) {
+			ret = -ENODATA;
+			break;
+		}
+	}
+	t = kvb_now_s() - t0;
+	run_close(r);
+	return ret < 0 ? ret : t;
+}
+
+/* The tier has at most a batch's requests in flight: fio gets the same depth. */
+static unsigned int inflight(const struct tier_opts *o)
+{
+	return o->batch < o->qd ? o->batch : o->qd;
+}
+
+/* fio's bw_bytes of the "read" or "write" part of its JSON, or 0. */
+static double fio_bw(const char *json, const char *part)
+{
+	char key[32];
+	const char *p;
+
+	snprintf(key, sizeof(key), "\"%s\" : {", part);
+	p = strstr(json, key);
+	p = p ? strstr(p, "\"bw_bytes\" : ") : NULL;
+	return p ? strtod(p + strlen("\"bw_bytes\" : "), NULL) : 0;
+}
+
+/* fio writing or reading r->n blocks of r->bb in DIR/fio.dat: bytes per second, or 0 (why). */
+static double fio_rate(struct tier_run *r, bool write, char *why, size_t wlen)
+{
+	char file[4200], size[32], bs[32], qd[16], sync[16], out[1 << 16];
+	char *argv[] = { "fio", "--name=kvbench-tier", "--ioengine=io_uring", "--direct=1",
+			 "--output-format=json", NULL, NULL, NULL, NULL, NULL, NULL, NULL };
+	int fd, status, na = 5;
+	bool timed_out;
+	double bw;
+	pid_t pid;
+
+	snprintf(file, sizeof(file), "--filename=%s/fio.dat", r->o->dir);
+	snprintf(size, sizeof(size), "--size=%llu", (unsigned long long)r->n * r->bb);
+	snprintf(bs, sizeof(bs), "--bs=%llu", (unsigned long long)r->bb);
+	snprintf(qd, sizeof(qd), "--iodepth=%u", inflight(r->o));
+	snprintf(sync, sizeof(sync), "--fdatasync=%u", r->o->batch);
+	argv[na++] = file;
+	argv[na++] = size;
+	argv[na++] = bs;
+	argv[na++] = qd;
+	argv[na++] = write ? "--rw=write" : "--rw=read";
+	if (write)
+		argv[na++] = sync;
+	pid = kvb_child_start("fio", argv, KVB_CHILD_SEARCH, &fd);
+	if (pid < 0) {
+		snprintf(why, wlen, "cannot start fio: %s", strerror((int)-pid));
+		return 0;
+	}
+	kvb_child_read(fd, pid, out, sizeof(out), 600, &timed_out);
+	kvb_child_wait(pid, &status);
+	if (WIFEXITED(status) && WEXITSTATUS(status) == 127) {
+		snprintf(why, wlen, "fio is not on $PATH (Debian: apt-get install fio)");
+		return 0;
+	}
+	bw = fio_bw(out, write ? "write" : "read");
+	if (!WIFEXITED(status) || WEXITSTATUS(status) || !(bw > 0))
+		snprintf(why, wlen, "fio %s failed (status %d)%s", write ? "write" : "read", status,
+			 timed_out ? ", past 600 s" : "");
+	return bw;
+}
+
+static int bench_size(struct tier_run *r, const struct kvb_report *rep)
+{
+	double sv[TIER_MAX_REPS], sl[TIER_MAX_REPS], fv[TIER_MAX_REPS], fl[TIER_MAX_REPS];
+	double bytes = (double)r->n * (double)r->bb, v, l, t;
+	char name[64], lunit[160], why[256] = "";
+	unsigned int i, reps = r->o->c.reps > TIER_MAX_REPS ? TIER_MAX_REPS : r->o->c.reps;
+
+	for (i = 0; i < r->n; i++) {
+		uint32_t tok[2] = { (uint32_t)r->bb, i };
+
+		if (kvrt_hash_block(NULL, tok, 2, NULL, 0, r->hashes[i]))
+			return -EIO;
+	}
+	for (i = 0; i < reps; i++) {
+		snprintf(name, sizeof(name), "%llu KiB blocks, repetition %u",
+			 (unsigned long long)(r->bb >> 10), i + 1);
+		kvb_progress(&r->o->c, i + 1, reps, name);
+		t = time_store(r);
+		if (t < 0)
+			return (int)t;
+		sv[i] = t / bytes;
+		t = time_fetch(r);
+		if (t < 0)
+			return (int)t;
+		fv[i] = t / bytes;
+		/* fio's limits: seconds per byte, as the values */
+		v = fio_rate(r, true, why, sizeof(why));
+		l = v > 0 ? fio_rate(r, false, why, sizeof(why)) : 0;
+		if (!(v > 0) || !(l > 0)) {
+			kvb_progress_end();
+			fprintf(stderr, "kvbench tier: %s\n", why);
+			return -ENOENT;
+		}
+		sl[i] = 1 / v;
+		fl[i] = 1 / l;
+	}
+	kvb_middle_pair(sv, sl, reps, &v, &l);
+	snprintf(name, sizeof(name), "ssd_store_%lluk", (unsigned long long)(r->bb >> 10));
+	snprintf(lunit, sizeof(lunit), "GB/s fio O_DIRECT write, io_uring, qd %u, fdatasync/%u",
+		 inflight(r->o), r->o->batch);
+	kvb_report(rep, name, 1e-9 / v, "GB/s stored (ratio = value/limit)", 1e-9 / l, lunit);
+	kvb_middle_pair(fv, fl, reps, &v, &l);
+	snprintf(name, sizeof(name), "ssd_fetch_%lluk", (unsigned long long)(r->bb >> 10));
+	snprintf(lunit, sizeof(lunit), "GB/s fio O_DIRECT read, io_uring, qd %u", inflight(r->o));
+	kvb_report(rep, name, 1e-9 / v, "GB/s fetched into the pool (ratio = value/limit)",
+		   1e-9 / l, lunit);
+	return 0;
+}
+
+/* argv[0] is "tier". */
+int cmd_tier(int argc, char **argv)
+{
+	static const uint64_t sizes[] = { 256ULL << 10, 2ULL << 20 };
+	struct tier_opts o = { .c = tier_defaults, .mib = 256, .qd = 64, .batch = 32 };
+	struct kvb_report rep = { .o = &o.c, .ratio = KVB_RATE, .name_w = 18, .num_w = 8,
+				  .unit_w = 52, .ratio_w = 7 };
+	char base[4096];
+	unsigned int s;
+	int ret = 0;
+	const struct topt opts[] = {
+		{ .name = "--dir", .arg = "DIR", .kind = TOPT_STR, .dst = &o.dir,
+		  .help = "where the tier and fio's file go (default $TMPDIR or /var/tmp)" },
+		{ .name = "--mib", .arg = "M", .kind = TOPT_ULONG, .dst = &o.mib, .min = 4,
+		  .max = 1UL << 20, .want = "MiB from 4 to 1048576",
+		  .help = "MiB of blocks per block size (default 256)" },
+		{ .name = "--queue-depth", .arg = "N", .kind = TOPT_UINT, .dst = &o.qd, .min = 1,
+		  .max = 4096, .want = "a queue depth from 1 to 4096",
+		  .help = "I/Os in flight, the tier's and fio's (default 64)" },
+		{ .name = "--batch", .arg = "N", .kind = TOPT_UINT, .dst = &o.batch, .min = 1,
+		  .max = 4096, .want = "blocks per call from 1 to 4096",
+		  .help = "blocks per store or lookup call (default 32)" },
+		{ NULL },
+	};
+	const struct kvb_cmd cmd = { .defaults = &tier_defaults, .about = tier_about,
+				     .opts = opts };
+
+	if (!kvb_parse_args(&cmd, &o.c, argc, argv, NULL, &ret))
+		return ret;
+	ret = 0;
+	if (!o.dir) {
+		const char *t = getenv("TMPDIR");
+
+		snprintf(base, sizeof(base), "%s/kvbench-tier.XXXXXX", t && *t ? t : "/var/tmp");
+		if (!mkdtemp(base)) {
+			fprintf(stderr, "kvbench tier: %s: %s\n", base, strerror(errno));
+			return 1;
+		}
+		o.dir = base;
+	}
+	kvb_report_header(&rep, "GB/s");
+	for (s = 0; s < sizeof(sizes) / sizeof(sizes[0]) && !ret; s++) {
+		struct tier_run r = { .o = &o, .bb = sizes[s] };
+
+		r.n = (uint32_t)(((uint64_t)o.mib << 20) / r.bb);
+		if (!r.n)
+			r.n = 1;
+		snprintf(r.dir, sizeof(r.dir), "%s/tier", o.dir);
+		r.hashes = calloc(r.n, sizeof(*r.hashes));
+		r.ids = calloc(r.n, sizeof(*r.ids));
+		ret = r.hashes && r.ids ? bench_size(&r, &rep) : -ENOMEM;
+		if (ret && ret != -ENOENT)
+			fprintf(stderr, "kvbench tier: %llu KiB blocks: %s\n",
+				(unsigned long long)(r.bb >> 10), strerror(-ret));
+		free(r.hashes);
+		free(r.ids);
+		remove_tree(r.dir);
+	}
+	{
+		char fio[4200];
+
+		snprintf(fio, sizeof(fio), "%s/fio.dat", o.dir);
+		unlink(fio);
+	}
+	if (o.dir == base)
+		rmdir(base);
+	kvb_progress_end();
+	return ret ? 1 : 0;
+}
