@@ -150,10 +150,11 @@ if command -v pkg-config > /dev/null; then
 	check "pkg-config --cflags --libs kvrt: '$flags'" \
 		test "$flags" = "-I$P/include -L$P/lib -lkvrt"
 	sflags=$(pkg-config --static --libs kvrt 2>&1 | sed 's/ *$//')
-	check "pkg-config --static --libs kvrt has -lkvrt -lpthread -lm -lcrypto -luring -lxxhash: '$sflags'" \
+	check "pkg-config --static --libs kvrt has -lkvrt -lpthread -lm -lcrypto -luring -lxxhash -lhiredis: '$sflags'" \
 		bash -c '[[ " $1 " == *" -L'"$P"'/lib -lkvrt "* && " $1 " == *" -lpthread "* &&
 			   " $1 " == *" -lm "* && " $1 " == *" -lcrypto "* &&
-			   " $1 " == *" -luring "* && " $1 " == *" -lxxhash "* ]]' _ "$sflags"
+			   " $1 " == *" -luring "* && " $1 " == *" -lxxhash "* &&
+			   " $1 " == *" -lhiredis "* ]]' _ "$sflags"
 	check "pkg-config --modversion kvrt is $VERSION" test "$(pkg-config --modversion kvrt)" = "$VERSION"
 
 	# The same .pc pointed at the DESTDIR: the flags a real install would give.

@@ -1261,6 +1261,7 @@ struct kvrt_tier;
 
 enum kvrt_tier_kind {
 	KVRT_TIER_SSD = 1,
+	KVRT_TIER_REDIS = 2,
 };
 
 struct kvrt_tier_ssd_opts {
@@ -1286,6 +1287,47 @@ struct kvrt_tier_ssd_opts {
 int kvrt_tier_open_ssd(struct kvrt_space *space, const struct kvrt_tier_ssd_opts *opts,
 		       struct kvrt_tier **tier);
 
+/*
+ * The cross-host tier on a Redis Cluster (Redis 7).  Each block is one
+ * value, under key_prefix + the identity's hex + ':' + the hash's hex,
+ * holding a 24-byte head (magic, version, block_bytes, the XXH3-64 of the
+ * bytes) and the bytes; a value that is short, of another geometry or
+ * fails the checksum is a miss (checksum_errors).  A lookup of n hashes
+ * costs one pipelined round trip per node involved (EXISTS, then GET);
+ * a store one more (SET NX: a key present is left alone; Redis's
+ * maxmemory-policy decides what is evicted, and the tier's capacity,
+ * blocks and used_bytes are not known here: 0).  The slot map comes from
+ * CLUSTER SLOTS; MOVED and ASK redirections are followed, and the map read
+ * again after a MOVED.
+ *
+ * Isolation: each tenant connects as its own ACL user (user, password),
+ * restricted by the administrator to its key_prefix ("~PREFIX*"): Redis
+ * refuses another tenant's keys with NOPERM, a miss here.
+ * Faults: every connection and every reply waits at most timeout_ms; a
+ * node that fails or stalls is a miss (lookup) or -EIO (store), dropped and
+ * reconnected on the next call; the pool and the other tiers are untouched.
+ */
+struct kvrt_tier_redis_opts {
+	const char *nodes;		/* seeds: "host:port[,host:port...]" */
+	const char *user;		/* ACL user; NULL or "": the default user */
+	const char *password;
+	const char *key_prefix;		/* NULL: "kvt:"; at most 128 bytes */
+	uint32_t timeout_ms;		/* 0: 1000 */
+	uint32_t flags;			/* 0 */
+	const struct kvrt_layout *layout;	/* as for the SSD tier */
+	uint64_t reserved[4];		/* 0 */
+};
+
+/*
+ * Connect to the cluster and add its tier to this handle's tiers.  -EINVAL
+ * NULL arguments, flags or reserved fields, a seed list that does not
+ * parse, a key_prefix over 128 bytes; -EACCES the credentials refused;
+ * -ECONNREFUSED or -ETIMEDOUT no seed answered; -EPROTO not a cluster;
+ * -ENOMEM.  On failure nothing is added.
+ */
+int kvrt_tier_open_redis(struct kvrt_space *space, const struct kvrt_tier_redis_opts *opts,
+			 struct kvrt_tier **tier);
+
 /* Remove the tier from its handle's tiers and close it; NULL is a no-op. */
 void kvrt_tier_close(struct kvrt_tier *tier);
 
@@ -1304,7 +1346,8 @@ struct kvrt_tier_stats {
 	uint64_t evictions;		/* blocks dropped to make room */
 	uint64_t checksum_errors;	/* blocks whose data failed the checksum */
 	uint64_t io_errors;		/* reads or writes that failed or came short */
-	uint64_t reserved[6];		/* 0 */
+	uint64_t redirects;		/* Redis: MOVED and ASK replies followed */
+	uint64_t reserved[5];		/* 0 */
 };
 
 /* The tier's figures.  -EINVAL NULL arguments. */
@@ -1334,7 +1377,8 @@ int kvrt_lookup_tiers(struct kvrt_space *space, uint32_t count,
  * count 0, an id outside the space, a priority above KVRT_PRIO_MAX),
  * -E2BIG (count > KVRT_MAX_BATCH), -EFAULT (ids or hashes NULL), -ENODEV
  * (no tier open on this handle), -EIO (a tier could not write or sync:
- * nothing of this call is in that tier's index), -ENOMEM.
+ * nothing of this call is in the SSD tier's index; on Redis the blocks
+ * that were written stay), -ENOMEM.
  */
 int kvrt_tier_store(struct kvrt_space *space, uint32_t count, const uint32_t *ids,
 		    const uint8_t (*hashes)[KVRT_HASH_BYTES], const uint32_t *priorities);

@@ -98,6 +98,38 @@ int kvrt_tier_open_ssd(struct kvrt_space *s, const struct kvrt_tier_ssd_opts *o,
 	return 0;
 }
 
+int kvrt_tier_open_redis(struct kvrt_space *s, const struct kvrt_tier_redis_opts *o,
+			 struct kvrt_tier **out)
+{
+	uint8_t identity[32];
+	struct kvrt_tier *t;
+	uint64_t z = 0;
+	unsigned int i;
+	int ret;
+
+	if (!out)
+		return -EINVAL;
+	*out = NULL;
+	if (!s || !o || !o->nodes || o->flags ||
+	    (o->key_prefix && strlen(o->key_prefix) > 128))
+		return -EINVAL;
+	for (i = 0; i < sizeof(o->reserved) / sizeof(o->reserved[0]); i++)
+		z |= o->reserved[i];
+	if (z)
+		return -EINVAL;
+	ret = kvrt_tier_identity(s, o->layout, identity);
+	if (ret)
+		return ret;
+	ret = kvrt_redis_open(s, o, identity, &t);
+	if (ret)
+		return ret;
+	t->space = s;
+	t->kind = KVRT_TIER_REDIS;
+	tier_add(s, t);
+	*out = t;
+	return 0;
+}
+
 void kvrt_tier_close(struct kvrt_tier *t)
 {
 	struct kvrt_tier **p;

@@ -49,5 +49,7 @@ int kvrt_tier_identity(struct kvrt_space *s, const struct kvrt_layout *layout, u
 
 int kvrt_ssd_open(struct kvrt_space *s, const struct kvrt_tier_ssd_opts *o,
 		  const uint8_t identity[32], struct kvrt_tier **out);
+int kvrt_redis_open(struct kvrt_space *s, const struct kvrt_tier_redis_opts *o,
+		    const uint8_t identity[32], struct kvrt_tier **out);
 
 #endif /* KVRT_TIER_H */

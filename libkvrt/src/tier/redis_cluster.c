@@ -1,0 +1,343 @@
+// SPDX-License-Identifier: MIT
+/*
+ * tier/redis_cluster.c: slot routing, pipelined batches and redirections
+ * over hiredis (redis_cluster.h).
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "redis_cluster.h"
+
+uint16_t rc_key_slot(const char *key, size_t len)
+{
+	size_t open, close, i;
+	uint16_t crc = 0;
+	int b;
+
+	/* A {tag} with something inside names the slot instead of the whole key. */
+	for (open = 0; open < len && key[open] != '{'; open++)
+		;
+	if (open < len) {
+		for (close = open + 1; close < len && key[close] != '}'; close++)
+			;
+		if (close < len && close > open + 1) {
+			key += open + 1;
+			len = close - open - 1;
+		}
+	}
+	for (i = 0; i < len; i++) {
+		crc ^= (uint16_t)((uint8_t)key[i] << 8);
+		for (b = 0; b < 8; b++)
+			crc = crc & 0x8000 ? (uint16_t)((crc << 1) ^ 0x1021) : (uint16_t)(crc << 1);
+	}
+	return crc & (RC_SLOTS - 1);
+}
+
+static uint16_t node_index(struct rc_cluster *c, const char *host, size_t hlen, int port)
+{
+	uint16_t i;
+
+	if (!hlen || hlen >= sizeof(c->nodes[0].host))
+		return RC_NO_NODE;
+	for (i = 0; i < c->nr_nodes; i++)
+		if (c->nodes[i].port == port && !strncmp(c->nodes[i].host, host, hlen) &&
+		    !c->nodes[i].host[hlen])
+			return i;
+	if (c->nr_nodes == RC_MAX_NODES)
+		return RC_NO_NODE;
+	memcpy(c->nodes[i].host, host, hlen);
+	c->nodes[i].host[hlen] = 0;
+	c->nodes[i].port = port;
+	c->nodes[i].c = NULL;
+	return c->nr_nodes++;
+}
+
+static void node_drop(struct rc_node *n)
+{
+	if (n->c)
+		redisFree(n->c);
+	n->c = NULL;
+}
+
+/* The node's connection, made and authenticated when there is none; NULL on failure. */
+static redisContext *node_conn(struct rc_cluster *c, uint16_t i, int *why)
+{
+	struct rc_node *n = &c->nodes[i];
+	redisReply *r;
+
+	*why = -ECONNREFUSED;
+	if (n->c)
+		return n->c;
+	n->c = redisConnectWithTimeout(n->host, n->port, c->timeout);
+	if (!n->c || n->c->err) {
+		snprintf(c->err, sizeof(c->err), "%s:%d: %s", n->host, n->port,
+			 n->c ? n->c->errstr : "out of memory");
+		*why = n->c && n->c->err == REDIS_ERR_IO && errno == EINPROGRESS ? -ETIMEDOUT :
+		       -ECONNREFUSED;
+		node_drop(n);
+		return NULL;
+	}
+	redisSetTimeout(n->c, c->timeout);
+	if (c->user[0]) {
+		r = redisCommand(n->c, "AUTH %s %s", c->user, c->pass);
+		if (!r || r->type == REDIS_REPLY_ERROR) {
+			snprintf(c->err, sizeof(c->err), "%s:%d: AUTH %s: %s", n->host, n->port,
+				 c->user, r ? r->str : n->c->errstr);
+			*why = r ? -EACCES : -ETIMEDOUT;
+			if (r)
+				freeReplyObject(r);
+			node_drop(n);
+			return NULL;
+		}
+		freeReplyObject(r);
+	}
+	return n->c;
+}
+
+/* CLUSTER SLOTS from the first node that answers: the map, all of it anew. */
+static int rc_refresh(struct rc_cluster *c)
+{
+	int why = -ECONNREFUSED;
+	uint16_t i, s;
+	size_t e;
+
+	c->refreshes++;
+	for (i = 0; i < c->nr_nodes; i++) {
+		redisContext *ctx = node_conn(c, i, &why);
+		redisReply *r;
+
+		if (!ctx)
+			continue;
+		r = redisCommand(ctx, "CLUSTER SLOTS");
+		if (!r) {
+			node_drop(&c->nodes[i]);
+			continue;
+		}
+		if (r->type != REDIS_REPLY_ARRAY) {
+			snprintf(c->err, sizeof(c->err), "%s:%d: CLUSTER SLOTS: %s", c->nodes[i].host,
+				 c->nodes[i].port, r->type == REDIS_REPLY_ERROR ? r->str : "not a list");
+			freeReplyObject(r);
+			why = -EPROTO;
+			continue;
+		}
+		for (s = 0; s < RC_SLOTS; s++)
+			c->slot_node[s] = RC_NO_NODE;
+		for (e = 0; e < r->elements; e++) {
+			redisReply *rng = r->element[e], *m;
+			uint16_t node;
+			long long a, b;
+
+			if (rng->type != REDIS_REPLY_ARRAY || rng->elements < 3)
+				continue;
+			m = rng->element[2];
+			if (m->type != REDIS_REPLY_ARRAY || m->elements < 2 ||
+			    m->element[0]->type != REDIS_REPLY_STRING)
+				continue;
+			a = rng->element[0]->integer;
+			b = rng->element[1]->integer;
+			node = node_index(c, m->element[0]->str, m->element[0]->len,
+					  (int)m->element[1]->integer);
+			for (; node != RC_NO_NODE && a <= b && a >= 0 && a < RC_SLOTS; a++)
+				c->slot_node[a] = node;
+		}
+		freeReplyObject(r);
+		return 0;
+	}
+	return why;
+}
+
+int rc_open(struct rc_cluster *c, const char *seeds, const char *user, const char *pass,
+	    uint32_t timeout_ms)
+{
+	const char *p = seeds;
+	uint16_t s;
+
+	memset(c, 0, sizeof(*c));
+	for (s = 0; s < RC_SLOTS; s++)
+		c->slot_node[s] = RC_NO_NODE;
+	c->timeout.tv_sec = timeout_ms / 1000;
+	c->timeout.tv_usec = (timeout_ms % 1000) * 1000;
+	if ((user && strlen(user) >= sizeof(c->user)) || (pass && strlen(pass) >= sizeof(c->pass)))
+		return -EINVAL;
+	snprintf(c->user, sizeof(c->user), "%s", user ? user : "");
+	snprintf(c->pass, sizeof(c->pass), "%s", pass ? pass : "");
+	while (p && *p) {
+		const char *colon, *end = strchr(p, ',');
+		char *num_end;
+		long port;
+
+		if (!end)
+			end = p + strlen(p);
+		colon = memrchr(p, ':', (size_t)(end - p));
+		if (!colon)
+			return -EINVAL;
+		port = strtol(colon + 1, &num_end, 10);
+		if (num_end != end || port < 1 || port > 65535 ||
+		    node_index(c, p, (size_t)(colon - p), (int)port) == RC_NO_NODE)
+			return -EINVAL;
+		p = *end ? end + 1 : end;
+	}
+	if (!c->nr_nodes)
+		return -EINVAL;
+	return rc_refresh(c);
+}
+
+void rc_close(struct rc_cluster *c)
+{
+	uint16_t i;
+
+	for (i = 0; i < c->nr_nodes; i++)
+		node_drop(&c->nodes[i]);
+}
+
+/* "MOVED 3999 127.0.0.1:6381" / "ASK ...": the node named, or RC_NO_NODE. */
+static uint16_t redirect_target(struct rc_cluster *c, const char *msg, uint16_t *slot)
+{
+	const char *sp = strchr(msg, ' '), *addr, *colon;
+
+	if (!sp)
+		return RC_NO_NODE;
+	*slot = (uint16_t)(strtoul(sp + 1, NULL, 10) & (RC_SLOTS - 1));
+	addr = strchr(sp + 1, ' ');
+	colon = addr ? strrchr(addr, ':') : NULL;
+	if (!colon)
+		return RC_NO_NODE;
+	return node_index(c, addr + 1, (size_t)(colon - addr - 1), atoi(colon + 1));
+}
+
+/*
+ * The node's next reply into *r (a previous one there is freed first);
+ * false when it timed out or the connection broke: then the node is
+ * dropped, and the rest of its replies are lost with it.
+ */
+static bool read_reply(struct rc_cluster *c, uint16_t node, redisReply **r)
+{
+	struct rc_node *n = &c->nodes[node];
+
+	if (*r)
+		freeReplyObject(*r);
+	*r = NULL;
+	if (!n->c)
+		return false;
+	if (redisGetReply(n->c, (void **)r) == REDIS_OK && *r)
+		return true;
+	snprintf(c->err, sizeof(c->err), "%s:%d: %s", n->host, n->port, n->c->errstr);
+	node_drop(n);
+	*r = NULL;
+	return false;
+}
+
+uint32_t rc_batch(struct rc_cluster *c, uint32_t n, const struct rc_cmd *cmds,
+		  redisReply **replies)
+{
+	/*
+	 * target: where a command goes next round; sent: where it went this
+	 * round (its reply is read from there, whatever a redirection says
+	 * about the next one); asking: the next send is preceded by ASKING.
+	 */
+	uint16_t *target = malloc(n * sizeof(*target)), *sent = malloc(n * sizeof(*sent));
+	uint8_t *asking = calloc(n, 1), *sent_asking = calloc(n, 1), *todo = malloc(n);
+	uint32_t i, got = 0, left = n, total = n;
+	int round, why;
+	uint16_t node;
+
+	if (!target || !sent || !asking || !sent_asking || !todo) {
+		left = 0;
+		n = 0;
+	}
+	for (i = 0; i < n; i++) {
+		replies[i] = NULL;
+		todo[i] = 1;
+		target[i] = c->slot_node[rc_key_slot(cmds[i].argv[1], cmds[i].argvlen[1])];
+	}
+	for (round = 0; round < 5 && left; round++) {
+		bool moved = false;
+
+		/* Every node's commands go out before any reply is read: one round trip each. */
+		for (i = 0; i < n; i++)
+			sent[i] = RC_NO_NODE;
+		for (node = 0; node < c->nr_nodes; node++) {
+			redisContext *ctx = NULL;
+
+			for (i = 0; i < n; i++) {
+				if (!todo[i] || target[i] != node)
+					continue;
+				if (!ctx && !(ctx = node_conn(c, node, &why)))
+					break;
+				if (asking[i])
+					redisAppendCommand(ctx, "ASKING");
+				redisAppendCommandArgv(ctx, cmds[i].argc, cmds[i].argv, cmds[i].argvlen);
+				sent[i] = node;
+				sent_asking[i] = asking[i];
+				asking[i] = 0;
+			}
+		}
+		/* Unreachable nodes and slots nobody serves: those commands fail now. */
+		for (i = 0; i < n; i++)
+			if (todo[i] && sent[i] == RC_NO_NODE) {
+				todo[i] = 0;
+				left--;
+			}
+		for (node = 0; node < c->nr_nodes; node++) {
+			for (i = 0; i < n; i++) {
+				redisReply *r = NULL;
+				uint16_t slot, to;
+
+				if (!todo[i] || sent[i] != node)
+					continue;
+				/* ASKING's own reply first, then the command's. */
+				if ((sent_asking[i] && !read_reply(c, node, &r)) ||
+				    !read_reply(c, node, &r)) {
+					todo[i] = 0;
+					left--;
+					continue;
+				}
+				if (r->type == REDIS_REPLY_ERROR &&
+				    (!strncmp(r->str, "MOVED ", 6) || !strncmp(r->str, "ASK ", 4))) {
+					bool ask = r->str[1] == 'S';
+
+					to = redirect_target(c, r->str, &slot);
+					freeReplyObject(r);
+					c->redirects++;
+					if (to == RC_NO_NODE) {
+						todo[i] = 0;
+						left--;
+						continue;
+					}
+					if (ask) {
+						asking[i] = 1;
+					} else {
+						c->slot_node[slot] = to;
+						moved = true;
+					}
+					target[i] = to;
+					continue;	/* again, next round */
+				}
+				replies[i] = r;
+				todo[i] = 0;
+				left--;
+				got++;
+			}
+		}
+		/* A slot moved: the map is likely stale beyond it. */
+		if (moved && !rc_refresh(c))
+			for (i = 0; i < n; i++)
+				if (todo[i] && !asking[i])
+					target[i] = c->slot_node[rc_key_slot(cmds[i].argv[1],
+									     cmds[i].argvlen[1])];
+	}
+	if (!target || !sent || !asking || !sent_asking || !todo)
+		memset(replies, 0, total * sizeof(*replies));
+	free(target);
+	free(sent);
+	free(asking);
+	free(sent_asking);
+	free(todo);
+	return got;
+}

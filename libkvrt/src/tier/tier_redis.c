@@ -1,0 +1,341 @@
+// SPDX-License-Identifier: MIT
+/*
+ * tier/tier_redis.c: the cross-host tier on a Redis Cluster.  A block is
+ * one string value under the key
+ *
+ *     <key_prefix><identity, 64 hex digits>:<hash, 64 hex digits>
+ *
+ * (no {tag}: the blocks of a space spread over every node), holding a
+ * 24-byte head, then the block's bytes:
+ *
+ *     u32 magic "KVRB", u16 version 1, u16 0, u64 block_bytes, u64 XXH3-64
+ *     of the bytes
+ *
+ * A value that is short, long, of another magic or size, or fails its
+ * checksum is a miss (checksum_errors) and is never copied into a block.
+ * Batches are one pipelined round trip per node (redis_cluster.c): EXISTS
+ * per key to see how long a prefix is there, GET per key to fetch it, SET
+ * NX per key to store (a key present is left as it is: Redis's own
+ * eviction, maxmemory-policy, decides what goes).  Each tenant connects as
+ * its own ACL user, whose key pattern is its key_prefix: Redis itself
+ * refuses another tenant's keys (NOPERM), which counts as a miss here.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <xxhash.h>
+
+#include "redis_cluster.h"
+#include "tier.h"
+
+#define RB_MAGIC 0x4252564bU	/* "KVRB" */
+#define RB_HEAD 24
+#define RB_KEY_MAX (128 + 64 + 1 + 64 + 1)
+
+struct redis_tier {
+	struct kvrt_tier t;
+	pthread_mutex_t lock;
+	struct rc_cluster rc;
+	uint64_t block_bytes;
+	char prefix[128 + 65 + 1];	/* key_prefix, identity, ':' */
+	struct kvrt_tier_stats st;
+	/* A batch's scratch, grown as needed. */
+	uint32_t cap;
+	char (*keys)[RB_KEY_MAX];
+	size_t *lens;			/* 4 per command */
+	const char **argv;		/* 4 per command */
+	struct rc_cmd *cmds;
+	redisReply **replies;
+	char *values;			/* cap values of RB_HEAD + block_bytes */
+};
+
+static struct redis_tier *redis_of(struct kvrt_tier *t)
+{
+	return kvrt_container_of(t, struct redis_tier, t);
+}
+
+static int scratch_grow(struct redis_tier *t, uint32_t n, bool values)
+{
+	void *p;
+
+	if (n > t->cap) {
+		if (!(p = realloc(t->keys, n * sizeof(*t->keys))))
+			return -ENOMEM;
+		t->keys = p;
+		if (!(p = realloc(t->lens, 4 * n * sizeof(*t->lens))))
+			return -ENOMEM;
+		t->lens = p;
+		if (!(p = realloc(t->argv, 4 * n * sizeof(*t->argv))))
+			return -ENOMEM;
+		t->argv = p;
+		if (!(p = realloc(t->cmds, n * sizeof(*t->cmds))))
+			return -ENOMEM;
+		t->cmds = p;
+		if (!(p = realloc(t->replies, n * sizeof(*t->replies))))
+			return -ENOMEM;
+		t->replies = p;
+		free(t->values);
+		t->values = NULL;
+		t->cap = n;
+	}
+	if (values && !t->values) {
+		t->values = malloc((size_t)t->cap * (RB_HEAD + t->block_bytes));
+		if (!t->values)
+			return -ENOMEM;
+	}
+	return 0;
+}
+
+/* Command i: verb key [value of vlen [extra]], the key made from hash. */
+static void make_cmd(struct redis_tier *t, uint32_t i, const char *verb, const uint8_t *hash,
+		     const char *value, size_t vlen, const char *extra)
+{
+	const char **argv = &t->argv[4 * i];
+	size_t *lens = &t->lens[4 * i];
+	char *k = t->keys[i];
+	int len, j, argc = 2;
+
+	len = snprintf(k, RB_KEY_MAX, "%s", t->prefix);
+	for (j = 0; j < KVRT_HASH_BYTES; j++)
+		len += snprintf(k + len, RB_KEY_MAX - (size_t)len, "%02x", hash[j]);
+	argv[0] = verb;
+	lens[0] = strlen(verb);
+	argv[1] = k;
+	lens[1] = (size_t)len;
+	if (value) {
+		argv[argc] = value;
+		lens[argc++] = vlen;
+	}
+	if (extra) {
+		argv[argc] = extra;
+		lens[argc++] = strlen(extra);
+	}
+	t->cmds[i] = (struct rc_cmd){ .argc = argc, .argv = argv, .argvlen = lens };
+}
+
+static void free_replies(struct redis_tier *t, uint32_t n)
+{
+	uint32_t i;
+
+	for (i = 0; i < n; i++)
+		if (t->replies[i])
+			freeReplyObject(t->replies[i]);
+}
+
+static void note_failure(struct redis_tier *t, const redisReply *r)
+{
+	if (!r || r->type == REDIS_REPLY_ERROR) {
+		t->st.io_errors++;
+		kvrt_log(t->t.space->k, KVRT_LOG_WARNING, "redis tier: %s",
+			 r ? r->str : t->rc.err);
+	}
+}
+
+static uint32_t redis_present(struct kvrt_tier *tier, uint32_t count,
+			      const uint8_t (*hashes)[KVRT_HASH_BYTES])
+{
+	struct redis_tier *t = redis_of(tier);
+	uint32_t i = 0;
+
+	pthread_mutex_lock(&t->lock);
+	if (scratch_grow(t, count, false))
+		goto out;
+	for (i = 0; i < count; i++)
+		make_cmd(t, i, "EXISTS", hashes[i], NULL, 0, NULL);
+	rc_batch(&t->rc, count, t->cmds, t->replies);
+	for (i = 0; i < count; i++) {
+		const redisReply *r = t->replies[i];
+
+		if (!r || r->type != REDIS_REPLY_INTEGER || r->integer != 1) {
+			note_failure(t, r);
+			break;
+		}
+	}
+	free_replies(t, count);
+	if (!i)
+		t->st.misses++;
+out:
+	pthread_mutex_unlock(&t->lock);
+	return i;
+}
+
+/* A fetched value: whole, of this geometry, checksum right?  Else why not. */
+static const char *value_bad(const struct redis_tier *t, const redisReply *r)
+{
+	uint64_t bb, sum;
+	uint32_t magic;
+	uint16_t version;
+
+	if (r->type == REDIS_REPLY_NIL)
+		return "gone";
+	if (r->type != REDIS_REPLY_STRING)
+		return "not a string";
+	if (r->len != RB_HEAD + t->block_bytes)
+		return "wrong length";
+	memcpy(&magic, r->str, 4);
+	memcpy(&version, r->str + 4, 2);
+	memcpy(&bb, r->str + 8, 8);
+	memcpy(&sum, r->str + 16, 8);
+	if (magic != RB_MAGIC || version != 1 || bb != t->block_bytes)
+		return "wrong head";
+	if (XXH3_64bits(r->str + RB_HEAD, t->block_bytes) != sum)
+		return "checksum mismatch";
+	return NULL;
+}
+
+static uint32_t redis_fetch(struct kvrt_tier *tier, uint32_t count,
+			    const uint8_t (*hashes)[KVRT_HASH_BYTES], const uint32_t *ids)
+{
+	struct redis_tier *t = redis_of(tier);
+	uint32_t i = 0;
+
+	pthread_mutex_lock(&t->lock);
+	if (scratch_grow(t, count, false))
+		goto out;
+	for (i = 0; i < count; i++)
+		make_cmd(t, i, "GET", hashes[i], NULL, 0, NULL);
+	rc_batch(&t->rc, count, t->cmds, t->replies);
+	for (i = 0; i < count; i++) {
+		const redisReply *r = t->replies[i];
+		const char *bad;
+
+		if (!r || r->type == REDIS_REPLY_ERROR) {
+			note_failure(t, r);
+			break;
+		}
+		bad = value_bad(t, r);
+		if (bad) {
+			if (r->type != REDIS_REPLY_NIL)
+				t->st.checksum_errors++;
+			kvrt_log(tier->space->k, KVRT_LOG_WARNING, "redis tier: %s: %s",
+				 t->keys[i], bad);
+			break;
+		}
+		memcpy(kvrt_block_addr(tier->space, ids[i]), r->str + RB_HEAD, t->block_bytes);
+		t->st.read_bytes += t->block_bytes;
+	}
+	free_replies(t, count);
+	t->st.hits += i;
+out:
+	pthread_mutex_unlock(&t->lock);
+	return i;
+}
+
+static int redis_store(struct kvrt_tier *tier, uint32_t count,
+		       const uint8_t (*hashes)[KVRT_HASH_BYTES], const uint32_t *ids,
+		       const uint32_t *prio)
+{
+	struct redis_tier *t = redis_of(tier);
+	size_t vbytes = RB_HEAD + t->block_bytes;
+	uint32_t i, written = 0, failed = 0;
+	int ret;
+
+	(void)prio;	/* Redis evicts by its own policy */
+	pthread_mutex_lock(&t->lock);
+	ret = scratch_grow(t, count, true);
+	if (ret)
+		goto out;
+	for (i = 0; i < count; i++) {
+		char *v = t->values + (size_t)i * vbytes;
+		const void *data = kvrt_block_addr(tier->space, ids[i]);
+		uint32_t magic = RB_MAGIC;
+		uint16_t version = 1, zero = 0;
+		uint64_t sum = XXH3_64bits(data, t->block_bytes);
+
+		memcpy(v, &magic, 4);
+		memcpy(v + 4, &version, 2);
+		memcpy(v + 6, &zero, 2);
+		memcpy(v + 8, &t->block_bytes, 8);
+		memcpy(v + 16, &sum, 8);
+		memcpy(v + RB_HEAD, data, t->block_bytes);
+		/* NX: a block present stays as it is. */
+		make_cmd(t, i, "SET", hashes[i], v, vbytes, "NX");
+	}
+	rc_batch(&t->rc, count, t->cmds, t->replies);
+	for (i = 0; i < count; i++) {
+		const redisReply *r = t->replies[i];
+
+		if (r && r->type == REDIS_REPLY_STATUS) {
+			written++;
+			t->st.write_bytes += t->block_bytes;
+		} else if (r && r->type == REDIS_REPLY_NIL) {
+			t->st.store_skips++;
+		} else {
+			failed++;
+			note_failure(t, r);
+		}
+	}
+	free_replies(t, count);
+	t->st.stores += written;
+	ret = failed ? -EIO : (int)written;
+out:
+	pthread_mutex_unlock(&t->lock);
+	return ret;
+}
+
+static void redis_stats(struct kvrt_tier *tier, struct kvrt_tier_stats *st)
+{
+	struct redis_tier *t = redis_of(tier);
+
+	pthread_mutex_lock(&t->lock);
+	*st = t->st;
+	st->kind = KVRT_TIER_REDIS;
+	st->redirects = t->rc.redirects;
+	pthread_mutex_unlock(&t->lock);
+}
+
+static void redis_close(struct kvrt_tier *tier)
+{
+	struct redis_tier *t = redis_of(tier);
+
+	rc_close(&t->rc);
+	pthread_mutex_destroy(&t->lock);
+	free(t->keys);
+	free(t->lens);
+	free(t->argv);
+	free(t->cmds);
+	free(t->replies);
+	free(t->values);
+	free(t);
+}
+
+static const struct kvrt_tier_ops redis_ops = {
+	.present = redis_present,
+	.fetch = redis_fetch,
+	.store = redis_store,
+	.stats = redis_stats,
+	.close = redis_close,
+};
+
+int kvrt_redis_open(struct kvrt_space *s, const struct kvrt_tier_redis_opts *o,
+		    const uint8_t identity[32], struct kvrt_tier **out)
+{
+	struct redis_tier *t = calloc(1, sizeof(*t));
+	const char *prefix = o->key_prefix ? o->key_prefix : "kvt:";
+	int ret, i, len;
+
+	if (!t)
+		return -ENOMEM;
+	t->t.ops = &redis_ops;
+	t->t.space = s;
+	t->block_bytes = s->block_bytes;
+	pthread_mutex_init(&t->lock, NULL);
+	len = snprintf(t->prefix, sizeof(t->prefix), "%s", prefix);
+	for (i = 0; i < 32; i++)
+		len += snprintf(t->prefix + len, sizeof(t->prefix) - (size_t)len, "%02x",
+				identity[i]);
+	snprintf(t->prefix + len, sizeof(t->prefix) - (size_t)len, ":");
+	ret = rc_open(&t->rc, o->nodes, o->user, o->password,
+		      o->timeout_ms ? o->timeout_ms : 1000);
+	if (ret) {
+		kvrt_log(s->k, KVRT_LOG_ERR, "redis tier: %s", t->rc.err);
+		rc_close(&t->rc);
+		pthread_mutex_destroy(&t->lock);
+		free(t);
+		return ret;
+	}
+	*out = &t->t;
+	return 0;
+}

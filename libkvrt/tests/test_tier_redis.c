@@ -1,0 +1,662 @@
+// SPDX-License-Identifier: MIT
+/*
+ * test_tier_redis: the Redis Cluster tier against a real cluster that the
+ * test starts itself (three redis-server masters on loopback ports, joined
+ * with redis-cli --cluster create) and stops at the end: blocks stored by
+ * one "host" (a struct kvrt with its own embedded pool) found, byte for
+ * byte, by another; a tenant's ACL user refused another tenant's keys by
+ * Redis itself (NOPERM); a corrupted and a truncated value each a miss;
+ * lookups while slots are being moved between nodes (ASK, MOVED) all
+ * whole; a full node (maxmemory, noeviction), a paused node (SIGSTOP) and
+ * a killed node each a clean error or a miss within the timeout, the pool
+ * untouched.  Needs redis-server and redis-cli (Debian's redis-server and
+ * redis-tools; make deps installs them).
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <hiredis/hiredis.h>
+
+#include "kvrt.h"
+#include "../../selftests/tap.h"
+
+#define NODES 3
+#define BB 16384ULL
+#define H KVRT_HASH_BYTES
+#define NB 64
+#define TIMEOUT_MS 500
+
+static char dir[4096];
+static int ports[NODES];
+static pid_t pids[NODES];
+static char seeds[256];
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* Run argv to the end, its output into the log; its exit status, or -1. */
+static int run(char *const argv[])
+{
+	char log[4200];
+	int status, fd;
+	pid_t pid;
+
+	snprintf(log, sizeof(log), "%s/commands.log", dir);
+	fflush(NULL);
+	pid = fork();
+	if (pid < 0)
+		return -1;
+	if (!pid) {
+		fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600);
+		if (fd >= 0) {
+			dup2(fd, 1);
+			dup2(fd, 2);
+		}
+		execvp(argv[0], argv);
+		_exit(127);
+	}
+	if (waitpid(pid, &status, 0) != pid)
+		return -1;
+	return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static redisContext *conn(int port, const char *user, const char *pass)
+{
+	redisContext *c = redisConnect("127.0.0.1", port);
+	redisReply *r;
+
+	if (!c || c->err) {
+		if (c)
+			redisFree(c);
+		return NULL;
+	}
+	if (user) {
+		r = redisCommand(c, "AUTH %s %s", user, pass);
+		if (r)
+			freeReplyObject(r);
+	}
+	return c;
+}
+
+/* A command on one node as the default user; its reply's integer or status, or -1. */
+static long long node_cmd(int port, const char *fmt, const char *arg)
+{
+	redisContext *c = conn(port, NULL, NULL);
+	redisReply *r;
+	long long v = -1;
+
+	if (!c)
+		return -1;
+	r = redisCommand(c, fmt, arg);
+	if (r && r->type == REDIS_REPLY_INTEGER)
+		v = r->integer;
+	else if (r && r->type == REDIS_REPLY_STATUS)
+		v = 0;
+	if (r)
+		freeReplyObject(r);
+	redisFree(c);
+	return v;
+}
+
+static bool cluster_ok(int port)
+{
+	redisContext *c = conn(port, NULL, NULL);
+	redisReply *r;
+	bool ok = false;
+
+	if (!c)
+		return false;
+	r = redisCommand(c, "CLUSTER INFO");
+	ok = r && r->type == REDIS_REPLY_STRING && strstr(r->str, "cluster_state:ok");
+	if (r)
+		freeReplyObject(r);
+	redisFree(c);
+	return ok;
+}
+
+/*
+ * Ports below the kernel's ephemeral range (32768 up), for a node's port
+ * and its cluster bus (port + 10000) alike: outgoing connections never
+ * hold them.
+ */
+static int start_cluster(int base)
+{
+	char *create[4 + NODES + 4], addr[NODES][32];
+	int i, n = 0;
+	double t0;
+
+	for (i = 0; i < NODES; i++) {
+		char p[16], conf[64], logf[4200];
+
+		ports[i] = base + i;
+		snprintf(p, sizeof(p), "%d", ports[i]);
+		snprintf(conf, sizeof(conf), "nodes-%d.conf", ports[i]);
+		snprintf(logf, sizeof(logf), "%s/redis-%d.log", dir, ports[i]);
+		fflush(NULL);
+		pids[i] = fork();
+		if (pids[i] < 0)
+			return -1;
+		if (!pids[i]) {
+			/* Gone with the test, however it ends. */
+			prctl(PR_SET_PDEATHSIG, SIGKILL);
+			execlp("redis-server", "redis-server", "--port", p, "--bind", "127.0.0.1",
+			       "--cluster-enabled", "yes", "--cluster-config-file", conf,
+			       "--cluster-node-timeout", "3000", "--dir", dir, "--save", "",
+			       "--appendonly", "no", "--logfile", logf, "--protected-mode", "no",
+			       (char *)NULL);
+			_exit(127);
+		}
+	}
+	for (i = 0; i < NODES; i++) {
+		t0 = now_s();
+		while (node_cmd(ports[i], "PING", NULL) < 0) {
+			if (now_s() - t0 > 10)
+				return -1;
+			usleep(20000);
+		}
+	}
+	create[n++] = "redis-cli";
+	create[n++] = "--cluster";
+	create[n++] = "create";
+	for (i = 0; i < NODES; i++) {
+		snprintf(addr[i], sizeof(addr[i]), "127.0.0.1:%d", ports[i]);
+		create[n++] = addr[i];
+	}
+	create[n++] = "--cluster-replicas";
+	create[n++] = "0";
+	create[n++] = "--cluster-yes";
+	create[n] = NULL;
+	if (run(create))
+		return -1;
+	t0 = now_s();
+	for (i = 0; i < NODES; i++)
+		while (!cluster_ok(ports[i])) {
+			if (now_s() - t0 > 20)
+				return -1;
+			usleep(50000);
+		}
+	/*
+	 * Two tenants, on every node (ACLs are per node), as
+	 * Documentation/libkvrt.rst has them: each its own prefix, and only
+	 * the commands the tier sends.
+	 */
+	for (i = 0; i < NODES; i++) {
+		if (node_cmd(ports[i], "ACL SETUSER alice on >alice-pw ~tenA:* +@read +@write "
+			     "+@connection +exists +cluster|slots +asking", NULL) ||
+		    node_cmd(ports[i], "ACL SETUSER bob on >bob-pw ~tenB:* +@read +@write "
+			     "+@connection +exists +cluster|slots +asking", NULL))
+			return -1;
+	}
+	snprintf(seeds, sizeof(seeds), "127.0.0.1:%d,127.0.0.1:%d", ports[0], ports[1]);
+	return 0;
+}
+
+static void stop_cluster(void)
+{
+	int i;
+
+	for (i = 0; i < NODES; i++)
+		if (pids[i] > 0) {
+			kill(pids[i], SIGCONT);
+			kill(pids[i], SIGKILL);
+			waitpid(pids[i], NULL, 0);
+			pids[i] = 0;
+		}
+}
+
+struct host {
+	struct kvrt *k;
+	struct kvrt_space *s;
+	struct kvrt_tier *t;
+};
+
+static int host_open(struct host *h, const char *user, const char *pass, const char *prefix)
+{
+	struct kvrt_open_opts ko = { .backend = KVRT_BACKEND_EMBEDDED, .flags = KVRT_OPEN_NO_HUGETLB };
+	struct kvrt_space_opts so = { .name = "redis-test", .flags = KVRT_SPACE_CREATE,
+				      .mode = 0600, .block_bytes = BB, .quota_bytes = BB * 4 * NB };
+	struct kvrt_tier_redis_opts ro = { .nodes = seeds, .user = user, .password = pass,
+					   .key_prefix = prefix, .timeout_ms = TIMEOUT_MS };
+	int ret;
+
+	memset(h, 0, sizeof(*h));
+	ret = kvrt_open(&h->k, &ko);
+	if (!ret)
+		ret = kvrt_space_open(h->k, &so, &h->s);
+	if (!ret)
+		ret = kvrt_tier_open_redis(h->s, &ro, &h->t);
+	return ret;
+}
+
+static void host_close(struct host *h)
+{
+	if (h->s)
+		kvrt_space_close(h->s);
+	if (h->k)
+		kvrt_close(h->k);
+	memset(h, 0, sizeof(*h));
+}
+
+static void hash_of(uint8_t h[H], uint32_t tag, uint32_t i)
+{
+	uint32_t t[2] = { tag, i };
+
+	if (kvrt_hash_block(NULL, t, 2, NULL, 0, h))
+		memset(h, 0, H);
+}
+
+static void pattern(const uint8_t h[H], uint8_t *out)
+{
+	uint64_t x, i;
+
+	memcpy(&x, h, sizeof(x));
+	x |= 1;
+	for (i = 0; i < BB / 8; i++) {
+		x ^= x << 13;
+		x ^= x >> 7;
+		x ^= x << 17;
+		memcpy(out + 8 * i, &x, 8);
+	}
+}
+
+static int store(struct host *h, uint32_t tag, uint32_t n)
+{
+	uint8_t hs[NB][H];
+	uint32_t ids[NB], i;
+	int ret;
+
+	if (kvrt_alloc_blocks(h->s, n, ids))
+		return -ENOMEM;
+	for (i = 0; i < n; i++) {
+		hash_of(hs[i], tag, i);
+		pattern(hs[i], kvrt_block_addr(h->s, ids[i]));
+	}
+	ret = kvrt_tier_store(h->s, n, ids, (const uint8_t (*)[H])hs, NULL);
+	kvrt_free_blocks(h->s, n, ids);
+	return ret;
+}
+
+/* Lookup of tag:[0, n) across pool and tier: hits, each checked; *bad the wrong ones. */
+static int lookup(struct host *h, uint32_t tag, uint32_t n, int *bad, int *from_tier)
+{
+	static uint8_t want[BB];
+	uint8_t hs[NB][H], w[NB];
+	uint32_t ids[NB], i;
+	int got;
+
+	for (i = 0; i < n; i++)
+		hash_of(hs[i], tag, i);
+	got = kvrt_lookup_tiers(h->s, n, (const uint8_t (*)[H])hs, ids, w);
+	*bad = 0;
+	if (from_tier)
+		*from_tier = 0;
+	for (i = 0; got > 0 && i < (uint32_t)got; i++) {
+		pattern(hs[i], want);
+		if (memcmp(kvrt_block_addr(h->s, ids[i]), want, BB))
+			(*bad)++;
+		if (from_tier && w[i] == 1)
+			(*from_tier)++;
+	}
+	if (got > 0)
+		kvrt_release(h->s, (uint32_t)got, ids);
+	return got;
+}
+
+static struct kvrt_tier_stats stats(struct host *h)
+{
+	struct kvrt_tier_stats st;
+
+	memset(&st, 0xff, sizeof(st));
+	kvrt_tier_stats(h->t, &st);
+	return st;
+}
+
+/* The key of tag:i under a host's prefix, as the tier names it. */
+static void key_of(struct host *h, const char *prefix, uint32_t tag, uint32_t i, char *key,
+		   size_t len)
+{
+	static const char *hex = "0123456789abcdef";
+	uint8_t hs[H];
+	char *p;
+	int j;
+
+	/* The identity is the tier's: found from a key it wrote. */
+	redisContext *c = conn(ports[0], NULL, NULL);
+	redisReply *r = NULL;
+	char pat[64];
+
+	(void)h;
+	key[0] = 0;
+	snprintf(pat, sizeof(pat), "%s*", prefix);
+	for (j = 0; j < NODES && !key[0]; j++) {
+		if (c)
+			redisFree(c);
+		c = conn(ports[j], NULL, NULL);
+		r = c ? redisCommand(c, "SCAN 0 MATCH %s COUNT 100000", pat) : NULL;
+		if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+		    r->element[1]->elements > 0)
+			snprintf(key, len, "%s", r->element[1]->element[0]->str);
+		if (r)
+			freeReplyObject(r);
+	}
+	if (c)
+		redisFree(c);
+	p = strrchr(key, ':');
+	if (!p)
+		return;
+	hash_of(hs, tag, i);
+	for (j = 0; j < H; j++) {
+		p[1 + 2 * j] = hex[hs[j] >> 4];
+		p[2 + 2 * j] = hex[hs[j] & 15];
+	}
+	p[1 + 2 * H] = 0;
+}
+
+/* SET key value through a cluster-aware redis-cli (-c follows MOVED). */
+static int cli_set(const char *key, const char *value)
+{
+	char port[16];
+	char *argv[] = { "redis-cli", "-c", "-p", port, "SET", (char *)key, (char *)value, NULL };
+
+	snprintf(port, sizeof(port), "%d", ports[0]);
+	return run(argv);
+}
+
+TEST(another_host_finds_the_blocks)
+{
+	struct host a, b;
+	int bad, tier;
+
+	REQUIRE(host_open(&a, "alice", "alice-pw", "tenA:") == 0);
+	CHECK_EQ(store(&a, 1, NB), NB);
+	CHECK_EQ(store(&a, 1, NB), 0);	/* SET NX: present, left alone */
+	CHECK_EQ(stats(&a).stores, NB);
+	CHECK_EQ(stats(&a).store_skips, NB);
+	REQUIRE(host_open(&b, "alice", "alice-pw", "tenA:") == 0);
+	CHECK_EQ(lookup(&b, 1, NB, &bad, &tier), NB);
+	CHECK_EQ(bad, 0);
+	CHECK_EQ(tier, NB);
+	CHECK_EQ(stats(&b).hits, NB);
+	CHECK_EQ(stats(&b).read_bytes, NB * BB);
+	/* Brought up into b's pool: found there the second time. */
+	CHECK_EQ(lookup(&b, 1, NB, &bad, &tier), NB);
+	CHECK_EQ(tier, 0);
+	/* A hash never stored: a miss, nothing else. */
+	CHECK_EQ(lookup(&b, 2, 4, &bad, NULL), 0);
+	CHECK_EQ(stats(&b).misses, 1);
+	CHECK_EQ(stats(&b).io_errors, 0);
+	host_close(&a);
+	host_close(&b);
+}
+
+TEST(arguments_and_credentials)
+{
+	struct kvrt_tier_redis_opts ro = { .nodes = seeds };
+	struct kvrt_tier *t = (struct kvrt_tier *)&ro;
+	struct host h;
+
+	REQUIRE(host_open(&h, "alice", "alice-pw", "tenA:") == 0);
+	CHECK_EQ(kvrt_tier_open_redis(NULL, &ro, &t), -EINVAL);
+	CHECK(t == NULL);
+	CHECK_EQ(kvrt_tier_open_redis(h.s, NULL, &t), -EINVAL);
+	ro.flags = 1;
+	CHECK_EQ(kvrt_tier_open_redis(h.s, &ro, &t), -EINVAL);
+	ro.flags = 0;
+	ro.reserved[0] = 1;
+	CHECK_EQ(kvrt_tier_open_redis(h.s, &ro, &t), -EINVAL);
+	ro.reserved[0] = 0;
+	ro.nodes = "127.0.0.1";
+	CHECK_EQ(kvrt_tier_open_redis(h.s, &ro, &t), -EINVAL);
+	ro.nodes = "127.0.0.1:0";
+	CHECK_EQ(kvrt_tier_open_redis(h.s, &ro, &t), -EINVAL);
+	ro.nodes = "127.0.0.1:1";	/* nobody there */
+	CHECK_EQ(kvrt_tier_open_redis(h.s, &ro, &t), -ECONNREFUSED);
+	ro.nodes = seeds;
+	ro.user = "alice";
+	ro.password = "wrong";
+	CHECK_EQ(kvrt_tier_open_redis(h.s, &ro, &t), -EACCES);
+	host_close(&h);
+}
+
+/* bob's credentials cannot read alice's blocks: Redis says NOPERM. */
+TEST(a_tenant_cannot_reach_another_tenants_keys)
+{
+	struct host a, b;
+	redisContext *c;
+	redisReply *r;
+	char key[512];
+	int bad, i;
+
+	REQUIRE(host_open(&a, "alice", "alice-pw", "tenA:") == 0);
+	CHECK_EQ(store(&a, 3, 8), 8);
+	/* bob, pointed at alice's prefix: every answer is Redis's refusal. */
+	REQUIRE(host_open(&b, "bob", "bob-pw", "tenA:") == 0);
+	CHECK_EQ(lookup(&b, 3, 8, &bad, NULL), 0);
+	CHECK(stats(&b).io_errors > 0);
+	CHECK_EQ(store(&b, 4, 2), -EIO);
+	host_close(&b);
+	/* Redis itself, asked directly with bob's credentials. */
+	key_of(&a, "tenA:", 3, 0, key, sizeof(key));
+	REQUIRE(key[0]);
+	for (i = 0; i < NODES; i++) {
+		c = conn(ports[i], "bob", "bob-pw");
+		REQUIRE(c);
+		r = redisCommand(c, "GET %s", key);
+		CHECKF(r && r->type == REDIS_REPLY_ERROR && !strncmp(r->str, "NOPERM", 6),
+		       "node %d: GET as bob: %s", i, r && r->str ? r->str : "(no error)");
+		if (r)
+			freeReplyObject(r);
+		redisFree(c);
+	}
+	/* With its own prefix bob has a tier of its own. */
+	REQUIRE(host_open(&b, "bob", "bob-pw", "tenB:") == 0);
+	CHECK_EQ(store(&b, 3, 8), 8);
+	CHECK_EQ(stats(&b).io_errors, 0);
+	host_close(&b);
+	host_close(&a);
+}
+
+TEST(a_corrupted_or_truncated_value_is_a_miss)
+{
+	struct host a, b;
+	char key[512];
+	int bad;
+
+	REQUIRE(host_open(&a, "alice", "alice-pw", "tenA:") == 0);
+	CHECK_EQ(store(&a, 5, 8), 8);
+	key_of(&a, "tenA:", 5, 3, key, sizeof(key));
+	REQUIRE(key[0]);
+	CHECK_EQ(cli_set(key, "short"), 0);
+	REQUIRE(host_open(&b, "alice", "alice-pw", "tenA:") == 0);
+	CHECK_EQ(lookup(&b, 5, 8, &bad, NULL), 3);
+	CHECK_EQ(bad, 0);
+	CHECK_EQ(stats(&b).checksum_errors, 1);
+	host_close(&b);
+	host_close(&a);
+}
+
+/* Lookups while redis-cli moves 4000 slots, keys and all, between two nodes. */
+TEST(lookups_while_slots_move)
+{
+	char from[64], to[64], port[16];
+	char *reshard[] = { "redis-cli", "--cluster", "reshard", NULL, "--cluster-from", from,
+			    "--cluster-to", to, "--cluster-slots", "4000", "--cluster-yes",
+			    "--cluster-pipeline", "1", NULL };
+	char addr[32];
+	redisContext *c;
+	redisReply *r;
+	struct host a, b, before;
+	int bad, rounds = 0, whole = 0, status, got;
+	pid_t pid;
+
+	REQUIRE(host_open(&a, "alice", "alice-pw", "tenA:") == 0);
+	CHECK_EQ(store(&a, 6, NB), NB);
+	host_close(&a);
+	c = conn(ports[0], NULL, NULL);
+	REQUIRE(c);
+	r = redisCommand(c, "CLUSTER MYID");
+	REQUIRE(r && r->type == REDIS_REPLY_STRING);
+	snprintf(from, sizeof(from), "%s", r->str);
+	freeReplyObject(r);
+	redisFree(c);
+	c = conn(ports[1], NULL, NULL);
+	REQUIRE(c);
+	r = redisCommand(c, "CLUSTER MYID");
+	REQUIRE(r && r->type == REDIS_REPLY_STRING);
+	snprintf(to, sizeof(to), "%s", r->str);
+	freeReplyObject(r);
+	redisFree(c);
+	snprintf(addr, sizeof(addr), "127.0.0.1:%d", ports[0]);
+	reshard[3] = addr;
+	(void)port;
+	/* before's slot map is read now, and used only after the move. */
+	REQUIRE(host_open(&before, "alice", "alice-pw", "tenA:") == 0);
+	REQUIRE(host_open(&b, "alice", "alice-pw", "tenA:") == 0);
+	fflush(NULL);
+	pid = fork();
+	REQUIRE(pid >= 0);
+	if (!pid)
+		_exit(run(reshard));
+	do {
+		/* A fresh pool each round, so that every hit comes from the cluster. */
+		host_close(&b);
+		REQUIRE(host_open(&b, "alice", "alice-pw", "tenA:") == 0);
+		got = lookup(&b, 6, NB, &bad, NULL);
+		rounds++;
+		whole += got == NB && !bad;
+		CHECKF(got == NB && !bad, "round %d: %d hits, %d wrong", rounds, got, bad);
+	} while (waitpid(pid, &status, WNOHANG) == 0);
+	CHECKF(WIFEXITED(status) && WEXITSTATUS(status) == 0, "reshard status %d", status);
+	/* After the move, with a map read before it: MOVED, followed. */
+	CHECK_EQ(lookup(&before, 6, NB, &bad, NULL), NB);
+	CHECK_EQ(bad, 0);
+	CHECK(stats(&before).redirects > 0);
+	tap_diag("%d lookups of %d blocks during the move, %d whole; %llu redirects after it",
+		 rounds, NB, whole, (unsigned long long)stats(&before).redirects);
+	host_close(&before);
+	host_close(&b);
+}
+
+/* A node out of memory (noeviction): the store fails cleanly, what was there stays. */
+TEST(a_full_node_fails_the_store_cleanly)
+{
+	struct host a;
+	int bad, i;
+
+	REQUIRE(host_open(&a, "alice", "alice-pw", "tenA:") == 0);
+	CHECK_EQ(store(&a, 7, 8), 8);
+	for (i = 0; i < NODES; i++) {
+		CHECK_EQ(node_cmd(ports[i], "CONFIG SET maxmemory-policy %s", "noeviction"), 0);
+		CHECK_EQ(node_cmd(ports[i], "CONFIG SET maxmemory %s", "1"), 0);
+	}
+	CHECK_EQ(store(&a, 8, NB), -EIO);
+	CHECK(stats(&a).io_errors > 0);
+	/* Reading is still allowed, and the earlier blocks are whole. */
+	host_close(&a);
+	REQUIRE(host_open(&a, "alice", "alice-pw", "tenA:") == 0);
+	CHECK_EQ(lookup(&a, 7, 8, &bad, NULL), 8);
+	CHECK_EQ(bad, 0);
+	for (i = 0; i < NODES; i++)
+		CHECK_EQ(node_cmd(ports[i], "CONFIG SET maxmemory %s", "0"), 0);
+	host_close(&a);
+}
+
+/* A stalled node (SIGSTOP), then a dead one (SIGKILL): misses and errors within the timeout. */
+TEST(a_paused_then_killed_node_is_a_miss_within_the_timeout)
+{
+	struct host a, b;
+	double t0, took;
+	int bad, got, sig;
+
+	REQUIRE(host_open(&a, "alice", "alice-pw", "tenA:") == 0);
+	CHECK_EQ(store(&a, 9, NB), NB);
+	REQUIRE(host_open(&b, "alice", "alice-pw", "tenA:") == 0);
+	for (sig = 0; sig < 2; sig++) {
+		kill(pids[2], sig ? SIGKILL : SIGSTOP);
+		t0 = now_s();
+		got = lookup(&b, 9, NB, &bad, NULL);
+		took = now_s() - t0;
+		/* Some of 64 random keys are on the third node: the prefix ends at the first. */
+		CHECKF(got < NB, "%s: %d hits of %d", sig ? "killed" : "paused", got, NB);
+		CHECK_EQ(bad, 0);
+		CHECKF(took < 5.0 * TIMEOUT_MS / 1000, "%s: the lookup took %.2f s",
+		       sig ? "killed" : "paused", took);
+		t0 = now_s();
+		CHECK_EQ(store(&a, 10 + sig, NB), -EIO);
+		took = now_s() - t0;
+		CHECKF(took < 5.0 * TIMEOUT_MS / 1000, "%s: the store took %.2f s",
+		       sig ? "killed" : "paused", took);
+		/* The pool kept what it had: b's earlier hits are found there. */
+		if (got > 0)
+			CHECK_EQ(lookup(&b, 9, (uint32_t)got, &bad, NULL), got);
+	}
+	pids[2] = 0;
+	host_close(&a);
+	host_close(&b);
+}
+
+int main(void)
+{
+	const char *t = getenv("TMPDIR");
+	char tmpl[4096];
+	int ret;
+
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	signal(SIGPIPE, SIG_IGN);
+	snprintf(tmpl, sizeof(tmpl), "%s/kvrt-redis.XXXXXX", t && *t ? t : "/tmp");
+	if (!mkdtemp(tmpl)) {
+		perror("mkdtemp");
+		return 1;
+	}
+	snprintf(dir, sizeof(dir), "%s", tmpl);
+	for (int attempt = 0; attempt < 3; attempt++) {
+		ret = start_cluster(10000 + (int)((getpid() * 7 + attempt * 1999) % 4000) * 3);
+		if (!ret)
+			break;
+		stop_cluster();
+	}
+	if (ret) {
+		char cmd[4200];
+
+		tap_result(false, "a Redis Cluster of %d masters started (redis-server and redis-cli "
+			   "from Debian's redis-server and redis-tools: make deps installs them; "
+			   "logs in %s)", NODES, dir);
+		snprintf(cmd, sizeof(cmd), "tail -n 5 %s/*.log", dir);
+		if (system(cmd))
+			tap_diag("no logs");
+		stop_cluster();
+		return tap_done("test_tier_redis");
+	}
+	RUN(another_host_finds_the_blocks);
+	RUN(arguments_and_credentials);
+	RUN(a_tenant_cannot_reach_another_tenants_keys);
+	RUN(a_corrupted_or_truncated_value_is_a_miss);
+	RUN(lookups_while_slots_move);
+	RUN(a_full_node_fails_the_store_cleanly);
+	RUN(a_paused_then_killed_node_is_a_miss_within_the_timeout);
+	stop_cluster();
+	{
+		char cmd[4200];
+
+		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+		if (system(cmd))
+			tap_diag("could not remove %s", dir);
+	}
+	return tap_done("test_tier_redis");
+}
