@@ -255,6 +255,23 @@ int pcache_open(struct pcache *pc, struct kvrt *k, struct devcache *dev,
 			goto out_close;
 		}
 	}
+	if (o->tier_redis) {
+		struct kvrt_tier_redis_opts ro = { .nodes = o->tier_redis,
+						   .user = getenv("KVRT_REDIS_USER"),
+						   .password = getenv("KVRT_REDIS_PASSWORD"),
+						   .key_prefix = o->tier_prefix, .layout = &pc->layout };
+		struct kvrt_tier *t;
+
+		ret = kvrt_tier_open_redis(pc->space, &ro, &t);
+		if (ret) {
+			snprintf(err, errlen, "kvrt_tier_open_redis(%s): %s%s", o->tier_redis,
+				 strerror(-ret), ret == -EACCES ?
+				 " (KVRT_REDIS_USER and KVRT_REDIS_PASSWORD name the ACL user)" : "");
+			goto out_close;
+		}
+		if (!pc->tier)
+			pc->tier = t;
+	}
 	if (dev->gpu) {
 		/* once: every copy after this runs at the link's speed */
 		ret = kvrt_gpu_register_space(dev->gpu->gpu, pc->space);

@@ -51,8 +51,8 @@ struct pool_stats {
 	uint64_t fetch_hit_blocks, fetch_hit_bytes;	/* prefix hits, pool -> device */
 	uint64_t fetch_resume_blocks, fetch_resume_bytes;	/* resumed sequences */
 	uint64_t offload_dropped;	/* no pool room: recomputed on resume */
-	uint64_t tier_hits;		/* hits read back from the SSD tier */
-	uint64_t tier_stores;		/* blocks written through to it */
+	uint64_t tier_hits;		/* hits read back from a tier */
+	uint64_t tier_stores;		/* blocks written through (to any tier) */
 	uint64_t tier_store_errors;	/* write-throughs that failed (the pool kept them) */
 };
 
@@ -82,7 +82,7 @@ struct pcache {
 	struct pool_stats st;
 	uint32_t priority;		/* of the blocks it publishes (KVRT_PRIO_DEFAULT) */
 	int inject_fault;		/* test: corrupt the next fetch once */
-	struct kvrt_tier *tier;		/* --tier ssd:DIR, or NULL */
+	struct kvrt_tier *tier;		/* the first --tier, or NULL: lookups go through tiers */
 };
 
 /* Space parameters from the command line. */
@@ -93,6 +93,8 @@ struct pool_opts {
 	uint32_t mode;
 	uint64_t quota_bytes;
 	const char *tier_dir;		/* an SSD tier below the pool, or NULL */
+	const char *tier_redis;		/* a Redis Cluster's seeds, below that, or NULL */
+	const char *tier_prefix;	/* its keys' prefix, or NULL */
 	uint64_t tier_bytes;
 };
 

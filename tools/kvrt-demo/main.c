@@ -66,6 +66,8 @@ struct opts {
 	uint32_t space_owner;
 	uint64_t pool_bytes;
 	const char *tier_dir;		/* --tier ssd:DIR */
+	const char *tier_redis;		/* --tier redis:HOST:PORT,... */
+	const char *tier_prefix;	/* --tier-prefix */
 	uint64_t tier_bytes;
 	bool expect_tier_hits;
 	enum decode_kernel decode_kernel;
@@ -185,6 +187,12 @@ static void usage(FILE *f)
 	      "                         back (a restarted demo finds its prefixes there; the\n"
 	      "                         space is then named kvrt-demo unless --space names it)\n"
 	      "  --tier-mb N            the SSD tier's capacity in MiB (1024)\n"
+	      "  --tier redis:HOST:PORT,...  a Redis Cluster tier below the pool (and the SSD\n"
+	      "                         tier, when both are given): another host, or another\n"
+	      "                         process with its own pool, finds the blocks there; the\n"
+	      "                         ACL user and password come from $KVRT_REDIS_USER and\n"
+	      "                         $KVRT_REDIS_PASSWORD\n"
+	      "  --tier-prefix P        the Redis keys' prefix, the tenant's (kvt:)\n"
 	      "branching (instead of serving the workload; kvrt-demo(1)):\n"
 	      "  --n N                  N sampled continuations of each prompt, sharing its blocks\n"
 	      "  --beam N               beam search of width N over --gen-tokens tokens\n"
@@ -194,7 +202,7 @@ static void usage(FILE *f)
 	      "  --no-reference         skip the reference pass (no equivalence check)\n"
 	      "  --expect-hits          exit 4 unless some prefix block was hit\n"
 	      "  --expect-shared-hits   exit 4 unless some hit block came from another process\n"
-	      "  --expect-tier-hits     exit 4 unless some hit block came from the SSD tier\n"
+	      "  --expect-tier-hits     exit 4 unless some hit block came from a tier\n"
 	      "  --no-progress          no progress line on stderr\n"
 	      "  --quiet                no progress line, no description of the run\n"
 	      "  --json                 print one JSON object instead of the text report\n"
@@ -241,12 +249,17 @@ static int parse_pool_mb(const char *v, void *dst)
 	return 0;
 }
 
-/* --tier: the one kind so far, ssd:DIR. */
+/* --tier: ssd:DIR or redis:SEEDS, each at most once. */
 static int parse_tier(const char *v, void *dst)
 {
-	if (strncmp(v, "ssd:", 4) || !v[4])
+	struct opts *o = dst;
+
+	if (!strncmp(v, "ssd:", 4) && v[4] && !o->tier_dir)
+		o->tier_dir = v + 4;
+	else if (!strncmp(v, "redis:", 6) && v[6] && !o->tier_redis)
+		o->tier_redis = v + 6;
+	else
 		return -1;
-	*(const char **)dst = v + 4;
 	return 0;
 }
 
@@ -333,8 +346,10 @@ static int parse(int argc, char **argv, struct opts *o, const struct topt *warm)
 		{ .name = "--reference-device", .arg = "cpu|gpu", .kind = TOPT_CHOICE,
 		  .dst = &o->reference_on_gpu, .choices = "cpu|gpu" },
 		{ .name = "--space", .arg = "NAME", .kind = TOPT_STR, .dst = &o->space },
-		{ .name = "--tier", .arg = "ssd:DIR", .kind = TOPT_FUNC, .dst = &o->tier_dir,
-		  .parse = parse_tier, .want = "ssd:DIR (the SSD tier's directory)" },
+		{ .name = "--tier", .arg = "ssd:DIR|redis:SEEDS", .kind = TOPT_FUNC, .dst = o,
+		  .parse = parse_tier,
+		  .want = "ssd:DIR or redis:HOST:PORT,... (each kind once)" },
+		{ .name = "--tier-prefix", .arg = "P", .kind = TOPT_STR, .dst = &o->tier_prefix },
 		{ .name = "--tier-mb", .arg = "N", .kind = TOPT_FUNC, .dst = &o->tier_bytes,
 		  .parse = parse_pool_mb, .want = "MiB from 1 to 1048576" },
 		FLAG("--expect-tier-hits", expect_tier_hits),
@@ -765,7 +780,7 @@ int main(int argc, char **argv)
 	}
 	if (o.space)
 		snprintf(space_name, sizeof(space_name), "%s", o.space);
-	else if (o.tier_dir)
+	else if (o.tier_dir || o.tier_redis)
 		snprintf(space_name, sizeof(space_name), "kvrt-demo");	/* the tier's identity */
 	else
 		snprintf(space_name, sizeof(space_name), "kvrt-demo-%d", (int)getpid());
@@ -773,6 +788,8 @@ int main(int argc, char **argv)
 	po.mode = 0600;
 	po.quota_bytes = o.pool_bytes;
 	po.tier_dir = o.tier_dir;
+	po.tier_redis = o.tier_redis;
+	po.tier_prefix = o.tier_prefix;
 	po.tier_bytes = o.tier_bytes ? o.tier_bytes : 1ULL << 30;
 	po.space_flags = o.role == ROLE_SECOND ? 0 :
 			 o.role == ROLE_FIRST ? KVRT_SPACE_CREATE | KVRT_SPACE_PERSIST :
@@ -924,10 +941,12 @@ int main(int argc, char **argv)
 			       "blocks) were published by another process; this process inserted %"
 			       PRIu64 " blocks\n", cached.pool.shared_hits, cached.pool.hits,
 			       cached.pool.shared_distinct, cached.pool.inserted);
-		if (o.tier_dir)
-			printf("ssd tier: %" PRIu64 " of %" PRIu64 " block hits came from %s; %" PRIu64
+		if (o.tier_dir || o.tier_redis)
+			printf("tiers: %" PRIu64 " of %" PRIu64 " block hits came from %s%s%s%s; %" PRIu64
 			       " blocks written through\n", cached.pool.tier_hits, cached.pool.hits,
-			       o.tier_dir, cached.pool.tier_stores);
+			       o.tier_dir ? "ssd:" : "", o.tier_dir ? o.tier_dir : "",
+			       o.tier_dir && o.tier_redis ? " and redis:" : o.tier_redis ? "redis:" : "",
+			       o.tier_redis ? o.tier_redis : "", cached.pool.tier_stores);
 		/* the first arrival: only a warmed or shared space can serve it */
 		if (cached.n_requests && cached.req[0].hit_blocks)
 			printf("first request: %u of its %u prompt blocks found in the pool\n",
@@ -956,7 +975,7 @@ int main(int argc, char **argv)
 		rc = EXIT_EXPECT;
 	}
 	if (rc == EXIT_OK && o.expect_tier_hits && !cached.pool.tier_hits) {
-		fprintf(stderr, "kvrt-demo: expectation failed: no hit came from the SSD tier "
+		fprintf(stderr, "kvrt-demo: expectation failed: no hit came from a tier "
 			"(--expect-tier-hits)\n");
 		rc = EXIT_EXPECT;
 	}

@@ -6,7 +6,8 @@
 # prefix cache; a checkpoint written by --gen-checkpoint must load and give
 # the same tokens as the same weights generated in memory; the documented
 # exit statuses for bad options and a missing space; --speculative against
-# the model decoding alone; --tier ssd across a restart; --n and --beam runs (equivalence, sharing
+# the model decoding alone; --tier ssd across a restart and --tier redis
+# across two processes and two tenants; --n and --beam runs (equivalence, sharing
 # figures, an injected fault, bad input); kvrt-demo warm's counts and its
 # refusals of bad prompt files (its in-process effect on a serving engine is
 # tests/test_warm's).  TAP output.
@@ -117,23 +118,52 @@ result $([ $rc = 2 ] && grep -q "seq_len" "$TMP/err"; echo $?) \
 # ${KVRT_TIER_DIR:-/var/tmp}: O_DIRECT needs a real file system (not tmpfs).
 TIER=$(mktemp -d "${KVRT_TIER_DIR:-/var/tmp}/kvrt-demo-tier.XXXXXX")
 run --preset tiny --tier "ssd:$TIER" --tier-mb 16
-stores=$(sed -n 's/^ssd tier: .* \([0-9]*\) blocks written through$/\1/p' "$TMP/out")
+stores=$(sed -n 's/^tiers: .* \([0-9]*\) blocks written through$/\1/p' "$TMP/out")
 result $([ $rc = 0 ] && grep -q '^equivalence: PASS' "$TMP/out" &&
 	[ "$(field tokens)" = "$tokens_mem" ] && [ "${stores:-0}" -gt 0 ]; echo $?) \
 	"--tier ssd: a first run writes ${stores:-no} blocks through, same tokens"
 run --preset tiny --tier "ssd:$TIER" --tier-mb 16 --expect-tier-hits
-tier_hits=$(sed -n 's/^ssd tier: \([0-9]*\) of .*/\1/p' "$TMP/out")
+tier_hits=$(sed -n 's/^tiers: \([0-9]*\) of .*/\1/p' "$TMP/out")
 result $([ $rc = 0 ] && grep -q '^equivalence: PASS' "$TMP/out" &&
 	[ "$(field tokens)" = "$tokens_mem" ] && [ "${tier_hits:-0}" -gt 0 ] &&
 	grep -q '^first request: [1-9][0-9]* of its' "$TMP/out"; echo $?) \
 	"--tier ssd, restarted: ${tier_hits:-no} block hits from the SSD tier, the first request's among them, same tokens"
 run --preset tiny --expect-tier-hits
-result $([ $rc = 4 ] && grep -q 'no hit came from the SSD tier' "$TMP/err"; echo $?) \
+result $([ $rc = 4 ] && grep -q 'no hit came from a tier' "$TMP/err"; echo $?) \
 	"--expect-tier-hits without a tier: exit 4"
-run --preset tiny --tier "redis:$TIER"
-result $([ $rc = 2 ] && grep -q -- "--tier wants ssd:DIR (the SSD tier's directory), not 'redis:" "$TMP/err"; echo $?) \
+run --preset tiny --tier "nvme:$TIER"
+result $([ $rc = 2 ] && grep -q -- "--tier wants ssd:DIR or redis:HOST:PORT,... (each kind once), not 'nvme:" "$TMP/err"; echo $?) \
 	"--tier of an unknown kind: exit 2, said how"
 rm -rf "$TIER"
+
+# --tier redis: a Redis Cluster (selftests/redis/cluster.sh: three masters,
+# tenants alice and bob).  A second process, with its own embedded pool as a
+# second host would have, gets alice's prefixes from Redis, and the same
+# tokens; bob's credentials on alice's prefix get none (Redis refuses them).
+RDIR="$TMP/redis"
+CLUSTER="$(dirname "$0")/../../../selftests/redis/cluster.sh"
+if SEEDS=$(bash "$CLUSTER" start "$RDIR"); then
+	KVRT_REDIS_USER=alice KVRT_REDIS_PASSWORD=alice-pw \
+		run --preset tiny --tier "redis:$SEEDS" --tier-prefix tenA:
+	stores=$(sed -n 's/^tiers: .* \([0-9]*\) blocks written through$/\1/p' "$TMP/out")
+	result $([ $rc = 0 ] && [ "$(field tokens)" = "$tokens_mem" ] && [ "${stores:-0}" -gt 0 ]; echo $?) \
+		"--tier redis: the first host writes ${stores:-no} blocks to the cluster, same tokens"
+	KVRT_REDIS_USER=alice KVRT_REDIS_PASSWORD=alice-pw \
+		run --preset tiny --tier "redis:$SEEDS" --tier-prefix tenA: --expect-tier-hits
+	tier_hits=$(sed -n 's/^tiers: \([0-9]*\) of .*/\1/p' "$TMP/out")
+	result $([ $rc = 0 ] && [ "$(field tokens)" = "$tokens_mem" ] && [ "${tier_hits:-0}" -gt 0 ]; echo $?) \
+		"--tier redis: a second host gets ${tier_hits:-no} block hits from Redis, same tokens"
+	KVRT_REDIS_USER=bob KVRT_REDIS_PASSWORD=bob-pw \
+		run --preset tiny --tier "redis:$SEEDS" --tier-prefix tenA: --expect-tier-hits
+	result $([ $rc = 4 ] && [ "$(field tokens)" = "$tokens_mem" ]; echo $?) \
+		"--tier redis: another tenant's credentials on alice's prefix find nothing (exit 4), same tokens"
+	KVRT_REDIS_USER=alice KVRT_REDIS_PASSWORD=wrong run --preset tiny --tier "redis:$SEEDS"
+	result $([ $rc != 0 ] && grep -q 'KVRT_REDIS_USER and KVRT_REDIS_PASSWORD name the ACL user' "$TMP/err"; echo $?) \
+		"--tier redis with a wrong password: refused, says where the credentials come from"
+	bash "$CLUSTER" stop "$RDIR"
+else
+	result 1 "a Redis Cluster for --tier redis started (selftests/redis/cluster.sh; logs in $RDIR)"
+fi
 
 # --speculative: a draft proposes, the model verifies, rejections are cut
 # by kvrt_seq_truncate; the output must equal the model decoding alone.
