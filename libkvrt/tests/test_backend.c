@@ -1917,6 +1917,69 @@ TEST(threads_publish_lookup_release)
 		tap_run(_n, fn);                                        \
 	} while (0)
 
+/*
+ * The SSD tier on this backend: blocks written with O_DIRECT from the
+ * space's mapping by one handle, then read by another handle of the same
+ * space into new blocks (on kmod: the module's pages) and published.  The
+ * directory: $KVRT_TIER_DIR, else /var/tmp, else /tmp.  A file system that
+ * refuses O_DIRECT (tmpfs before Linux 6.6: the test VM's /tmp on 6.1) is
+ * reported as a SKIP naming it.
+ */
+TEST(ssd_tier_on_the_mapping)
+{
+	const char *base = getenv("KVRT_TIER_DIR");
+	struct kvrt_tier_ssd_opts o = { .capacity_bytes = 16 * BB };
+	struct kvrt_space *a = create("tier", BB, 64 * BB), *b = NULL;
+	struct kvrt_tier *ta = NULL, *tb = NULL;
+	char dir[512], cmd[600];
+	uint32_t got_ids[8];
+	uint8_t h[8][H], w[8];
+	int n, ret;
+
+	REQUIRE(a);
+	if (!base || !*base)
+		base = access("/var/tmp", W_OK) ? "/tmp" : "/var/tmp";
+	snprintf(dir, sizeof(dir), "%s/kvrt-test-tier-%d-%s", base, test_pid, cur_name);
+	o.dir = dir;
+	ret = kvrt_tier_open_ssd(a, &o, &ta);
+	if (ret == -EINVAL || ret == -ENOSYS) {
+		tap_skip(ret == -EINVAL ? "the file system refuses O_DIRECT (tmpfs before 6.6)" :
+			 "io_uring is not available");
+		goto out;
+	}
+	REQUIRE(ret == 0);
+	REQUIRE(kvrt_alloc_blocks(a, 8, ids) == 0);
+	for (n = 0; n < 8; n++) {
+		hfill(h[n], 40, (uint32_t)n);
+		memset(kvrt_block_addr(a, ids[n]), 0x60 + n, BB);
+	}
+	CHECK_EQ(kvrt_tier_store(a, 8, ids, (const uint8_t (*)[H])h, NULL), 8);
+	CHECK_EQ(kvrt_free_blocks(a, 8, ids), 0);
+	kvrt_tier_close(ta);
+	/* Another handle of the space, the tier its own now. */
+	b = join("tier");
+	REQUIRE(b);
+	REQUIRE(kvrt_tier_open_ssd(b, &o, &tb) == 0);
+	CHECK_EQ(kvrt_lookup_tiers(b, 8, (const uint8_t (*)[H])h, got_ids, w), 8);
+	for (n = 0; n < 8; n++) {
+		uint8_t *p = kvrt_block_addr(b, got_ids[n]), *q = kvrt_block_addr(a, got_ids[n]);
+
+		CHECKF(w[n] == 1 && p[0] == 0x60 + n && p[BB - 1] == 0x60 + n && !memcmp(p, q, BB),
+		       "block %d from %u: %#x..%#x", n, w[n], p[0], p[BB - 1]);
+	}
+	/* Published by b: a, the other participant, finds them in the pool. */
+	CHECK_EQ(kvrt_lookup(a, 8, (const uint8_t (*)[H])h, ids, NULL), 8);
+	CHECK_EQ(kvrt_release(a, 8, ids), 0);
+	CHECK_EQ(kvrt_release(b, 8, got_ids), 0);
+out:
+	if (b)
+		kvrt_space_close(b);
+	kvrt_space_close(a);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	if (system(cmd))
+		tap_diag("could not remove %s", dir);
+}
+
 static void suite(void)
 {
 	struct kvrt_pool_info p;
@@ -1964,6 +2027,7 @@ static void suite(void)
 		RUNB(persistent_space);
 		RUNB(hashing_integration);
 		RUNB(threads_publish_lookup_release);
+		RUNB(ssd_tier_on_the_mapping);
 	}
 	if (cur != KVRT_BACKEND_EMBEDDED)
 		return;	/* the rest is about the embedded backend's own memory */
