@@ -1315,7 +1315,9 @@ struct kvrt_tier_redis_opts {
 	uint32_t timeout_ms;		/* 0: 1000 */
 	uint32_t flags;			/* 0 */
 	const struct kvrt_layout *layout;	/* as for the SSD tier */
-	uint64_t reserved[4];		/* 0 */
+	uint32_t ttl_s;			/* blocks expire after this (SET EX); 0: never */
+	uint32_t reserved0;		/* 0 */
+	uint64_t reserved[3];		/* 0 */
 };
 
 /*

@@ -226,13 +226,16 @@ struct host {
 	struct kvrt_tier *t;
 };
 
+static uint32_t ttl_s;	/* the next host_open's */
+
 static int host_open(struct host *h, const char *user, const char *pass, const char *prefix)
 {
 	struct kvrt_open_opts ko = { .backend = KVRT_BACKEND_EMBEDDED, .flags = KVRT_OPEN_NO_HUGETLB };
 	struct kvrt_space_opts so = { .name = "redis-test", .flags = KVRT_SPACE_CREATE,
 				      .mode = 0600, .block_bytes = BB, .quota_bytes = BB * 4 * NB };
 	struct kvrt_tier_redis_opts ro = { .nodes = seeds, .user = user, .password = pass,
-					   .key_prefix = prefix, .timeout_ms = TIMEOUT_MS };
+					   .key_prefix = prefix, .timeout_ms = TIMEOUT_MS,
+					   .ttl_s = ttl_s };
 	int ret;
 
 	memset(h, 0, sizeof(*h));
@@ -421,6 +424,9 @@ TEST(arguments_and_credentials)
 	ro.reserved[0] = 1;
 	CHECK_EQ(kvrt_tier_open_redis(h.s, &ro, &t), -EINVAL);
 	ro.reserved[0] = 0;
+	ro.reserved0 = 1;
+	CHECK_EQ(kvrt_tier_open_redis(h.s, &ro, &t), -EINVAL);
+	ro.reserved0 = 0;
 	ro.nodes = "127.0.0.1";
 	CHECK_EQ(kvrt_tier_open_redis(h.s, &ro, &t), -EINVAL);
 	ro.nodes = "127.0.0.1:0";
@@ -432,6 +438,38 @@ TEST(arguments_and_credentials)
 	ro.password = "wrong";
 	CHECK_EQ(kvrt_tier_open_redis(h.s, &ro, &t), -EACCES);
 	host_close(&h);
+}
+
+/* ttl_s: every block stored expires (SET ... EX). */
+TEST(blocks_expire_after_ttl)
+{
+	struct host a;
+	char key[512];
+	long long ttl;
+	redisContext *c;
+	redisReply *r;
+	int i;
+
+	ttl_s = 100;
+	REQUIRE(host_open(&a, "alice", "alice-pw", "tenA:") == 0);
+	ttl_s = 0;
+	CHECK_EQ(store(&a, 12, 4), 4);
+	key_of(&a, "tenA:", 12, 2, key, sizeof(key));
+	REQUIRE(key[0]);
+	ttl = -3;
+	for (i = 0; i < NODES; i++) {
+		c = conn(ports[i], NULL, NULL);
+		r = c ? redisCommand(c, "TTL %s", key) : NULL;
+		/* -2 on the nodes that do not hold the key's slot (MOVED is an error here) */
+		if (r && r->type == REDIS_REPLY_INTEGER)
+			ttl = r->integer;
+		if (r)
+			freeReplyObject(r);
+		if (c)
+			redisFree(c);
+	}
+	CHECKF(ttl > 0 && ttl <= 100, "TTL %lld", ttl);
+	host_close(&a);
 }
 
 /* bob's credentials cannot read alice's blocks: Redis says NOPERM. */
@@ -645,6 +683,7 @@ int main(void)
 	}
 	RUN(another_host_finds_the_blocks);
 	RUN(arguments_and_credentials);
+	RUN(blocks_expire_after_ttl);
 	RUN(a_tenant_cannot_reach_another_tenants_keys);
 	RUN(a_corrupted_or_truncated_value_is_a_miss);
 	RUN(lookups_while_slots_move);

@@ -110,7 +110,7 @@ int kvrt_tier_open_redis(struct kvrt_space *s, const struct kvrt_tier_redis_opts
 	if (!out)
 		return -EINVAL;
 	*out = NULL;
-	if (!s || !o || !o->nodes || o->flags ||
+	if (!s || !o || !o->nodes || o->flags || o->reserved0 ||
 	    (o->key_prefix && strlen(o->key_prefix) > 128))
 		return -EINVAL;
 	for (i = 0; i < sizeof(o->reserved) / sizeof(o->reserved[0]); i++)

@@ -33,6 +33,7 @@
 #define RB_MAGIC 0x4252564bU	/* "KVRB" */
 #define RB_HEAD 24
 #define RB_KEY_MAX (128 + 64 + 1 + 64 + 1)
+#define RB_ARGS 6	/* SET key value NX EX seconds */
 
 struct redis_tier {
 	struct kvrt_tier t;
@@ -40,12 +41,13 @@ struct redis_tier {
 	struct rc_cluster rc;
 	uint64_t block_bytes;
 	char prefix[128 + 65 + 1];	/* key_prefix, identity, ':' */
+	char ttl[16];			/* SET's EX, or empty */
 	struct kvrt_tier_stats st;
 	/* A batch's scratch, grown as needed. */
 	uint32_t cap;
 	char (*keys)[RB_KEY_MAX];
-	size_t *lens;			/* 4 per command */
-	const char **argv;		/* 4 per command */
+	size_t *lens;			/* RB_ARGS per command */
+	const char **argv;		/* RB_ARGS per command */
 	struct rc_cmd *cmds;
 	redisReply **replies;
 	char *values;			/* cap values of RB_HEAD + block_bytes */
@@ -64,10 +66,10 @@ static int scratch_grow(struct redis_tier *t, uint32_t n, bool values)
 		if (!(p = realloc(t->keys, n * sizeof(*t->keys))))
 			return -ENOMEM;
 		t->keys = p;
-		if (!(p = realloc(t->lens, 4 * n * sizeof(*t->lens))))
+		if (!(p = realloc(t->lens, RB_ARGS * n * sizeof(*t->lens))))
 			return -ENOMEM;
 		t->lens = p;
-		if (!(p = realloc(t->argv, 4 * n * sizeof(*t->argv))))
+		if (!(p = realloc(t->argv, RB_ARGS * n * sizeof(*t->argv))))
 			return -ENOMEM;
 		t->argv = p;
 		if (!(p = realloc(t->cmds, n * sizeof(*t->cmds))))
@@ -88,12 +90,12 @@ static int scratch_grow(struct redis_tier *t, uint32_t n, bool values)
 	return 0;
 }
 
-/* Command i: verb key [value of vlen [extra]], the key made from hash. */
+/* Command i: verb key [value of vlen [NX [EX ttl]]], the key made from hash. */
 static void make_cmd(struct redis_tier *t, uint32_t i, const char *verb, const uint8_t *hash,
 		     const char *value, size_t vlen, const char *extra)
 {
-	const char **argv = &t->argv[4 * i];
-	size_t *lens = &t->lens[4 * i];
+	const char **argv = &t->argv[RB_ARGS * i];
+	size_t *lens = &t->lens[RB_ARGS * i];
 	char *k = t->keys[i];
 	int len, j, argc = 2;
 
@@ -111,6 +113,12 @@ static void make_cmd(struct redis_tier *t, uint32_t i, const char *verb, const u
 	if (extra) {
 		argv[argc] = extra;
 		lens[argc++] = strlen(extra);
+	}
+	if (value && t->ttl[0]) {
+		argv[argc] = "EX";
+		lens[argc++] = 2;
+		argv[argc] = t->ttl;
+		lens[argc++] = strlen(t->ttl);
 	}
 	t->cmds[i] = (struct rc_cmd){ .argc = argc, .argv = argv, .argvlen = lens };
 }
@@ -327,6 +335,8 @@ int kvrt_redis_open(struct kvrt_space *s, const struct kvrt_tier_redis_opts *o,
 		len += snprintf(t->prefix + len, sizeof(t->prefix) - (size_t)len, "%02x",
 				identity[i]);
 	snprintf(t->prefix + len, sizeof(t->prefix) - (size_t)len, ":");
+	if (o->ttl_s)
+		snprintf(t->ttl, sizeof(t->ttl), "%u", o->ttl_s);
 	ret = rc_open(&t->rc, o->nodes, o->user, o->password,
 		      o->timeout_ms ? o->timeout_ms : 1000);
 	if (ret) {
