@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * bench_tier.c: kvbench tier, libkvrt's SSD tier against fio.
+ * bench_tier.c: kvbench tier, libkvrt's SSD tier against fio, and its Redis
+ * Cluster tier against redis-benchmark.
  *
  *   kvbench tier [--json] [--dir DIR] [--mib M] [--queue-depth N]
- *                [--batch N] [common options]
+ *                [--batch N] [--redis HOST:PORT,... [--redis-mib M]]
+ *                [common options]
  *
  * Cases ssd_store_<B> and ssd_fetch_<B>, for blocks B of 256 KiB and 2 MiB:
  * M MiB (default 256) of blocks, in batches of --batch blocks (32):
@@ -23,8 +25,17 @@
  * value / limit.  Each repetition runs the tier's case and fio's once;
  * of --reps (default 3) pairs the one with the middle ratio is reported.
  *
- * fio (Debian's fio) must be on $PATH: without it kvbench tier says so and
- * exits 1.  DIR defaults to $TMPDIR or /var/tmp: it needs O_DIRECT (not
+ * With --redis, cases redis_store_<B> and redis_fetch_<B> too: --redis-mib
+ * MiB (64) of blocks stored into, and after a restart fetched from, that
+ * cluster's tier (keys under kvbench:, expiring after 600 s; new keys each
+ * repetition), GB/s; limit: redis-benchmark --cluster SET and GET of values
+ * of the block size, one client pipelining --batch requests, over as many
+ * keys as the tier's blocks, against the same cluster in the same run.
+ * The tier's and the peer's ACL user: $KVRT_REDIS_USER, $KVRT_REDIS_PASSWORD
+ * (the peer's keys are key:*).  A note line gives the fetches in blocks/s.
+ *
+ * fio (Debian's fio) must be on $PATH, and redis-benchmark (redis-tools)
+ * for --redis: without them kvbench tier says so and exits 1.  DIR defaults to $TMPDIR or /var/tmp: it needs O_DIRECT (not
  * tmpfs before Linux 6.6), and what is measured is its device.
  */
 #define _GNU_SOURCE
@@ -49,18 +60,23 @@ struct tier_opts {
 	unsigned long mib;
 	unsigned int qd;
 	unsigned int batch;
+	const char *redis;		/* --redis SEEDS: the Redis cases too */
+	unsigned long redis_mib;
 };
 
 static const struct kvb_opts tier_defaults = { .bench = "tier", .reps = 3, .rep_time = 0 };
 
 static const char tier_about[] =
 	"libkvrt's SSD tier: store and fetch GB/s at 256 KiB and 2 MiB blocks, against\n"
-	"fio's O_DIRECT writes and reads of the same size on the same file system.\n"
-	"ratio = value / limit.  Needs fio on $PATH.\n";
+	"fio's O_DIRECT writes and reads of the same size on the same file system;\n"
+	"with --redis, its Redis Cluster tier against redis-benchmark SET and GET on\n"
+	"the same cluster.  ratio = value / limit.  Needs fio (and redis-benchmark).\n";
 
 /* One block size's state: a pool, a space and its tier. */
 struct tier_run {
 	const struct tier_opts *o;
+	bool redis;		/* the Redis Cluster tier, else the SSD tier */
+	unsigned int rep;	/* Redis: each repetition stores new keys */
 	uint64_t bb;		/* block bytes */
 	uint32_t n;		/* blocks */
 	char dir[4096];
@@ -92,13 +108,18 @@ static int run_open(struct tier_run *r)
 				      .quota_bytes = (uint64_t)(r->n + 1) * r->bb };
 	struct kvrt_tier_ssd_opts to = { .dir = r->dir, .capacity_bytes = (uint64_t)r->n * r->bb,
 					 .queue_depth = r->o->qd };
+	/* Keys that go by themselves: a benchmark leaves nothing for good. */
+	struct kvrt_tier_redis_opts ro = { .nodes = r->o->redis, .user = getenv("KVRT_REDIS_USER"),
+					   .password = getenv("KVRT_REDIS_PASSWORD"),
+					   .key_prefix = "kvbench:", .ttl_s = 600, .timeout_ms = 5000 };
 	int ret;
 
 	ret = kvrt_open(&r->k, &ko);
 	if (!ret)
 		ret = kvrt_space_open(r->k, &so, &r->s);
 	if (!ret)
-		ret = kvrt_tier_open_ssd(r->s, &to, &r->t);
+		ret = r->redis ? kvrt_tier_open_redis(r->s, &ro, &r->t) :
+				 kvrt_tier_open_ssd(r->s, &to, &r->t);
 	if (ret)
 		run_close(r);
 	return ret;
@@ -127,7 +148,8 @@ static double time_store(struct tier_run *r)
 	double t0, t = 0;
 	int ret;
 
-	remove_tree(r->dir);
+	if (!r->redis)
+		remove_tree(r->dir);
 	ret = run_open(r);
 	if (ret)
 		return ret;
@@ -245,6 +267,62 @@ static double fio_rate(struct tier_run *r, bool write, char *why, size_t wlen)
 	return bw;
 }
 
+/* redis-benchmark's SET and GET rates at the tier's value size: bytes per second, or 0 (why). */
+static int redis_peer(struct tier_run *r, double *set_bps, double *get_bps, char *why, size_t wlen)
+{
+	char host[64], port[16], d[32], n[32], keys[32], pipe[16], out[1 << 14];
+	char *argv[24] = { "redis-benchmark", "--cluster", "-h", host, "-p", port, "-t", "set,get",
+			   "-d", d, "-n", n, "-r", keys, "-P", pipe, "-c", "1", "--csv" };
+	const char *user = getenv("KVRT_REDIS_USER"), *pass = getenv("KVRT_REDIS_PASSWORD");
+	const char *seed = r->o->redis, *colon;
+	int na = 19, fd, status;
+	bool timed_out;
+	const char *p;
+	pid_t pid;
+
+	colon = strchr(seed, ':');
+	if (!colon || (size_t)(colon - seed) >= sizeof(host)) {
+		snprintf(why, wlen, "--redis %s: want HOST:PORT[,...]", seed);
+		return -EINVAL;
+	}
+	snprintf(host, sizeof(host), "%.*s", (int)(colon - seed), seed);
+	snprintf(port, sizeof(port), "%d", atoi(colon + 1));
+	snprintf(d, sizeof(d), "%llu", (unsigned long long)r->bb);
+	/* As many distinct keys as the tier's blocks, each set and read about 4 times. */
+	snprintf(keys, sizeof(keys), "%u", r->n);
+	snprintf(n, sizeof(n), "%u", 4 * (r->n > r->o->batch ? r->n : r->o->batch));
+	snprintf(pipe, sizeof(pipe), "%u", r->o->batch);
+	if (user && *user) {
+		argv[na++] = "--user";
+		argv[na++] = (char *)user;
+	}
+	if (pass && *pass) {
+		argv[na++] = "-a";
+		argv[na++] = (char *)pass;
+	}
+	argv[na] = NULL;
+	pid = kvb_child_start("redis-benchmark", argv, KVB_CHILD_SEARCH, &fd);
+	if (pid < 0) {
+		snprintf(why, wlen, "cannot start redis-benchmark: %s", strerror((int)-pid));
+		return (int)pid;
+	}
+	kvb_child_read(fd, pid, out, sizeof(out), 600, &timed_out);
+	kvb_child_wait(pid, &status);
+	if (WIFEXITED(status) && WEXITSTATUS(status) == 127) {
+		snprintf(why, wlen, "redis-benchmark is not on $PATH (Debian: apt-get install redis-tools)");
+		return -ENOENT;
+	}
+	p = strstr(out, "\"SET\",\"");
+	*set_bps = p ? strtod(p + 7, NULL) * (double)r->bb : 0;
+	p = strstr(out, "\"GET\",\"");
+	*get_bps = p ? strtod(p + 7, NULL) * (double)r->bb : 0;
+	if (!(*set_bps > 0) || !(*get_bps > 0)) {
+		snprintf(why, wlen, "redis-benchmark gave no SET/GET rates (status %d)", status);
+		return -EIO;
+	}
+	return 0;
+}
+
 static int bench_size(struct tier_run *r, const struct kvb_report *rep)
 {
 	double sv[TIER_MAX_REPS], sl[TIER_MAX_REPS], fv[TIER_MAX_REPS], fl[TIER_MAX_REPS];
@@ -252,13 +330,16 @@ static int bench_size(struct tier_run *r, const struct kvb_report *rep)
 	char name[64], lunit[160], why[256] = "";
 	unsigned int i, reps = r->o->c.reps > TIER_MAX_REPS ? TIER_MAX_REPS : r->o->c.reps;
 
-	for (i = 0; i < r->n; i++) {
-		uint32_t tok[2] = { (uint32_t)r->bb, i };
-
-		if (kvrt_hash_block(NULL, tok, 2, NULL, 0, r->hashes[i]))
-			return -EIO;
-	}
 	for (i = 0; i < reps; i++) {
+		/* Redis: new keys each repetition (its SET NX skips what is there). */
+		uint32_t tag = r->redis ? (uint32_t)getpid() * 16 + i : 0, j;
+
+		for (j = 0; j < r->n; j++) {
+			uint32_t tok[3] = { (uint32_t)r->bb, j, tag };
+
+			if (kvrt_hash_block(NULL, tok, 3, NULL, 0, r->hashes[j]))
+				return -EIO;
+		}
 		snprintf(name, sizeof(name), "%llu KiB blocks, repetition %u",
 			 (unsigned long long)(r->bb >> 10), i + 1);
 		kvb_progress(&r->o->c, i + 1, reps, name);
@@ -270,9 +351,14 @@ static int bench_size(struct tier_run *r, const struct kvb_report *rep)
 		if (t < 0)
 			return (int)t;
 		fv[i] = t / bytes;
-		/* fio's limits: seconds per byte, as the values */
-		v = fio_rate(r, true, why, sizeof(why));
-		l = v > 0 ? fio_rate(r, false, why, sizeof(why)) : 0;
+		/* the peer's limits: seconds per byte, as the values */
+		if (r->redis) {
+			v = l = 0;
+			redis_peer(r, &v, &l, why, sizeof(why));
+		} else {
+			v = fio_rate(r, true, why, sizeof(why));
+			l = v > 0 ? fio_rate(r, false, why, sizeof(why)) : 0;
+		}
 		if (!(v > 0) || !(l > 0)) {
 			kvb_progress_end();
 			fprintf(stderr, "kvbench tier: %s\n", why);
@@ -282,15 +368,27 @@ static int bench_size(struct tier_run *r, const struct kvb_report *rep)
 		fl[i] = 1 / l;
 	}
 	kvb_middle_pair(sv, sl, reps, &v, &l);
-	snprintf(name, sizeof(name), "ssd_store_%lluk", (unsigned long long)(r->bb >> 10));
-	snprintf(lunit, sizeof(lunit), "GB/s fio O_DIRECT write, io_uring, qd %u, fdatasync/%u",
-		 inflight(r->o), r->o->batch);
+	snprintf(name, sizeof(name), "%s_store_%lluk", r->redis ? "redis" : "ssd",
+		 (unsigned long long)(r->bb >> 10));
+	if (r->redis)
+		snprintf(lunit, sizeof(lunit), "GB/s redis-benchmark SET, same cluster, -P %u",
+			 r->o->batch);
+	else
+		snprintf(lunit, sizeof(lunit), "GB/s fio O_DIRECT write, io_uring, qd %u, fdatasync/%u",
+			 inflight(r->o), r->o->batch);
 	kvb_report(rep, name, 1e-9 / v, "GB/s stored (ratio = value/limit)", 1e-9 / l, lunit);
 	kvb_middle_pair(fv, fl, reps, &v, &l);
-	snprintf(name, sizeof(name), "ssd_fetch_%lluk", (unsigned long long)(r->bb >> 10));
-	snprintf(lunit, sizeof(lunit), "GB/s fio O_DIRECT read, io_uring, qd %u", inflight(r->o));
+	snprintf(name, sizeof(name), "%s_fetch_%lluk", r->redis ? "redis" : "ssd",
+		 (unsigned long long)(r->bb >> 10));
+	if (r->redis)
+		snprintf(lunit, sizeof(lunit), "GB/s redis-benchmark GET, same cluster, -P %u",
+			 r->o->batch);
+	else
+		snprintf(lunit, sizeof(lunit), "GB/s fio O_DIRECT read, io_uring, qd %u", inflight(r->o));
 	kvb_report(rep, name, 1e-9 / v, "GB/s fetched into the pool (ratio = value/limit)",
 		   1e-9 / l, lunit);
+	kvb_note(&r->o->c, "%s, %llu KiB blocks: %.0f blocks/s fetched", r->redis ? "redis" : "ssd",
+		 (unsigned long long)(r->bb >> 10), 1.0 / (v * (double)r->bb));
 	return 0;
 }
 
@@ -298,7 +396,8 @@ static int bench_size(struct tier_run *r, const struct kvb_report *rep)
 int cmd_tier(int argc, char **argv)
 {
 	static const uint64_t sizes[] = { 256ULL << 10, 2ULL << 20 };
-	struct tier_opts o = { .c = tier_defaults, .mib = 256, .qd = 64, .batch = 32 };
+	struct tier_opts o = { .c = tier_defaults, .mib = 256, .qd = 64, .batch = 32,
+			       .redis_mib = 64 };
 	struct kvb_report rep = { .o = &o.c, .ratio = KVB_RATE, .name_w = 18, .num_w = 8,
 				  .unit_w = 52, .ratio_w = 7 };
 	char base[4096];
@@ -316,6 +415,12 @@ int cmd_tier(int argc, char **argv)
 		{ .name = "--batch", .arg = "N", .kind = TOPT_UINT, .dst = &o.batch, .min = 1,
 		  .max = 4096, .want = "blocks per call from 1 to 4096",
 		  .help = "blocks per store or lookup call (default 32)" },
+		{ .name = "--redis", .arg = "HOST:PORT,...", .kind = TOPT_STR, .dst = &o.redis,
+		  .help = "also the Redis Cluster tier on this cluster, against redis-benchmark\n"
+			  "(ACL user from $KVRT_REDIS_USER, $KVRT_REDIS_PASSWORD)" },
+		{ .name = "--redis-mib", .arg = "M", .kind = TOPT_ULONG, .dst = &o.redis_mib,
+		  .min = 1, .max = 1UL << 16, .want = "MiB from 1 to 65536",
+		  .help = "MiB of blocks per block size on Redis (default 64)" },
 		{ NULL },
 	};
 	const struct kvb_cmd cmd = { .defaults = &tier_defaults, .about = tier_about,
@@ -335,10 +440,12 @@ int cmd_tier(int argc, char **argv)
 		o.dir = base;
 	}
 	kvb_report_header(&rep, "GB/s");
-	for (s = 0; s < sizeof(sizes) / sizeof(sizes[0]) && !ret; s++) {
-		struct tier_run r = { .o = &o, .bb = sizes[s] };
+	for (s = 0; s < 2 * sizeof(sizes) / sizeof(sizes[0]) && !ret; s++) {
+		struct tier_run r = { .o = &o, .bb = sizes[s % 2], .redis = s >= 2 };
 
-		r.n = (uint32_t)(((uint64_t)o.mib << 20) / r.bb);
+		if (r.redis && !o.redis)
+			break;
+		r.n = (uint32_t)(((uint64_t)(r.redis ? o.redis_mib : o.mib) << 20) / r.bb);
 		if (!r.n)
 			r.n = 1;
 		snprintf(r.dir, sizeof(r.dir), "%s/tier", o.dir);

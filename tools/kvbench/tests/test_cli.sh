@@ -12,7 +12,7 @@
 # unknown option, a checked pair of options, generated help lines, demo's
 # own options and its "--".  kvbench tier, short, must print its four
 # cases against fio, leave no file behind, and say how to get fio when it
-# is missing.  (The ioctl cases need /dev/kvpool: `make bench-pool` runs
+# is missing; with --redis, four more against redis-benchmark.  (The ioctl cases need /dev/kvpool: `make bench-pool` runs
 # them in the VM.)
 #
 # Output is TAP-like; the last line is "N passed, N failed".
@@ -181,6 +181,23 @@ result "tier: its scratch files are gone afterwards" "${left:+left: $left}"
 mkdir "$TD/bin" && printf '#!/bin/sh\nexit 127\n' > "$TD/bin/fio" && chmod +x "$TD/bin/fio"
 PATH="$TD/bin:$PATH" check "tier without fio: exit 1, says how to get it" 1 "fio is not on \\\$PATH \\(Debian: apt-get install fio\\)" \
 	tier --dir "$TD" --mib 4 --reps 1
+# --redis: the Redis Cluster tier against redis-benchmark, on a cluster of
+# selftests/redis/cluster.sh's.
+if SEEDS=$(bash "$HERE/../../../selftests/redis/cluster.sh" start "$TD/redis"); then
+	json_cases '
+		$0 ~ /"case":"redis_/ { seen[name] = 1; if ($0 !~ /"limit_unit":"GB\/s redis-benchmark (SET|GET), same cluster/) print "limit not redis-benchmark: " $0 }
+		END {
+			split("redis_store_256k redis_fetch_256k redis_store_2048k redis_fetch_2048k", want)
+			for (i in want)
+				if (!(want[i] in seen))
+					print "no case " want[i]
+		}' \
+		tier --json --quiet --dir "$TD" --mib 4 --redis "$SEEDS" --redis-mib 4 --reps 1
+	result "tier --redis: store and fetch at 256 KiB and 2 MiB, each against redis-benchmark" "$why"
+	bash "$HERE/../../../selftests/redis/cluster.sh" stop "$TD/redis"
+else
+	result "tier --redis: a Redis Cluster started (selftests/redis/cluster.sh)" "no cluster"
+fi
 rm -rf "$TD"
 
 echo "$passed passed, $failed failed"
