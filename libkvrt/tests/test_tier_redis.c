@@ -30,6 +30,7 @@
 
 #include "kvrt.h"
 #include "../../selftests/tap.h"
+#include "tier_blocks.h"
 
 #define NODES 3
 #define BB 16384ULL
@@ -256,28 +257,6 @@ static void host_close(struct host *h)
 	memset(h, 0, sizeof(*h));
 }
 
-static void hash_of(uint8_t h[H], uint32_t tag, uint32_t i)
-{
-	uint32_t t[2] = { tag, i };
-
-	if (kvrt_hash_block(NULL, t, 2, NULL, 0, h))
-		memset(h, 0, H);
-}
-
-static void pattern(const uint8_t h[H], uint8_t *out)
-{
-	uint64_t x, i;
-
-	memcpy(&x, h, sizeof(x));
-	x |= 1;
-	for (i = 0; i < BB / 8; i++) {
-		x ^= x << 13;
-		x ^= x >> 7;
-		x ^= x << 17;
-		memcpy(out + 8 * i, &x, 8);
-	}
-}
-
 static int store(struct host *h, uint32_t tag, uint32_t n)
 {
 	uint8_t hs[NB][H];
@@ -287,8 +266,8 @@ static int store(struct host *h, uint32_t tag, uint32_t n)
 	if (kvrt_alloc_blocks(h->s, n, ids))
 		return -ENOMEM;
 	for (i = 0; i < n; i++) {
-		hash_of(hs[i], tag, i);
-		pattern(hs[i], kvrt_block_addr(h->s, ids[i]));
+		tier_hash(hs[i], tag, i);
+		tier_pattern(hs[i], BB, kvrt_block_addr(h->s, ids[i]));
 	}
 	ret = kvrt_tier_store(h->s, n, ids, (const uint8_t (*)[H])hs, NULL);
 	kvrt_free_blocks(h->s, n, ids);
@@ -304,13 +283,13 @@ static int lookup(struct host *h, uint32_t tag, uint32_t n, int *bad, int *from_
 	int got;
 
 	for (i = 0; i < n; i++)
-		hash_of(hs[i], tag, i);
+		tier_hash(hs[i], tag, i);
 	got = kvrt_lookup_tiers(h->s, n, (const uint8_t (*)[H])hs, ids, w);
 	*bad = 0;
 	if (from_tier)
 		*from_tier = 0;
 	for (i = 0; got > 0 && i < (uint32_t)got; i++) {
-		pattern(hs[i], want);
+		tier_pattern(hs[i], BB, want);
 		if (memcmp(kvrt_block_addr(h->s, ids[i]), want, BB))
 			(*bad)++;
 		if (from_tier && w[i] == 1)
@@ -363,7 +342,7 @@ static void key_of(struct host *h, const char *prefix, uint32_t tag, uint32_t i,
 	p = strrchr(key, ':');
 	if (!p)
 		return;
-	hash_of(hs, tag, i);
+	tier_hash(hs, tag, i);
 	for (j = 0; j < H; j++) {
 		p[1 + 2 * j] = hex[hs[j] >> 4];
 		p[2 + 2 * j] = hex[hs[j] & 15];
@@ -529,6 +508,22 @@ TEST(a_corrupted_or_truncated_value_is_a_miss)
 	host_close(&a);
 }
 
+/* The node's cluster id into id; false when it does not answer. */
+static bool node_id(int port, char *id, size_t len)
+{
+	redisContext *c = conn(port, NULL, NULL);
+	redisReply *r = c ? redisCommand(c, "CLUSTER MYID") : NULL;
+	bool ok = r && r->type == REDIS_REPLY_STRING;
+
+	if (ok)
+		snprintf(id, len, "%s", r->str);
+	if (r)
+		freeReplyObject(r);
+	if (c)
+		redisFree(c);
+	return ok;
+}
+
 /* Lookups while redis-cli moves 4000 slots, keys and all, between two nodes. */
 TEST(lookups_while_slots_move)
 {
@@ -537,8 +532,6 @@ TEST(lookups_while_slots_move)
 			    "--cluster-to", to, "--cluster-slots", "4000", "--cluster-yes",
 			    "--cluster-pipeline", "1", NULL };
 	char addr[32];
-	redisContext *c;
-	redisReply *r;
 	struct host a, b, before;
 	int bad, rounds = 0, whole = 0, status, got;
 	pid_t pid;
@@ -546,20 +539,7 @@ TEST(lookups_while_slots_move)
 	REQUIRE(host_open(&a, "alice", "alice-pw", "tenA:") == 0);
 	CHECK_EQ(store(&a, 6, NB), NB);
 	host_close(&a);
-	c = conn(ports[0], NULL, NULL);
-	REQUIRE(c);
-	r = redisCommand(c, "CLUSTER MYID");
-	REQUIRE(r && r->type == REDIS_REPLY_STRING);
-	snprintf(from, sizeof(from), "%s", r->str);
-	freeReplyObject(r);
-	redisFree(c);
-	c = conn(ports[1], NULL, NULL);
-	REQUIRE(c);
-	r = redisCommand(c, "CLUSTER MYID");
-	REQUIRE(r && r->type == REDIS_REPLY_STRING);
-	snprintf(to, sizeof(to), "%s", r->str);
-	freeReplyObject(r);
-	redisFree(c);
+	REQUIRE(node_id(ports[0], from, sizeof(from)) && node_id(ports[1], to, sizeof(to)));
 	snprintf(addr, sizeof(addr), "127.0.0.1:%d", ports[0]);
 	reshard[3] = addr;
 	(void)port;

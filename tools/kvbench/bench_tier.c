@@ -327,9 +327,10 @@ static int bench_size(struct tier_run *r, const struct kvb_report *rep)
 {
 	double sv[TIER_MAX_REPS], sl[TIER_MAX_REPS], fv[TIER_MAX_REPS], fl[TIER_MAX_REPS];
 	double bytes = (double)r->n * (double)r->bb, v, l, t;
-	char name[64], lunit[160], why[256] = "";
+	char name[64], lunit[160], why[256] = "", sync_note[32];
 	unsigned int i, reps = r->o->c.reps > TIER_MAX_REPS ? TIER_MAX_REPS : r->o->c.reps;
 
+	snprintf(sync_note, sizeof(sync_note), ", fdatasync/%u", r->o->batch);
 	for (i = 0; i < reps; i++) {
 		/* Redis: new keys each repetition (its SET NX skips what is there). */
 		uint32_t tag = r->redis ? (uint32_t)getpid() * 16 + i : 0, j;
@@ -367,26 +368,22 @@ static int bench_size(struct tier_run *r, const struct kvb_report *rep)
 		sl[i] = 1 / v;
 		fl[i] = 1 / l;
 	}
-	kvb_middle_pair(sv, sl, reps, &v, &l);
-	snprintf(name, sizeof(name), "%s_store_%lluk", r->redis ? "redis" : "ssd",
-		 (unsigned long long)(r->bb >> 10));
-	if (r->redis)
-		snprintf(lunit, sizeof(lunit), "GB/s redis-benchmark SET, same cluster, -P %u",
-			 r->o->batch);
-	else
-		snprintf(lunit, sizeof(lunit), "GB/s fio O_DIRECT write, io_uring, qd %u, fdatasync/%u",
-			 inflight(r->o), r->o->batch);
-	kvb_report(rep, name, 1e-9 / v, "GB/s stored (ratio = value/limit)", 1e-9 / l, lunit);
-	kvb_middle_pair(fv, fl, reps, &v, &l);
-	snprintf(name, sizeof(name), "%s_fetch_%lluk", r->redis ? "redis" : "ssd",
-		 (unsigned long long)(r->bb >> 10));
-	if (r->redis)
-		snprintf(lunit, sizeof(lunit), "GB/s redis-benchmark GET, same cluster, -P %u",
-			 r->o->batch);
-	else
-		snprintf(lunit, sizeof(lunit), "GB/s fio O_DIRECT read, io_uring, qd %u", inflight(r->o));
-	kvb_report(rep, name, 1e-9 / v, "GB/s fetched into the pool (ratio = value/limit)",
-		   1e-9 / l, lunit);
+	for (i = 0; i < 2; i++) {
+		bool store = !i;
+
+		kvb_middle_pair(store ? sv : fv, store ? sl : fl, reps, &v, &l);
+		snprintf(name, sizeof(name), "%s_%s_%lluk", r->redis ? "redis" : "ssd",
+			 store ? "store" : "fetch", (unsigned long long)(r->bb >> 10));
+		if (r->redis)
+			snprintf(lunit, sizeof(lunit), "GB/s redis-benchmark %s, same cluster, -P %u",
+				 store ? "SET" : "GET", r->o->batch);
+		else
+			snprintf(lunit, sizeof(lunit), "GB/s fio O_DIRECT %s, io_uring, qd %u%s",
+				 store ? "write" : "read", inflight(r->o),
+				 store ? sync_note : "");
+		kvb_report(rep, name, 1e-9 / v, store ? "GB/s stored (ratio = value/limit)" :
+			   "GB/s fetched into the pool (ratio = value/limit)", 1e-9 / l, lunit);
+	}
 	kvb_note(&r->o->c, "%s, %llu KiB blocks: %.0f blocks/s fetched", r->redis ? "redis" : "ssd",
 		 (unsigned long long)(r->bb >> 10), 1.0 / (v * (double)r->bb));
 	return 0;

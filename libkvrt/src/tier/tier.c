@@ -66,68 +66,60 @@ static void tier_add(struct kvrt_space *s, struct kvrt_tier *t)
 	pthread_mutex_unlock(&s->k->lock);
 }
 
-int kvrt_tier_open_ssd(struct kvrt_space *s, const struct kvrt_tier_ssd_opts *o,
-		       struct kvrt_tier **out)
+static bool words_zero(const uint64_t *w, size_t n)
+{
+	uint64_t z = 0;
+
+	while (n--)
+		z |= w[n];
+	return !z;
+}
+
+/* The identity, the kind's own open, then the tier joins the handle's list. */
+static int tier_attach(struct kvrt_space *s, enum kvrt_tier_kind kind,
+		       const struct kvrt_layout *layout, const void *opts, struct kvrt_tier **out)
 {
 	uint8_t identity[32];
 	struct kvrt_tier *t;
-	uint64_t z = 0;
-	unsigned int i;
 	int ret;
 
-	if (!out)
-		return -EINVAL;
-	*out = NULL;
-	if (!s || !o || !o->dir || !*o->dir || o->flags)
-		return -EINVAL;
-	for (i = 0; i < sizeof(o->reserved) / sizeof(o->reserved[0]); i++)
-		z |= o->reserved[i];
-	if (z || o->capacity_bytes < s->block_bytes || o->capacity_bytes > (1ULL << 50) ||
-	    o->queue_depth > 4096)
-		return -EINVAL;
-	ret = kvrt_tier_identity(s, o->layout, identity);
+	ret = kvrt_tier_identity(s, layout, identity);
 	if (ret)
 		return ret;
-	ret = kvrt_ssd_open(s, o, identity, &t);
+	ret = kind == KVRT_TIER_SSD ? kvrt_ssd_open(s, opts, identity, &t) :
+				      kvrt_redis_open(s, opts, identity, &t);
 	if (ret)
 		return ret;
 	t->space = s;
-	t->kind = KVRT_TIER_SSD;
+	t->kind = kind;
 	tier_add(s, t);
 	*out = t;
 	return 0;
 }
 
-int kvrt_tier_open_redis(struct kvrt_space *s, const struct kvrt_tier_redis_opts *o,
-			 struct kvrt_tier **out)
+int kvrt_tier_open_ssd(struct kvrt_space *s, const struct kvrt_tier_ssd_opts *o,
+		       struct kvrt_tier **out)
 {
-	uint8_t identity[32];
-	struct kvrt_tier *t;
-	uint64_t z = 0;
-	unsigned int i;
-	int ret;
-
 	if (!out)
 		return -EINVAL;
 	*out = NULL;
-	if (!s || !o || !o->nodes || o->flags || o->reserved0 ||
+	if (!s || !o || !o->dir || !*o->dir || o->flags || !words_zero(o->reserved, 4) ||
+	    o->capacity_bytes < s->block_bytes || o->capacity_bytes > (1ULL << 50) ||
+	    o->queue_depth > 4096)
+		return -EINVAL;
+	return tier_attach(s, KVRT_TIER_SSD, o->layout, o, out);
+}
+
+int kvrt_tier_open_redis(struct kvrt_space *s, const struct kvrt_tier_redis_opts *o,
+			 struct kvrt_tier **out)
+{
+	if (!out)
+		return -EINVAL;
+	*out = NULL;
+	if (!s || !o || !o->nodes || o->flags || o->reserved0 || !words_zero(o->reserved, 3) ||
 	    (o->key_prefix && strlen(o->key_prefix) > 128))
 		return -EINVAL;
-	for (i = 0; i < sizeof(o->reserved) / sizeof(o->reserved[0]); i++)
-		z |= o->reserved[i];
-	if (z)
-		return -EINVAL;
-	ret = kvrt_tier_identity(s, o->layout, identity);
-	if (ret)
-		return ret;
-	ret = kvrt_redis_open(s, o, identity, &t);
-	if (ret)
-		return ret;
-	t->space = s;
-	t->kind = KVRT_TIER_REDIS;
-	tier_add(s, t);
-	*out = t;
-	return 0;
+	return tier_attach(s, KVRT_TIER_REDIS, o->layout, o, out);
 }
 
 void kvrt_tier_close(struct kvrt_tier *t)

@@ -43,8 +43,9 @@ struct redis_tier {
 	char prefix[128 + 65 + 1];	/* key_prefix, identity, ':' */
 	char ttl[16];			/* SET's EX, or empty */
 	struct kvrt_tier_stats st;
-	/* A batch's scratch, grown as needed. */
+	/* A batch's scratch (one allocation), grown as needed. */
 	uint32_t cap;
+	void *scratch;
 	char (*keys)[RB_KEY_MAX];
 	size_t *lens;			/* RB_ARGS per command */
 	const char **argv;		/* RB_ARGS per command */
@@ -58,26 +59,27 @@ static struct redis_tier *redis_of(struct kvrt_tier *t)
 	return kvrt_container_of(t, struct redis_tier, t);
 }
 
+/*
+ * Room for a batch of n (one allocation, pointer-sized arrays first;
+ * contents not kept), and its values when asked.
+ */
 static int scratch_grow(struct redis_tier *t, uint32_t n, bool values)
 {
-	void *p;
+	size_t argv = RB_ARGS * n * sizeof(*t->argv), lens = RB_ARGS * n * sizeof(*t->lens);
+	size_t replies = n * sizeof(*t->replies), cmds = n * sizeof(*t->cmds);
+	char *p;
 
 	if (n > t->cap) {
-		if (!(p = realloc(t->keys, n * sizeof(*t->keys))))
+		p = malloc(argv + lens + replies + cmds + n * sizeof(*t->keys));
+		if (!p)
 			return -ENOMEM;
-		t->keys = p;
-		if (!(p = realloc(t->lens, RB_ARGS * n * sizeof(*t->lens))))
-			return -ENOMEM;
-		t->lens = p;
-		if (!(p = realloc(t->argv, RB_ARGS * n * sizeof(*t->argv))))
-			return -ENOMEM;
-		t->argv = p;
-		if (!(p = realloc(t->cmds, n * sizeof(*t->cmds))))
-			return -ENOMEM;
-		t->cmds = p;
-		if (!(p = realloc(t->replies, n * sizeof(*t->replies))))
-			return -ENOMEM;
-		t->replies = p;
+		free(t->scratch);
+		t->scratch = p;
+		t->argv = (const char **)p;
+		t->lens = (size_t *)(p + argv);
+		t->replies = (redisReply **)(p + argv + lens);
+		t->cmds = (struct rc_cmd *)(p + argv + lens + replies);
+		t->keys = (char (*)[RB_KEY_MAX])(p + argv + lens + replies + cmds);
 		free(t->values);
 		t->values = NULL;
 		t->cap = n;
@@ -141,6 +143,20 @@ static void note_failure(struct redis_tier *t, const redisReply *r)
 	}
 }
 
+/* verb KEY for each hash, one batch; false (nothing sent) without memory. */
+static bool key_batch(struct redis_tier *t, const char *verb, uint32_t count,
+		      const uint8_t (*hashes)[KVRT_HASH_BYTES])
+{
+	uint32_t i;
+
+	if (scratch_grow(t, count, false))
+		return false;
+	for (i = 0; i < count; i++)
+		make_cmd(t, i, verb, hashes[i], NULL, 0, NULL);
+	rc_batch(&t->rc, count, t->cmds, t->replies);
+	return true;
+}
+
 static uint32_t redis_present(struct kvrt_tier *tier, uint32_t count,
 			      const uint8_t (*hashes)[KVRT_HASH_BYTES])
 {
@@ -148,11 +164,8 @@ static uint32_t redis_present(struct kvrt_tier *tier, uint32_t count,
 	uint32_t i = 0;
 
 	pthread_mutex_lock(&t->lock);
-	if (scratch_grow(t, count, false))
+	if (!key_batch(t, "EXISTS", count, hashes))
 		goto out;
-	for (i = 0; i < count; i++)
-		make_cmd(t, i, "EXISTS", hashes[i], NULL, 0, NULL);
-	rc_batch(&t->rc, count, t->cmds, t->replies);
 	for (i = 0; i < count; i++) {
 		const redisReply *r = t->replies[i];
 
@@ -200,11 +213,8 @@ static uint32_t redis_fetch(struct kvrt_tier *tier, uint32_t count,
 	uint32_t i = 0;
 
 	pthread_mutex_lock(&t->lock);
-	if (scratch_grow(t, count, false))
+	if (!key_batch(t, "GET", count, hashes))
 		goto out;
-	for (i = 0; i < count; i++)
-		make_cmd(t, i, "GET", hashes[i], NULL, 0, NULL);
-	rc_batch(&t->rc, count, t->cmds, t->replies);
 	for (i = 0; i < count; i++) {
 		const redisReply *r = t->replies[i];
 		const char *bad;
@@ -300,11 +310,7 @@ static void redis_close(struct kvrt_tier *tier)
 
 	rc_close(&t->rc);
 	pthread_mutex_destroy(&t->lock);
-	free(t->keys);
-	free(t->lens);
-	free(t->argv);
-	free(t->cmds);
-	free(t->replies);
+	free(t->scratch);
 	free(t->values);
 	free(t);
 }

@@ -84,8 +84,9 @@ struct ssd_tier {
 	uint64_t log_records;	/* records in the index file since its head */
 	uint8_t identity[32];
 	struct kvrt_tier_stats st;	/* the counters; the rest filled on demand */
-	/* A batch's scratch, grown as needed. */
+	/* A batch's scratch (one allocation), grown as needed. */
 	uint32_t cap;
+	void *scratch;
 	uint32_t *slots;
 	int *res;
 	char **bufs;
@@ -253,26 +254,23 @@ static void log_replay(struct ssd_tier *t)
 			 (unsigned long long)skipped);
 }
 
+/* Room for a batch of n: one allocation, the widest arrays first; contents not kept. */
 static int scratch_grow(struct ssd_tier *t, uint32_t n)
 {
-	void *a, *b, *c, *d;
+	size_t recs = n * sizeof(*t->recs), bufs = n * sizeof(*t->bufs);
+	char *p;
 
 	if (n <= t->cap)
 		return 0;
-	a = realloc(t->slots, n * sizeof(*t->slots));
-	if (a)
-		t->slots = a;
-	b = realloc(t->res, n * sizeof(*t->res));
-	if (b)
-		t->res = b;
-	c = realloc(t->bufs, n * sizeof(*t->bufs));
-	if (c)
-		t->bufs = c;
-	d = realloc(t->recs, n * sizeof(*t->recs));
-	if (d)
-		t->recs = d;
-	if (!a || !b || !c || !d)
+	p = malloc(recs + bufs + n * (sizeof(*t->slots) + sizeof(*t->res)));
+	if (!p)
 		return -ENOMEM;
+	free(t->scratch);
+	t->scratch = p;
+	t->recs = (struct ssd_rec *)p;
+	t->bufs = (char **)(p + recs);
+	t->slots = (uint32_t *)(p + recs + bufs);
+	t->res = (int *)(t->slots + n);
 	t->cap = n;
 	return 0;
 }
@@ -526,10 +524,7 @@ static void ssd_close(struct kvrt_tier *tier)
 		close(t->dirfd);
 	ssd_index_destroy(&t->x);
 	pthread_mutex_destroy(&t->lock);
-	free(t->slots);
-	free(t->res);
-	free(t->bufs);
-	free(t->recs);
+	free(t->scratch);
 	free(t);
 }
 

@@ -83,6 +83,11 @@ json_cases() {
 		'"$check" "$T/out")
 }
 
+# want_cases "NAME ...": an awk END rule naming each case that never came.
+want_cases() {
+	echo "END { n = split(\"$1\", want, \" \"); for (i = 1; i <= n; i++) if (!(want[i] in seen)) print \"no case \" want[i] }"
+}
+
 check "--block-tokens 3 (not a power of two)" 2 \
 	"--block-tokens wants a power of two from 1 to 256, not '3'" attn --block-tokens 3
 check "--block-tokens 0" 2 "--block-tokens wants a power of two from 1 to 256, not '0'" attn --block-tokens 0
@@ -152,13 +157,7 @@ check "pool --spaces without a value" 2 "--spaces needs a value \(--spaces N\)" 
 # kvbench pool, in-process only (no device here), as short as it goes.
 json_cases '
 	{ seen[name] = 1 }
-	END {
-		split("core_alloc_free_batch1 core_alloc_free_batch4096 " \
-		      "core_lookup_prefix1000 core_lookup_prefix1000_colliding", want)
-		for (i in want)
-			if (!(want[i] in seen))
-				print "no case " want[i]
-	}' \
+	'"$(want_cases "core_alloc_free_batch1 core_alloc_free_batch4096 core_lookup_prefix1000 core_lookup_prefix1000_colliding")" \
 	pool --json --quiet --only core --reps 1 --rep-time 0.001
 result "pool --only core: alloc/free and prefix lookup cases, all measured" "$why"
 
@@ -168,12 +167,7 @@ result "pool --only core: alloc/free and prefix lookup cases, all measured" "$wh
 TD=$(mktemp -d "${KVRT_TIER_DIR:-/var/tmp}/kvbench-tier-test.XXXXXX")
 json_cases '
 	{ seen[name] = 1; if ($0 !~ /"limit_unit":"GB\/s fio O_DIRECT (read|write), io_uring/) print "limit not fio: " $0 }
-	END {
-		split("ssd_store_256k ssd_fetch_256k ssd_store_2048k ssd_fetch_2048k", want)
-		for (i in want)
-			if (!(want[i] in seen))
-				print "no case " want[i]
-	}' \
+	'"$(want_cases "ssd_store_256k ssd_fetch_256k ssd_store_2048k ssd_fetch_2048k")" \
 	tier --json --quiet --dir "$TD" --mib 4 --reps 1
 result "tier: store and fetch at 256 KiB and 2 MiB, each against fio" "$why"
 left=$(ls -A "$TD")
@@ -186,12 +180,7 @@ PATH="$TD/bin:$PATH" check "tier without fio: exit 1, says how to get it" 1 "fio
 if SEEDS=$(bash "$HERE/../../../selftests/redis/cluster.sh" start "$TD/redis"); then
 	json_cases '
 		$0 ~ /"case":"redis_/ { seen[name] = 1; if ($0 !~ /"limit_unit":"GB\/s redis-benchmark (SET|GET), same cluster/) print "limit not redis-benchmark: " $0 }
-		END {
-			split("redis_store_256k redis_fetch_256k redis_store_2048k redis_fetch_2048k", want)
-			for (i in want)
-				if (!(want[i] in seen))
-					print "no case " want[i]
-		}' \
+		'"$(want_cases "redis_store_256k redis_fetch_256k redis_store_2048k redis_fetch_2048k")" \
 		tier --json --quiet --dir "$TD" --mib 4 --redis "$SEEDS" --redis-mib 4 --reps 1
 	result "tier --redis: store and fetch at 256 KiB and 2 MiB, each against redis-benchmark" "$why"
 	bash "$HERE/../../../selftests/redis/cluster.sh" stop "$TD/redis"
