@@ -29,6 +29,7 @@
 
 #include <stdbool.h>
 #include "kvcore.h"
+#include "../tap.h"
 
 extern long kvc_fail_alloc_countdown;
 
@@ -143,6 +144,20 @@ struct pair {
 	bool failed;		/* a mismatch was found (message in why) */
 	char why[512];
 };
+
+/* Fail the running test unless kvc_space_check() finds p's state corrupt, and says how. */
+static inline void expect_corrupt(struct pair *p, const char *what)
+{
+	char msg[256] = "";
+
+	if (kvc_space_check(&p->s, msg, sizeof(msg)) != -EUCLEAN) {
+		tap_diag("kvc_space_check missed: %s", what);
+		tap_ok = false;
+	} else if (!msg[0]) {
+		tap_diag("kvc_space_check gave no message for: %s", what);
+		tap_ok = false;
+	}
+}
 
 /* Called on the first mismatch of a pair; default: keep the message. */
 extern void (*harness_on_fail)(struct pair *p);

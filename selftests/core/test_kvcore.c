@@ -573,19 +573,6 @@ static void t_fault_every_allocation(void)
 
 /* ---- kvc_space_check --------------------------------------------------- */
 
-static void expect_corrupt(struct pair *p, const char *what)
-{
-	char msg[256] = "";
-
-	if (kvc_space_check(&p->s, msg, sizeof(msg)) != -EUCLEAN) {
-		tap_diag("kvc_space_check missed: %s", what);
-		tap_ok = false;
-	} else if (!msg[0]) {
-		tap_diag("kvc_space_check gave no message for: %s", what);
-		tap_ok = false;
-	}
-}
-
 static void expect_clean(struct pair *p)
 {
 	char msg[256] = "";

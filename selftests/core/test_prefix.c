@@ -987,19 +987,6 @@ static void t_holes_without_refill_op(void)
 
 /* ---- the accounting check ------------------------------------------------- */
 
-static void expect_corrupt(struct pair *p, const char *what)
-{
-	char msg[256] = "";
-
-	if (kvc_space_check(&p->s, msg, sizeof(msg)) != -EUCLEAN) {
-		tap_diag("kvc_space_check missed: %s", what);
-		tap_ok = false;
-	} else if (!msg[0]) {
-		tap_diag("kvc_space_check gave no message for: %s", what);
-		tap_ok = false;
-	}
-}
-
 /*
  * Owner 1 holds 4..7; 0 and 1 cached at priority 50, 2 cached at 10,
  * 3 published (one reader); 8 free, 9 a hole.

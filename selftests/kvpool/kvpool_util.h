@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <sched.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stddef.h>
@@ -57,6 +58,21 @@
 /* The VM loads the module with 64 MiB on each of nodes 0 and 1. */
 #define KV_POOL_DEFAULT	(128 * MiB)
 #define KV_NODE_DEFAULT	(64 * MiB)
+
+/* Pin the caller to @cpu; its NUMA node, or -1. */
+static inline int kv_pin_to_cpu(int cpu)
+{
+	unsigned int c, node;
+	cpu_set_t set;
+
+	CPU_ZERO(&set);
+	CPU_SET(cpu, &set);
+	if (sched_setaffinity(0, sizeof(set), &set))
+		return -1;
+	if (syscall(SYS_getcpu, &c, &node, NULL) || (int)c != cpu)
+		return -1;
+	return (int)node;
+}
 
 static inline int kv_open(void)
 {

@@ -179,21 +179,6 @@ TEST_F(numa, preferred_node1_lands_on_node1)
 	EXPECT_EQ(QUOTA / self->page, nc.n[1]) LOG_COUNT(nc);
 }
 
-/* Pin to @cpu and report its node, or -1. */
-static int pin_to_cpu(int cpu)
-{
-	unsigned int c, node;
-	cpu_set_t set;
-
-	CPU_ZERO(&set);
-	CPU_SET(cpu, &set);
-	if (sched_setaffinity(0, sizeof(set), &set))
-		return -1;
-	if (syscall(SYS_getcpu, &c, &node, NULL) || (int)c != cpu)
-		return -1;
-	return node;
-}
-
 TEST_F(numa, preferred_empty_mask_uses_callers_node)
 {
 	char name[KVPOOL_NAME_MAX];
@@ -201,13 +186,13 @@ TEST_F(numa, preferred_empty_mask_uses_callers_node)
 	int cpu, node[2];
 
 	RETURN_IF_SKIPPED();
-	node[0] = pin_to_cpu(0);
-	node[1] = pin_to_cpu(1);
+	node[0] = kv_pin_to_cpu(0);
+	node[1] = kv_pin_to_cpu(1);
 	if (node[0] != 0 || node[1] != 1)
 		SKIP(return, "CPU 0 and CPU 1 are not on nodes 0 and 1 (%d, %d)",
 		     node[0], node[1]);
 	for (cpu = 0; cpu < 2; cpu++) {
-		ASSERT_EQ(node[cpu], pin_to_cpu(cpu));
+		ASSERT_EQ(node[cpu], kv_pin_to_cpu(cpu));
 		kv_name(name, sizeof(name), "numa-local");
 		fill_and_count(_metadata, name, KVPOOL_NUMA_PREFERRED, 0, &nc);
 		EXPECT_EQ(QUOTA / self->page, nc.n[node[cpu]])

@@ -271,20 +271,6 @@ static void op_gup(struct pstat *st, struct pspace *s, __u32 pid)
 	verify_at(st, s, pid, i, buf, 0, "process_vm_readv copy");
 }
 
-static int pin_to_cpu(int cpu)
-{
-	unsigned int c, node;
-	cpu_set_t set;
-
-	CPU_ZERO(&set);
-	CPU_SET(cpu, &set);
-	if (sched_setaffinity(0, sizeof(set), &set))
-		return -1;
-	if (syscall(SYS_getcpu, &c, &node, NULL) || (int)c != cpu)
-		return -1;
-	return node;
-}
-
 static void stress_proc(int idx, __u64 seed)
 {
 	struct pstat *st = &sh->p[idx];
@@ -295,7 +281,7 @@ static void stress_proc(int idx, __u64 seed)
 
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
 	rng_state = seed ^ ((__u64)(idx + 1) * 0x9E3779B97F4A7C15ULL);
-	st->node = pin_to_cpu(node) == node ? node : -1;
+	st->node = kv_pin_to_cpu(node) == node ? node : -1;
 	memset(sp, 0, sizeof(sp));
 	sp[0].which = node;
 	sp[0].share = NODE_SHARE;

@@ -83,37 +83,37 @@ struct opts {
 };
 
 /* Presets: tiny runs in a TCG VM in seconds; default is what `make demo` shows. */
+static const struct demo_preset {
+	const char *name;
+	struct model_config cfg;
+	uint32_t requests, system_tokens, user_tokens, gen_tokens, batch_tokens, max_seqs;
+	double rate, think_s;
+	uint64_t pool_mib;
+} presets[] = {
+	{ "tiny", { .dim = 64, .hidden_dim = 172, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2,
+		    .vocab_size = 512, .seq_len = 512, .shared_classifier = 1 },
+	  8, 96, 16, 8, 64, 8, 200, 0.002, 8 },
+	{ "default", { .dim = 512, .hidden_dim = 1376, .n_layers = 6, .n_heads = 8,
+		       .n_kv_heads = 2, .vocab_size = 4096, .seq_len = 2048,
+		       .shared_classifier = 1 },
+	  24, 512, 64, 24, 256, 16, 1, 0.5, 256 },
+};
+
 static void preset(struct opts *o, const char *name)
 {
-	if (!strcmp(name, "tiny")) {
-		o->cfg = (struct model_config){ .dim = 64, .hidden_dim = 172, .n_layers = 2,
-			.n_heads = 4, .n_kv_heads = 2, .vocab_size = 512, .seq_len = 512,
-			.shared_classifier = 1 };
-		o->wl.requests = 8;
-		o->wl.system_tokens = 96;
-		o->wl.user_tokens = 16;
-		o->wl.gen_tokens = 8;
-		o->wl.max_turns = 3;
-		o->wl.rate = 200;
-		o->wl.think_s = 0.002;
-		o->batch_tokens = 64;
-		o->max_seqs = 8;
-		o->pool_bytes = 8ULL << 20;
-	} else {
-		o->cfg = (struct model_config){ .dim = 512, .hidden_dim = 1376, .n_layers = 6,
-			.n_heads = 8, .n_kv_heads = 2, .vocab_size = 4096, .seq_len = 2048,
-			.shared_classifier = 1 };
-		o->wl.requests = 24;
-		o->wl.system_tokens = 512;
-		o->wl.user_tokens = 64;
-		o->wl.gen_tokens = 24;
-		o->wl.max_turns = 3;
-		o->wl.rate = 1;
-		o->wl.think_s = 0.5;
-		o->batch_tokens = 256;
-		o->max_seqs = 16;
-		o->pool_bytes = 256ULL << 20;
-	}
+	const struct demo_preset *p = &presets[strcmp(name, "tiny") ? 1 : 0];
+
+	o->cfg = p->cfg;
+	o->wl.requests = p->requests;
+	o->wl.system_tokens = p->system_tokens;
+	o->wl.user_tokens = p->user_tokens;
+	o->wl.gen_tokens = p->gen_tokens;
+	o->wl.max_turns = 3;
+	o->wl.rate = p->rate;
+	o->wl.think_s = p->think_s;
+	o->batch_tokens = p->batch_tokens;
+	o->max_seqs = p->max_seqs;
+	o->pool_bytes = p->pool_mib << 20;
 	o->wl.vocab = (uint32_t)o->cfg.vocab_size;
 }
 
