@@ -540,6 +540,19 @@ static std::vector<std::pair<int, int>> head_slices(uint32_t group)
 	return v;
 }
 
+/* A work item of sequence s and KV head g over the query heads sl of its group; rows and splits are the caller's. */
+static kvrt_gk_work work_for(uint32_t s, uint32_t g, uint32_t group, std::pair<int, int> sl)
+{
+	kvrt_gk_work it;
+
+	memset(&it, 0, sizeof(it));
+	it.seq = (int32_t)s;
+	it.kv_head = (int32_t)g;
+	it.q_head0 = (int32_t)(g * group + (uint32_t)sl.first);
+	it.num_q_heads = sl.second;
+	return it;
+}
+
 static void test_decode(const AttnCase &c)
 {
 	World w;
@@ -573,13 +586,8 @@ static void test_decode(const AttnCase &c)
 			for (auto sl : head_slices(c.group)) {
 				int32_t len = c.lens[s];
 				uint32_t nsplit = rnd(3) == 0 ? 1 + (uint32_t)rnd(4) : 1;
-				kvrt_gk_work it;
+				kvrt_gk_work it = work_for(s, g, c.group, sl);
 
-				memset(&it, 0, sizeof(it));
-				it.seq = (int32_t)s;
-				it.kv_head = (int32_t)g;
-				it.q_head0 = (int32_t)(g * c.group + sl.first);
-				it.num_q_heads = sl.second;
 				it.q_row0 = (int32_t)s;
 				it.q_row_end = (int32_t)s + 1;
 				if (nsplit == 1) {
@@ -680,13 +688,8 @@ static void test_prefill(const AttnCase &c)
 
 			for (uint32_t g = 0; g < c.nkv; g++)
 				for (auto sl : head_slices(c.group)) {
-					kvrt_gk_work it;
+					kvrt_gk_work it = work_for(s, g, c.group, sl);
 
-					memset(&it, 0, sizeof(it));
-					it.seq = (int32_t)s;
-					it.kv_head = (int32_t)g;
-					it.q_head0 = (int32_t)(g * c.group + sl.first);
-					it.num_q_heads = sl.second;
 					it.q_row0 = r;
 					it.q_row_end = r + n;
 					it.tok_begin = c.window >= 0 && rnd(2) ?
