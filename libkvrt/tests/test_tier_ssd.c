@@ -345,6 +345,38 @@ TEST(a_torn_index_record_loses_that_block_only)
 	env_close(&e);
 }
 
+/* The stats file kvctl reads: written at open, on use and at close. */
+TEST(the_stats_file_says_what_the_tier_did)
+{
+	char buf[2048] = "", want[64];
+	struct env e;
+	size_t n = 0;
+	FILE *f;
+	int bad;
+
+	new_dir(&e);
+	REQUIRE(env_open(&e, "statsfile", BB, 32, NULL) == 0);
+	CHECK_EQ(store_run(&e, 9, 0, 12, 50), 12);
+	CHECK_EQ(lookup_run(&e, 9, 12, NULL, &bad), 12);
+	env_close(&e);
+	f = fopen(tier_file(&e, "stats"), "r");
+	REQUIRE(f);
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = 0;
+	CHECK(strstr(buf, "kind=ssd\n"));
+	CHECK(strstr(buf, "\nopen=0\n"));	/* the last write, at close */
+	snprintf(want, sizeof(want), "\npid=%d\n", (int)getpid());
+	CHECK(strstr(buf, want));
+	CHECK(strstr(buf, "\nstores=12\n"));
+	CHECK(strstr(buf, "\nblocks=12\n"));
+	CHECK(strstr(buf, "\nhits=12\n"));
+	snprintf(want, sizeof(want), "\ncapacity_bytes=%llu\n", 32 * BB);
+	CHECK(strstr(buf, want));
+	if (!tap_ok)
+		tap_diag("stats: %s", buf);
+}
+
 static bool present(struct env *e, uint32_t tag, uint32_t i)
 {
 	uint8_t h[1][H], w;
@@ -544,6 +576,7 @@ int main(void)
 	RUN(blocks_survive_a_restart_in_their_identity_only);
 	RUN(a_corrupted_block_is_a_miss_and_is_dropped);
 	RUN(a_torn_index_record_loses_that_block_only);
+	RUN(the_stats_file_says_what_the_tier_did);
 	RUN(eviction_takes_the_lowest_priority_then_the_oldest);
 	RUN(another_uid_is_refused_by_the_file_system);
 	RUN(kill_9_leaves_every_block_whole);

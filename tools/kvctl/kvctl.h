@@ -13,6 +13,7 @@
  *   prometheus.c  stats --prometheus
  *   set.c         set, destroy, drop-cached
  *   top.c         top
+ *   tiers.c       tiers: the SSD tiers below a directory, from their stats files
  *   size.c        size: the KV-cache memory calculator
  */
 #ifndef KVCTL_H
@@ -196,6 +197,10 @@ int cmd_blocks(int argc, char **argv);
 int cmd_check(int argc, char **argv);
 int cmd_stats(int argc, char **argv);
 int kv_prometheus(const struct kv_snap *s);
+/* prometheus.c's pieces, for tiers.c: a family's HELP and TYPE, one escaped label. */
+void kv_prom_family(const char *name, const char *type, const char *help);
+void kv_prom_label(const char *key, const char *v, bool first);
+int cmd_tiers(int argc, char **argv);
 void kv_prometheus_down(void);
 int cmd_set(int argc, char **argv);
 int cmd_destroy(int argc, char **argv);

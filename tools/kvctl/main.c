@@ -86,6 +86,14 @@ static const struct kv_cmd kv_cmds[] = {
 	  "evict every cached block of a space, or of all (root)",
 	  "Writes NAME (or *, quoted for the shell) to sysfs drop_cached.  The\n"
 	  "blocks become free blocks of their space (cause admin).\n" },
+	{ "tiers", cmd_tiers, "DIR [--json | --prometheus]",
+	  "the SSD tiers libkvrt keeps below DIR (no module needed)",
+	  "One line per space identity below DIR (kvrt_tier_ssd_opts.dir, kvrt-demo\n"
+	  "--tier ssd:DIR), from the stats file the tier rewrites at most once a\n"
+	  "second and at open and close: who has it open, blocks, bytes used of the\n"
+	  "capacity, hit rate (hits / (hits + misses)), stores, evictions, blocks\n"
+	  "that failed their checksum, failed reads and writes, and the age of the\n"
+	  "figures.  --prometheus: kvpool_tier_* metrics labelled by dir and identity.\n" },
 	{ "size", cmd_size,
 	  "(--model NAME | --layers N --kv-heads N --head-dim N) --tokens N\n"
 	  "            [--batch N] [--dtype T] [--tp N] [--block-tokens N] [--no-scales] [--json]\n"

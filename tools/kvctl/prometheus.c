@@ -12,13 +12,13 @@
 
 #include "kvctl.h"
 
-static void kv_family(const char *name, const char *type, const char *help)
+void kv_prom_family(const char *name, const char *type, const char *help)
 {
 	printf("# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
 /* A label value: backslash, quote and newline escaped. */
-static void kv_label(const char *key, const char *v, bool first)
+void kv_prom_label(const char *key, const char *v, bool first)
 {
 	printf("%s%s=\"", first ? "" : ",", key);
 	for (; *v; v++) {
@@ -34,7 +34,7 @@ static void kv_label(const char *key, const char *v, bool first)
 
 static void kv_metric(const char *name, const char *type, const char *help, uint64_t v)
 {
-	kv_family(name, type, help);
+	kv_prom_family(name, type, help);
 	printf("%s %llu\n", name, (unsigned long long)v);
 }
 
@@ -44,8 +44,8 @@ static void kv_space_sample(const char *name, const struct kv_space *sp, uint64_
 
 	snprintf(id, sizeof(id), "%u", sp->id);
 	printf("%s{", name);
-	kv_label("space", sp->name, true);
-	kv_label("id", id, false);
+	kv_prom_label("space", sp->name, true);
+	kv_prom_label("id", id, false);
 	printf("} %llu\n", (unsigned long long)v);
 }
 
@@ -124,7 +124,7 @@ int kv_prometheus(const struct kv_snap *s)
 		 "live spaces.", s->prefix_inserts);
 	kv_metric("kvpool_prefix_dedups_total", "counter", "Published blocks whose hash was "
 		 "present, live spaces.", s->prefix_dedups);
-	kv_family("kvpool_evictions_total", "counter", "Evicted blocks per cause, live spaces.");
+	kv_prom_family("kvpool_evictions_total", "counter", "Evicted blocks per cause, live spaces.");
 	for (k = 0; k < KV_CAUSES; k++)
 		printf("kvpool_evictions_total{cause=\"%s\"} %llu\n", kv_cause_names[k],
 		       (unsigned long long)s->evictions[k]);
@@ -150,7 +150,7 @@ int kv_prometheus(const struct kv_snap *s)
 		};
 
 		for (m = 0; m < sizeof(nm) / sizeof(nm[0]); m++) {
-			kv_family(nm[m].name, "gauge", nm[m].help);
+			kv_prom_family(nm[m].name, "gauge", nm[m].help);
 			for (i = 0; i < s->nr_nodes; i++)
 				printf("%s{node=\"%d\"} %llu\n", nm[m].name, s->nodes[i].id,
 				       (unsigned long long)*(const uint64_t *)
@@ -169,7 +169,7 @@ int kv_prometheus(const struct kv_snap *s)
 		};
 
 		for (m = 0; m < sizeof(tm) / sizeof(tm[0]); m++) {
-			kv_family(tm[m].name, "gauge", tm[m].help);
+			kv_prom_family(tm[m].name, "gauge", tm[m].help);
 			for (i = 0; i < s->nr_tenants; i++)
 				printf("%s{uid=\"%llu\"} %llu\n", tm[m].name,
 				       (unsigned long long)s->tenants[i].uid,
@@ -178,33 +178,33 @@ int kv_prometheus(const struct kv_snap *s)
 		}
 	}
 
-	kv_family("kvpool_space_info", "gauge", "1 per live space; labels name its owner.");
+	kv_prom_family("kvpool_space_info", "gauge", "1 per live space; labels name its owner.");
 	for (i = 0; i < s->nr_sp; i++) {
 		printf("kvpool_space_info{");
-		kv_label("space", s->sp[i].name, true);
+		kv_prom_label("space", s->sp[i].name, true);
 		snprintf(v, sizeof(v), "%u", s->sp[i].id);
-		kv_label("id", v, false);
+		kv_prom_label("id", v, false);
 		snprintf(v, sizeof(v), "%llu", (unsigned long long)s->sp[i].uid);
-		kv_label("uid", v, false);
+		kv_prom_label("uid", v, false);
 		printf("} 1\n");
 	}
 	for (m = 0; m < sizeof(kv_space_metrics) / sizeof(kv_space_metrics[0]); m++) {
-		kv_family(kv_space_metrics[m].name, kv_space_metrics[m].type,
+		kv_prom_family(kv_space_metrics[m].name, kv_space_metrics[m].type,
 			  kv_space_metrics[m].help);
 		for (i = 0; i < s->nr_sp; i++)
 			kv_space_sample(kv_space_metrics[m].name, &s->sp[i],
 					*(const uint64_t *)((const char *)&s->sp[i] +
 							    kv_space_metrics[m].off));
 	}
-	kv_family("kvpool_space_evictions_total", "counter", "Evicted blocks of the space per "
+	kv_prom_family("kvpool_space_evictions_total", "counter", "Evicted blocks of the space per "
 		  "cause.");
 	for (i = 0; i < s->nr_sp; i++) {
 		for (k = 0; k < KV_CAUSES; k++) {
 			printf("kvpool_space_evictions_total{");
-			kv_label("space", s->sp[i].name, true);
+			kv_prom_label("space", s->sp[i].name, true);
 			snprintf(v, sizeof(v), "%u", s->sp[i].id);
-			kv_label("id", v, false);
-			kv_label("cause", kv_cause_names[k], false);
+			kv_prom_label("id", v, false);
+			kv_prom_label("cause", kv_cause_names[k], false);
 			printf("} %llu\n", (unsigned long long)s->sp[i].evictions[k]);
 		}
 	}

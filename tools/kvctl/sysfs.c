@@ -225,7 +225,7 @@ int kv_debugfs_read(const char *name, char **out)
 	return kv_file_error("reading", path, r, NULL);
 }
 
-/* key=N among the space-separated words of @s; 0 or -1. */
+/* key=N among the words of @s, separated by spaces, tabs or newlines; 0 or -1. */
 int kv_u64_field(const char *s, const char *key, uint64_t *v)
 {
 	size_t k = strlen(key);
@@ -233,12 +233,14 @@ int kv_u64_field(const char *s, const char *key, uint64_t *v)
 	char *end;
 
 	while (p && *p) {
-		while (*p == ' ' || *p == '\t')
+		/* every separator: one left unskipped would be found again forever */
+		while (*p == ' ' || *p == '\t' || *p == '\n')
 			p++;
 		if (!strncmp(p, key, k) && p[k] == '=') {
 			errno = 0;
 			*v = strtoull(p + k + 1, &end, 0);
-			if (end == p + k + 1 || errno || (*end && *end != ' ' && *end != '\n'))
+			if (end == p + k + 1 || errno ||
+			    (*end && *end != ' ' && *end != '\t' && *end != '\n'))
 				return -1;
 			return 0;
 		}

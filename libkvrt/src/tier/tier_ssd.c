@@ -6,6 +6,9 @@
  *   lock    flock()ed by the one handle using the directory
  *   data    nr_slots slots of block_bytes, read and written with O_DIRECT
  *           through io_uring, straight between the space's pages and the file
+ *   stats   the tier's figures as key=value lines (pid, open, updated, then
+ *           the fields of struct kvrt_tier_stats), rewritten at most once a
+ *           second and at open and close, for kvctl tiers
  *   index   a log: a head, then 64-byte records, PUT (slot holds hash, data
  *           checksum, priority) and DEL (slot holds nothing); each record
  *           carries its own checksum, and replay stops at the first that
@@ -34,6 +37,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <liburing.h>
@@ -84,6 +88,7 @@ struct ssd_tier {
 	uint64_t log_records;	/* records in the index file since its head */
 	uint8_t identity[32];
 	struct kvrt_tier_stats st;	/* the counters; the rest filled on demand */
+	time_t stats_at;		/* when the stats file was last written */
 	/* A batch's scratch (one allocation), grown as needed. */
 	uint32_t cap;
 	void *scratch;
@@ -324,6 +329,51 @@ static void ssd_rw(struct ssd_tier *t, bool write, uint32_t n)
 	}
 }
 
+static void ssd_stats_locked(struct ssd_tier *t, struct kvrt_tier_stats *st)
+{
+	*st = t->st;
+	st->kind = KVRT_TIER_SSD;
+	st->capacity_bytes = (uint64_t)t->x.nr_slots * t->block_bytes;
+	st->blocks = t->x.nr_used;
+	st->used_bytes = (uint64_t)t->x.nr_used * t->block_bytes;
+}
+
+/*
+ * The stats file for kvctl: written whole and renamed over the old one
+ * (a reader never sees half of it); at most once a second unless forced.
+ * Not synced: it is advisory, and a crash only leaves it older.
+ */
+static void ssd_publish_stats(struct ssd_tier *t, bool open, bool force)
+{
+	struct kvrt_tier_stats st;
+	time_t now = time(NULL);
+	char buf[1024];
+	int fd, len;
+
+	if (!force && now == t->stats_at)
+		return;
+	t->stats_at = now;
+	ssd_stats_locked(t, &st);
+	len = snprintf(buf, sizeof(buf),
+		       "kind=ssd\npid=%d\nopen=%d\nupdated=%lld\ncapacity_bytes=%llu\n"
+		       "used_bytes=%llu\nblocks=%llu\nhits=%llu\nmisses=%llu\nstores=%llu\n"
+		       "store_skips=%llu\nread_bytes=%llu\nwrite_bytes=%llu\nevictions=%llu\n"
+		       "checksum_errors=%llu\nio_errors=%llu\n", (int)getpid(), open,
+		       (long long)now, (unsigned long long)st.capacity_bytes,
+		       (unsigned long long)st.used_bytes, (unsigned long long)st.blocks,
+		       (unsigned long long)st.hits, (unsigned long long)st.misses,
+		       (unsigned long long)st.stores, (unsigned long long)st.store_skips,
+		       (unsigned long long)st.read_bytes, (unsigned long long)st.write_bytes,
+		       (unsigned long long)st.evictions, (unsigned long long)st.checksum_errors,
+		       (unsigned long long)st.io_errors);
+	fd = openat(t->dirfd, "stats.new", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return;
+	if (write_all(fd, buf, (size_t)len) || renameat(t->dirfd, "stats.new", t->dirfd, "stats"))
+		unlinkat(t->dirfd, "stats.new", 0);
+	close(fd);
+}
+
 static uint32_t ssd_present(struct kvrt_tier *tier, uint32_t count,
 			    const uint8_t (*hashes)[KVRT_HASH_BYTES])
 {
@@ -390,6 +440,7 @@ static uint32_t ssd_fetch(struct kvrt_tier *tier, uint32_t count,
 		ssd_drop(t, t->slots[i]);
 	}
 	t->st.hits += i;
+	ssd_publish_stats(t, true, false);
 	pthread_mutex_unlock(&t->lock);
 	return i;
 }
@@ -491,6 +542,7 @@ static int ssd_store(struct kvrt_tier *tier, uint32_t count,
 
 	pthread_mutex_lock(&t->lock);
 	ret = ssd_store_locked(t, count, hashes, ids, prio);
+	ssd_publish_stats(t, true, false);
 	pthread_mutex_unlock(&t->lock);
 	return ret;
 }
@@ -500,11 +552,7 @@ static void ssd_stats(struct kvrt_tier *tier, struct kvrt_tier_stats *st)
 	struct ssd_tier *t = ssd_of(tier);
 
 	pthread_mutex_lock(&t->lock);
-	*st = t->st;
-	st->kind = KVRT_TIER_SSD;
-	st->capacity_bytes = (uint64_t)t->x.nr_slots * t->block_bytes;
-	st->blocks = t->x.nr_used;
-	st->used_bytes = (uint64_t)t->x.nr_used * t->block_bytes;
+	ssd_stats_locked(t, st);
 	pthread_mutex_unlock(&t->lock);
 }
 
@@ -512,6 +560,8 @@ static void ssd_close(struct kvrt_tier *tier)
 {
 	struct ssd_tier *t = ssd_of(tier);
 
+	if (t->logfd >= 0)
+		ssd_publish_stats(t, false, true);	/* opened whole: its last figures */
 	if (t->ring.ring_fd > 0)
 		io_uring_queue_exit(&t->ring);
 	if (t->logfd >= 0)
@@ -627,6 +677,7 @@ int kvrt_ssd_open(struct kvrt_space *s, const struct kvrt_tier_ssd_opts *o,
 	if (!fstat(t->datafd, &st) && st.st_size > (off_t)t->x.nr_slots * (off_t)t->block_bytes &&
 	    ftruncate(t->datafd, (off_t)t->x.nr_slots * (off_t)t->block_bytes))
 		kvrt_log(s->k, KVRT_LOG_WARNING, "ssd tier: could not shrink the data file");
+	ssd_publish_stats(t, true, true);
 	kvrt_log(s->k, KVRT_LOG_DEBUG, "ssd tier: %u slots of %llu bytes, %u held, queue depth %u",
 		 t->x.nr_slots, (unsigned long long)t->block_bytes, t->x.nr_used, t->qd);
 	*out = &t->t;

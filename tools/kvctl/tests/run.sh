@@ -99,12 +99,12 @@ skip() {
 begin "kvctl --help lists every command"
 run --help
 want_rc 0
-for c in status spaces space blocks top set check stats destroy drop-cached size; do
+for c in status spaces space blocks top set check stats destroy drop-cached size tiers; do
 	want_out "^  $c "
 done
 end
 
-for c in status spaces space blocks top set check stats destroy drop-cached size; do
+for c in status spaces space blocks top set check stats destroy drop-cached size tiers; do
 	begin "kvctl $c --help"
 	run "$c" --help
 	want_rc 0
@@ -885,9 +885,61 @@ end
 # ---- the man page covers every command and key ---------------------------------------
 
 MAN=$HERE/../../../Documentation/man/kvctl.8
+# ---- tiers: the SSD tiers below a directory, from their stats files --------
+TD="$T/tiers"
+ID1=106aae1805aa70e9f7b0f851fd66440ca4ba3d69c9f3afe16017dc58a82a8f63
+ID2=ffffae1805aa70e9f7b0f851fd66440ca4ba3d69c9f3afe16017dc58a82a8f63
+mkdir -p "$TD/$ID1" "$TD/$ID2" "$TD/not-an-identity"
+# libkvrt's layout of the file: key=value lines (tier_ssd.c)
+printf 'kind=ssd\npid=%d\nopen=1\nupdated=%d\ncapacity_bytes=16777216\nused_bytes=65536\nblocks=16\nhits=30\nmisses=10\nstores=16\nstore_skips=2\nread_bytes=122880\nwrite_bytes=65536\nevictions=3\nchecksum_errors=1\nio_errors=2\n' \
+	$$ "$(date +%s)" > "$TD/$ID1/stats"
+
+begin "tiers DIR: one line per identity, figures from its stats file"
+timeout 10 "$KVCTL" tiers "$TD" >"$T/out" 2>"$T/err"
+RC=$?
+want_rc 0
+want_out "^2 SSD tiers below $TD\$"
+want_out "^106aae1805aa  open by $$ +16  64.0 KiB / 16.0 MiB +75.0% +16 +3 +1 +2  [0-9]+s ago\$"
+want_out "^ffffae1805aa  \? +\(no stats file yet"
+no_out "not-an-identity"
+end
+
+begin "tiers DIR --json: every field, per identity"
+timeout 10 "$KVCTL" tiers "$TD" --json >"$T/out" 2>"$T/err"
+RC=$?
+want_rc 0
+want_json
+want_key identity "\"$ID1\""
+want_key checksum_errors 1
+want_key capacity_bytes 16777216
+want_out '"have_stats": false'
+end
+
+begin "tiers DIR --prometheus: kvpool_tier_* labelled by dir and identity"
+timeout 10 "$KVCTL" tiers "$TD" --prometheus >"$T/out" 2>"$T/err"
+RC=$?
+want_rc 0
+want_out "^# TYPE kvpool_tier_hits_total counter\$"
+want_out "^kvpool_tier_evictions_total\\{dir=\"$TD\",identity=\"$ID1\"\\} 3\$"
+want_out "^kvpool_tier_blocks\\{dir=\"$TD\",identity=\"$ID1\"\\} 16\$"
+no_out "identity=\"$ID2\""
+end
+
+begin "tiers: a directory that is not there, no directory, two formats"
+run tiers "$T/nowhere"
+want_rc 1
+want_err "tiers: cannot read $T/nowhere: No such file or directory"
+run tiers
+want_rc 2
+want_err "name the directory the tiers were opened in"
+run tiers "$TD" --json --prometheus
+want_rc 2
+want_err "two formats: pick one"
+end
+
 begin "kvctl.8 names every command and set key, and renders cleanly"
 if [ -f "$MAN" ]; then
-	for w in status spaces space blocks top set check stats destroy drop-cached size \
+	for w in status spaces space blocks top set check stats destroy drop-cached size tiers \
 		pool_bytes min_cached_bytes uid_limit_default_bytes uid_limit event_queue_max \
 		shrinker_enabled --list-models --prometheus --sysfs-root --debugfs-root; do
 		grep -q -- "$(printf '%s' "$w" | sed 's/-/\\\\-/g')" "$MAN" || fail "kvctl.8 lacks $w"
