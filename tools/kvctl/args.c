@@ -86,3 +86,42 @@ int kv_opt_double(const char *cmd, const char *opt, const char *val, double min,
 		 opt, min, max, val);
 	return -1;
 }
+
+/*
+ * A command that prints text, --json or --prometheus, with at most one
+ * positional argument (into *pos; NULL: none taken).  -1 to go on with
+ * *json and *prom set, else the exit status (help printed, or a usage error).
+ */
+int kv_format_args(const char *cmd, int argc, char **argv, bool *json, bool *prom,
+		   const char **pos)
+{
+	enum { OPT_JSON = 1, OPT_PROM };
+	static const struct topt opts[] = {
+		{ .name = "--json", .kind = TOPT_ID, .id = OPT_JSON },
+		{ .name = "--prometheus", .kind = TOPT_ID, .id = OPT_PROM },
+		{ .name = NULL },
+	};
+	struct kv_args a;
+	const char *v;
+	int o;
+
+	*json = *prom = false;
+	kv_args_init(&a, cmd, argc, argv);
+	while ((o = kv_args_next(&a, opts, &v)) != KV_OPT_END) {
+		if (o == KV_OPT_HELP)
+			return kv_help(cmd);
+		if (o == KV_OPT_ERR)
+			return KV_EXIT_USAGE;
+		if (o == KV_OPT_POS && (!pos || *pos))
+			return kv_usage(cmd, "unexpected argument '%s'", v);
+		if (o == KV_OPT_POS)
+			*pos = v;
+		else if (o == OPT_JSON)
+			*json = true;
+		else
+			*prom = true;
+	}
+	if (*json && *prom)
+		return kv_usage(cmd, "--json and --prometheus are two formats: pick one");
+	return -1;
+}

@@ -74,6 +74,8 @@ void kv_args_init(struct kv_args *a, const char *cmd, int argc, char **argv);
 int kv_args_next(struct kv_args *a, const struct topt *opts, const char **val);
 int kv_opt_u64(const char *cmd, const char *opt, const char *val, uint64_t min,
 	       uint64_t max, bool suffixes, uint64_t *out);
+int kv_format_args(const char *cmd, int argc, char **argv, bool *json, bool *prom,
+		   const char **pos);
 int kv_opt_double(const char *cmd, const char *opt, const char *val, double min,
 		  double max, double *out);
 

@@ -8,8 +8,6 @@
 
 #include "kvctl.h"
 
-enum { OPT_JSON = 1, OPT_PROM };
-
 static void kv_kv(const char *prefix, const char *name, uint64_t v)
 {
 	printf("%s%s %llu\n", prefix, name, (unsigned long long)v);
@@ -89,32 +87,13 @@ static void kv_stats_text(const struct kv_snap *s)
 
 int cmd_stats(int argc, char **argv)
 {
-	static const struct topt opts[] = {
-		{ .name = "--json", .kind = TOPT_ID, .id = OPT_JSON },
-		{ .name = "--prometheus", .kind = TOPT_ID, .id = OPT_PROM },
-		{ .name = NULL },
-	};
-	bool json = false, prom = false;
-	struct kv_args a;
+	bool json, prom;
 	struct kv_snap s;
-	const char *v;
-	int o, r;
+	int r;
 
-	kv_args_init(&a, "stats", argc, argv);
-	while ((o = kv_args_next(&a, opts, &v)) != KV_OPT_END) {
-		if (o == KV_OPT_HELP)
-			return kv_help("stats");
-		if (o == KV_OPT_ERR)
-			return KV_EXIT_USAGE;
-		if (o == KV_OPT_POS)
-			return kv_usage("stats", "unexpected argument '%s'", v);
-		if (o == OPT_JSON)
-			json = true;
-		else
-			prom = true;
-	}
-	if (json && prom)
-		return kv_usage("stats", "--json and --prometheus are two formats: pick one");
+	r = kv_format_args("stats", argc, argv, &json, &prom, NULL);
+	if (r >= 0)
+		return r;
 	r = kv_snap_take(&s, KV_SNAP_POOL | KV_SNAP_NODES | KV_SNAP_SPACES | KV_SNAP_TENANTS);
 	if (r) {
 		/* A textfile scrape should still say the module is gone. */

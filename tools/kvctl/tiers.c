@@ -16,8 +16,6 @@
 
 #include "kvctl.h"
 
-enum { OPT_JSON = 1, OPT_PROM };
-
 /* The fields of the stats file, in its order. */
 static const char *const tier_keys[] = {
 	"pid", "open", "updated", "capacity_bytes", "used_bytes", "blocks", "hits", "misses",
@@ -185,38 +183,18 @@ static void tiers_prometheus(const char *dir, const struct tier_entry *e, size_t
 
 int cmd_tiers(int argc, char **argv)
 {
-	static const struct topt opts[] = {
-		{ .name = "--json", .kind = TOPT_ID, .id = OPT_JSON },
-		{ .name = "--prometheus", .kind = TOPT_ID, .id = OPT_PROM },
-		{ .name = NULL },
-	};
-	const char *dir = NULL, *v;
 	struct tier_entry *e = NULL;
-	bool json = false, prom = false;
-	struct kv_args a;
+	const char *dir = NULL;
+	bool json, prom;
 	size_t n;
-	int o, r;
+	int r;
 
-	kv_args_init(&a, "tiers", argc, argv);
-	while ((o = kv_args_next(&a, opts, &v)) != KV_OPT_END) {
-		if (o == KV_OPT_HELP)
-			return kv_help("tiers");
-		if (o == KV_OPT_ERR)
-			return KV_EXIT_USAGE;
-		if (o == KV_OPT_POS && dir)
-			return kv_usage("tiers", "one directory, not '%s' too", v);
-		if (o == KV_OPT_POS)
-			dir = v;
-		else if (o == OPT_JSON)
-			json = true;
-		else
-			prom = true;
-	}
+	r = kv_format_args("tiers", argc, argv, &json, &prom, &dir);
+	if (r >= 0)
+		return r;
 	if (!dir)
 		return kv_usage("tiers", "name the directory the tiers were opened in "
 				"(kvrt_tier_ssd_opts.dir, kvrt-demo --tier ssd:DIR)");
-	if (json && prom)
-		return kv_usage("tiers", "--json and --prometheus are two formats: pick one");
 	r = read_tiers(dir, &e, &n);
 	if (r) {
 		kv_err("tiers: cannot read %s: %s", dir, strerror(-r));

@@ -886,6 +886,11 @@ end
 
 MAN=$HERE/../../../Documentation/man/kvctl.8
 # ---- tiers: the SSD tiers below a directory, from their stats files --------
+# run, for at most 10 s: a reader that loops must fail, not hang the suite
+run_bounded() {
+	timeout 10 "$KVCTL" "$@" >"$T/out" 2>"$T/err"
+	RC=$?
+}
 TD="$T/tiers"
 ID1=106aae1805aa70e9f7b0f851fd66440ca4ba3d69c9f3afe16017dc58a82a8f63
 ID2=ffffae1805aa70e9f7b0f851fd66440ca4ba3d69c9f3afe16017dc58a82a8f63
@@ -895,8 +900,7 @@ printf 'kind=ssd\npid=%d\nopen=1\nupdated=%d\ncapacity_bytes=16777216\nused_byte
 	$$ "$(date +%s)" > "$TD/$ID1/stats"
 
 begin "tiers DIR: one line per identity, figures from its stats file"
-timeout 10 "$KVCTL" tiers "$TD" >"$T/out" 2>"$T/err"
-RC=$?
+run_bounded tiers "$TD"
 want_rc 0
 want_out "^2 SSD tiers below $TD\$"
 want_out "^106aae1805aa  open by $$ +16  64.0 KiB / 16.0 MiB +75.0% +16 +3 +1 +2  [0-9]+s ago\$"
@@ -905,8 +909,7 @@ no_out "not-an-identity"
 end
 
 begin "tiers DIR --json: every field, per identity"
-timeout 10 "$KVCTL" tiers "$TD" --json >"$T/out" 2>"$T/err"
-RC=$?
+run_bounded tiers "$TD" --json
 want_rc 0
 want_json
 want_key identity "\"$ID1\""
@@ -916,8 +919,7 @@ want_out '"have_stats": false'
 end
 
 begin "tiers DIR --prometheus: kvpool_tier_* labelled by dir and identity"
-timeout 10 "$KVCTL" tiers "$TD" --prometheus >"$T/out" 2>"$T/err"
-RC=$?
+run_bounded tiers "$TD" --prometheus
 want_rc 0
 want_out "^# TYPE kvpool_tier_hits_total counter\$"
 want_out "^kvpool_tier_evictions_total\\{dir=\"$TD\",identity=\"$ID1\"\\} 3\$"
