@@ -88,9 +88,10 @@ int kv_opt_double(const char *cmd, const char *opt, const char *val, double min,
 }
 
 /*
- * A command that prints text, --json or --prometheus, with at most one
- * positional argument (into *pos; NULL: none taken).  -1 to go on with
- * *json and *prom set, else the exit status (help printed, or a usage error).
+ * A command that prints text, --json or (when prom is not NULL) --prometheus,
+ * with at most one positional argument (into *pos; NULL: none taken).  -1
+ * to go on with *json and *prom set, else the exit status (help printed, or
+ * a usage error).
  */
 int kv_format_args(const char *cmd, int argc, char **argv, bool *json, bool *prom,
 		   const char **pos)
@@ -101,13 +102,21 @@ int kv_format_args(const char *cmd, int argc, char **argv, bool *json, bool *pro
 		{ .name = "--prometheus", .kind = TOPT_ID, .id = OPT_PROM },
 		{ .name = NULL },
 	};
+	/* Without prom the table ends before --prometheus: an unknown option. */
+	static const struct topt json_only[] = {
+		{ .name = "--json", .kind = TOPT_ID, .id = OPT_JSON },
+		{ .name = NULL },
+	};
 	struct kv_args a;
 	const char *v;
+	bool no_prom;
 	int o;
 
+	if (!prom)
+		prom = &no_prom;
 	*json = *prom = false;
 	kv_args_init(&a, cmd, argc, argv);
-	while ((o = kv_args_next(&a, opts, &v)) != KV_OPT_END) {
+	while ((o = kv_args_next(&a, prom == &no_prom ? json_only : opts, &v)) != KV_OPT_END) {
 		if (o == KV_OPT_HELP)
 			return kv_help(cmd);
 		if (o == KV_OPT_ERR)

@@ -11,30 +11,6 @@
 
 enum { OPT_JSON = 1, OPT_ID, OPT_SPACE };
 
-/* For commands whose only option is --json: -1 to go on, else an exit status. */
-static int kv_json_only(const char *cmd, int argc, char **argv, bool *json)
-{
-	static const struct topt opts[] = {
-		{ .name = "--json", .kind = TOPT_ID, .id = OPT_JSON },
-		{ .name = NULL },
-	};
-	struct kv_args a;
-	const char *v;
-	int o;
-
-	kv_args_init(&a, cmd, argc, argv);
-	while ((o = kv_args_next(&a, opts, &v)) != KV_OPT_END) {
-		if (o == KV_OPT_HELP)
-			return kv_help(cmd);
-		if (o == KV_OPT_ERR)
-			return KV_EXIT_USAGE;
-		if (o == KV_OPT_POS)
-			return kv_usage(cmd, "unexpected argument '%s'", v);
-		*json = true;
-	}
-	return -1;
-}
-
 static double kv_rate(uint64_t hits, uint64_t misses)
 {
 	return hits + misses ? (double)hits / (double)(hits + misses) : 0.0;
@@ -160,7 +136,7 @@ int cmd_status(int argc, char **argv)
 	bool json = false;
 	int r, i;
 
-	r = kv_json_only("status", argc, argv, &json);
+	r = kv_format_args("status", argc, argv, &json, NULL, NULL);
 	if (r >= 0)
 		return r;
 	r = kv_snap_take(&s, KV_SNAP_POOL | KV_SNAP_NODES | KV_SNAP_TENANTS | KV_SNAP_INFO);
@@ -257,7 +233,7 @@ int cmd_spaces(int argc, char **argv)
 	bool json = false;
 	int r, i, w;
 
-	r = kv_json_only("spaces", argc, argv, &json);
+	r = kv_format_args("spaces", argc, argv, &json, NULL, NULL);
 	if (r >= 0)
 		return r;
 	r = kv_snap_take(&s, KV_SNAP_SPACES);
@@ -628,7 +604,7 @@ int cmd_check(int argc, char **argv)
 	bool json = false, ok;
 	int r, n = 0;
 
-	r = kv_json_only("check", argc, argv, &json);
+	r = kv_format_args("check", argc, argv, &json, NULL, NULL);
 	if (r >= 0)
 		return r;
 	r = kv_module_check();
