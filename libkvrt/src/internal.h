@@ -142,6 +142,9 @@ struct kvrt_space {
 __attribute__((format(printf, 3, 4)))
 void kvrt_log(const struct kvrt *k, int level, const char *fmt, ...);
 
+/* A batch call's first checks, the module's order: -EINVAL, -E2BIG, -EFAULT (kvrt.c). */
+int kvrt_batch_args(const struct kvrt_space *s, uint32_t count, const void *ids);
+
 /* kvrules' create checks on kvrt_space_opts: both backends, the module before API 4. */
 int kvrt_create_args_valid(const struct kvrt_space_opts *o, uint32_t page_size,
 			   uint64_t pool_node_mask);

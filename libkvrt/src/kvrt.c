@@ -303,7 +303,7 @@ int kvrt_space_info(struct kvrt_space *s, struct kvrt_space_info *info)
 }
 
 /* The checks the kvpool ioctl dispatcher makes before it looks at a space. */
-static int batch_args(const struct kvrt_space *s, uint32_t count, const void *ids)
+int kvrt_batch_args(const struct kvrt_space *s, uint32_t count, const void *ids)
 {
 	if (!s)
 		return -EINVAL;
@@ -318,7 +318,7 @@ static int batch_args(const struct kvrt_space *s, uint32_t count, const void *id
 
 int kvrt_alloc_blocks(struct kvrt_space *s, uint32_t count, uint32_t *ids)
 {
-	int ret = batch_args(s, count, ids);
+	int ret = kvrt_batch_args(s, count, ids);
 
 	if (ret)
 		return ret;
@@ -327,7 +327,7 @@ int kvrt_alloc_blocks(struct kvrt_space *s, uint32_t count, uint32_t *ids)
 
 int kvrt_free_blocks(struct kvrt_space *s, uint32_t count, const uint32_t *ids)
 {
-	int ret = batch_args(s, count, ids);
+	int ret = kvrt_batch_args(s, count, ids);
 
 	if (ret)
 		return ret;

@@ -12,16 +12,12 @@
 
 #include "tier.h"
 
-/* As kvrt.c's checks of a batch, in the module's order. */
+/* kvrt.c's checks of a batch, then the second array's. */
 static int batch_args(const struct kvrt_space *s, uint32_t count, const void *a, const void *b)
 {
-	if (!s || !count)
-		return -EINVAL;
-	if (count > KVRT_MAX_BATCH)
-		return -E2BIG;
-	if (!a || !b)
-		return -EFAULT;
-	return 0;
+	int ret = kvrt_batch_args(s, count, a);
+
+	return ret ? ret : b ? 0 : -EFAULT;
 }
 
 int kvrt_tier_identity(struct kvrt_space *s, const struct kvrt_layout *layout, uint8_t id[32])
