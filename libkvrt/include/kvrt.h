@@ -46,10 +46,11 @@ extern "C" {
  * 0.4: worker threads kept between attention calls.  0.5: sequence block
  * tables (fork with copy-on-write, truncate, CSR for the attention calls).
  * 0.6: tiers below the pool (a local SSD tier).
+ * 0.7: write-back tiers (KVRT_TIER_WRITE_BACK, kvrt_tier_flush).
  */
 
 #define KVRT_VERSION_MAJOR 0
-#define KVRT_VERSION_MINOR 6
+#define KVRT_VERSION_MINOR 7
 #define KVRT_VERSION_PATCH 0
 /* MAJOR * 10000 + MINOR * 100 + PATCH, comparable with kvrt_version_number() */
 #define KVRT_VERSION_NUMBER \
@@ -1256,7 +1257,21 @@ int kvrt_seqs_stats(struct kvrt_seqs *seqs, struct kvrt_seqs_stats *stats);
  * One process at a time uses an identity's directory (-EBUSY for a
  * second); the other processes of the host reach its blocks through the
  * pool, where every hit is published.
+ *
+ * Policy (since 0.7): a tier is write-through unless opened with
+ * KVRT_TIER_WRITE_BACK.  kvrt_tier_store() writes a write-through tier's
+ * blocks before it returns; for a write-back tier it queues the blocks
+ * and returns, and a thread of the tier writes them in batches.  A queued
+ * block is held in the pool by a reader reference (taken by a lookup of
+ * its hash, so it counts as a pool hit) until written: nothing queued is
+ * lost to eviction, and kvrt_tier_flush() or closing the tier writes
+ * what is queued.  A block whose hash is not published in the pool, and
+ * what does not fit in the queue (writeback_max blocks), is written
+ * before kvrt_tier_store() returns, as write-through.  What a crash or
+ * kill -9 finds still queued is not in the tier.  A child of fork() must
+ * not use its parent's tiers.
  */
+#define KVRT_TIER_WRITE_BACK	0x1u	/* kvrt_tier_*_opts.flags */
 struct kvrt_tier;
 
 enum kvrt_tier_kind {
@@ -1268,16 +1283,20 @@ struct kvrt_tier_ssd_opts {
 	const char *dir;		/* created 0700 when absent */
 	uint64_t capacity_bytes;	/* the identity's limit: at least one block */
 	uint32_t queue_depth;		/* I/Os in flight: 0 is 64; at most 4096 */
-	uint32_t flags;			/* 0 */
+	uint32_t flags;			/* 0 or KVRT_TIER_WRITE_BACK */
 	const struct kvrt_layout *layout;	/* NULL: the identity has no layout */
-	uint64_t reserved[4];		/* 0 */
+	/* Blocks queued at most; 0: an eighth of the space's blocks, at most 1024 (0 if not WRITE_BACK). */
+	uint32_t writeback_max;
+	uint32_t reserved0;		/* 0 */
+	uint64_t reserved[3];		/* 0 */
 };
 
 /*
  * Open the SSD tier of the space's identity below opts->dir and add it to
  * this handle's tiers.  -EINVAL NULL arguments, flags or reserved fields,
- * capacity_bytes below one block or above 2^50, queue_depth above 4096;
- * -EBUSY another process
+ * capacity_bytes below one block or above 2^50, queue_depth above 4096,
+ * writeback_max above KVRT_MAX_BATCH or given without KVRT_TIER_WRITE_BACK;
+ * -EAGAIN the write-back thread could not start; -EBUSY another process
  * (or handle) has the identity's directory open; -ENOSYS io_uring is not
  * available (kernel.io_uring_disabled, a seccomp filter); the errno of
  * creating or opening the directory or files (-EACCES, -ENOSPC, ...);
@@ -1313,17 +1332,18 @@ struct kvrt_tier_redis_opts {
 	const char *password;
 	const char *key_prefix;		/* NULL: "kvt:"; at most 128 bytes */
 	uint32_t timeout_ms;		/* 0: 1000 */
-	uint32_t flags;			/* 0 */
+	uint32_t flags;			/* 0 or KVRT_TIER_WRITE_BACK */
 	const struct kvrt_layout *layout;	/* as for the SSD tier */
 	uint32_t ttl_s;			/* blocks expire after this (SET EX); 0: never */
-	uint32_t reserved0;		/* 0 */
+	uint32_t writeback_max;		/* as for the SSD tier */
 	uint64_t reserved[3];		/* 0 */
 };
 
 /*
  * Connect to the cluster and add its tier to this handle's tiers.  -EINVAL
  * NULL arguments, flags or reserved fields, a seed list that does not
- * parse, a key_prefix over 128 bytes; -EACCES the credentials refused;
+ * parse, a key_prefix over 128 bytes, writeback_max as for the SSD tier;
+ * -EAGAIN the write-back thread could not start; -EACCES the credentials refused;
  * -ECONNREFUSED or -ETIMEDOUT no seed answered; -EPROTO not a cluster;
  * -ENOMEM.  On failure nothing is added.
  */
@@ -1349,7 +1369,9 @@ struct kvrt_tier_stats {
 	uint64_t checksum_errors;	/* blocks whose data failed the checksum */
 	uint64_t io_errors;		/* reads or writes that failed or came short */
 	uint64_t redirects;		/* Redis: MOVED and ASK replies followed */
-	uint64_t reserved[5];		/* 0 */
+	uint64_t queued;		/* write-back: blocks waiting to be written now */
+	uint64_t deferred;		/* write-back: blocks handed to its thread so far */
+	uint64_t reserved[3];		/* 0 */
 };
 
 /* The tier's figures.  -EINVAL NULL arguments. */
@@ -1370,20 +1392,30 @@ int kvrt_lookup_tiers(struct kvrt_space *space, uint32_t count,
 		      const uint8_t (*hashes)[KVRT_HASH_BYTES], uint32_t *ids, uint8_t *where);
 
 /*
- * Write blocks ids[i] (holding the data of hashes[i]) through to every
- * tier of this handle that lacks them; a tier that has a hash only marks
- * it used.  priorities NULL: KVRT_PRIO_DEFAULT each; else 0..KVRT_PRIO_MAX,
+ * Write blocks ids[i] (holding the data of hashes[i]) to every tier of
+ * this handle that lacks them, or queue them for a write-back tier (see
+ * KVRT_TIER_WRITE_BACK); a tier that has a hash only marks it used.  priorities NULL: KVRT_PRIO_DEFAULT each; else 0..KVRT_PRIO_MAX,
  * the eviction order in the tier as in the pool.  When a batch holds more
  * new blocks than a tier has room for, the first ones are stored.  Returns
- * the number of blocks written (to any tier), or -EINVAL (NULL space,
+ * the number of blocks written or queued (the most of any tier), or -EINVAL (NULL space,
  * count 0, an id outside the space, a priority above KVRT_PRIO_MAX),
  * -E2BIG (count > KVRT_MAX_BATCH), -EFAULT (ids or hashes NULL), -ENODEV
  * (no tier open on this handle), -EIO (a tier could not write or sync:
  * nothing of this call is in the SSD tier's index; on Redis the blocks
- * that were written stay), -ENOMEM.
+ * that were written stay; a write-back tier fails before queueing, except
+ * when the queue overflows: what was queued stays), -ENOMEM.
  */
 int kvrt_tier_store(struct kvrt_space *space, uint32_t count, const uint32_t *ids,
 		    const uint8_t (*hashes)[KVRT_HASH_BYTES], const uint32_t *priorities);
+
+/*
+ * Wait until every block queued on this handle's write-back tiers before
+ * the call has been written (since 0.7).  Returns 0, -EINVAL (NULL), or
+ * the first error a write-back write met since the last call (-EIO,
+ * -ENOMEM: those blocks are not in that tier, and stay in the pool as
+ * long as the pool keeps them); the error is reported once.
+ */
+int kvrt_tier_flush(struct kvrt_space *space);
 
 #if defined(__GNUC__) && __GNUC__ >= 4
 #pragma GCC visibility pop

@@ -22,9 +22,12 @@
  *                       standalone, one mutex per table, taken alone
  *   tier/               tiers below the pool: tier.h (the ops table a
  *                       tier implements), tier.c (the calls: lookup
- *                       across tiers, write-through), tier_ssd.c (the
- *                       SSD tier: io_uring, O_DIRECT) with ssd_index.c
- *                       (its slots, LRU and index log)
+ *                       across tiers, stores by policy), writeback.c
+ *                       (a write-back tier's queue and thread),
+ *                       tier_ssd.c (the SSD tier: io_uring, O_DIRECT)
+ *                       with ssd_index.c (its slots, LRU and index log),
+ *                       tier_redis.c (the Redis Cluster tier) with
+ *                       redis_cluster.c (slot routing, redirections)
  *   gpu/                the GPU backend, a file per concern: gpu_loader.c
  *                       and cuda_drv.h (libcuda), gpu.c (the handle),
  *                       gpu_register.{c,h} (host registration),

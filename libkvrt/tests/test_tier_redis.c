@@ -7,8 +7,10 @@
  * byte, by another; a tenant's ACL user refused another tenant's keys by
  * Redis itself (NOPERM); a corrupted and a truncated value each a miss;
  * lookups while slots are being moved between nodes (ASK, MOVED) all
- * whole; a full node (maxmemory, noeviction), a paused node (SIGSTOP) and
- * a killed node each a clean error or a miss within the timeout, the pool
+ * whole; write-back holding its queued blocks in the pool while a node
+ * stalls, and its error reported by the next flush; a full node
+ * (maxmemory, noeviction), a paused node (SIGSTOP) and a killed node
+ * each a clean error or a miss within the timeout, the pool
  * untouched.  Needs redis-server and redis-cli (Debian's redis-server and
  * redis-tools; make deps installs them).
  */
@@ -227,7 +229,7 @@ struct host {
 	struct kvrt_tier *t;
 };
 
-static uint32_t ttl_s;	/* the next host_open's */
+static uint32_t ttl_s, open_flags;	/* the next host_open's */
 
 static int host_open(struct host *h, const char *user, const char *pass, const char *prefix)
 {
@@ -236,7 +238,7 @@ static int host_open(struct host *h, const char *user, const char *pass, const c
 				      .mode = 0600, .block_bytes = BB, .quota_bytes = BB * 4 * NB };
 	struct kvrt_tier_redis_opts ro = { .nodes = seeds, .user = user, .password = pass,
 					   .key_prefix = prefix, .timeout_ms = TIMEOUT_MS,
-					   .ttl_s = ttl_s };
+					   .ttl_s = ttl_s, .flags = open_flags };
 	int ret;
 
 	memset(h, 0, sizeof(*h));
@@ -272,6 +274,38 @@ static int store(struct host *h, uint32_t tag, uint32_t n)
 	ret = kvrt_tier_store(h->s, n, ids, (const uint8_t (*)[H])hs, NULL);
 	kvrt_free_blocks(h->s, n, ids);
 	return ret;
+}
+
+/* tag:[0, n) published in h's pool, then stored; the pool keeps them cached. */
+static int publish_store(struct host *h, uint32_t tag, uint32_t n)
+{
+	uint8_t hs[NB][H];
+	uint32_t ids[NB];
+	int ret;
+
+	ret = tier_publish(h->s, tag, 0, n, BB, ids, hs);
+	if (ret)
+		return ret;
+	ret = kvrt_tier_store(h->s, n, ids, (const uint8_t (*)[H])hs, NULL);
+	kvrt_release(h->s, n, ids);
+	return ret;
+}
+
+/* How many of tag:[0, n) h's pool has, asked one by one. */
+static int in_pool(struct host *h, uint32_t tag, uint32_t n)
+{
+	uint8_t hs[1][H];
+	uint32_t id, i;
+	int have = 0;
+
+	for (i = 0; i < n; i++) {
+		tier_hash(hs[0], tag, i);
+		if (kvrt_lookup(h->s, 1, (const uint8_t (*)[H])hs, &id, NULL) == 1) {
+			have++;
+			kvrt_release(h->s, 1, &id);
+		}
+	}
+	return have;
 }
 
 /* Lookup of tag:[0, n) across pool and tier: hits, each checked; *bad the wrong ones. */
@@ -397,15 +431,19 @@ TEST(arguments_and_credentials)
 	CHECK_EQ(kvrt_tier_open_redis(NULL, &ro, &t), -EINVAL);
 	CHECK(t == NULL);
 	CHECK_EQ(kvrt_tier_open_redis(h.s, NULL, &t), -EINVAL);
-	ro.flags = 1;
+	ro.flags = 2;
 	CHECK_EQ(kvrt_tier_open_redis(h.s, &ro, &t), -EINVAL);
 	ro.flags = 0;
-	ro.reserved[0] = 1;
+	ro.reserved[2] = 1;
 	CHECK_EQ(kvrt_tier_open_redis(h.s, &ro, &t), -EINVAL);
-	ro.reserved[0] = 0;
-	ro.reserved0 = 1;
+	ro.reserved[2] = 0;
+	ro.writeback_max = 1;	/* without KVRT_TIER_WRITE_BACK */
 	CHECK_EQ(kvrt_tier_open_redis(h.s, &ro, &t), -EINVAL);
-	ro.reserved0 = 0;
+	ro.flags = KVRT_TIER_WRITE_BACK;
+	ro.writeback_max = KVRT_MAX_BATCH + 1;
+	CHECK_EQ(kvrt_tier_open_redis(h.s, &ro, &t), -EINVAL);
+	ro.flags = 0;
+	ro.writeback_max = 0;
 	ro.nodes = "127.0.0.1";
 	CHECK_EQ(kvrt_tier_open_redis(h.s, &ro, &t), -EINVAL);
 	ro.nodes = "127.0.0.1:0";
@@ -571,6 +609,56 @@ TEST(lookups_while_slots_move)
 	host_close(&b);
 }
 
+/*
+ * Write-back while a node stalls (SIGSTOP): the store returns with its
+ * blocks queued; they stay in the pool under pressure that evicts their
+ * unqueued neighbours; the stalled batch's failure is reported by the next
+ * flush, once; with the node back, what is flushed another host finds.
+ */
+TEST(write_back_holds_queued_blocks_while_a_node_stalls)
+{
+	static uint32_t fill[4 * NB];
+	uint32_t nfill = 0, ids[8];
+	uint8_t hs[8][H];
+	struct host a, b;
+	int bad, tier;
+
+	open_flags = KVRT_TIER_WRITE_BACK;
+	REQUIRE(host_open(&a, "alice", "alice-pw", "tenA:") == 0);
+	open_flags = 0;
+	/* Neighbours: published, released, not stored. */
+	REQUIRE(tier_publish(a.s, 22, 0, 8, BB, ids, hs) == 0);
+	kvrt_release(a.s, 8, ids);
+	kill(pids[2], SIGSTOP);
+	/* 24 keys: some on the stalled node (which ones follows from the hashes). */
+	CHECK_EQ(publish_store(&a, 21, 24), 24);
+	CHECK_EQ(stats(&a).queued, 24);
+	CHECK_EQ(stats(&a).deferred, 24);
+	/* Take every block the space can give: the cached neighbours go, the queued stay. */
+	while (nfill < 4 * NB && kvrt_alloc_blocks(a.s, 1, &fill[nfill]) == 0)
+		nfill++;
+	CHECK_EQ(in_pool(&a, 22, 8), 0);
+	CHECK_EQ(in_pool(&a, 21, 24), 24);
+	if (nfill)
+		kvrt_free_blocks(a.s, nfill, fill);
+	/* The stalled batch times out: its error, once. */
+	CHECK_EQ(kvrt_tier_flush(a.s), -EIO);
+	CHECK_EQ(kvrt_tier_flush(a.s), 0);
+	CHECK_EQ(stats(&a).queued, 0);
+	CHECK(stats(&a).io_errors > 0);
+	kill(pids[2], SIGCONT);
+
+	CHECK_EQ(publish_store(&a, 23, 24), 24);
+	CHECK_EQ(kvrt_tier_flush(a.s), 0);
+	CHECK(stats(&a).stores >= 24);
+	REQUIRE(host_open(&b, "alice", "alice-pw", "tenA:") == 0);
+	CHECK_EQ(lookup(&b, 23, 24, &bad, &tier), 24);
+	CHECK_EQ(bad, 0);
+	CHECK_EQ(tier, 24);
+	host_close(&a);
+	host_close(&b);
+}
+
 /* A node out of memory (noeviction): the store fails cleanly, what was there stays. */
 TEST(a_full_node_fails_the_store_cleanly)
 {
@@ -667,6 +755,7 @@ int main(void)
 	RUN(a_tenant_cannot_reach_another_tenants_keys);
 	RUN(a_corrupted_or_truncated_value_is_a_miss);
 	RUN(lookups_while_slots_move);
+	RUN(write_back_holds_queued_blocks_while_a_node_stalls);
 	RUN(a_full_node_fails_the_store_cleanly);
 	RUN(a_paused_then_killed_node_is_a_miss_within_the_timeout);
 	stop_cluster();

@@ -6,7 +6,8 @@
  * identity (name, block size, layout) separating blocks; a corrupted block
  * and a torn index record each a miss and nothing else; eviction by
  * priority then age; one user of a directory at a time; another uid
- * refused by the file system; and a kill -9 campaign in which every block
+ * refused by the file system; write-back (queued, flushed, written on
+ * close, a full queue); and a kill -9 campaign in which every block
  * lookup returns after the kill holds exactly what was stored, and every
  * batch a killed writer saw committed is still there.
  *
@@ -50,14 +51,16 @@ static void new_dir(struct env *e)
 	snprintf(e->dir, sizeof(e->dir), "%s/t%u", root, dir_seq++);
 }
 
-static int env_open(struct env *e, const char *name, uint64_t block, uint64_t cap_blocks,
-		    const struct kvrt_layout *layout)
+static int env_open_policy(struct env *e, const char *name, uint64_t block,
+			   uint64_t cap_blocks, const struct kvrt_layout *layout, uint32_t flags,
+			   uint32_t writeback_max)
 {
 	struct kvrt_open_opts ko = { .backend = KVRT_BACKEND_EMBEDDED, .flags = KVRT_OPEN_NO_HUGETLB };
 	struct kvrt_space_opts so = { .name = name, .flags = KVRT_SPACE_CREATE, .mode = 0600,
 				      .block_bytes = block, .quota_bytes = block * 256 };
 	struct kvrt_tier_ssd_opts to = { .dir = e->dir, .capacity_bytes = cap_blocks * block,
-					 .layout = layout, .queue_depth = 8 };
+					 .layout = layout, .queue_depth = 8, .flags = flags,
+					 .writeback_max = writeback_max };
 	int ret;
 
 	e->k = NULL;
@@ -69,6 +72,12 @@ static int env_open(struct env *e, const char *name, uint64_t block, uint64_t ca
 	if (!ret)
 		ret = kvrt_tier_open_ssd(e->s, &to, &e->t);
 	return ret;
+}
+
+static int env_open(struct env *e, const char *name, uint64_t block, uint64_t cap_blocks,
+		    const struct kvrt_layout *layout)
+{
+	return env_open_policy(e, name, block, cap_blocks, layout, 0, 0);
 }
 
 static void env_close(struct env *e)
@@ -106,6 +115,23 @@ static int store_run(struct env *e, uint32_t tag, uint32_t from, uint32_t n, uin
 	}
 	ret = kvrt_tier_store(e->s, n, ids, (const uint8_t (*)[H])h, pr);
 	kvrt_free_blocks(e->s, n, ids);
+	return ret;
+}
+
+/* tag:[from, from + n) published in the pool, then stored: the pool keeps them cached. */
+static int publish_store_run(struct env *e, uint32_t tag, uint32_t from, uint32_t n)
+{
+	uint8_t h[MAXB][H];
+	uint32_t ids[MAXB];
+	int ret;
+
+	if (n > MAXB)
+		return -EINVAL;
+	ret = tier_publish(e->s, tag, from, n, BB, ids, h);
+	if (ret)
+		return ret;
+	ret = kvrt_tier_store(e->s, n, ids, (const uint8_t (*)[H])h, NULL);
+	kvrt_release(e->s, n, ids);
 	return ret;
 }
 
@@ -154,12 +180,22 @@ TEST(arguments_refused)
 	CHECK_EQ(kvrt_tier_open_ssd(NULL, &o, &t), -EINVAL);
 	CHECK(t == NULL);	/* *tier cleared on failure */
 	CHECK_EQ(kvrt_tier_open_ssd(e.s, NULL, &t), -EINVAL);
-	o.flags = 1;
+	o.flags = 2;
 	CHECK_EQ(kvrt_tier_open_ssd(e.s, &o, &t), -EINVAL);
 	o.flags = 0;
-	o.reserved[3] = 1;
+	o.writeback_max = 4;	/* a write-back field on a write-through tier */
 	CHECK_EQ(kvrt_tier_open_ssd(e.s, &o, &t), -EINVAL);
-	o.reserved[3] = 0;
+	o.flags = KVRT_TIER_WRITE_BACK;
+	o.writeback_max = KVRT_MAX_BATCH + 1;
+	CHECK_EQ(kvrt_tier_open_ssd(e.s, &o, &t), -EINVAL);
+	o.flags = 0;
+	o.writeback_max = 0;
+	o.reserved0 = 1;
+	CHECK_EQ(kvrt_tier_open_ssd(e.s, &o, &t), -EINVAL);
+	o.reserved0 = 0;
+	o.reserved[2] = 1;
+	CHECK_EQ(kvrt_tier_open_ssd(e.s, &o, &t), -EINVAL);
+	o.reserved[2] = 0;
 	o.capacity_bytes = BB - 1;
 	CHECK_EQ(kvrt_tier_open_ssd(e.s, &o, &t), -EINVAL);
 	o.capacity_bytes = (1ULL << 50) + BB;
@@ -186,6 +222,8 @@ TEST(arguments_refused)
 	CHECK_EQ(kvrt_tier_store(e.s, 2, ids, (const uint8_t (*)[H])h, prio), -EINVAL);
 	CHECK_EQ(kvrt_tier_stats(NULL, &(struct kvrt_tier_stats){ 0 }), -EINVAL);
 	CHECK_EQ(kvrt_tier_stats(e.t, NULL), -EINVAL);
+	CHECK_EQ(kvrt_tier_flush(NULL), -EINVAL);
+	CHECK_EQ(kvrt_tier_flush(e.s), 0);	/* no write-back tier: nothing to wait for */
 	/* Nothing of the refused calls reached the tier. */
 	CHECK_EQ(stats(&e).stores, 0);
 	CHECK_EQ(stats(&e).blocks, 0);
@@ -233,6 +271,77 @@ TEST(store_then_lookup_across_pool_and_tier)
 	for (i = 0; i < n; i++)
 		CHECKF(where[i] == 0, "hit %d from %u", i, where[i]);
 	CHECK_EQ(stats(&e).hits, 16);
+	env_close(&e);
+}
+
+/*
+ * Write-back: published blocks are queued and written by the tier's
+ * thread (flush waits for them); unpublished ones are written before the
+ * store returns; a full queue writes the rest at once; and a new handle
+ * finds every block in the tier.
+ */
+TEST(write_back_writes_every_block_by_flush)
+{
+	struct kvrt_tier_stats st;
+	uint8_t where[MAXB];
+	struct env e;
+	int bad, i, n;
+
+	new_dir(&e);
+	REQUIRE(env_open_policy(&e, "wb", BB, 128, NULL, KVRT_TIER_WRITE_BACK, 0) == 0);
+	CHECK_EQ(publish_store_run(&e, 7, 0, 32), 32);
+	CHECK_EQ(kvrt_tier_flush(e.s), 0);
+	st = stats(&e);
+	CHECK_EQ(st.deferred, 32);
+	CHECK_EQ(st.queued, 0);
+	CHECK_EQ(st.stores, 32);
+	/* Not published: nowhere to hold them, so written before the call returns. */
+	CHECK_EQ(store_run(&e, 8, 0, 8, 50), 8);
+	st = stats(&e);
+	CHECK_EQ(st.stores, 40);
+	CHECK_EQ(st.deferred, 32);
+	env_close(&e);
+
+	/* A queue of 4: 4 queued, the other 60 written at once. */
+	REQUIRE(env_open_policy(&e, "wb", BB, 128, NULL, KVRT_TIER_WRITE_BACK, 4) == 0);
+	CHECK_EQ(publish_store_run(&e, 9, 0, 64), 64);
+	CHECK_EQ(kvrt_tier_flush(e.s), 0);
+	st = stats(&e);
+	CHECK_EQ(st.deferred, 4);
+	CHECK_EQ(st.stores, 64);
+	env_close(&e);
+
+	/* A new pool: every block comes from the tier, whole. */
+	REQUIRE(env_open(&e, "wb", BB, 128, NULL) == 0);
+	CHECK_EQ(stats(&e).blocks, 104);
+	n = lookup_run(&e, 7, 32, where, &bad);
+	CHECK_EQ(n, 32);
+	CHECK_EQ(bad, 0);
+	for (i = 0; i < n; i++)
+		CHECKF(where[i] == 1, "hit %d from %u", i, where[i]);
+	CHECK_EQ(lookup_run(&e, 8, 8, NULL, &bad), 8);
+	CHECK_EQ(bad, 0);
+	CHECK_EQ(lookup_run(&e, 9, 64, NULL, &bad), 64);
+	CHECK_EQ(bad, 0);
+	env_close(&e);
+}
+
+/* Closing the space right after a store writes everything queued before it returns. */
+TEST(closing_a_write_back_tier_writes_what_is_queued)
+{
+	uint32_t b;
+	struct env e;
+	int bad;
+
+	new_dir(&e);
+	REQUIRE(env_open_policy(&e, "wbclose", BB, 256, NULL, KVRT_TIER_WRITE_BACK, 0) == 0);
+	for (b = 0; b < 3; b++)
+		CHECK_EQ(publish_store_run(&e, 11, b * MAXB, MAXB), MAXB);
+	env_close(&e);
+	REQUIRE(env_open(&e, "wbclose", BB, 256, NULL) == 0);
+	CHECK_EQ(stats(&e).blocks, 3 * MAXB);
+	CHECK_EQ(lookup_run(&e, 11, MAXB, NULL, &bad), MAXB);
+	CHECK_EQ(bad, 0);
 	env_close(&e);
 }
 
@@ -461,21 +570,28 @@ TEST(another_uid_is_refused_by_the_file_system)
 }
 
 /*
- * kill -9 while a writer stores batch after batch: every block a lookup
- * returns afterwards holds its pattern, and every batch the writer had seen
- * committed (and that eviction cannot have taken) is there.
+ * kill -9 while a writer stores batch after batch (write-through and
+ * write-back rounds in turn): every block a lookup returns afterwards
+ * holds its pattern, and every batch the writer had seen committed (and
+ * that eviction cannot have taken) is there.
  */
 #define KILL_ROUNDS 40
 #define KILL_BATCH 8
 #define KILL_CAP 64
 
-static void writer(struct env *e, int fd)
+/* Write-back rounds publish each batch, store it and flush before calling it committed. */
+static void writer(struct env *e, int fd, bool write_back)
 {
 	uint32_t b;
 
 	for (b = 0; b < 100000; b++) {
-		if (store_run(e, 100, b * KILL_BATCH, KILL_BATCH, 50) != KILL_BATCH)
+		if (write_back) {
+			if (publish_store_run(e, 100, b * KILL_BATCH, KILL_BATCH) != KILL_BATCH ||
+			    kvrt_tier_flush(e->s))
+				_exit(3);
+		} else if (store_run(e, 100, b * KILL_BATCH, KILL_BATCH, 50) != KILL_BATCH) {
 			_exit(3);
+		}
 		if (write(fd, &b, sizeof(b)) != sizeof(b))
 			_exit(4);
 	}
@@ -484,7 +600,7 @@ static void writer(struct env *e, int fd)
 
 TEST(kill_9_leaves_every_block_whole)
 {
-	uint32_t committed, b, last, i, wrong = 0, lost = 0, hits = 0;
+	uint32_t committed, b, last, i, wrong = 0, lost = 0, hits = 0, wb_hits = 0;
 	struct timespec ts;
 	struct env e;
 	int round, p[2], status;
@@ -499,9 +615,10 @@ TEST(kill_9_leaves_every_block_whole)
 		REQUIRE(pid >= 0);
 		if (!pid) {
 			close(p[0]);
-			if (env_open(&e, "kill", BB, KILL_CAP, NULL))
+			if (env_open_policy(&e, "kill", BB, KILL_CAP, NULL,
+					    round % 2 ? KVRT_TIER_WRITE_BACK : 0, 0))
 				_exit(2);
-			writer(&e, p[1]);
+			writer(&e, p[1], round % 2);
 		}
 		close(p[1]);
 		ts.tv_sec = 0;
@@ -509,6 +626,8 @@ TEST(kill_9_leaves_every_block_whole)
 		nanosleep(&ts, NULL);
 		kill(pid, SIGKILL);
 		waitpid(pid, &status, 0);
+		CHECKF(WIFSIGNALED(status), "round %d: the writer ended by itself (status %d)",
+		       round, status);
 		committed = 0;
 		last = UINT32_MAX;
 		while (read(p[0], &b, sizeof(b)) == sizeof(b)) {
@@ -529,6 +648,7 @@ TEST(kill_9_leaves_every_block_whole)
 				got = kvrt_lookup_tiers(e.s, 1, (const uint8_t (*)[H])h, &id, NULL);
 				if (got == 1) {
 					hits++;
+					wb_hits += round % 2;
 					if (!holds(e.s, id, h[0], BB))
 						wrong++;
 					kvrt_release(e.s, 1, &id);
@@ -549,7 +669,9 @@ TEST(kill_9_leaves_every_block_whole)
 	CHECK_EQ(wrong, 0);
 	CHECK_EQ(lost, 0);
 	CHECKF(hits > 0, "no round committed anything: the kill came too early every time");
-	tap_diag("%u blocks checked after %d kills", hits, KILL_ROUNDS);
+	CHECKF(wb_hits > 0, "no write-back round committed anything");
+	tap_diag("%u blocks checked after %d kills (%u in write-back rounds)", hits, KILL_ROUNDS,
+		 wb_hits);
 }
 
 int main(void)
@@ -577,6 +699,8 @@ int main(void)
 	RUN(a_corrupted_block_is_a_miss_and_is_dropped);
 	RUN(a_torn_index_record_loses_that_block_only);
 	RUN(the_stats_file_says_what_the_tier_did);
+	RUN(write_back_writes_every_block_by_flush);
+	RUN(closing_a_write_back_tier_writes_what_is_queued);
 	RUN(eviction_takes_the_lowest_priority_then_the_oldest);
 	RUN(another_uid_is_refused_by_the_file_system);
 	RUN(kill_9_leaves_every_block_whole);

@@ -35,4 +35,30 @@ static inline void tier_pattern(const uint8_t h[KVRT_HASH_BYTES], uint64_t bytes
 	}
 }
 
+/*
+ * Fill n new blocks of the space with tag:[from, from + n)'s patterns and
+ * publish them; ids[] and h[] get the blocks and hashes, each block with
+ * the handle's reader reference (drop with kvrt_release).  0 or an errno.
+ */
+static inline int tier_publish(struct kvrt_space *s, uint32_t tag, uint32_t from, uint32_t n,
+			       uint64_t bytes, uint32_t *ids, uint8_t (*h)[KVRT_HASH_BYTES])
+{
+	uint32_t i;
+	int ret;
+
+	ret = kvrt_alloc_blocks(s, n, ids);
+	if (ret)
+		return ret;
+	for (i = 0; i < n; i++) {
+		tier_hash(h[i], tag, from + i);
+		tier_pattern(h[i], bytes, (uint8_t *)kvrt_block_addr(s, ids[i]));
+	}
+	ret = kvrt_publish(s, n, ids, (const uint8_t (*)[KVRT_HASH_BYTES])h, NULL, NULL);
+	if (ret < 0) {
+		kvrt_free_blocks(s, n, ids);
+		return ret;
+	}
+	return 0;
+}
+
 #endif

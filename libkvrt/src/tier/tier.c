@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: MIT
 /*
  * tier/tier.c: the tier calls of kvrt.h: opening and closing a handle's
- * tiers, lookup across the pool and the tiers, write-through.  The tiers'
- * own work is behind their ops (tier.h).
+ * tiers, lookup across the pool and the tiers, stores by each tier's
+ * policy.  The tiers' own work is behind their ops (tier.h); write-back's
+ * queue is writeback.c's.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -71,9 +72,26 @@ static bool words_zero(const uint64_t *w, size_t n)
 	return !z;
 }
 
-/* The identity, the kind's own open, then the tier joins the handle's list. */
+/* The default queue: at most an eighth of the space held for the tier. */
+static uint32_t writeback_default(const struct kvrt_space *s)
+{
+	uint64_t eighth = s->nr_blocks / 8;
+
+	return eighth > 1024 ? 1024 : eighth ? (uint32_t)eighth : 1;
+}
+
+/* The policy's fields: WRITE_BACK the only flag, writeback_max only with it. */
+static bool policy_valid(uint32_t flags, uint32_t writeback_max)
+{
+	if (flags & ~KVRT_TIER_WRITE_BACK)
+		return false;
+	return flags ? writeback_max <= KVRT_MAX_BATCH : !writeback_max;
+}
+
+/* The identity, the kind's own open, its write-back thread, then the handle's list. */
 static int tier_attach(struct kvrt_space *s, enum kvrt_tier_kind kind,
-		       const struct kvrt_layout *layout, const void *opts, struct kvrt_tier **out)
+		       const struct kvrt_layout *layout, const void *opts, uint32_t flags,
+		       uint32_t writeback_max, struct kvrt_tier **out)
 {
 	uint8_t identity[32];
 	struct kvrt_tier *t;
@@ -88,6 +106,14 @@ static int tier_attach(struct kvrt_space *s, enum kvrt_tier_kind kind,
 		return ret;
 	t->space = s;
 	t->kind = kind;
+	t->wb = NULL;
+	if (flags & KVRT_TIER_WRITE_BACK) {
+		ret = kvrt_writeback_start(t, writeback_max ? writeback_max : writeback_default(s));
+		if (ret) {
+			t->ops->close(t);
+			return ret;
+		}
+	}
 	tier_add(s, t);
 	*out = t;
 	return 0;
@@ -99,11 +125,11 @@ int kvrt_tier_open_ssd(struct kvrt_space *s, const struct kvrt_tier_ssd_opts *o,
 	if (!out)
 		return -EINVAL;
 	*out = NULL;
-	if (!s || !o || !o->dir || !*o->dir || o->flags || !words_zero(o->reserved, 4) ||
-	    o->capacity_bytes < s->block_bytes || o->capacity_bytes > (1ULL << 50) ||
-	    o->queue_depth > 4096)
+	if (!s || !o || !o->dir || !*o->dir || !policy_valid(o->flags, o->writeback_max) ||
+	    o->reserved0 || !words_zero(o->reserved, 3) || o->capacity_bytes < s->block_bytes ||
+	    o->capacity_bytes > (1ULL << 50) || o->queue_depth > 4096)
 		return -EINVAL;
-	return tier_attach(s, KVRT_TIER_SSD, o->layout, o, out);
+	return tier_attach(s, KVRT_TIER_SSD, o->layout, o, o->flags, o->writeback_max, out);
 }
 
 int kvrt_tier_open_redis(struct kvrt_space *s, const struct kvrt_tier_redis_opts *o,
@@ -112,10 +138,10 @@ int kvrt_tier_open_redis(struct kvrt_space *s, const struct kvrt_tier_redis_opts
 	if (!out)
 		return -EINVAL;
 	*out = NULL;
-	if (!s || !o || !o->nodes || o->flags || o->reserved0 || !words_zero(o->reserved, 3) ||
-	    (o->key_prefix && strlen(o->key_prefix) > 128))
+	if (!s || !o || !o->nodes || !policy_valid(o->flags, o->writeback_max) ||
+	    !words_zero(o->reserved, 3) || (o->key_prefix && strlen(o->key_prefix) > 128))
 		return -EINVAL;
-	return tier_attach(s, KVRT_TIER_REDIS, o->layout, o, out);
+	return tier_attach(s, KVRT_TIER_REDIS, o->layout, o, o->flags, o->writeback_max, out);
 }
 
 void kvrt_tier_close(struct kvrt_tier *t)
@@ -132,6 +158,7 @@ void kvrt_tier_close(struct kvrt_tier *t)
 	if (*p)
 		*p = t->next;
 	pthread_mutex_unlock(&s->k->lock);
+	kvrt_writeback_stop(t);
 	t->ops->close(t);
 }
 
@@ -142,6 +169,8 @@ int kvrt_tier_stats(struct kvrt_tier *t, struct kvrt_tier_stats *st)
 	memset(st, 0, sizeof(*st));
 	st->kind = t->kind;
 	t->ops->stats(t, st);
+	if (t->wb)
+		kvrt_writeback_stats(t, st);
 	return 0;
 }
 
@@ -222,6 +251,66 @@ int kvrt_lookup_tiers(struct kvrt_space *s, uint32_t count,
 	return (int)hits;
 }
 
+/*
+ * A write-back tier's part of kvrt_tier_store: the blocks whose hashes are
+ * published are queued with a reader reference each (taken by a lookup);
+ * the others, and what the queue has no room for, are written now.  The
+ * blocks written now go first, so that a failure leaves nothing queued.
+ */
+static int store_back(struct kvrt_tier *t, uint32_t count, const uint32_t *ids,
+		      const uint8_t (*hashes)[KVRT_HASH_BYTES], const uint32_t *prio)
+{
+	struct kvrt_space *s = t->space;
+	size_t per = KVRT_HASH_BYTES + 2 * sizeof(uint32_t);
+	uint8_t (*h[2])[KVRT_HASH_BYTES];	/* [0] written now, [1] queued */
+	uint32_t *id[2], *pr[2], n[2] = { 0, 0 }, i, j, q;
+	char *mem = malloc((size_t)count * per * 2);
+	int ret, r;
+
+	if (!mem)
+		return -ENOMEM;
+	for (j = 0; j < 2; j++) {
+		h[j] = (void *)(mem + (size_t)count * per * j);
+		id[j] = (uint32_t *)(h[j] + count);
+		pr[j] = id[j] + count;
+	}
+	for (i = 0; i < count;) {
+		r = kvrt_lookup(s, count - i, hashes + i, id[1] + n[1], NULL);
+		j = r > 0 ? 1 : 0;
+		if (r <= 0) {	/* not published (or the pool cannot say): written now */
+			id[0][n[0]] = ids[i];
+			r = 1;
+		}
+		memcpy(h[j] + n[j], hashes + i, (size_t)r * KVRT_HASH_BYTES);
+		for (q = 0; q < (uint32_t)r; q++)
+			pr[j][n[j] + q] = prio ? prio[i + q] : KVRT_PRIO_DEFAULT;
+		n[j] += (uint32_t)r;
+		i += (uint32_t)r;
+	}
+	ret = n[0] ? t->ops->store(t, n[0], (const uint8_t (*)[KVRT_HASH_BYTES])h[0], id[0], pr[0]) : 0;
+	if (ret < 0) {
+		if (n[1])
+			kvrt_release(s, n[1], id[1]);
+		goto out;
+	}
+	q = n[1] ? kvrt_writeback_queue(t, n[1], (const uint8_t (*)[KVRT_HASH_BYTES])h[1], id[1],
+					pr[1]) : 0;
+	if (q < n[1]) {	/* the queue is full: the rest now */
+		r = t->ops->store(t, n[1] - q, (const uint8_t (*)[KVRT_HASH_BYTES])(h[1] + q),
+				  id[1] + q, pr[1] + q);
+		kvrt_release(s, n[1] - q, id[1] + q);
+		if (r < 0) {
+			ret = r;
+			goto out;
+		}
+		ret += r;
+	}
+	ret += (int)q;
+out:
+	free(mem);
+	return ret;
+}
+
 int kvrt_tier_store(struct kvrt_space *s, uint32_t count, const uint32_t *ids,
 		    const uint8_t (*hashes)[KVRT_HASH_BYTES], const uint32_t *prio)
 {
@@ -238,10 +327,28 @@ int kvrt_tier_store(struct kvrt_space *s, uint32_t count, const uint32_t *ids,
 	if (!s->tiers)
 		return -ENODEV;
 	for (t = s->tiers; t; t = t->next) {
-		ret = t->ops->store(t, count, hashes, ids, prio);
+		ret = t->wb ? store_back(t, count, ids, hashes, prio) :
+			      t->ops->store(t, count, hashes, ids, prio);
 		if (ret < 0)
 			return ret;
 		written = ret > written ? ret : written;
 	}
 	return written;
+}
+
+int kvrt_tier_flush(struct kvrt_space *s)
+{
+	struct kvrt_tier *t;
+	int ret, first = 0;
+
+	if (!s)
+		return -EINVAL;
+	for (t = s->tiers; t; t = t->next) {
+		if (!t->wb)
+			continue;
+		ret = kvrt_writeback_flush(t);
+		if (ret && !first)
+			first = ret;
+	}
+	return first;
 }

@@ -39,6 +39,7 @@ struct kvrt_tier {
 	enum kvrt_tier_kind kind;
 	struct kvrt_space *space;
 	struct kvrt_tier *next;		/* space->tiers, in search order */
+	struct kvrt_writeback *wb;	/* NULL: write-through */
 };
 
 /*
@@ -46,6 +47,20 @@ struct kvrt_tier {
  * uid, block_bytes and the layout's geometry (num_blocks aside), if any.
  */
 int kvrt_tier_identity(struct kvrt_space *s, const struct kvrt_layout *layout, uint8_t id[32]);
+
+/*
+ * writeback.c: a write-back tier's queue and thread.  _queue takes over
+ * the reader references of ids[0..n) it queues and returns how many fit;
+ * _flush waits for what was queued before it and returns the first error
+ * since the last flush; _stop writes what is queued, then ends the thread.
+ */
+int kvrt_writeback_start(struct kvrt_tier *t, uint32_t max_blocks);
+uint32_t kvrt_writeback_queue(struct kvrt_tier *t, uint32_t n,
+			      const uint8_t (*hashes)[KVRT_HASH_BYTES], const uint32_t *ids,
+			      const uint32_t *prio);
+int kvrt_writeback_flush(struct kvrt_tier *t);
+void kvrt_writeback_stats(struct kvrt_tier *t, struct kvrt_tier_stats *stats);
+void kvrt_writeback_stop(struct kvrt_tier *t);
 
 int kvrt_ssd_open(struct kvrt_space *s, const struct kvrt_tier_ssd_opts *o,
 		  const uint8_t identity[32], struct kvrt_tier **out);
