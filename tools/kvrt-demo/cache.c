@@ -243,7 +243,8 @@ int pcache_open(struct pcache *pc, struct kvrt *k, struct devcache *dev,
 	}
 	if (o->tier_dir) {
 		struct kvrt_tier_ssd_opts to = { .dir = o->tier_dir, .capacity_bytes = o->tier_bytes,
-						 .layout = &pc->layout };
+						 .layout = &pc->layout,
+						 .flags = o->tier_write_back ? KVRT_TIER_WRITE_BACK : 0 };
 
 		if (to.capacity_bytes < bb)
 			to.capacity_bytes = bb;
@@ -259,7 +260,9 @@ int pcache_open(struct pcache *pc, struct kvrt *k, struct devcache *dev,
 		struct kvrt_tier_redis_opts ro = { .nodes = o->tier_redis,
 						   .user = getenv("KVRT_REDIS_USER"),
 						   .password = getenv("KVRT_REDIS_PASSWORD"),
-						   .key_prefix = o->tier_prefix, .layout = &pc->layout };
+						   .key_prefix = o->tier_prefix, .layout = &pc->layout,
+						   .flags = o->tier_write_back ?
+							    KVRT_TIER_WRITE_BACK : 0 };
 		struct kvrt_tier *t;
 
 		ret = kvrt_tier_open_redis(pc->space, &ro, &t);
@@ -441,7 +444,7 @@ int pcache_publish(struct pcache *pc, uint32_t n, const uint32_t *dev_ids,
 	pc->st.publish_blocks += n;
 	pc->st.publish_bytes += n * pc->kv_block_bytes;
 	if (pc->tier) {
-		/* Write-through: the pool keeps its copy whatever the tier says. */
+		/* Written or queued: the pool keeps its copy whatever the tier says. */
 		int w = kvrt_tier_store(pc->space, n, pool_ids, hashes, prio);
 
 		if (w >= 0)
@@ -618,6 +621,12 @@ int pcache_poll(struct pcache *pc)
 int pcache_wait_all(struct pcache *pc)
 {
 	return retire(pc, 1);
+}
+
+void pcache_flush_tiers(struct pcache *pc)
+{
+	if (pc->tier && kvrt_tier_flush(pc->space) < 0)
+		pc->st.tier_store_errors++;
 }
 
 int pcache_tag_pending(const struct pcache *pc, uint64_t tag)

@@ -12,6 +12,7 @@
 #ifndef KVRT_DEMO_CACHE_H
 #define KVRT_DEMO_CACHE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -96,6 +97,7 @@ struct pool_opts {
 	const char *tier_redis;		/* a Redis Cluster's seeds, below that, or NULL */
 	const char *tier_prefix;	/* its keys' prefix, or NULL */
 	uint64_t tier_bytes;
+	bool tier_write_back;		/* KVRT_TIER_WRITE_BACK on every tier */
 };
 
 /*
@@ -157,6 +159,9 @@ int pcache_free_owned(struct pcache *pc, uint32_t n, const uint32_t *ids);
  */
 int pcache_poll(struct pcache *pc);
 int pcache_wait_all(struct pcache *pc);
+
+/* Wait for the tiers' write-back queues; a failure counts in tier_store_errors. */
+void pcache_flush_tiers(struct pcache *pc);
 /* Whether an offload of this tag is still in flight. */
 int pcache_tag_pending(const struct pcache *pc, uint64_t tag);
 

@@ -70,6 +70,7 @@ struct opts {
 	const char *tier_prefix;	/* --tier-prefix */
 	uint64_t tier_bytes;
 	bool expect_tier_hits;
+	bool tier_write_back;		/* --tier-write-back */
 	enum decode_kernel decode_kernel;
 	bool reference, progress, expect_hits, expect_shared, json, quiet, inject_fault;
 	enum device_choice { DEVICE_AUTO, DEVICE_CPU, DEVICE_GPU } device;
@@ -193,6 +194,8 @@ static void usage(FILE *f)
 	      "                         ACL user and password come from $KVRT_REDIS_USER and\n"
 	      "                         $KVRT_REDIS_PASSWORD\n"
 	      "  --tier-prefix P        the Redis keys' prefix, the tenant's (kvt:)\n"
+	      "  --tier-write-back      queue the tiers' writes for their own threads (the pool\n"
+	      "                         holds the blocks meanwhile) instead of writing through\n"
 	      "branching (instead of serving the workload; kvrt-demo(1)):\n"
 	      "  --n N                  N sampled continuations of each prompt, sharing its blocks\n"
 	      "  --beam N               beam search of width N over --gen-tokens tokens\n"
@@ -353,6 +356,7 @@ static int parse(int argc, char **argv, struct opts *o, const struct topt *warm)
 		{ .name = "--tier-mb", .arg = "N", .kind = TOPT_FUNC, .dst = &o->tier_bytes,
 		  .parse = parse_pool_mb, .want = "MiB from 1 to 1048576" },
 		FLAG("--expect-tier-hits", expect_tier_hits),
+		FLAG("--tier-write-back", tier_write_back),
 		{ .name = "--space-owner", .arg = "UID", .kind = TOPT_FUNC, .dst = o,
 		  .parse = parse_owner, .want = "a uid" },
 		FLAG("--keep-space", keep_space),
@@ -427,6 +431,9 @@ static int parse(int argc, char **argv, struct opts *o, const struct topt *warm)
 	/* Only a join may accept another owner: creating makes the space ours. */
 	if (o->foreign && o->role != ROLE_SECOND)
 		return usage_error("--space-owner needs --role second (only a join takes another's space)");
+	if (o->tier_write_back && !o->tier_dir && !o->tier_redis)
+		return usage_error("--tier-write-back is a policy of the tiers: add --tier ssd:DIR "
+				   "or --tier redis:HOST:PORT,...");
 	if ((o->spec.k || o->spec.gen_draft) && (o->br.n || o->br.beam))
 		return usage_error("--speculative and --n/--beam are separate modes: give one of them");
 	if (!o->spec.k && !o->spec.gen_draft &&
@@ -791,6 +798,7 @@ int main(int argc, char **argv)
 	po.tier_redis = o.tier_redis;
 	po.tier_prefix = o.tier_prefix;
 	po.tier_bytes = o.tier_bytes ? o.tier_bytes : 1ULL << 30;
+	po.tier_write_back = o.tier_write_back;
 	po.space_flags = o.role == ROLE_SECOND ? 0 :
 			 o.role == ROLE_FIRST ? KVRT_SPACE_CREATE | KVRT_SPACE_PERSIST :
 			 KVRT_SPACE_CREATE;
@@ -943,10 +951,11 @@ int main(int argc, char **argv)
 			       cached.pool.shared_distinct, cached.pool.inserted);
 		if (o.tier_dir || o.tier_redis)
 			printf("tiers: %" PRIu64 " of %" PRIu64 " block hits came from %s%s%s%s; %" PRIu64
-			       " blocks written through\n", cached.pool.tier_hits, cached.pool.hits,
+			       " blocks %s\n", cached.pool.tier_hits, cached.pool.hits,
 			       o.tier_dir ? "ssd:" : "", o.tier_dir ? o.tier_dir : "",
 			       o.tier_dir && o.tier_redis ? " and redis:" : o.tier_redis ? "redis:" : "",
-			       o.tier_redis ? o.tier_redis : "", cached.pool.tier_stores);
+			       o.tier_redis ? o.tier_redis : "", cached.pool.tier_stores,
+			       o.tier_write_back ? "queued for write-back" : "written through");
 		/* the first arrival: only a warmed or shared space can serve it */
 		if (cached.n_requests && cached.req[0].hit_blocks)
 			printf("first request: %u of its %u prompt blocks found in the pool\n",

@@ -738,6 +738,7 @@ out:
 	engine_free(&e);
 	if (pc) {
 		pcache_wait_all(pc);
+		pcache_flush_tiers(pc);
 		res->pool = pc->st;
 	}
 	return ret;

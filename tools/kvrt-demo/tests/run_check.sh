@@ -128,6 +128,21 @@ result $([ $rc = 0 ] && grep -q '^equivalence: PASS' "$TMP/out" &&
 	[ "$(field tokens)" = "$tokens_mem" ] && [ "${tier_hits:-0}" -gt 0 ] &&
 	grep -q '^first request: [1-9][0-9]* of its' "$TMP/out"; echo $?) \
 	"--tier ssd, restarted: ${tier_hits:-no} block hits from the SSD tier, the first request's among them, same tokens"
+# --tier-write-back: the same across a restart, the blocks queued and written
+# by the tier's thread, all of them by the time the first run exits.
+TIER_WB=$(mktemp -d "${KVRT_TIER_DIR:-/var/tmp}/kvrt-demo-tier.XXXXXX")
+run --preset tiny --tier "ssd:$TIER_WB" --tier-mb 16 --tier-write-back
+stores=$(sed -n 's/^tiers: .* \([0-9]*\) blocks queued for write-back$/\1/p' "$TMP/out")
+result $([ $rc = 0 ] && [ "$(field tokens)" = "$tokens_mem" ] && [ "${stores:-0}" -gt 0 ]; echo $?) \
+	"--tier ssd --tier-write-back: a first run queues ${stores:-no} blocks, same tokens"
+run --preset tiny --tier "ssd:$TIER_WB" --tier-mb 16 --expect-tier-hits
+wb_hits=$(sed -n 's/^tiers: \([0-9]*\) of .*/\1/p' "$TMP/out")
+result $([ $rc = 0 ] && [ "$(field tokens)" = "$tokens_mem" ] && [ "${wb_hits:-0}" = "${tier_hits:-x}" ]; echo $?) \
+	"--tier-write-back, restarted: ${wb_hits:-no} block hits from the SSD tier, as many as write-through gave"
+run --preset tiny --tier-write-back
+result $([ $rc = 2 ] && grep -q -- "--tier-write-back is a policy of the tiers: add --tier" "$TMP/err"; echo $?) \
+	"--tier-write-back without a tier: exit 2, said how"
+rm -rf "$TIER_WB"
 run --preset tiny --expect-tier-hits
 result $([ $rc = 4 ] && grep -q 'no hit came from a tier' "$TMP/err"; echo $?) \
 	"--expect-tier-hits without a tier: exit 4"
