@@ -146,6 +146,7 @@ int kvrt_tier_open_redis(struct kvrt_space *s, const struct kvrt_tier_redis_opts
 
 void kvrt_tier_close(struct kvrt_tier *t)
 {
+	struct kvrt_writeback *wb;
 	struct kvrt_tier **p;
 	struct kvrt_space *s;
 
@@ -158,8 +159,10 @@ void kvrt_tier_close(struct kvrt_tier *t)
 	if (*p)
 		*p = t->next;
 	pthread_mutex_unlock(&s->k->lock);
+	wb = t->wb;
 	kvrt_writeback_stop(t);
-	t->ops->close(t);
+	t->ops->close(t);	/* frees t; the SSD tier's last stats file still counts wb's */
+	kvrt_writeback_free(wb);
 }
 
 int kvrt_tier_stats(struct kvrt_tier *t, struct kvrt_tier_stats *st)

@@ -52,7 +52,8 @@ int kvrt_tier_identity(struct kvrt_space *s, const struct kvrt_layout *layout, u
  * writeback.c: a write-back tier's queue and thread.  _queue takes over
  * the reader references of ids[0..n) it queues and returns how many fit;
  * _flush waits for what was queued before it and returns the first error
- * since the last flush; _stop writes what is queued, then ends the thread.
+ * since the last flush; _stop writes what is queued, then ends the thread
+ * (its figures stay readable until _free).
  */
 int kvrt_writeback_start(struct kvrt_tier *t, uint32_t max_blocks);
 uint32_t kvrt_writeback_queue(struct kvrt_tier *t, uint32_t n,
@@ -61,6 +62,7 @@ uint32_t kvrt_writeback_queue(struct kvrt_tier *t, uint32_t n,
 int kvrt_writeback_flush(struct kvrt_tier *t);
 void kvrt_writeback_stats(struct kvrt_tier *t, struct kvrt_tier_stats *stats);
 void kvrt_writeback_stop(struct kvrt_tier *t);
+void kvrt_writeback_free(struct kvrt_writeback *wb);
 
 int kvrt_ssd_open(struct kvrt_space *s, const struct kvrt_tier_ssd_opts *o,
 		  const uint8_t identity[32], struct kvrt_tier **out);

@@ -354,18 +354,22 @@ static void ssd_publish_stats(struct ssd_tier *t, bool open, bool force)
 		return;
 	t->stats_at = now;
 	ssd_stats_locked(t, &st);
+	if (t->t.wb)	/* its lock is taken alone, or inside this tier's */
+		kvrt_writeback_stats(&t->t, &st);
 	len = snprintf(buf, sizeof(buf),
 		       "kind=ssd\npid=%d\nopen=%d\nupdated=%lld\ncapacity_bytes=%llu\n"
 		       "used_bytes=%llu\nblocks=%llu\nhits=%llu\nmisses=%llu\nstores=%llu\n"
 		       "store_skips=%llu\nread_bytes=%llu\nwrite_bytes=%llu\nevictions=%llu\n"
-		       "checksum_errors=%llu\nio_errors=%llu\n", (int)getpid(), open,
+		       "checksum_errors=%llu\nio_errors=%llu\nqueued=%llu\ndeferred=%llu\n",
+		       (int)getpid(), open,
 		       (long long)now, (unsigned long long)st.capacity_bytes,
 		       (unsigned long long)st.used_bytes, (unsigned long long)st.blocks,
 		       (unsigned long long)st.hits, (unsigned long long)st.misses,
 		       (unsigned long long)st.stores, (unsigned long long)st.store_skips,
 		       (unsigned long long)st.read_bytes, (unsigned long long)st.write_bytes,
 		       (unsigned long long)st.evictions, (unsigned long long)st.checksum_errors,
-		       (unsigned long long)st.io_errors);
+		       (unsigned long long)st.io_errors, (unsigned long long)st.queued,
+		       (unsigned long long)st.deferred);
 	fd = openat(t->dirfd, "stats.new", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 	if (fd < 0)
 		return;

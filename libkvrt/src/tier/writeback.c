@@ -181,6 +181,10 @@ void kvrt_writeback_stop(struct kvrt_tier *t)
 	pthread_cond_signal(&wb->work);
 	pthread_mutex_unlock(&wb->lock);
 	pthread_join(wb->thread, NULL);	/* it writes what is queued first */
-	t->wb = NULL;
-	wb_free(wb);
+}
+
+void kvrt_writeback_free(struct kvrt_writeback *wb)
+{
+	if (wb)
+		wb_free(wb);
 }
