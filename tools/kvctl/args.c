@@ -89,14 +89,22 @@ int kv_opt_double(const char *cmd, const char *opt, const char *val, double min,
 
 /*
  * A command that prints text, --json or (when prom is not NULL) --prometheus,
- * with at most one positional argument (into *pos; NULL: none taken).  -1
- * to go on with *json and *prom set, else the exit status (help printed, or
- * a usage error).
+ * with at most one positional argument (into *pos; NULL: none taken) and,
+ * when tiers is not NULL, --tiers DIR (into *tiers).  -1 to go on with
+ * *json and *prom set, else the exit status (help printed, or a usage
+ * error).
  */
 int kv_format_args(const char *cmd, int argc, char **argv, bool *json, bool *prom,
-		   const char **pos)
+		   const char **pos, const char **tiers)
 {
-	enum { OPT_JSON = 1, OPT_PROM };
+	enum { OPT_JSON = 1, OPT_PROM, OPT_TIERS };
+	static const struct topt with_tiers[] = {
+		{ .name = "--json", .kind = TOPT_ID, .id = OPT_JSON },
+		{ .name = "--prometheus", .kind = TOPT_ID, .id = OPT_PROM },
+		{ .name = "--tiers", .arg = "DIR", .kind = TOPT_ID, .id = OPT_TIERS },
+		{ .name = NULL },
+	};
+	/* Without tiers the table ends before --tiers. */
 	static const struct topt opts[] = {
 		{ .name = "--json", .kind = TOPT_ID, .id = OPT_JSON },
 		{ .name = "--prometheus", .kind = TOPT_ID, .id = OPT_PROM },
@@ -116,7 +124,10 @@ int kv_format_args(const char *cmd, int argc, char **argv, bool *json, bool *pro
 		prom = &no_prom;
 	*json = *prom = false;
 	kv_args_init(&a, cmd, argc, argv);
-	while ((o = kv_args_next(&a, prom == &no_prom ? json_only : opts, &v)) != KV_OPT_END) {
+	if (tiers)
+		*tiers = NULL;
+	while ((o = kv_args_next(&a, prom == &no_prom ? json_only : tiers ? with_tiers : opts,
+				 &v)) != KV_OPT_END) {
 		if (o == KV_OPT_HELP)
 			return kv_help(cmd);
 		if (o == KV_OPT_ERR)
@@ -125,6 +136,10 @@ int kv_format_args(const char *cmd, int argc, char **argv, bool *json, bool *pro
 			return kv_usage(cmd, "unexpected argument '%s'", v);
 		if (o == KV_OPT_POS)
 			*pos = v;
+		else if (o == OPT_TIERS && *tiers)
+			return kv_usage(cmd, "--tiers names one directory: give it once");
+		else if (o == OPT_TIERS)
+			*tiers = v;
 		else if (o == OPT_JSON)
 			*json = true;
 		else

@@ -75,7 +75,7 @@ int kv_args_next(struct kv_args *a, const struct topt *opts, const char **val);
 int kv_opt_u64(const char *cmd, const char *opt, const char *val, uint64_t min,
 	       uint64_t max, bool suffixes, uint64_t *out);
 int kv_format_args(const char *cmd, int argc, char **argv, bool *json, bool *prom,
-		   const char **pos);
+		   const char **pos, const char **tiers);
 int kv_opt_double(const char *cmd, const char *opt, const char *val, double min,
 		  double max, double *out);
 
@@ -189,7 +189,9 @@ void kv_json_null(struct kv_json *j, const char *key);
 void kv_json_done(struct kv_json *j);
 void kv_json_space(struct kv_json *j, const char *key, const struct kv_space *sp);
 void kv_json_pool(struct kv_json *j, const struct kv_snap *s);	/* show.c */
-void kv_json_snap(const struct kv_snap *s, bool with_pool);	/* show.c */
+struct kv_tiers;
+/* show.c; tiers NULL: none */
+void kv_json_snap(const struct kv_snap *s, bool with_pool, const struct kv_tiers *tiers);
 
 /* Commands. */
 int cmd_status(int argc, char **argv);
@@ -203,6 +205,22 @@ int kv_prometheus(const struct kv_snap *s);
 void kv_prom_family(const char *name, const char *type, const char *help);
 void kv_prom_label(const char *key, const char *v, bool first);
 int cmd_tiers(int argc, char **argv);
+
+/*
+ * tiers.c: the SSD tiers below a directory, from their stats files, for
+ * kvctl tiers DIR and kvctl stats --tiers DIR.
+ */
+struct kv_tier_entry;
+struct kv_tiers {
+	const char *dir;
+	struct kv_tier_entry *e;
+	size_t n;
+};
+int kv_tiers_read(const char *dir, struct kv_tiers *t);	/* 0 or -errno */
+void kv_tiers_free(struct kv_tiers *t);
+void kv_tiers_text(const struct kv_tiers *t);
+void kv_tiers_json(struct kv_json *j, const char *key, const struct kv_tiers *t);
+void kv_tiers_prometheus(const struct kv_tiers *t);
 void kv_prometheus_down(void);
 int cmd_set(int argc, char **argv);
 int cmd_destroy(int argc, char **argv);

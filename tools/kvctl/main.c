@@ -70,14 +70,15 @@ static const struct kv_cmd kv_cmds[] = {
 	  "Reads /sys/kernel/debug/kvpool/check: \"ok\", or one line per violated\n"
 	  "invariant (per space, per uid, per node).  Exit status 0 on ok, 1 on\n"
 	  "violations.\n" },
-	{ "stats", cmd_stats, "[--json | --prometheus]",
+	{ "stats", cmd_stats, "[--json | --prometheus] [--tiers DIR]",
 	  "every counter; --prometheus: node_exporter textfile format",
-	  "All counters and gauges of the pool, its nodes, tenants and spaces.\n"
+	  "All counters and gauges of the pool, its nodes, tenants and spaces;\n"
+	  "with --tiers DIR, also those of the SSD tiers below DIR (as kvctl tiers).\n"
 	  "--prometheus prints them in the Prometheus text format that\n"
 	  "node_exporter's textfile collector reads, e.g. from cron:\n"
 	  "  kvctl stats --prometheus > /var/lib/node_exporter/kvpool.prom.tmp &&\n"
 	  "    mv /var/lib/node_exporter/kvpool.prom.tmp /var/lib/node_exporter/kvpool.prom\n"
-	  "Without the module it prints kvpool_up 0 and exits 3.\n" },
+	  "Without the module it prints kvpool_up 0 (and the tiers) and exits 3.\n" },
 	{ "destroy", cmd_destroy, "NAME",
 	  "destroy a space (root)",
 	  "Writes NAME to sysfs destroy_space: the name is free at once; joined\n"

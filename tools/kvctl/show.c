@@ -136,7 +136,7 @@ int cmd_status(int argc, char **argv)
 	bool json = false;
 	int r, i;
 
-	r = kv_format_args("status", argc, argv, &json, NULL, NULL);
+	r = kv_format_args("status", argc, argv, &json, NULL, NULL, NULL);
 	if (r >= 0)
 		return r;
 	r = kv_snap_take(&s, KV_SNAP_POOL | KV_SNAP_NODES | KV_SNAP_TENANTS | KV_SNAP_INFO);
@@ -209,7 +209,7 @@ static int kv_name_width(const struct kv_snap *s)
 }
 
 /* The snapshot as one JSON document on stdout: its pool (with_pool), then its spaces. */
-void kv_json_snap(const struct kv_snap *s, bool with_pool)
+void kv_json_snap(const struct kv_snap *s, bool with_pool, const struct kv_tiers *tiers)
 {
 	struct kv_json j;
 	int i;
@@ -222,6 +222,8 @@ void kv_json_snap(const struct kv_snap *s, bool with_pool)
 	for (i = 0; i < s->nr_sp; i++)
 		kv_json_space(&j, NULL, &s->sp[i]);
 	kv_json_end(&j, ']');
+	if (tiers)
+		kv_tiers_json(&j, "ssd_tiers", tiers);
 	kv_json_end(&j, '}');
 	kv_json_done(&j);
 }
@@ -233,14 +235,14 @@ int cmd_spaces(int argc, char **argv)
 	bool json = false;
 	int r, i, w;
 
-	r = kv_format_args("spaces", argc, argv, &json, NULL, NULL);
+	r = kv_format_args("spaces", argc, argv, &json, NULL, NULL, NULL);
 	if (r >= 0)
 		return r;
 	r = kv_snap_take(&s, KV_SNAP_SPACES);
 	if (r)
 		return r;
 	if (json) {
-		kv_json_snap(&s, false);
+		kv_json_snap(&s, false, NULL);
 		kv_snap_free(&s);
 		return KV_EXIT_OK;
 	}
@@ -604,7 +606,7 @@ int cmd_check(int argc, char **argv)
 	bool json = false, ok;
 	int r, n = 0;
 
-	r = kv_format_args("check", argc, argv, &json, NULL, NULL);
+	r = kv_format_args("check", argc, argv, &json, NULL, NULL, NULL);
 	if (r >= 0)
 		return r;
 	r = kv_module_check();

@@ -87,27 +87,49 @@ static void kv_stats_text(const struct kv_snap *s)
 
 int cmd_stats(int argc, char **argv)
 {
+	struct kv_tiers tiers = { 0 };
+	const char *tiers_dir;
 	bool json, prom;
 	struct kv_snap s;
 	int r;
 
-	r = kv_format_args("stats", argc, argv, &json, &prom, NULL);
+	r = kv_format_args("stats", argc, argv, &json, &prom, NULL, &tiers_dir);
 	if (r >= 0)
 		return r;
+	/* The tiers first: a directory that cannot be read fails before anything is printed. */
+	if (tiers_dir) {
+		r = kv_tiers_read(tiers_dir, &tiers);
+		if (r) {
+			kv_err("stats: cannot read the tiers' directory %s: %s", tiers_dir,
+			       strerror(-r));
+			return KV_EXIT_FAIL;
+		}
+	}
 	r = kv_snap_take(&s, KV_SNAP_POOL | KV_SNAP_NODES | KV_SNAP_SPACES | KV_SNAP_TENANTS);
 	if (r) {
-		/* A textfile scrape should still say the module is gone. */
-		if (prom && r == KV_EXIT_NOMODULE)
+		/* A textfile scrape should still say the module is gone, and show the tiers. */
+		if (prom && r == KV_EXIT_NOMODULE) {
 			kv_prometheus_down();
+			if (tiers_dir)
+				kv_tiers_prometheus(&tiers);
+		}
+		kv_tiers_free(&tiers);
 		return r;
 	}
 	if (prom) {
 		r = kv_prometheus(&s);
+		if (tiers_dir)
+			kv_tiers_prometheus(&tiers);
 	} else if (json) {
-		kv_json_snap(&s, true);
+		kv_json_snap(&s, true, tiers_dir ? &tiers : NULL);
 	} else {
 		kv_stats_text(&s);
+		if (tiers_dir) {
+			printf("\n");
+			kv_tiers_text(&tiers);
+		}
 	}
 	kv_snap_free(&s);
+	kv_tiers_free(&tiers);
 	return r;
 }

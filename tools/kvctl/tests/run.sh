@@ -894,16 +894,21 @@ run_bounded() {
 TD="$T/tiers"
 ID1=106aae1805aa70e9f7b0f851fd66440ca4ba3d69c9f3afe16017dc58a82a8f63
 ID2=ffffae1805aa70e9f7b0f851fd66440ca4ba3d69c9f3afe16017dc58a82a8f63
-mkdir -p "$TD/$ID1" "$TD/$ID2" "$TD/not-an-identity"
-# libkvrt's layout of the file: key=value lines (tier_ssd.c)
+ID3=3333ae1805aa70e9f7b0f851fd66440ca4ba3d69c9f3afe16017dc58a82a8f63
+mkdir -p "$TD/$ID1" "$TD/$ID2" "$TD/$ID3" "$TD/not-an-identity"
+# libkvrt's layout of the file: key=value lines (tier_ssd.c); ID1 as 0.6
+# wrote it, ID3 as 0.7 does, with the write-back queue
 printf 'kind=ssd\npid=%d\nopen=1\nupdated=%d\ncapacity_bytes=16777216\nused_bytes=65536\nblocks=16\nhits=30\nmisses=10\nstores=16\nstore_skips=2\nread_bytes=122880\nwrite_bytes=65536\nevictions=3\nchecksum_errors=1\nio_errors=2\n' \
 	$$ "$(date +%s)" > "$TD/$ID1/stats"
+printf 'kind=ssd\npid=%d\nopen=1\nupdated=%d\ncapacity_bytes=16777216\nused_bytes=32768\nblocks=8\nhits=0\nmisses=0\nstores=8\nstore_skips=0\nread_bytes=0\nwrite_bytes=32768\nevictions=0\nchecksum_errors=0\nio_errors=0\nqueued=5\ndeferred=13\n' \
+	$$ "$(date +%s)" > "$TD/$ID3/stats"
 
 begin "tiers DIR: one line per identity, figures from its stats file"
 run_bounded tiers "$TD"
 want_rc 0
-want_out "^2 SSD tiers below $TD\$"
-want_out "^106aae1805aa  open by $$ +16  64.0 KiB / 16.0 MiB +75.0% +16 +3 +1 +2  [0-9]+s ago\$"
+want_out "^3 SSD tiers below $TD\$"
+want_out "^106aae1805aa  open by $$ +16  64.0 KiB / 16.0 MiB +75.0% +16 +3 +1 +2 +0  [0-9]+s ago\$"
+want_out "^3333ae1805aa  open by $$ +8  32.0 KiB / 16.0 MiB +0.0% +8 +0 +0 +0 +5  [0-9]+s ago\$"
 want_out "^ffffae1805aa  \? +\(no stats file yet"
 no_out "not-an-identity"
 end
@@ -924,7 +929,44 @@ want_rc 0
 want_out "^# TYPE kvpool_tier_hits_total counter\$"
 want_out "^kvpool_tier_evictions_total\\{dir=\"$TD\",identity=\"$ID1\"\\} 3\$"
 want_out "^kvpool_tier_blocks\\{dir=\"$TD\",identity=\"$ID1\"\\} 16\$"
+want_out "^# TYPE kvpool_tier_queued gauge\$"
+want_out "^kvpool_tier_queued\\{dir=\"$TD\",identity=\"$ID3\"\\} 5\$"
+want_out "^kvpool_tier_deferred_total\\{dir=\"$TD\",identity=\"$ID3\"\\} 13\$"
+want_out "^kvpool_tier_queued\\{dir=\"$TD\",identity=\"$ID1\"\\} 0\$"
 no_out "identity=\"$ID2\""
+end
+
+begin "stats --tiers DIR: the pool's figures, then the tiers', in each format"
+run_bounded stats --prometheus --tiers "$TD"
+want_rc 0
+want_out "^kvpool_up 1\$"
+want_out "^kvpool_tier_queued\\{dir=\"$TD\",identity=\"$ID3\"\\} 5\$"
+run_bounded stats --tiers "$TD" --json
+want_rc 0
+want_json
+want_key pool_bytes 268435456
+want_out "\"deferred\": 13"
+want_out '"ssd_tiers": \{'
+run_bounded stats --tiers "$TD"
+want_rc 0
+want_out "^pool.pool_bytes 268435456\$"
+want_out "^3 SSD tiers below $TD\$"
+end
+
+begin "stats --tiers: without the module the tiers still reach a scrape; errors"
+KVCTL_SYSFS=$T/missing run_bounded stats --prometheus --tiers "$TD"
+want_rc 3
+want_out "^kvpool_up 0\$"
+want_out "^kvpool_tier_blocks\\{dir=\"$TD\",identity=\"$ID1\"\\} 16\$"
+run stats --tiers "$T/nowhere"
+want_rc 1
+want_err "stats: cannot read the tiers' directory $T/nowhere: No such file or directory"
+no_out .
+run stats --tiers "$TD" --tiers "$TD"
+want_rc 2
+want_err "--tiers names one directory: give it once"
+run spaces --tiers "$TD"
+want_rc 2
 end
 
 begin "tiers: a directory that is not there, no directory, two formats"
@@ -943,7 +985,7 @@ begin "kvctl.8 names every command and set key, and renders cleanly"
 if [ -f "$MAN" ]; then
 	for w in status spaces space blocks top set check stats destroy drop-cached size tiers \
 		pool_bytes min_cached_bytes uid_limit_default_bytes uid_limit event_queue_max \
-		shrinker_enabled --list-models --prometheus --sysfs-root --debugfs-root; do
+		shrinker_enabled --list-models --prometheus --sysfs-root --debugfs-root --tiers; do
 		grep -q -- "$(printf '%s' "$w" | sed 's/-/\\\\-/g')" "$MAN" || fail "kvctl.8 lacks $w"
 	done
 	if command -v groff >/dev/null; then
