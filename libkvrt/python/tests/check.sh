@@ -31,6 +31,8 @@ mkdir "$WORK/src" && cp -r "$HERE/pyproject.toml" "$HERE/README.md" "$HERE/src" 
 cp -r "$HERE/tests" "$WORK/tests"
 cd "$WORK"
 export KVRT_BACKEND=embedded
+# test_tiers starts a Redis Cluster with it (and fails, not skips, when it cannot)
+export KVRT_REDIS_CLUSTER_SH="$TOP/selftests/redis/cluster.sh"
 sed -n '/^.. python-example-begin/,/^.. python-example-end/p' "$TOP/Documentation/python.rst" |
 	sed -n 's/^    //p' > "$WORK/example.py"
 

@@ -23,7 +23,8 @@ class TestLibrary(unittest.TestCase):
                  _lib.SpaceOptsC: 80, _lib.SpaceInfoC: 96, _lib.EventC: 64,
                  _lib.SpaceStatsC: 176, _lib.AttnParamsC: 32, _lib.MemInfoC: 576,
                  _lib.BlockTableC: 32, _lib.KvCacheC: 32, _lib.HashInfoC: 72, _lib.BlockArrayC: 24,
-                 _lib.SeqsOptsC: 56, _lib.SeqsStatsC: 72}
+                 _lib.SeqsOptsC: 56, _lib.SeqsStatsC: 72, _lib.TierSsdOptsC: 64,
+                 _lib.TierRedisOptsC: 80, _lib.TierStatsC: 152}
         for cls, n in sizes.items():
             self.assertEqual(__import__("ctypes").sizeof(cls), n, cls.__name__)
 

@@ -6,10 +6,8 @@ float64 reference, and the refusal of a library older than 0.5."""
 import errno
 import os
 import random
-import shutil
 import subprocess
 import sys
-import tempfile
 import threading
 import unittest
 
@@ -18,7 +16,7 @@ import numpy as np
 import kvrt
 
 from .refattn import TOL, row_error
-from .util import PoolCase
+from .util import PoolCase, stand_in_library
 
 
 def snapshot(t, ids):
@@ -615,13 +613,6 @@ class TestRealData(PoolCase):
                            100 * TOL["f32"])
 
 
-STUB = r"""
-int kvrt_version_number(void) { return %(num)d; }
-const char *kvrt_version(void) { return "%(ver)s"; }
-%(stubs)s
-"""
-
-
 class TestOldLibrary(unittest.TestCase):
     """A library without the 0.5 calls: import works, Sequences refuses."""
 
@@ -631,22 +622,9 @@ class TestOldLibrary(unittest.TestCase):
         self.assertGreaterEqual(_lib.version_number, 500)
 
     def stand_in(self, num, ver):
-        """A library with every symbol the package declares up to 0.4 (each
-        returning -ENOSYS) but none of 0.5's."""
-        cc = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
-        if not cc:
-            self.skipTest("no C compiler to build a stand-in for an old libkvrt")
+        """A library with every symbol the package declares up to 0.4 but none of 0.5's."""
         from kvrt import _lib
-        names = [n for n in _lib._PROTOS if n not in ("kvrt_version", "kvrt_version_number")]
-        stubs = "\n".join(f"long {n}(void) {{ return -38; }}" for n in names)
-        d = tempfile.mkdtemp()
-        self.addCleanup(shutil.rmtree, d)
-        with open(os.path.join(d, "old.c"), "w") as f:
-            f.write(STUB % {"num": num, "ver": ver, "stubs": stubs})
-        so = os.path.join(d, "libkvrt.so.0")
-        subprocess.run([cc, "-shared", "-fPIC", "-o", so, os.path.join(d, "old.c")],
-                       check=True)
-        return so
+        return stand_in_library(self, num, ver, _lib._PROTOS)
 
     def refusal(self, so):
         code = ("import errno, kvrt\n"

@@ -1,6 +1,10 @@
 # SPDX-License-Identifier: MIT
 """Shared helpers: an embedded pool per test, unique space names."""
 import itertools
+import os
+import shutil
+import subprocess
+import tempfile
 import unittest
 
 import kvrt
@@ -35,3 +39,27 @@ class PoolCase(unittest.TestCase):
         self.assertIsInstance(cm.exception, OSError)
         self.assertTrue(cm.exception.function.startswith("kvrt_"))
         return cm.exception
+
+
+STUB = r"""
+int kvrt_version_number(void) { return %(num)d; }
+const char *kvrt_version(void) { return "%(ver)s"; }
+%(stubs)s
+"""
+
+
+def stand_in_library(case, num, ver, names):
+    """Build a libkvrt.so.0 of version num ("ver") exporting names (each
+    returning -ENOSYS) and nothing newer; its path.  Skips without a C compiler."""
+    cc = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
+    if not cc:
+        case.skipTest("no C compiler to build a stand-in for an old libkvrt")
+    stubs = "\n".join(f"long {n}(void) {{ return -38; }}" for n in names
+                      if n not in ("kvrt_version", "kvrt_version_number"))
+    d = tempfile.mkdtemp()
+    case.addCleanup(shutil.rmtree, d)
+    with open(os.path.join(d, "old.c"), "w") as f:
+        f.write(STUB % {"num": num, "ver": ver, "stubs": stubs})
+    so = os.path.join(d, "libkvrt.so.0")
+    subprocess.run([cc, "-shared", "-fPIC", "-o", so, os.path.join(d, "old.c")], check=True)
+    return so

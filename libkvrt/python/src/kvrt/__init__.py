@@ -23,6 +23,7 @@ from .attention import (AttnImpl, BlockTable, KvCache, Workers, append_kv, attn_
 from .blocks import BlockArray, Copy
 from .hashing import HashInfo, hash_block, hash_info, hash_prompt, hash_prompt_array
 from .sequences import CopyBlock, SeqsStats, Sequences
+from .tiers import Tier, TierKind, TierStats
 from .layout import DType, Layout, LayoutKind, kv_bytes
 from .pool import (HASH_BYTES, MAX_BATCH, PRIO_DEFAULT, PRIO_MAX, Backend, Event, EventType,
                    EvictCause, Feature, MemInfo, NumaPolicy, Pool, PoolInfo, PublishResult,
@@ -39,7 +40,7 @@ def library_version() -> str:
     return _lib.lib.kvrt_version().decode()
 
 
-__version__ = "0.5.0"
+__version__ = "0.6.0"
 
 __all__ = [
     "AccessError", "BadAddressError", "BusyError", "ExistsError", "InterruptedCallError",
@@ -52,5 +53,6 @@ __all__ = [
     "DType", "Layout", "LayoutKind", "kv_bytes",
     "HASH_BYTES", "MAX_BATCH", "PRIO_DEFAULT", "PRIO_MAX", "Backend", "Event", "EventType",
     "EvictCause", "Feature", "MemInfo", "NumaPolicy", "Pool", "PoolInfo", "PublishResult",
-    "Space", "SpaceInfo", "SpaceStats", "Sequences", "SeqsStats", "CopyBlock", "LIBRARY", "library_version", "gpu",
+    "Space", "SpaceInfo", "SpaceStats", "Sequences", "SeqsStats", "CopyBlock", "LIBRARY",
+    "library_version", "gpu", "Tier", "TierKind", "TierStats",
 ]

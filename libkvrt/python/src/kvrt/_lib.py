@@ -160,6 +160,28 @@ class SeqsStatsC(ctypes.Structure):
                 ("copies", c_uint64), ("reserved", c_uint64 * 4)]
 
 
+class TierSsdOptsC(ctypes.Structure):
+    _fields_ = [("dir", c_char_p), ("capacity_bytes", c_uint64), ("queue_depth", c_uint32),
+                ("flags", c_uint32), ("layout", POINTER(LayoutC)), ("writeback_max", c_uint32),
+                ("reserved0", c_uint32), ("reserved", c_uint64 * 3)]
+
+
+class TierRedisOptsC(ctypes.Structure):
+    _fields_ = [("nodes", c_char_p), ("user", c_char_p), ("password", c_char_p),
+                ("key_prefix", c_char_p), ("timeout_ms", c_uint32), ("flags", c_uint32),
+                ("layout", POINTER(LayoutC)), ("ttl_s", c_uint32), ("writeback_max", c_uint32),
+                ("reserved", c_uint64 * 3)]
+
+
+class TierStatsC(ctypes.Structure):
+    _fields_ = [("kind", c_uint32), ("reserved0", c_uint32), ("capacity_bytes", c_uint64),
+                ("used_bytes", c_uint64), ("blocks", c_uint64), ("hits", c_uint64),
+                ("misses", c_uint64), ("stores", c_uint64), ("store_skips", c_uint64),
+                ("read_bytes", c_uint64), ("write_bytes", c_uint64), ("evictions", c_uint64),
+                ("checksum_errors", c_uint64), ("io_errors", c_uint64), ("redirects", c_uint64),
+                ("queued", c_uint64), ("deferred", c_uint64), ("reserved", c_uint64 * 3)]
+
+
 HashArray = c_uint8 * HASH_BYTES
 P = c_void_p  # opaque handles travel as void *
 
@@ -265,6 +287,22 @@ _PROTOS_SEQS = {
 }
 
 
+#: 0.6 (KVRT_0.6): tiers below the pool; 0.7 (KVRT_0.7): write-back.
+TIERS_VERSION_NUMBER = 600
+WRITE_BACK_VERSION_NUMBER = 700
+_PROTOS_TIERS = {
+    "kvrt_tier_open_ssd": (c_int, [P, POINTER(TierSsdOptsC), POINTER(P)]),
+    "kvrt_tier_open_redis": (c_int, [P, POINTER(TierRedisOptsC), POINTER(P)]),
+    "kvrt_tier_close": (None, [P]),
+    "kvrt_tier_stats": (c_int, [P, POINTER(TierStatsC)]),
+    "kvrt_lookup_tiers": (c_int, [P, c_uint32, P, P, P]),
+    "kvrt_tier_store": (c_int, [P, c_uint32, P, P, P]),
+}
+_PROTOS_WRITE_BACK = {
+    "kvrt_tier_flush": (c_int, [P]),
+}
+
+
 def _in_tree_candidate() -> str:
     # src/kvrt/_lib.py -> libkvrt/python/src/kvrt -> libkvrt/build
     here = os.path.dirname(os.path.abspath(__file__))
@@ -339,17 +377,17 @@ if version_number // 10000 != 0 or version_number < MIN_VERSION_NUMBER:
 _declare(lib)
 
 
-def _declare_seqs(lib: ctypes.CDLL) -> Optional[str]:
-    """Declare the 0.5 calls; None, or why the library lacks them."""
-    if version_number < SEQS_VERSION_NUMBER:
+def _declare_since(lib: ctypes.CDLL, protos: dict, since: int, what: str) -> Optional[str]:
+    """Declare calls that came with version ``since``; None, or why the library lacks them."""
+    need = f"{since // 10000}.{since // 100 % 100}"
+    if version_number < since:
         return (f"{where} is libkvrt {version_number // 10000}.{version_number // 100 % 100}."
-                f"{version_number % 100}; "
-                "sequence block tables need 0.5 or newer")
-    missing = [n for n in _PROTOS_SEQS if not hasattr(lib, n)]
+                f"{version_number % 100}; {what} need {need} or newer")
+    missing = [n for n in protos if not hasattr(lib, n)]
     if missing:
         return (f"{where} says version {version_number} but lacks {', '.join(missing)}; "
-                "sequence block tables need a complete libkvrt 0.5 or newer")
-    for name, (res, args) in _PROTOS_SEQS.items():
+                f"{what} need a complete libkvrt {need} or newer")
+    for name, (res, args) in protos.items():
         fn = getattr(lib, name)
         fn.restype = res
         fn.argtypes = args
@@ -357,4 +395,11 @@ def _declare_seqs(lib: ctypes.CDLL) -> Optional[str]:
 
 
 #: None when kvrt.Sequences can be used, else the reason it cannot.
-seqs_missing = _declare_seqs(lib)
+seqs_missing = _declare_since(lib, _PROTOS_SEQS, SEQS_VERSION_NUMBER,
+                              "sequence block tables")
+#: None when tiers (Space.open_ssd_tier, ...) can be used, else why not.
+tiers_missing = _declare_since(lib, _PROTOS_TIERS, TIERS_VERSION_NUMBER,
+                               "tiers below the pool")
+#: None when tiers can be opened write-back and flushed, else why not.
+write_back_missing = _declare_since(lib, _PROTOS_WRITE_BACK, WRITE_BACK_VERSION_NUMBER,
+                                    "write-back tiers")

@@ -6,7 +6,8 @@ import ctypes
 import dataclasses
 import enum
 import weakref
-from typing import Any, Iterator, List, Optional, Sequence, Tuple, TypeVar, Union
+from typing import (TYPE_CHECKING, Any, Iterator, List, Optional, Sequence, Tuple, TypeVar,
+                    Union)
 
 import numpy as np
 
@@ -14,6 +15,9 @@ from . import _handles, _lib
 from ._call import LOG_CALLBACK, LOG_WARNING, call, need_int, need_uint
 from .blocks import BlockArray, Copy, PairsLike, check_copy, pairs_pointer
 from .layout import DType, Layout, LayoutKind
+
+if TYPE_CHECKING:
+    from .tiers import Tier
 
 HASH_BYTES = _lib.HASH_BYTES
 MAX_BATCH = _lib.MAX_BATCH
@@ -583,6 +587,49 @@ class Space(_Closable):
         """``kvrt_release``: drop one reader reference per listed id."""
         a = _ids_array(ids)
         call("kvrt_release", self._ptr(), a.size, _ptr(a))
+
+    # ---- tiers below the pool (kvrt.tiers) -------------------------------
+
+    def open_ssd_tier(self, path: Any, capacity_bytes: int, *, queue_depth: int = 0,
+                      layout: Optional[Layout] = None, write_back: bool = False,
+                      writeback_max: int = 0) -> "Tier":
+        """``kvrt_tier_open_ssd``: this space's SSD tier below ``path`` (O_DIRECT through
+        io_uring; survives restarts).  ``layout`` joins the identity; ``write_back``
+        queues stores for the tier's thread (``writeback_max`` blocks at most)."""
+        from .tiers import open_ssd
+        return open_ssd(self, path, capacity_bytes, queue_depth=queue_depth, layout=layout,
+                        write_back=write_back, writeback_max=writeback_max)
+
+    def open_redis_tier(self, nodes: str, *, user: Optional[str] = None,
+                        password: Optional[str] = None, key_prefix: Optional[str] = None,
+                        timeout_ms: int = 0, layout: Optional[Layout] = None, ttl_s: int = 0,
+                        write_back: bool = False, writeback_max: int = 0) -> "Tier":
+        """``kvrt_tier_open_redis``: a Redis Cluster tier shared by many hosts, as the
+        tenant's ACL ``user``, under its ``key_prefix``."""
+        from .tiers import open_redis
+        return open_redis(self, nodes, user=user, password=password, key_prefix=key_prefix,
+                          timeout_ms=timeout_ms, layout=layout, ttl_s=ttl_s,
+                          write_back=write_back, writeback_max=writeback_max)
+
+    def lookup_tiers(self, hashes: HashesLike) -> Tuple[np.ndarray, np.ndarray]:
+        """``kvrt_lookup_tiers``: ids of the longest prefix found in the pool or a tier,
+        and where each came from (0 the pool, n the n-th tier opened).  One reader
+        reference per hit, as :meth:`lookup`; :meth:`release` them."""
+        from .tiers import lookup
+        return lookup(self, hashes)
+
+    def tier_store(self, ids: IdsLike, hashes: HashesLike,
+                   priorities: Optional[Sequence[int]] = None) -> int:
+        """``kvrt_tier_store``: write (or queue, write-back) blocks to every tier that
+        lacks them; the most written or queued by any tier."""
+        from .tiers import store
+        return store(self, ids, hashes, priorities)
+
+    def tier_flush(self) -> None:
+        """``kvrt_tier_flush``: wait for the write-back queues; raises their first error
+        since the last flush (once)."""
+        from .tiers import flush
+        flush(self)
 
     # ---- residency ------------------------------------------------------
 

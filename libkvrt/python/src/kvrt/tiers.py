@@ -1,0 +1,264 @@
+# SPDX-License-Identifier: MIT
+"""Tiers below the pool (libkvrt 0.6; write-back 0.7): ``struct kvrt_tier``.
+
+A tier keeps a space's blocks, by their chained prefix hashes, below host
+memory: on a local SSD (:meth:`Space.open_ssd_tier`) or on a Redis Cluster
+shared by many hosts (:meth:`Space.open_redis_tier`).  The space handle
+that opened a tier uses it: :meth:`Space.lookup_tiers` asks the pool,
+then each tier in the order opened, and brings hits up into the pool;
+:meth:`Space.tier_store` writes blocks to every tier (or queues them, for
+a tier opened with ``write_back=True``); :meth:`Space.tier_flush` waits
+for the queues.  A tier stays open until :meth:`Tier.close` or until its
+space closes; dropping the :class:`Tier` object does not close it.
+
+Documentation/libkvrt.rst ("Tiers below the pool") has the formats, the
+isolation model on Redis and the failure behaviour.
+"""
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import enum
+import errno
+import os
+from typing import TYPE_CHECKING, Dict, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from . import _lib
+from ._call import call, need_uint
+from .errors import NotSupportedError, make_error
+from .layout import Layout
+
+if TYPE_CHECKING:
+    from .pool import HashesLike, IdsLike, Space
+
+WRITE_BACK = 0x1  # KVRT_TIER_WRITE_BACK
+
+
+class TierKind(enum.IntEnum):
+    SSD = 1
+    REDIS = 2
+
+
+@dataclasses.dataclass(frozen=True)
+class TierStats:
+    """``struct kvrt_tier_stats``.  On Redis, capacity, used bytes and blocks
+    are not known to the client (0); ``queued`` and ``deferred`` are the
+    write-back queue's (0 for a write-through tier)."""
+
+    kind: TierKind
+    capacity_bytes: int
+    used_bytes: int
+    blocks: int
+    hits: int
+    misses: int
+    stores: int
+    store_skips: int
+    read_bytes: int
+    write_bytes: int
+    evictions: int
+    checksum_errors: int
+    io_errors: int
+    redirects: int
+    queued: int
+    deferred: int
+
+
+def _need_support(function: str, write_back: bool) -> None:
+    why = _lib.tiers_missing or (_lib.write_back_missing if write_back else None)
+    if why is not None:
+        e = make_error(-errno.EOPNOTSUPP, function, None,
+                       why + "; build or install a newer libkvrt, or point KVRT_LIBRARY at one")
+        assert isinstance(e, NotSupportedError)  # noqa: S101
+        raise e
+
+
+def _policy(write_back: bool, writeback_max: int) -> Tuple[int, int]:
+    if not isinstance(write_back, bool):
+        raise TypeError(f"write_back: pass True or False, not {type(write_back).__name__}")
+    wm = need_uint(writeback_max, "writeback_max")
+    if wm and not write_back:
+        raise ValueError("writeback_max bounds a write-back queue: pass write_back=True too, "
+                         "or leave it 0")
+    if wm > _lib.MAX_BATCH:
+        raise ValueError(f"writeback_max {wm}: pass 0 (the default) to {_lib.MAX_BATCH}")
+    return (WRITE_BACK if write_back else 0), wm
+
+
+def _layout_ptr(layout: Optional[Layout]) -> Optional[ctypes._Pointer]:  # type: ignore[type-arg]
+    if layout is None:
+        return None
+    if not isinstance(layout, Layout):
+        raise TypeError("layout: pass a kvrt.Layout (part of the tier's identity) or None")
+    return ctypes.pointer(layout._c)
+
+
+def _text(v: Optional[str], what: str) -> Optional[bytes]:
+    if v is None:
+        return None
+    if not isinstance(v, str):
+        raise TypeError(f"{what}: pass a str, not {type(v).__name__}")
+    return v.encode()
+
+
+#: errno -> what to do, for the opens.
+_SSD_HINTS: Dict[int, str] = {
+    errno.EBUSY: "another process or handle has this space's tier directory open: one user "
+                 "per identity; the other processes reach its blocks through the pool",
+    errno.ENOSYS: "io_uring is not available here (kernel.io_uring_disabled, a seccomp "
+                  "filter)",
+    errno.EINVAL: "capacity_bytes must hold one block and be at most 2**50; queue_depth at "
+                  "most 4096; and the file system must take O_DIRECT (tmpfs does not before "
+                  "Linux 6.6)",
+}
+_REDIS_HINTS: Dict[int, str] = {
+    errno.EACCES: "the cluster refused these credentials: pass the tenant's ACL user and "
+                  "password",
+    errno.ECONNREFUSED: "no seed answered: pass host:port of running cluster nodes",
+    errno.ETIMEDOUT: "no seed answered within timeout_ms",
+    errno.EPROTO: "the seeds are not a Redis Cluster (cluster-enabled yes)",
+    errno.EINVAL: "nodes is host:port[,host:port...]; key_prefix at most 128 bytes",
+}
+
+
+def _call_hinted(name: str, hints: Dict[int, str], *args: object, detail: str = "") -> int:
+    """call(), with what to do added to the message of the errnos in hints."""
+    try:
+        return call(name, *args, detail=detail)
+    except OSError as e:
+        hint = hints.get(e.errno or 0)
+        if hint is None:
+            raise
+        raise make_error(-(e.errno or 0), name, getattr(e, "library_message", None),
+                         f"{detail}: {hint}" if detail else hint) from None
+
+_STORE_HINTS: Dict[int, str] = {
+    errno.ENODEV: "no tier is open on this space handle: open one first "
+                  "(Space.open_ssd_tier, Space.open_redis_tier)",
+}
+
+
+class Tier:
+    """One tier of a space handle (``struct kvrt_tier``)."""
+
+    def __init__(self, space: "Space", ptr: int, kind: TierKind, where: str) -> None:
+        self._space = space
+        self._p: Optional[int] = ptr
+        self.kind = kind
+        self.where = where
+
+    def _ptr(self) -> int:
+        if self._p is None:
+            raise ValueError(f"{self!r} is closed: open it again on its space")
+        self._space._ptr()  # a closed space closed its tiers: raises
+        return self._p
+
+    @property
+    def closed(self) -> bool:
+        return self._p is None or self._space.closed
+
+    def close(self) -> None:
+        """``kvrt_tier_close`` (idempotent): writes what a write-back tier has queued first."""
+        p, self._p = self._p, None
+        if p is not None and not self._space.closed:
+            _lib.lib.kvrt_tier_close(p)
+
+    def stats(self) -> TierStats:
+        """``kvrt_tier_stats``."""
+        c = _lib.TierStatsC()
+        call("kvrt_tier_stats", self._ptr(), ctypes.byref(c))
+        d = {f: getattr(c, f) for f, _ in c._fields_ if not f.startswith("reserved")}
+        d["kind"] = TierKind(d["kind"])
+        return TierStats(**d)
+
+    def __enter__(self) -> "Tier":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<kvrt.Tier {self.kind.name.lower()}:{self.where}{' closed' if self.closed else ''}>"
+
+
+def open_ssd(space: "Space", path: Union[str, os.PathLike], capacity_bytes: int, *,
+             queue_depth: int = 0, layout: Optional[Layout] = None, write_back: bool = False,
+             writeback_max: int = 0) -> Tier:
+    _need_support("kvrt_tier_open_ssd", write_back)
+    d = os.fspath(path)
+    if not isinstance(d, str) or not d:
+        raise ValueError("path: pass the directory the tier lives below (created 0700)")
+    flags, wm = _policy(write_back, writeback_max)
+    lay = _layout_ptr(layout)
+    o = _lib.TierSsdOptsC(dir=d.encode(), capacity_bytes=need_uint(capacity_bytes,
+                                                                     "capacity_bytes", 64),
+                          queue_depth=need_uint(queue_depth, "queue_depth"), flags=flags,
+                          writeback_max=wm)
+    if lay is not None:
+        o.layout = lay
+    out = ctypes.c_void_p()
+    _call_hinted("kvrt_tier_open_ssd", _SSD_HINTS, space._ptr(), ctypes.byref(o),
+                 ctypes.byref(out), detail=d)
+    return Tier(space, int(out.value or 0), TierKind.SSD, d)
+
+
+def open_redis(space: "Space", nodes: str, *, user: Optional[str] = None,
+               password: Optional[str] = None, key_prefix: Optional[str] = None,
+               timeout_ms: int = 0, layout: Optional[Layout] = None, ttl_s: int = 0,
+               write_back: bool = False, writeback_max: int = 0) -> Tier:
+    _need_support("kvrt_tier_open_redis", write_back)
+    if not isinstance(nodes, str) or not nodes:
+        raise ValueError("nodes: pass the cluster's seeds, \"host:port[,host:port...]\"")
+    flags, wm = _policy(write_back, writeback_max)
+    if key_prefix is not None and len(key_prefix.encode()) > 128:
+        raise ValueError("key_prefix: at most 128 bytes (the tenant's ACL pattern, e.g. "
+                         "\"tenA:\")")
+    lay = _layout_ptr(layout)
+    o = _lib.TierRedisOptsC(nodes=nodes.encode(), user=_text(user, "user"),
+                            password=_text(password, "password"),
+                            key_prefix=_text(key_prefix, "key_prefix"),
+                            timeout_ms=need_uint(timeout_ms, "timeout_ms"), flags=flags,
+                            ttl_s=need_uint(ttl_s, "ttl_s"), writeback_max=wm)
+    if lay is not None:
+        o.layout = lay
+    out = ctypes.c_void_p()
+    _call_hinted("kvrt_tier_open_redis", _REDIS_HINTS, space._ptr(), ctypes.byref(o),
+                 ctypes.byref(out), detail=nodes)
+    return Tier(space, int(out.value or 0), TierKind.REDIS, nodes)
+
+
+def lookup(space: "Space", hashes: "HashesLike") -> Tuple[np.ndarray, np.ndarray]:
+    from .pool import hashes_array
+    _need_support("kvrt_lookup_tiers", False)
+    h = hashes_array(hashes)
+    if h.shape[0] == 0:
+        raise ValueError("hashes: pass at least one hash")
+    ids = np.zeros(h.shape[0], dtype=np.uint32)
+    where = np.zeros(h.shape[0], dtype=np.uint8)
+    n = call("kvrt_lookup_tiers", space._ptr(), h.shape[0], h.ctypes.data, ids.ctypes.data,
+             where.ctypes.data)
+    return ids[:n].copy(), where[:n].copy()
+
+
+def store(space: "Space", ids: "IdsLike", hashes: "HashesLike",
+          priorities: Optional[Sequence[int]] = None) -> int:
+    from .pool import _ids_array, hashes_array
+    _need_support("kvrt_tier_store", False)
+    a = _ids_array(ids)
+    h = hashes_array(hashes)
+    if h.shape[0] != a.size:
+        raise ValueError(f"hashes: {h.shape[0]} given for {a.size} ids; pass one each")
+    pr = None
+    if priorities is not None:
+        pr = np.array([need_uint(p, "priorities[i]") for p in priorities], dtype=np.uint32)
+        if pr.size != a.size:
+            raise ValueError(f"priorities: {pr.size} given for {a.size} ids; pass one each "
+                             "or None")
+    return _call_hinted("kvrt_tier_store", _STORE_HINTS, space._ptr(), a.size, a.ctypes.data,
+                        h.ctypes.data, pr.ctypes.data if pr is not None else None)
+
+
+def flush(space: "Space") -> None:
+    _need_support("kvrt_tier_flush", True)
+    call("kvrt_tier_flush", space._ptr())
