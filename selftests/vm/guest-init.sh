@@ -470,6 +470,22 @@ dmesg -c >/dev/null
 if [ -e /loop.ko ] && [ ! -d /sys/module/loop ]; then
 	insmod /loop.ko || log "warning: insmod loop.ko failed"
 fi
+# tierfs.sh's ext4 image: the SSD tier's tests do O_DIRECT there, not on tmpfs.
+if [ -e /tierfs.img ]; then
+	for m in /tierfs/*.ko; do
+		[ -e "$m" ] || continue
+		n=${m##*/[0-9][0-9]-}
+		[ -d "/sys/module/${n%.ko}" ] || insmod "$m" || log "warning: insmod $m failed"
+	done
+	mkdir -p /tierfs-mnt
+	if dev=$(losetup -f) && losetup "$dev" /tierfs.img && mount -t ext4 "$dev" /tierfs-mnt; then
+		chmod 1777 /tierfs-mnt
+		export KVRT_TIER_DIR=/tierfs-mnt
+		log "tierfs: ext4 on $dev at $KVRT_TIER_DIR"
+	else
+		log "warning: tierfs: could not mount /tierfs.img: the SSD tier's tests use /tmp"
+	fi
+fi
 # shellcheck disable=SC2086	# module arguments split on purpose
 if ! insmod /kvpool.ko $KVPOOL_MODARGS; then
 	log "FAIL: insmod kvpool.ko $KVPOOL_MODARGS"

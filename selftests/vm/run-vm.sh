@@ -70,8 +70,12 @@ check | faults | demo | bench | accel) ;;
 exec) [ -n "${2:-}" ] || die "usage: $0 exec 'shell command run in the guest'" ;;
 *) die "usage: $0 check|faults|demo|bench|accel|exec CMD" ;;
 esac
+# shellcheck source=selftests/vm/modules.sh
+. "$VMDIR/modules.sh"
 # shellcheck source=selftests/vm/hostfs.sh
 . "$VMDIR/hostfs.sh"
+# shellcheck source=selftests/vm/tierfs.sh
+. "$VMDIR/tierfs.sh"
 
 # --- what to boot ------------------------------------------------------------
 
@@ -420,6 +424,13 @@ case $LOOP in
 ?*) cp "$LOOP" "$R/loop.ko" ;;
 esac
 for f in "${TESTS[@]}"; do install -m 755 "$f" "$R/tests/"; done
+if [ "$MODE" = check ]; then
+	if why=$(tierfs_install "$R"); then
+		say "tierfs: a ${TIERFS_MB} MiB ext4 image for the SSD tier's O_DIRECT tests"
+	else
+		say "tierfs: none ($why): the SSD tier's tests use /tmp (tmpfs)"
+	fi
+fi
 # The tools go in whenever they are built and static; demo and bench need theirs.
 # Every tools/NAME/NAME binary also goes to /bin, so tests can run them by name.
 if [ -f "$DEMO" ] && is_static "$DEMO"; then install -m 755 "$DEMO" "$R/"; fi
