@@ -17,6 +17,13 @@
  *           kvrt_lookup_tiers() of the blocks' hashes: O_DIRECT reads into
  *           new blocks of the space, each checksummed, then published
  *
+ * and ssd_store_wb_<B>: the same blocks, published first, stored into a tier
+ * opened write-back (KVRT_TIER_WRITE_BACK, a queue as long as the blocks):
+ * value = GB/s as the caller sees it (the kvrt_tier_store() calls only),
+ * limit = the write-through store's GB/s of the same repetition, so ratio
+ * is how much sooner an engine's step gets on; a note gives the GB/s to
+ * the end of kvrt_tier_flush() (the device's work is the same).
+ *
  * value = GB/s of block bytes.  limit, measured in the same run on the same
  * file system: fio writing (then reading) a file of the same size with the
  * same block size, O_DIRECT, io_uring, the tier's depth (the smaller of
@@ -25,7 +32,7 @@
  * value / limit.  Each repetition runs the tier's case and fio's once;
  * of --reps (default 3) pairs the one with the middle ratio is reported.
  *
- * With --redis, cases redis_store_<B> and redis_fetch_<B> too: --redis-mib
+ * With --redis, cases redis_store_<B>, redis_fetch_<B> and redis_store_wb_<B> too: --redis-mib
  * MiB (64) of blocks stored into, and after a restart fetched from, that
  * cluster's tier (keys under kvbench:, expiring after 600 s; new keys each
  * repetition), GB/s; limit: redis-benchmark --cluster SET and GET of values
@@ -76,6 +83,7 @@ static const char tier_about[] =
 struct tier_run {
 	const struct tier_opts *o;
 	bool redis;		/* the Redis Cluster tier, else the SSD tier */
+	bool write_back;	/* the tier opened KVRT_TIER_WRITE_BACK */
 	unsigned int rep;	/* Redis: each repetition stores new keys */
 	uint64_t bb;		/* block bytes */
 	uint32_t n;		/* blocks */
@@ -106,12 +114,17 @@ static int run_open(struct tier_run *r)
 	struct kvrt_space_opts so = { .name = "kvbench-tier", .flags = KVRT_SPACE_CREATE,
 				      .mode = 0600, .block_bytes = r->bb,
 				      .quota_bytes = (uint64_t)(r->n + 1) * r->bb };
+	/* Write-back: a queue that takes every block, so that no call waits. */
+	uint32_t wb_flags = r->write_back ? KVRT_TIER_WRITE_BACK : 0;
+	uint32_t wb_max = r->write_back ? (r->n < KVRT_MAX_BATCH ? r->n : KVRT_MAX_BATCH) : 0;
 	struct kvrt_tier_ssd_opts to = { .dir = r->dir, .capacity_bytes = (uint64_t)r->n * r->bb,
-					 .queue_depth = r->o->qd };
+					 .queue_depth = r->o->qd, .flags = wb_flags,
+					 .writeback_max = wb_max };
 	/* Keys that go by themselves: a benchmark leaves nothing for good. */
 	struct kvrt_tier_redis_opts ro = { .nodes = r->o->redis, .user = getenv("KVRT_REDIS_USER"),
 					   .password = getenv("KVRT_REDIS_PASSWORD"),
-					   .key_prefix = "kvbench:", .ttl_s = 600, .timeout_ms = 5000 };
+					   .key_prefix = "kvbench:", .ttl_s = 600, .timeout_ms = 5000,
+					   .flags = wb_flags, .writeback_max = wb_max };
 	int ret;
 
 	ret = kvrt_open(&r->k, &ko);
@@ -140,8 +153,12 @@ static int remove_tree(const char *dir)
 	return kvb_child_wait(pid, &status) ? -EIO : 0;
 }
 
-/* Store all blocks into a new tier: seconds, or a negative errno. */
-static double time_store(struct tier_run *r)
+/*
+ * Store all blocks into a new tier: seconds in kvrt_tier_store(), or a
+ * negative errno.  Write-back: the blocks are published first (what it
+ * queues), and *drain gets the seconds to the end of kvrt_tier_flush().
+ */
+static double time_store(struct tier_run *r, double *drain)
 {
 	uint64_t x = 0x9e3779b97f4a7c15ULL;
 	uint32_t i, j;
@@ -167,6 +184,12 @@ static double time_store(struct tier_run *r)
 			p[j] = x;
 		}
 	}
+	for (i = 0; r->write_back && i < r->n && ret >= 0; i += r->o->batch) {
+		uint32_t m = r->n - i < r->o->batch ? r->n - i : r->o->batch;
+
+		ret = kvrt_publish(r->s, m, r->ids + i,
+				   (const uint8_t (*)[KVRT_HASH_BYTES])r->hashes + i, NULL, NULL);
+	}
 	t0 = kvb_now_s();
 	for (i = 0; i < r->n && ret >= 0; i += r->o->batch) {
 		uint32_t m = r->n - i < r->o->batch ? r->n - i : r->o->batch;
@@ -177,6 +200,10 @@ static double time_store(struct tier_run *r)
 			ret = -ENOSPC;
 	}
 	t = kvb_now_s() - t0;
+	if (r->write_back && ret >= 0) {
+		ret = kvrt_tier_flush(r->s);
+		*drain = kvb_now_s() - t0;
+	}
 out:
 	run_close(r);
 	return ret < 0 ? ret : t;
@@ -323,28 +350,38 @@ static int redis_peer(struct tier_run *r, double *set_bps, double *get_bps, char
 	return 0;
 }
 
+/* r->hashes: the blocks' names, in a series of their own per tag. */
+static int tier_hashes(struct tier_run *r, uint32_t tag)
+{
+	uint32_t j;
+
+	for (j = 0; j < r->n; j++) {
+		uint32_t tok[3] = { (uint32_t)r->bb, j, tag };
+
+		if (kvrt_hash_block(NULL, tok, 3, NULL, 0, r->hashes[j]))
+			return -EIO;
+	}
+	return 0;
+}
+
 static int bench_size(struct tier_run *r, const struct kvb_report *rep)
 {
 	double sv[TIER_MAX_REPS], sl[TIER_MAX_REPS], fv[TIER_MAX_REPS], fl[TIER_MAX_REPS];
-	double bytes = (double)r->n * (double)r->bb, v, l, t;
+	double wv[TIER_MAX_REPS], wd[TIER_MAX_REPS], bytes = (double)r->n * (double)r->bb, v, l, t;
 	char name[64], lunit[160], why[256] = "", sync_note[32];
 	unsigned int i, reps = r->o->c.reps > TIER_MAX_REPS ? TIER_MAX_REPS : r->o->c.reps;
 
 	snprintf(sync_note, sizeof(sync_note), ", fdatasync/%u", r->o->batch);
 	for (i = 0; i < reps; i++) {
 		/* Redis: new keys each repetition (its SET NX skips what is there). */
-		uint32_t tag = r->redis ? (uint32_t)getpid() * 16 + i : 0, j;
+		uint32_t tag = r->redis ? (uint32_t)getpid() * 16 + i : 0;
 
-		for (j = 0; j < r->n; j++) {
-			uint32_t tok[3] = { (uint32_t)r->bb, j, tag };
-
-			if (kvrt_hash_block(NULL, tok, 3, NULL, 0, r->hashes[j]))
-				return -EIO;
-		}
+		if (tier_hashes(r, tag))
+			return -EIO;
 		snprintf(name, sizeof(name), "%llu KiB blocks, repetition %u",
 			 (unsigned long long)(r->bb >> 10), i + 1);
 		kvb_progress(&r->o->c, i + 1, reps, name);
-		t = time_store(r);
+		t = time_store(r, NULL);
 		if (t < 0)
 			return (int)t;
 		sv[i] = t / bytes;
@@ -352,6 +389,15 @@ static int bench_size(struct tier_run *r, const struct kvb_report *rep)
 		if (t < 0)
 			return (int)t;
 		fv[i] = t / bytes;
+		/* Write-back, on keys of its own (Redis: new ones; SSD: a new tier). */
+		if (tier_hashes(r, tag + 8))
+			return -EIO;
+		r->write_back = true;
+		t = time_store(r, &wd[i]);
+		r->write_back = false;
+		if (t < 0)
+			return (int)t;
+		wv[i] = t / bytes;
 		/* the peer's limits: seconds per byte, as the values */
 		if (r->redis) {
 			v = l = 0;
@@ -386,6 +432,17 @@ static int bench_size(struct tier_run *r, const struct kvb_report *rep)
 	}
 	kvb_note(&r->o->c, "%s, %llu KiB blocks: %.0f blocks/s fetched", r->redis ? "redis" : "ssd",
 		 (unsigned long long)(r->bb >> 10), 1.0 / (v * (double)r->bb));
+	/* Write-back against write-through, both per byte: the middle pair of the same reps. */
+	kvb_middle_pair(wv, sv, reps, &v, &l);
+	snprintf(name, sizeof(name), "%s_store_wb_%lluk", r->redis ? "redis" : "ssd",
+		 (unsigned long long)(r->bb >> 10));
+	kvb_report(rep, name, 1e-9 / v, "GB/s as the caller sees it, write-back (ratio = value/limit)",
+		   1e-9 / l, "GB/s write-through store, same run");
+	for (i = 0, t = 0; i < reps; i++)
+		t = wv[i] == v ? wd[i] : t;
+	kvb_note(&r->o->c, "%s, %llu KiB blocks, write-back: %.3f GB/s to the end of the flush",
+		 r->redis ? "redis" : "ssd", (unsigned long long)(r->bb >> 10),
+		 t > 0 ? bytes / t * 1e-9 : 0);
 	return 0;
 }
 
