@@ -8,7 +8,10 @@ two vLLM processes do through the module.
 from __future__ import annotations
 
 import itertools
+import os
 import random
+import shutil
+import tempfile
 import unittest
 
 import numpy as np
@@ -172,6 +175,66 @@ class SchedulerTest(unittest.TestCase):
         n = e.spec.space_name
         self.assertLessEqual(len(n), 63)
         self.assertRegex(n, r"^prefix_16chars__-tenant\.A-1-[0-9a-f]{24}$")
+
+
+class TierTest(unittest.TestCase):
+    """kvpool_tier_ssd: an engine that restarts (a new, empty space: the
+    embedded pool died with the last handle) loads its prefix back from the
+    SSD tier instead of recomputing it, written through or back."""
+
+    def tier_dir(self) -> str:
+        d = tempfile.mkdtemp(prefix="kvrt-vllm-tier.",
+                             dir=os.environ.get("KVRT_TIER_DIR") or "/var/tmp")
+        self.addCleanup(shutil.rmtree, d, True)
+        return d
+
+    def restart(self, **tiers) -> tuple:
+        """Engine A stores a prompt and shuts down; engine B, same settings,
+        runs it again.  A's stored blocks, B's loaded blocks, B's external tokens."""
+        extra = vu.kvpool_extra(kvpool_tenant=tenant(), **tiers)
+        p = prompt(3 * vu.BLOCK + 5, 11)
+        a = vu.Engine(extra, seed=1)
+        a.run(vu.make_request(p))
+        stored, a_tensors = list(a.stored_blocks), a.tensors
+        a.shutdown()  # the last handle: the space goes, the tier is drained and closed
+        b = vu.Engine(extra, seed=2)
+        try:
+            self.assertEqual(cached(b.manager.space), 0)  # nothing left in the pool
+            req = vu.make_request(p)
+            b.run(req)
+            loaded = list(b.loaded_blocks)
+            # bytes: block i that B loaded is what A's tensors held for block i
+            for (_, src), (_, dst) in zip(stored, loaded):
+                for la, lb in zip(a_tensors, b.tensors):
+                    self.assertTrue(torch.equal(la[src], lb[dst]), (src, dst))
+            return stored, loaded, b.external_tokens(req)
+        finally:
+            b.shutdown()
+
+    def test_restarted_engine_loads_from_the_ssd_tier(self) -> None:
+        for wb in (True, False):
+            with self.subTest(write_back=wb):
+                stored, loaded, ext = self.restart(kvpool_tier_ssd=self.tier_dir(),
+                                                   kvpool_tier_write_back=wb)
+                self.assertEqual(len(stored), 3)
+                self.assertEqual(len(loaded), 3)
+                self.assertEqual(ext, 3 * vu.BLOCK)
+
+    def test_without_a_tier_the_restart_recomputes(self) -> None:
+        stored, loaded, ext = self.restart()
+        self.assertEqual((len(stored), len(loaded), ext), (3, 0, 0))
+
+    def test_tier_errors_name_the_key(self) -> None:
+        with self.assertRaisesRegex(ValueError, "pass kvpool_tier_ssd"):
+            vu.make_scheduler(vu.kvpool_extra(kvpool_tier_ssd_bytes=1 << 20))
+        with self.assertRaisesRegex(ValueError, "pass kvpool_tier_redis"):
+            vu.make_scheduler(vu.kvpool_extra(kvpool_tier_redis_prefix="tenA:"))
+        with self.assertRaisesRegex(TypeError, "kvpool_tier_write_back: pass true or false"):
+            vu.make_scheduler(vu.kvpool_extra(kvpool_tier_ssd="/var/tmp",
+                                              kvpool_tier_write_back="maybe"))
+        with self.assertRaisesRegex(kvrt.KvrtError, "kvpool_tier_ssd '/proc/kvpool-nope'"):
+            vu.make_scheduler(vu.kvpool_extra(kvpool_tenant=tenant(),
+                                              kvpool_tier_ssd="/proc/kvpool-nope"))
 
 
 class BadConfigTest(unittest.TestCase):

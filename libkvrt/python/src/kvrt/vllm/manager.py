@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import logging
 from collections import defaultdict
 from typing import Callable, Collection, Dict, List, Optional, Sequence
 
@@ -17,6 +18,7 @@ from kvrt import _lib
 from kvrt._call import check
 
 _PERSON = b"kvrt.vllm.v1"  # blake2b personalisation: a domain of its own
+logger = logging.getLogger("kvrt.vllm")
 
 
 def offload_hash(key: bytes) -> bytes:
@@ -45,10 +47,15 @@ class KvpoolOffloadingManager(OffloadingManager):
     * prepare_load holds one reference per key until complete_load;
     * prepare_store allocates blocks owned by this handle; complete_store
       publishes them (and drops the reference publish leaves) or frees them.
+
+    With tiers (kvpool_tier_ssd, kvpool_tier_redis) on the space, a lookup
+    asks the pool, then the tiers (a tier hit comes up into the pool), and
+    complete_store hands what it published to the tiers as well; a tier
+    that fails costs hits, never a store.
     """
 
     def __init__(self, space: kvrt.Space, priority: int = kvrt.PRIO_DEFAULT,
-                 on_shutdown: Optional[Callable[[], None]] = None) -> None:
+                 on_shutdown: Optional[Callable[[], None]] = None, tiers: bool = False) -> None:
         self.space = space
         self.priority = priority
         self._on_shutdown = on_shutdown
@@ -59,8 +66,11 @@ class KvpoolOffloadingManager(OffloadingManager):
         self._reset_free: List[int] = []
         self._reset_release: List[int] = []
         self._closed = False
+        self.tiers = tiers
+        self.tier_store_errors = 0
         # vLLM looks keys up one at a time: a direct call, no arrays per key
-        self._lookup_fn = _lib.lib.kvrt_lookup
+        self._lookup_fn = _lib.lib.kvrt_lookup_tiers if tiers else _lib.lib.kvrt_lookup
+        self._lookup_name = "kvrt_lookup_tiers" if tiers else "kvrt_lookup"
         self._one_id = ctypes.c_uint32()
 
     def _lookup_one(self, key: OffloadKey) -> Optional[int]:
@@ -68,7 +78,7 @@ class KvpoolOffloadingManager(OffloadingManager):
         n = self._lookup_fn(self.space._ptr(), 1, offload_hash(key),
                             ctypes.byref(self._one_id), None)
         if n < 0:
-            check(n, "kvrt_lookup", f"space {self.space.name!r}")
+            check(n, self._lookup_name, f"space {self.space.name!r}")
         return self._one_id.value if n else None
 
     # ---- lookups and loads ---------------------------------------------------
@@ -154,11 +164,20 @@ class KvpoolOffloadingManager(OffloadingManager):
         for i in range(0, len(done), kvrt.MAX_BATCH):
             part, pk = ids[i:i + kvrt.MAX_BATCH], done[i:i + kvrt.MAX_BATCH]
             if success:
-                res = self.space.publish(part, [offload_hash(k) for k in pk],
-                                         [self.priority] * len(pk))
+                hashes = [offload_hash(k) for k in pk]
+                res = self.space.publish(part, hashes, [self.priority] * len(pk))
+                if self.tiers:
+                    self._tier_store(res.ids, hashes)
                 self.space.release(res.ids)  # the cache keeps them; we need no pin
             else:
                 self.space.free(part)
+
+    def _tier_store(self, ids: np.ndarray, hashes: List[bytes]) -> None:
+        try:
+            self.space.tier_store(ids, hashes, [self.priority] * len(hashes))
+        except kvrt.KvrtError as e:
+            self.tier_store_errors += 1
+            logger.warning("kvpool: the tiers did not take %d blocks: %s", len(hashes), e)
 
     # ---- step and lifetime -----------------------------------------------------
 
