@@ -165,13 +165,31 @@ void kvrt_tier_close(struct kvrt_tier *t)
 	kvrt_writeback_free(wb);
 }
 
+void kvrt_tier_common_init(struct kvrt_tier *t)
+{
+	pthread_mutex_init(&t->shown_lock, NULL);
+}
+
+void kvrt_tier_common_destroy(struct kvrt_tier *t)
+{
+	pthread_mutex_destroy(&t->shown_lock);
+}
+
+void kvrt_tier_show_stats(struct kvrt_tier *t, const struct kvrt_tier_stats *st)
+{
+	pthread_mutex_lock(&t->shown_lock);
+	t->shown = *st;
+	pthread_mutex_unlock(&t->shown_lock);
+}
+
 int kvrt_tier_stats(struct kvrt_tier *t, struct kvrt_tier_stats *st)
 {
 	if (!t || !st)
 		return -EINVAL;
-	memset(st, 0, sizeof(*st));
+	pthread_mutex_lock(&t->shown_lock);
+	*st = t->shown;
+	pthread_mutex_unlock(&t->shown_lock);
 	st->kind = t->kind;
-	t->ops->stats(t, st);
 	if (t->wb)
 		kvrt_writeback_stats(t, st);
 	return 0;

@@ -4,7 +4,9 @@
  * kind (as pool/backend.h for the pool backends).  tier.c checks every
  * argument, walks a handle's tiers in order and moves blocks between the
  * pool and a tier; a tier sees only block ids inside its space and hashes
- * it is asked about, and locks its own state.
+ * it is asked about, and locks its own state.  Its figures are shown
+ * (kvrt_tier_show_stats) at the end of each op, so that kvrt_tier_stats()
+ * never waits behind a tier's I/O (a stalled Redis node, a slow device).
  */
 #ifndef KVRT_TIER_H
 #define KVRT_TIER_H
@@ -27,8 +29,6 @@ struct kvrt_tier_ops {
 	/* Write the blocks it lacks; the number written, or -EIO / -ENOMEM. */
 	int (*store)(struct kvrt_tier *t, uint32_t count, const uint8_t (*hashes)[KVRT_HASH_BYTES],
 		     const uint32_t *ids, const uint32_t *prio);
-	/* stats->kind is set; fill the rest. */
-	void (*stats)(struct kvrt_tier *t, struct kvrt_tier_stats *stats);
 	/* Release everything the tier holds open and free it. */
 	void (*close)(struct kvrt_tier *t);
 };
@@ -40,7 +40,15 @@ struct kvrt_tier {
 	struct kvrt_space *space;
 	struct kvrt_tier *next;		/* space->tiers, in search order */
 	struct kvrt_writeback *wb;	/* NULL: write-through */
+	pthread_mutex_t shown_lock;	/* taken alone, or inside the tier's own lock */
+	struct kvrt_tier_stats shown;	/* as of the end of the last op */
 };
+
+/* A tier's open and close: the common part's lock. */
+void kvrt_tier_common_init(struct kvrt_tier *t);
+void kvrt_tier_common_destroy(struct kvrt_tier *t);
+/* What kvrt_tier_stats() returns from now on; the tier calls it under its own lock. */
+void kvrt_tier_show_stats(struct kvrt_tier *t, const struct kvrt_tier_stats *stats);
 
 /*
  * The 32-byte identity of a space's blocks in any tier: its name, owner

@@ -157,6 +157,16 @@ static bool key_batch(struct redis_tier *t, const char *verb, uint32_t count,
 	return true;
 }
 
+/* The figures kvrt_tier_stats() shows, at the end of each op (t->lock held). */
+static void redis_show(struct redis_tier *t)
+{
+	struct kvrt_tier_stats st = t->st;
+
+	st.kind = KVRT_TIER_REDIS;
+	st.redirects = t->rc.redirects;
+	kvrt_tier_show_stats(&t->t, &st);
+}
+
 static uint32_t redis_present(struct kvrt_tier *tier, uint32_t count,
 			      const uint8_t (*hashes)[KVRT_HASH_BYTES])
 {
@@ -178,6 +188,7 @@ static uint32_t redis_present(struct kvrt_tier *tier, uint32_t count,
 	if (!i)
 		t->st.misses++;
 out:
+	redis_show(t);
 	pthread_mutex_unlock(&t->lock);
 	return i;
 }
@@ -237,6 +248,7 @@ static uint32_t redis_fetch(struct kvrt_tier *tier, uint32_t count,
 	free_replies(t, count);
 	t->st.hits += i;
 out:
+	redis_show(t);
 	pthread_mutex_unlock(&t->lock);
 	return i;
 }
@@ -289,19 +301,9 @@ static int redis_store(struct kvrt_tier *tier, uint32_t count,
 	t->st.stores += written;
 	ret = failed ? -EIO : (int)written;
 out:
+	redis_show(t);
 	pthread_mutex_unlock(&t->lock);
 	return ret;
-}
-
-static void redis_stats(struct kvrt_tier *tier, struct kvrt_tier_stats *st)
-{
-	struct redis_tier *t = redis_of(tier);
-
-	pthread_mutex_lock(&t->lock);
-	*st = t->st;
-	st->kind = KVRT_TIER_REDIS;
-	st->redirects = t->rc.redirects;
-	pthread_mutex_unlock(&t->lock);
 }
 
 static void redis_close(struct kvrt_tier *tier)
@@ -310,6 +312,7 @@ static void redis_close(struct kvrt_tier *tier)
 
 	rc_close(&t->rc);
 	pthread_mutex_destroy(&t->lock);
+	kvrt_tier_common_destroy(&t->t);
 	free(t->scratch);
 	free(t->values);
 	free(t);
@@ -319,7 +322,6 @@ static const struct kvrt_tier_ops redis_ops = {
 	.present = redis_present,
 	.fetch = redis_fetch,
 	.store = redis_store,
-	.stats = redis_stats,
 	.close = redis_close,
 };
 
@@ -336,6 +338,7 @@ int kvrt_redis_open(struct kvrt_space *s, const struct kvrt_tier_redis_opts *o,
 	t->t.space = s;
 	t->block_bytes = s->block_bytes;
 	pthread_mutex_init(&t->lock, NULL);
+	kvrt_tier_common_init(&t->t);
 	len = snprintf(t->prefix, sizeof(t->prefix), "%s", prefix);
 	for (i = 0; i < 32; i++)
 		len += snprintf(t->prefix + len, sizeof(t->prefix) - (size_t)len, "%02x",
@@ -349,9 +352,11 @@ int kvrt_redis_open(struct kvrt_space *s, const struct kvrt_tier_redis_opts *o,
 		kvrt_log(s->k, KVRT_LOG_ERR, "redis tier: %s", t->rc.err);
 		rc_close(&t->rc);
 		pthread_mutex_destroy(&t->lock);
+		kvrt_tier_common_destroy(&t->t);
 		free(t);
 		return ret;
 	}
+	redis_show(t);
 	*out = &t->t;
 	return 0;
 }

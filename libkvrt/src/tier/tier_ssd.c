@@ -339,9 +339,10 @@ static void ssd_stats_locked(struct ssd_tier *t, struct kvrt_tier_stats *st)
 }
 
 /*
- * The stats file for kvctl: written whole and renamed over the old one
- * (a reader never sees half of it); at most once a second unless forced.
- * Not synced: it is advisory, and a crash only leaves it older.
+ * The figures, at the end of each op: shown to kvrt_tier_stats(), and the
+ * stats file for kvctl, written whole and renamed over the old one (a
+ * reader never sees half of it) at most once a second unless forced.  Not
+ * synced: it is advisory, and a crash only leaves it older.
  */
 static void ssd_publish_stats(struct ssd_tier *t, bool open, bool force)
 {
@@ -350,10 +351,11 @@ static void ssd_publish_stats(struct ssd_tier *t, bool open, bool force)
 	char buf[1024];
 	int fd, len;
 
+	ssd_stats_locked(t, &st);
+	kvrt_tier_show_stats(&t->t, &st);
 	if (!force && now == t->stats_at)
 		return;
 	t->stats_at = now;
-	ssd_stats_locked(t, &st);
 	if (t->t.wb)	/* its lock is taken alone, or inside this tier's */
 		kvrt_writeback_stats(&t->t, &st);
 	len = snprintf(buf, sizeof(buf),
@@ -389,6 +391,7 @@ static uint32_t ssd_present(struct kvrt_tier *tier, uint32_t count,
 		;
 	if (!i)
 		t->st.misses++;
+	ssd_publish_stats(t, true, false);
 	pthread_mutex_unlock(&t->lock);
 	return i;
 }
@@ -551,15 +554,6 @@ static int ssd_store(struct kvrt_tier *tier, uint32_t count,
 	return ret;
 }
 
-static void ssd_stats(struct kvrt_tier *tier, struct kvrt_tier_stats *st)
-{
-	struct ssd_tier *t = ssd_of(tier);
-
-	pthread_mutex_lock(&t->lock);
-	ssd_stats_locked(t, st);
-	pthread_mutex_unlock(&t->lock);
-}
-
 static void ssd_close(struct kvrt_tier *tier)
 {
 	struct ssd_tier *t = ssd_of(tier);
@@ -578,6 +572,7 @@ static void ssd_close(struct kvrt_tier *tier)
 		close(t->dirfd);
 	ssd_index_destroy(&t->x);
 	pthread_mutex_destroy(&t->lock);
+	kvrt_tier_common_destroy(&t->t);
 	free(t->scratch);
 	free(t);
 }
@@ -586,7 +581,6 @@ static const struct kvrt_tier_ops ssd_ops = {
 	.present = ssd_present,
 	.fetch = ssd_fetch,
 	.store = ssd_store,
-	.stats = ssd_stats,
 	.close = ssd_close,
 };
 
@@ -655,6 +649,7 @@ int kvrt_ssd_open(struct kvrt_space *s, const struct kvrt_tier_ssd_opts *o,
 	t->qd = o->queue_depth ? o->queue_depth : SSD_DEFAULT_QD;
 	memcpy(t->identity, identity, 32);
 	pthread_mutex_init(&t->lock, NULL);
+	kvrt_tier_common_init(&t->t);
 	ret = ssd_index_init(&t->x, (uint32_t)(o->capacity_bytes / s->block_bytes));
 	if (ret)
 		goto fail;
