@@ -7,7 +7,9 @@
 #     lists exported (each with a version), the static library's globals
 #     the same set, kvrt.h compiling alone as C99 and C++, kvrt.pc usable;
 #  2. every test program, first the plain build (BUILD/plain/, linked
-#     against the shared library), then the ASan+UBSan build (BUILD/asan/);
+#     against the shared library), then the ASan+UBSan build (BUILD/asan/),
+#     then, for $TSAN_TESTS, the ThreadSanitizer build (BUILD/tsan/: a race
+#     report ends the program with status 66);
 #  3. the C examples of Documentation/libkvrt.rst, $DOC_EXAMPLES, that the
 #     Makefile extracted and built (tests/doc_examples.sh);
 #  4. the libFuzzer target, FUZZ_SECONDS long (tests/fuzz.sh), when built.
@@ -106,8 +108,10 @@ fi
 # ---- test programs ---------------------------------------------------------
 ms() { echo $(( $(date +%s%N) / 1000000 )); }
 total_start=$(ms)
-for kind in plain asan; do
-	for t in $TESTS; do
+for kind in plain asan tsan; do
+	list=$TESTS
+	[ "$kind" != tsan ] || list=${TSAN_TESTS:-}
+	for t in $list; do
 		bin=$B/$kind/$t
 		log=$B/$kind/$t.log
 		start=$(ms)

@@ -17,6 +17,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -93,7 +94,7 @@ static void env_close(struct env *e)
 
 static bool holds(struct kvrt_space *s, uint32_t id, const uint8_t h[H], uint64_t bytes)
 {
-	static uint8_t want[64 << 10];
+	static _Thread_local uint8_t want[64 << 10];	/* threads check blocks too */
 
 	tier_pattern(h, bytes, want);
 	return !memcmp(kvrt_block_addr(s, id), want, bytes);
@@ -271,6 +272,78 @@ TEST(store_then_lookup_across_pool_and_tier)
 	for (i = 0; i < n; i++)
 		CHECKF(where[i] == 0, "hit %d from %u", i, where[i]);
 	CHECK_EQ(stats(&e).hits, 16);
+	env_close(&e);
+}
+
+/*
+ * Threads on one handle: each stores its own tag's blocks into a
+ * write-back tier and looks them up through the pool and the tier, while
+ * the tier's thread writes; then a flush, and a new pool finds every block
+ * whole in the tier.
+ */
+#define WB_THREADS 4
+#define WB_ROUNDS 12
+
+struct wb_thread {
+	struct env *e;
+	uint32_t tag;
+	int errors;
+};
+
+static void *wb_thread_main(void *arg)
+{
+	struct wb_thread *w = arg;
+	uint32_t r;
+	int bad;
+
+	for (r = 0; r < WB_ROUNDS; r++) {
+		int ret = publish_store_run(w->e, w->tag, r * 8, 8);
+
+		if (ret != 8) {
+			tap_diag("tag %u round %u: store %d", w->tag, r, ret);
+			w->errors++;
+		}
+		/* tag:[0, 8) stays found (pool or tier), whole, as later rounds store */
+		ret = lookup_run(w->e, w->tag, 8, NULL, &bad);
+		if (ret != 8 || bad) {
+			tap_diag("tag %u round %u: lookup %d, %d wrong", w->tag, r, ret, bad);
+			w->errors++;
+		}
+		ret = r % 4 == 3 ? kvrt_tier_flush(w->e->s) : 0;
+		if (ret) {
+			tap_diag("tag %u round %u: flush %d", w->tag, r, ret);
+			w->errors++;
+		}
+	}
+	return NULL;
+}
+
+TEST(threads_store_and_look_up_while_the_tier_writes_back)
+{
+	struct wb_thread w[WB_THREADS];
+	pthread_t th[WB_THREADS];
+	struct env e;
+	int i, bad;
+
+	new_dir(&e);
+	REQUIRE(env_open_policy(&e, "wbthreads", BB, 512, NULL, KVRT_TIER_WRITE_BACK, 64) == 0);
+	for (i = 0; i < WB_THREADS; i++) {
+		w[i] = (struct wb_thread){ .e = &e, .tag = 60 + (uint32_t)i };
+		REQUIRE(pthread_create(&th[i], NULL, wb_thread_main, &w[i]) == 0);
+	}
+	for (i = 0; i < WB_THREADS; i++) {
+		pthread_join(th[i], NULL);
+		CHECKF(!w[i].errors, "thread %d: %d failed calls", i, w[i].errors);
+	}
+	CHECK_EQ(kvrt_tier_flush(e.s), 0);
+	CHECK_EQ(stats(&e).queued, 0);
+	CHECK_EQ(stats(&e).blocks, WB_THREADS * WB_ROUNDS * 8);
+	env_close(&e);
+	REQUIRE(env_open(&e, "wbthreads", BB, 512, NULL) == 0);
+	for (i = 0; i < WB_THREADS; i++) {
+		CHECK_EQ(lookup_run(&e, 60 + (uint32_t)i, MAXB, NULL, &bad), MAXB);
+		CHECK_EQ(bad, 0);
+	}
 	env_close(&e);
 }
 
@@ -718,6 +791,7 @@ int main(void)
 	RUN(the_stats_file_says_what_the_tier_did);
 	RUN(write_back_writes_every_block_by_flush);
 	RUN(closing_a_write_back_tier_writes_what_is_queued);
+	RUN(threads_store_and_look_up_while_the_tier_writes_back);
 	RUN(eviction_takes_the_lowest_priority_then_the_oldest);
 	RUN(another_uid_is_refused_by_the_file_system);
 	RUN(kill_9_leaves_every_block_whole);
