@@ -10,8 +10,10 @@ shapes, independent of the backend's stride arithmetic.
 """
 import itertools
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import unittest
 
 import torch
@@ -308,6 +310,52 @@ class TestSharing(Case):
         for o in others:
             if o.mem_pool_host.page_size == PAGE:
                 self.assertEqual(o.batch_exists(ks), 0, o.space_name)
+
+
+class TestTiers(Case):
+    """kvpool_tier_ssd: an instance that restarts (its embedded space gone
+    with the last handle) finds its pages in the SSD tier and loads them."""
+
+    def tier_dir(self):
+        d = tempfile.mkdtemp(prefix="kvrt-sgl-tier.",
+                             dir=os.environ.get("KVRT_TIER_DIR") or "/var/tmp")
+        self.addCleanup(shutil.rmtree, d, True)
+        return d
+
+    def restart(self, **tiers):
+        ks = keys(3, seed=9)
+        a_host = host_pool()
+        a = self.storage(a_host, **tiers)
+        want = [fill(a_host, p, 90 + p) for p in range(3)]
+        self.assertEqual(a.batch_set_v1(ks, indices(a_host, range(3))), [True] * 3)
+        a.close()  # the last handle: the space goes; a write-back tier drains first
+        b_host = host_pool()
+        b = self.storage(b_host, **tiers)
+        n = b.batch_exists(ks)
+        got = b.batch_get_v1(ks, indices(b_host, [5, 6, 7]))
+        for p, w in zip((5, 6, 7)[:n], want):
+            self.assertTrue(torch.equal(page_bytes(b_host, p), w), p)
+        return n, got
+
+    def test_a_restart_loads_from_the_ssd_tier(self):
+        for wb in (True, False):
+            with self.subTest(write_back=wb):
+                self.tenant = f"{self.tenant}-{int(wb)}"
+                n, got = self.restart(kvpool_tier_ssd=self.tier_dir(),
+                                      kvpool_tier_write_back=wb)
+                self.assertEqual((n, got), (3, [True] * 3))
+
+    def test_without_a_tier_a_restart_finds_nothing(self):
+        self.assertEqual(self.restart(), (0, [False] * 3))
+
+    def test_tier_config_errors(self):
+        host = host_pool()
+        with self.assertRaisesRegex(ValueError, "pass kvpool_tier_ssd"):
+            self.storage(host, kvpool_tier_ssd_bytes=1 << 20)
+        with self.assertRaisesRegex(TypeError, "kvpool_tier_write_back: pass true or false"):
+            self.storage(host, kvpool_tier_ssd="/var/tmp", kvpool_tier_write_back=2)
+        with self.assertRaisesRegex(kvrt.KvrtError, "kvpool_tier_ssd '/proc/kvpool-nope'"):
+            self.storage(host, kvpool_tier_ssd="/proc/kvpool-nope")
 
 
 class TestHostile(Case):

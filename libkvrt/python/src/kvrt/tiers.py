@@ -20,8 +20,9 @@ import ctypes
 import dataclasses
 import enum
 import errno
+import logging
 import os
-from typing import TYPE_CHECKING, Dict, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
     from .pool import HashesLike, IdsLike, Space
 
 WRITE_BACK = 0x1  # KVRT_TIER_WRITE_BACK
+logger = logging.getLogger("kvrt")
 
 
 class TierKind(enum.IntEnum):
@@ -262,3 +264,99 @@ def store(space: "Space", ids: "IdsLike", hashes: "HashesLike",
 def flush(space: "Space") -> None:
     _need_support("kvrt_tier_flush", True)
     call("kvrt_tier_flush", space._ptr())
+
+
+# ---- an engine connector's tier keys (kvrt.vllm, kvrt.sglang) --------------------
+
+#: The tier keys of the engines' extra configs, with their meaning.
+CONFIG_KEYS: Dict[str, str] = {
+    "kvpool_tier_ssd": "a directory: libkvrt's SSD tier below the pool (O_DIRECT, survives "
+                       "restarts): a restarted engine finds its blocks there",
+    "kvpool_tier_ssd_bytes": "the SSD tier's capacity (default 4 x the space's quota)",
+    "kvpool_tier_redis": "host:port[,host:port...] of a Redis Cluster: a tier shared by hosts "
+                         "(the ACL user and password from $KVRT_REDIS_USER and "
+                         "$KVRT_REDIS_PASSWORD)",
+    "kvpool_tier_redis_prefix": "the tenant's key prefix on Redis (default 'kvt:')",
+    "kvpool_tier_write_back": "true (default): stored blocks go to the tiers from their "
+                              "own threads; false: before the store completes",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class TierConfig:
+    """The tiers an engine's configuration names (:data:`CONFIG_KEYS`), checked."""
+
+    ssd: Optional[str] = None
+    ssd_bytes: int = 0
+    redis: Optional[str] = None
+    redis_prefix: Optional[str] = None
+    write_back: bool = True
+
+    def __bool__(self) -> bool:
+        return self.ssd is not None or self.redis is not None
+
+    @classmethod
+    def from_extra(cls, extra: Mapping[str, Any]) -> "TierConfig":
+        """Parse; ValueError/TypeError name the key and what to pass."""
+        def _str(key: str) -> Optional[str]:
+            v = extra.get(key)
+            if v is None:
+                return None
+            if not isinstance(v, str):
+                raise TypeError(f"{key}: pass a string, not {type(v).__name__}")
+            if not v:
+                raise ValueError(f"{key}: pass a non-empty value, or leave the key out")
+            return v
+
+        wb = extra.get("kvpool_tier_write_back", True)
+        if isinstance(wb, str) and wb.lower() in ("true", "false"):
+            wb = wb.lower() == "true"
+        if not isinstance(wb, bool):
+            raise TypeError(f"kvpool_tier_write_back: pass true or false, not {wb!r}")
+        nb = extra.get("kvpool_tier_ssd_bytes", 0)
+        if isinstance(nb, bool) or not isinstance(nb, int) or not 0 <= nb <= 1 << 50:
+            raise ValueError(f"kvpool_tier_ssd_bytes: {nb!r}; pass a byte count up to 2**50")
+        ssd, redis, prefix = (_str("kvpool_tier_ssd"), _str("kvpool_tier_redis"),
+                              _str("kvpool_tier_redis_prefix"))
+        if nb and ssd is None:
+            raise ValueError("kvpool_tier_ssd_bytes sizes the SSD tier: pass kvpool_tier_ssd "
+                             "(its directory) too")
+        if prefix is not None and redis is None:
+            raise ValueError("kvpool_tier_redis_prefix belongs to the Redis tier: pass "
+                             "kvpool_tier_redis (its seeds) too")
+        return cls(ssd=ssd, ssd_bytes=nb, redis=redis, redis_prefix=prefix, write_back=wb)
+
+    def open(self, space: "Space", quota_bytes: int) -> List[Tier]:
+        """The tiers, on this handle of the space (SSD first: the nearer tier is
+        asked first); they close with the space.  An SSD tier that another
+        process of the host has open (EBUSY) is left out with a warning: its
+        hits reach this process through the pool.  Other errors raise, naming
+        the key."""
+        tiers: List[Tier] = []
+        try:
+            if self.ssd is not None:
+                try:
+                    tiers.append(open_ssd(space, self.ssd, self.ssd_bytes or 4 * quota_bytes,
+                                          write_back=self.write_back))
+                except OSError as e:
+                    if e.errno != errno.EBUSY:
+                        raise type(e)(e.errno, f"kvpool_tier_ssd {self.ssd!r}: "
+                                               f"{e.strerror}") from None
+                    logger.warning("kvpool_tier_ssd %r: another process of this host has "
+                                   "the tier of space %s open; its blocks reach this one "
+                                   "through the pool", self.ssd, space.name)
+            if self.redis is not None:
+                try:
+                    tiers.append(open_redis(space, self.redis,
+                                            user=os.environ.get("KVRT_REDIS_USER"),
+                                            password=os.environ.get("KVRT_REDIS_PASSWORD"),
+                                            key_prefix=self.redis_prefix,
+                                            write_back=self.write_back))
+                except OSError as e:
+                    raise type(e)(e.errno, f"kvpool_tier_redis {self.redis!r}: "
+                                           f"{e.strerror}") from None
+        except BaseException:
+            for t in tiers:
+                t.close()
+            raise
+        return tiers

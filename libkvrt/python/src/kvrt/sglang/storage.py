@@ -46,6 +46,8 @@ from sglang.srt.mem_cache.hicache_storage import (HiCacheStorage, HiCacheStorage
 import kvrt
 from kvrt import process_pool
 from kvrt.layout import DType, Layout, LayoutKind
+from kvrt.tiers import CONFIG_KEYS as TIER_KEYS
+from kvrt.tiers import TierConfig
 
 logger = logging.getLogger("kvrt.sglang")
 
@@ -64,6 +66,7 @@ CONFIG_KEYS: Dict[str, str] = {
                            "(default 'sgl')",
     "kvpool_mode": "permission bits of a space this instance creates, an int (default "
                    "0o600 = 384; 0o660 = 432 lets the group's engines join)",
+    **TIER_KEYS,
 }
 
 _DEFAULT_QUOTA = 8 << 30
@@ -271,6 +274,8 @@ class KvpoolStorage(HiCacheStorage):
         if not 0 <= self._mode <= 0o777:
             raise ValueError(f"extra_config kvpool_mode {self._mode:#o}: pass permission "
                              "bits, 0 to 0o777")
+        self._tiers = TierConfig.from_extra(extra)
+        self.tier_store_errors = 0
         self._lock = threading.RLock()
         self._pool: Optional[kvrt.Pool] = process_pool.acquire(self._backend, self._device,
                                                             self._pool_bytes)
@@ -306,6 +311,11 @@ class KvpoolStorage(HiCacheStorage):
                 raise ValueError(f"space {name!r} holds {got}-byte blocks, this model's "
                                  f"pages need {block_bytes}: another page geometry uses "
                                  "the name; set kvpool_space_prefix or kvpool_tenant")
+            try:
+                self._tiers.open(space, max(self._quota, block_bytes))
+            except BaseException:
+                space.close()
+                raise
             if self._space is not None:
                 self._space.close()
             super().register_mem_pool_host(mem_pool_host)
@@ -409,13 +419,14 @@ class KvpoolStorage(HiCacheStorage):
         """libkvrt's batched block copy; ``pairs`` rows are (src, dst) block ids."""
         self._need_pool().copy_blocks(dst, src, pairs)
 
-    def _lookup(self, h: np.ndarray) -> np.ndarray:
-        """Ids of the longest present prefix; the caller releases them."""
+    def _lookup(self, h: np.ndarray, tiers: bool = False) -> np.ndarray:
+        """Ids of the longest present prefix, in the pool or (tiers) also below it,
+        brought up; the caller releases them."""
         sp = self._need_space()
         out: List[np.ndarray] = []
         for i in range(0, len(h), kvrt.MAX_BATCH):
             part = h[i:i + kvrt.MAX_BATCH]
-            ids = sp.lookup(part)
+            ids = sp.lookup_tiers(part)[0] if tiers and self._tiers else sp.lookup(part)
             out.append(ids)
             if len(ids) < len(part):
                 break
@@ -428,7 +439,7 @@ class KvpoolStorage(HiCacheStorage):
     def _read(self, h: np.ndarray, dst: kvrt.BlockArray, dst_blocks: np.ndarray) -> int:
         """Copy the stored prefix of ``h`` into dst's blocks; how many pages."""
         with self._lock:
-            ids = self._lookup(h)
+            ids = self._lookup(h, tiers=True)
             try:
                 if len(ids):
                     pairs = np.stack([ids, dst_blocks[:len(ids)]], axis=1)
@@ -468,19 +479,30 @@ class KvpoolStorage(HiCacheStorage):
             except BaseException:
                 sp.free(ids)
                 raise
+            if self._tiers:
+                self._tier_store(res.ids, h[k:k + m])
             sp.release(res.ids)
             return k + m
+
+    def _tier_store(self, ids: np.ndarray, h: np.ndarray) -> None:
+        """Hand published pages to the tiers; a tier that fails costs hits, not the set."""
+        try:
+            self._space.tier_store(ids, h)  # type: ignore[union-attr]
+        except kvrt.KvrtError as e:
+            self.tier_store_errors += 1
+            logger.warning("kvpool storage: the tiers did not take %d page(s): %s", len(h), e)
 
     # ---- HiCacheStorage: zero-copy (interface_v1) ------------------------
 
     def batch_exists(self, keys: List[str],
                      extra_info: Optional[HiCacheStorageExtraInfo] = None) -> int:
-        """How many leading ``keys`` are stored (no reference is kept)."""
+        """How many leading ``keys`` are stored (no reference is kept); with
+        tiers, pages only a tier has come up into the pool for the get."""
         h = self._hashes(keys)
         if len(h) == 0:
             return 0
         with self._lock:
-            ids = self._lookup(h)
+            ids = self._lookup(h, tiers=True)
             if len(ids):
                 self._release(ids)
         return len(ids)

@@ -16,6 +16,8 @@ from vllm.v1.kv_offload.config import OffloadingConfig
 
 import kvrt
 from kvrt import process_pool
+from kvrt.tiers import CONFIG_KEYS as TIER_KEYS
+from kvrt.tiers import TierConfig
 
 PAGE_BYTES = 4096
 NAME_MAX = 63  # KVRT_NAME_MAX (64) less the NUL
@@ -37,15 +39,7 @@ KEYS: Dict[str, str] = {
     "kvpool_priority": "priority of the blocks this engine publishes, 0..100 (default 50)",
     "kvpool_space_name": "use exactly this space name instead of the derived one "
                          "(then only block_bytes guards the geometry)",
-    "kvpool_tier_ssd": "a directory: libkvrt's SSD tier below the pool (O_DIRECT, survives "
-                       "restarts): a restarted engine finds its blocks there",
-    "kvpool_tier_ssd_bytes": "the SSD tier's capacity (default 4 x the space's quota)",
-    "kvpool_tier_redis": "host:port[,host:port...] of a Redis Cluster: a tier shared by hosts "
-                         "(the ACL user and password from $KVRT_REDIS_USER and "
-                         "$KVRT_REDIS_PASSWORD)",
-    "kvpool_tier_redis_prefix": "the tenant's key prefix on Redis (default 'kvt:')",
-    "kvpool_tier_write_back": "true (default): stored blocks go to the tiers from their "
-                              "own threads; false: before the store completes",
+    **TIER_KEYS,
 }
 
 
@@ -62,15 +56,7 @@ class KvpoolSettings:
     quota_blocks: int = 0
     priority: int = kvrt.PRIO_DEFAULT
     space_name: Optional[str] = None
-    tier_ssd: Optional[str] = None
-    tier_ssd_bytes: int = 0
-    tier_redis: Optional[str] = None
-    tier_redis_prefix: Optional[str] = None
-    tier_write_back: bool = True
-
-    @property
-    def tiers(self) -> bool:
-        return self.tier_ssd is not None or self.tier_redis is not None
+    tiers: TierConfig = TierConfig()
 
     @classmethod
     def from_extra_config(cls, extra: Mapping[str, Any]) -> "KvpoolSettings":
@@ -120,30 +106,11 @@ class KvpoolSettings:
         if name is not None and (not _NAME_OK.match(name) or len(name) > NAME_MAX):
             raise ValueError(f"kvpool_space_name: {name!r}; pass 1..{NAME_MAX} of "
                              "[A-Za-z0-9._-]")
-        wb = extra.get("kvpool_tier_write_back", True)
-        if isinstance(wb, str) and wb.lower() in ("true", "false"):
-            wb = wb.lower() == "true"
-        if not isinstance(wb, bool):
-            raise TypeError(f"kvpool_tier_write_back: pass true or false, not {wb!r}")
-        ssd = _str("kvpool_tier_ssd", None)
-        redis = _str("kvpool_tier_redis", None)
-        for key, v in (("kvpool_tier_ssd", ssd), ("kvpool_tier_redis", redis)):
-            if v is not None and not v:
-                raise ValueError(f"{key}: pass a non-empty value, or leave the key out")
-        ssd_bytes = _int("kvpool_tier_ssd_bytes", 0, 0, 1 << 50)
-        if ssd_bytes and ssd is None:
-            raise ValueError("kvpool_tier_ssd_bytes sizes the SSD tier: pass kvpool_tier_ssd "
-                             "(its directory) too")
-        rprefix = _str("kvpool_tier_redis_prefix", None)
-        if rprefix is not None and redis is None:
-            raise ValueError("kvpool_tier_redis_prefix belongs to the Redis tier: pass "
-                             "kvpool_tier_redis (its seeds) too")
         return cls(backend=backend, device=_str("kvpool_device", None),
                    pool_bytes=_int("kvpool_pool_bytes", 0, 0, 1 << 48),
                    space_prefix=prefix, tenant=tenant, quota_bytes=qb, quota_blocks=qn,
                    priority=_int("kvpool_priority", kvrt.PRIO_DEFAULT, 0, kvrt.PRIO_MAX),
-                   space_name=name, tier_ssd=ssd, tier_ssd_bytes=ssd_bytes, tier_redis=redis,
-                   tier_redis_prefix=rprefix, tier_write_back=wb)
+                   space_name=name, tiers=TierConfig.from_extra(extra))
 
 
 def geometry_fingerprint(config: OffloadingConfig) -> Dict[str, Any]:
@@ -236,34 +203,13 @@ def open_shared_space(settings: KvpoolSettings, name: str, block_bytes: int,
             process_pool.release(pool)
             raise
         try:
-            open_tiers(sp, settings, quota)
+            settings.tiers.open(sp, quota)
         except BaseException:
             sp.close()
             process_pool.release(pool)
             raise
         _spaces[(pk, name)] = (sp, 1, pool)
         return sp
-
-
-def open_tiers(sp: kvrt.Space, settings: KvpoolSettings, quota: int) -> None:
-    """The configured tiers, on the process's handle of the space (SSD first:
-    a lookup asks the nearer tier first).  They close with the space."""
-    if settings.tier_ssd is not None:
-        try:
-            sp.open_ssd_tier(settings.tier_ssd, settings.tier_ssd_bytes or 4 * quota,
-                             write_back=settings.tier_write_back)
-        except kvrt.KvrtError as e:
-            raise type(e)(e.errno, f"kvpool_tier_ssd {settings.tier_ssd!r}: {e.strerror}") \
-                from None
-    if settings.tier_redis is not None:
-        try:
-            sp.open_redis_tier(settings.tier_redis, user=os.environ.get("KVRT_REDIS_USER"),
-                               password=os.environ.get("KVRT_REDIS_PASSWORD"),
-                               key_prefix=settings.tier_redis_prefix,
-                               write_back=settings.tier_write_back)
-        except kvrt.KvrtError as e:
-            raise type(e)(e.errno, f"kvpool_tier_redis {settings.tier_redis!r}: "
-                                   f"{e.strerror}") from None
 
 
 def _create_or_join(pool: kvrt.Pool, name: str, block_bytes: int, quota: int,
@@ -373,7 +319,7 @@ class KvpoolOffloadingSpec(OffloadingSpec):
             self._manager = KvpoolOffloadingManager(self.open_space(),
                                                     priority=self.settings.priority,
                                                     on_shutdown=self.close_space,
-                                                    tiers=self.settings.tiers)
+                                                    tiers=bool(self.settings.tiers))
             self._manager.spec = self  # type: ignore[attr-defined]
         return self._manager
 
