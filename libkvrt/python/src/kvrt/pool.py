@@ -265,6 +265,23 @@ def _ptr(a: np.ndarray) -> int:
     return a.ctypes.data
 
 
+def batch_arrays(ids: IdsLike, hashes: HashesLike, priorities: Optional[Sequence[int]]
+                 ) -> Tuple[np.ndarray, np.ndarray, Optional[np.ndarray]]:
+    """A publish's (or tier store's) arrays: ids (a copy), one hash and at most
+    one priority each."""
+    a = _ids_array(ids).copy()
+    h = hashes_array(hashes)
+    if h.shape[0] != a.size:
+        raise ValueError(f"hashes: {h.shape[0]} given for {a.size} ids; pass one each")
+    pr = None
+    if priorities is not None:
+        pr = np.array([need_uint(p, "priorities[i]") for p in priorities], dtype=np.uint32)
+        if pr.size != a.size:
+            raise ValueError(f"priorities: {pr.size} given for {a.size} ids; pass one "
+                             "each or None")
+    return a, h, pr
+
+
 _C = TypeVar("_C", bound="_Closable")
 
 
@@ -545,16 +562,7 @@ class Space(_Closable):
 
         Each entry leaves one reader reference on ``result.ids[i]``.
         """
-        a = _ids_array(ids).copy()
-        h = hashes_array(hashes)
-        if h.shape[0] != a.size:
-            raise ValueError(f"hashes: {h.shape[0]} given for {a.size} ids; pass one each")
-        pr = None
-        if priorities is not None:
-            pr = np.array([need_uint(p, "priorities[i]") for p in priorities], dtype=np.uint32)
-            if pr.size != a.size:
-                raise ValueError(f"priorities: {pr.size} given for {a.size} ids; pass one "
-                                 "each or None")
+        a, h, pr = batch_arrays(ids, hashes, priorities)
         flags = np.zeros(a.size, dtype=np.uint32)
         n = call("kvrt_publish", self._ptr(), a.size, _ptr(a), _ptr(h),
                  _ptr(pr) if pr is not None else None, _ptr(flags))

@@ -184,6 +184,19 @@ class Tier:
         return f"<kvrt.Tier {self.kind.name.lower()}:{self.where}{' closed' if self.closed else ''}>"
 
 
+def _open(space: "Space", kind: TierKind, opts: ctypes.Structure, layout: Optional[Layout],
+          where: str) -> Tier:
+    """kvrt_tier_open_ssd or _redis with these options (and layout, if any)."""
+    lay = _layout_ptr(layout)
+    if lay is not None:
+        opts.layout = lay  # type: ignore[attr-defined]
+    out = ctypes.c_void_p()
+    name = "kvrt_tier_open_ssd" if kind == TierKind.SSD else "kvrt_tier_open_redis"
+    _call_hinted(name, _SSD_HINTS if kind == TierKind.SSD else _REDIS_HINTS, space._ptr(),
+                 ctypes.byref(opts), ctypes.byref(out), detail=where)
+    return Tier(space, int(out.value or 0), kind, where)
+
+
 def open_ssd(space: "Space", path: Union[str, os.PathLike], capacity_bytes: int, *,
              queue_depth: int = 0, layout: Optional[Layout] = None, write_back: bool = False,
              writeback_max: int = 0) -> Tier:
@@ -192,17 +205,11 @@ def open_ssd(space: "Space", path: Union[str, os.PathLike], capacity_bytes: int,
     if not isinstance(d, str) or not d:
         raise ValueError("path: pass the directory the tier lives below (created 0700)")
     flags, wm = _policy(write_back, writeback_max)
-    lay = _layout_ptr(layout)
     o = _lib.TierSsdOptsC(dir=d.encode(), capacity_bytes=need_uint(capacity_bytes,
                                                                      "capacity_bytes", 64),
                           queue_depth=need_uint(queue_depth, "queue_depth"), flags=flags,
                           writeback_max=wm)
-    if lay is not None:
-        o.layout = lay
-    out = ctypes.c_void_p()
-    _call_hinted("kvrt_tier_open_ssd", _SSD_HINTS, space._ptr(), ctypes.byref(o),
-                 ctypes.byref(out), detail=d)
-    return Tier(space, int(out.value or 0), TierKind.SSD, d)
+    return _open(space, TierKind.SSD, o, layout, d)
 
 
 def open_redis(space: "Space", nodes: str, *, user: Optional[str] = None,
@@ -216,18 +223,12 @@ def open_redis(space: "Space", nodes: str, *, user: Optional[str] = None,
     if key_prefix is not None and len(key_prefix.encode()) > 128:
         raise ValueError("key_prefix: at most 128 bytes (the tenant's ACL pattern, e.g. "
                          "\"tenA:\")")
-    lay = _layout_ptr(layout)
     o = _lib.TierRedisOptsC(nodes=nodes.encode(), user=_text(user, "user"),
                             password=_text(password, "password"),
                             key_prefix=_text(key_prefix, "key_prefix"),
                             timeout_ms=need_uint(timeout_ms, "timeout_ms"), flags=flags,
                             ttl_s=need_uint(ttl_s, "ttl_s"), writeback_max=wm)
-    if lay is not None:
-        o.layout = lay
-    out = ctypes.c_void_p()
-    _call_hinted("kvrt_tier_open_redis", _REDIS_HINTS, space._ptr(), ctypes.byref(o),
-                 ctypes.byref(out), detail=nodes)
-    return Tier(space, int(out.value or 0), TierKind.REDIS, nodes)
+    return _open(space, TierKind.REDIS, o, layout, nodes)
 
 
 def lookup(space: "Space", hashes: "HashesLike") -> Tuple[np.ndarray, np.ndarray]:
@@ -245,18 +246,9 @@ def lookup(space: "Space", hashes: "HashesLike") -> Tuple[np.ndarray, np.ndarray
 
 def store(space: "Space", ids: "IdsLike", hashes: "HashesLike",
           priorities: Optional[Sequence[int]] = None) -> int:
-    from .pool import _ids_array, hashes_array
+    from .pool import batch_arrays
     _need_support("kvrt_tier_store", False)
-    a = _ids_array(ids)
-    h = hashes_array(hashes)
-    if h.shape[0] != a.size:
-        raise ValueError(f"hashes: {h.shape[0]} given for {a.size} ids; pass one each")
-    pr = None
-    if priorities is not None:
-        pr = np.array([need_uint(p, "priorities[i]") for p in priorities], dtype=np.uint32)
-        if pr.size != a.size:
-            raise ValueError(f"priorities: {pr.size} given for {a.size} ids; pass one each "
-                             "or None")
+    a, h, pr = batch_arrays(ids, hashes, priorities)
     return _call_hinted("kvrt_tier_store", _STORE_HINTS, space._ptr(), a.size, a.ctypes.data,
                         h.ctypes.data, pr.ctypes.data if pr is not None else None)
 
