@@ -1269,7 +1269,9 @@ int kvrt_seqs_stats(struct kvrt_seqs *seqs, struct kvrt_seqs_stats *stats);
  * what does not fit in the queue (writeback_max blocks), is written
  * before kvrt_tier_store() returns, as write-through.  What a crash or
  * kill -9 finds still queued is not in the tier.  A child of fork() must
- * not use its parent's tiers.
+ * not use its parent's tiers: there kvrt_tier_store() and kvrt_tier_flush()
+ * of a handle with a write-back tier fail with -ECHILD (the thread and its
+ * references are the parent's), and closing leaves the parent's queue alone.
  */
 #define KVRT_TIER_WRITE_BACK	0x1u	/* kvrt_tier_*_opts.flags */
 struct kvrt_tier;
@@ -1400,7 +1402,8 @@ int kvrt_lookup_tiers(struct kvrt_space *space, uint32_t count,
  * the number of blocks written or queued (the most of any tier), or -EINVAL (NULL space,
  * count 0, an id outside the space, a priority above KVRT_PRIO_MAX),
  * -E2BIG (count > KVRT_MAX_BATCH), -EFAULT (ids or hashes NULL), -ENODEV
- * (no tier open on this handle), -EIO (a tier could not write or sync:
+ * (no tier open on this handle), -ECHILD (a write-back tier of the parent,
+ * in a fork()ed child), -EIO (a tier could not write or sync:
  * nothing of this call is in the SSD tier's index; on Redis the blocks
  * that were written stay; a write-back tier fails before queueing, except
  * when the queue overflows: what was queued stays), -ENOMEM.
@@ -1410,7 +1413,8 @@ int kvrt_tier_store(struct kvrt_space *space, uint32_t count, const uint32_t *id
 
 /*
  * Wait until every block queued on this handle's write-back tiers before
- * the call has been written (since 0.7).  Returns 0, -EINVAL (NULL), or
+ * the call has been written (since 0.7).  Returns 0, -EINVAL (NULL),
+ * -ECHILD (as kvrt_tier_store), or
  * the first error a write-back write met since the last call (-EIO,
  * -ENOMEM: those blocks are not in that tier, and stay in the pool as
  * long as the pool keeps them); the error is reported once.

@@ -576,6 +576,49 @@ TEST(closing_a_write_back_tier_writes_what_is_queued)
 	env_close(&e);
 }
 
+/*
+ * fork() after a write-back tier started: the child has the queue but not
+ * the thread.  Its stores and flushes fail with -ECHILD instead of queueing
+ * for no one or waiting forever, its close returns (an alarm would kill a
+ * hang), and the parent's queue is written all the same.
+ */
+TEST(a_forked_child_neither_hangs_nor_takes_the_parents_queue)
+{
+	char buf[2048], want[64];
+	struct env e;
+	int status, bad;
+	pid_t pid;
+
+	new_dir(&e);
+	REQUIRE(env_open_policy(&e, "wbfork", BB, 128, NULL, KVRT_TIER_WRITE_BACK, 0) == 0);
+	CHECK_EQ(publish_store_run(&e, 70, 0, 16), 16);
+	fflush(NULL);
+	pid = fork();
+	REQUIRE(pid >= 0);
+	if (!pid) {
+		alarm(10);
+		if (publish_store_run(&e, 71, 0, 4) != -ECHILD)
+			_exit(2);
+		if (kvrt_tier_flush(e.s) != -ECHILD)
+			_exit(3);
+		env_close(&e);
+		_exit(0);
+	}
+	REQUIRE(waitpid(pid, &status, 0) == pid);
+	CHECKF(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status %#x", status);
+	/* The stats file is still the parent's: the child's close wrote none. */
+	read_stats_file(&e, buf, sizeof(buf));
+	snprintf(want, sizeof(want), "\npid=%d\nopen=1\n", (int)getpid());
+	CHECKF(strstr(buf, want), "stats: %s", buf);
+	CHECK_EQ(kvrt_tier_flush(e.s), 0);
+	CHECK_EQ(stats(&e).stores, 16);
+	env_close(&e);
+	REQUIRE(env_open(&e, "wbfork", BB, 128, NULL) == 0);
+	CHECK_EQ(lookup_run(&e, 70, 16, NULL, &bad), 16);
+	CHECK_EQ(bad, 0);
+	env_close(&e);
+}
+
 static bool present(struct env *e, uint32_t tag, uint32_t i)
 {
 	uint8_t h[1][H], w;
@@ -792,6 +835,7 @@ int main(void)
 	RUN(write_back_writes_every_block_by_flush);
 	RUN(closing_a_write_back_tier_writes_what_is_queued);
 	RUN(threads_store_and_look_up_while_the_tier_writes_back);
+	RUN(a_forked_child_neither_hangs_nor_takes_the_parents_queue);
 	RUN(eviction_takes_the_lowest_priority_then_the_oldest);
 	RUN(another_uid_is_refused_by_the_file_system);
 	RUN(kill_9_leaves_every_block_whole);

@@ -347,6 +347,9 @@ int kvrt_tier_store(struct kvrt_space *s, uint32_t count, const uint32_t *ids,
 			return -EINVAL;
 	if (!s->tiers)
 		return -ENODEV;
+	for (t = s->tiers; t; t = t->next)
+		if (t->wb && !kvrt_writeback_here(t))
+			return -ECHILD;
 	for (t = s->tiers; t; t = t->next) {
 		ret = t->wb ? store_back(t, count, ids, hashes, prio) :
 			      t->ops->store(t, count, hashes, ids, prio);
@@ -364,6 +367,9 @@ int kvrt_tier_flush(struct kvrt_space *s)
 
 	if (!s)
 		return -EINVAL;
+	for (t = s->tiers; t; t = t->next)
+		if (t->wb && !kvrt_writeback_here(t))
+			return -ECHILD;
 	for (t = s->tiers; t; t = t->next) {
 		if (!t->wb)
 			continue;

@@ -70,6 +70,8 @@ uint32_t kvrt_writeback_queue(struct kvrt_tier *t, uint32_t n,
 int kvrt_writeback_flush(struct kvrt_tier *t);
 void kvrt_writeback_stats(struct kvrt_tier *t, struct kvrt_tier_stats *stats);
 void kvrt_writeback_stop(struct kvrt_tier *t);
+/* False in a fork()ed child: the thread, and the queue's references, are the parent's. */
+bool kvrt_writeback_here(const struct kvrt_tier *t);
 void kvrt_writeback_free(struct kvrt_writeback *wb);
 
 int kvrt_ssd_open(struct kvrt_space *s, const struct kvrt_tier_ssd_opts *o,

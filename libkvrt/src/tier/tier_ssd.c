@@ -86,6 +86,7 @@ struct ssd_tier {
 	uint32_t qd;
 	uint64_t block_bytes;
 	uint64_t log_records;	/* records in the index file since its head */
+	pid_t opener;		/* a fork()ed child's close leaves the stats file alone */
 	uint8_t identity[32];
 	struct kvrt_tier_stats st;	/* the counters; the rest filled on demand */
 	time_t stats_at;		/* when the stats file was last written */
@@ -558,7 +559,7 @@ static void ssd_close(struct kvrt_tier *tier)
 {
 	struct ssd_tier *t = ssd_of(tier);
 
-	if (t->logfd >= 0)
+	if (t->logfd >= 0 && t->opener == getpid())
 		ssd_publish_stats(t, false, true);	/* opened whole: its last figures */
 	if (t->ring.ring_fd > 0)
 		io_uring_queue_exit(&t->ring);
@@ -648,6 +649,7 @@ int kvrt_ssd_open(struct kvrt_space *s, const struct kvrt_tier_ssd_opts *o,
 	t->block_bytes = s->block_bytes;
 	t->qd = o->queue_depth ? o->queue_depth : SSD_DEFAULT_QD;
 	memcpy(t->identity, identity, 32);
+	t->opener = getpid();
 	pthread_mutex_init(&t->lock, NULL);
 	kvrt_tier_common_init(&t->t);
 	ret = ssd_index_init(&t->x, (uint32_t)(o->capacity_bytes / s->block_bytes));

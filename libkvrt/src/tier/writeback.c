@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "tier.h"
 
@@ -33,6 +34,7 @@ struct kvrt_writeback {
 	uint64_t written;	/* entries the thread finished with */
 	int error;		/* first failure since the last flush */
 	bool stop;
+	pid_t pid;		/* the process the thread runs in (not a fork()ed child) */
 	/* The thread's batch. */
 	uint8_t (*hashes)[KVRT_HASH_BYTES];
 	uint32_t *ids, *prio;
@@ -110,6 +112,7 @@ int kvrt_writeback_start(struct kvrt_tier *t, uint32_t max_blocks)
 		wb_free(wb);
 		return -ENOMEM;
 	}
+	wb->pid = getpid();
 	t->wb = wb;
 	if (pthread_create(&wb->thread, NULL, wb_thread, t)) {
 		t->wb = NULL;
@@ -170,11 +173,17 @@ void kvrt_writeback_stats(struct kvrt_tier *t, struct kvrt_tier_stats *st)
 	pthread_mutex_unlock(&wb->lock);
 }
 
+bool kvrt_writeback_here(const struct kvrt_tier *t)
+{
+	return t->wb->pid == getpid();
+}
+
 void kvrt_writeback_stop(struct kvrt_tier *t)
 {
 	struct kvrt_writeback *wb = t->wb;
 
-	if (!wb)
+	/* A fork()ed child has the queue but no thread: nothing to stop or drain. */
+	if (!wb || !kvrt_writeback_here(t))
 		return;
 	pthread_mutex_lock(&wb->lock);
 	wb->stop = true;
