@@ -730,6 +730,8 @@ int engine_run(struct model *m, struct devcache *dev, struct pcache *pc,
 			fail(&e, ret, "offload copy: %s", strerror(-ret));
 			goto out;
 		}
+		/* A write-back tier's queue holds references until it is written. */
+		pcache_flush_tiers(pc);
 	}
 	ret = check_drained(&e);
 out:
