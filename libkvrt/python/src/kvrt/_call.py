@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import operator
 import threading
-from typing import Any, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from . import _lib
 from .errors import make_error
@@ -44,12 +44,20 @@ def _last_message() -> Optional[str]:
     return None
 
 
-def call(name: str, *args: Any, detail: str = "") -> int:
-    """Call libkvrt function ``name``; raise its errno as a KvrtError."""
+def call(name: str, *args: Any, detail: str = "",
+         why: Optional[Dict[int, str]] = None) -> int:
+    """Call libkvrt function ``name``; raise its errno as a KvrtError.
+
+    ``why`` maps errnos to what the caller should do; the message gets it
+    after ``detail``.
+    """
     _tls.msgs = []
     try:
         ret = getattr(_lib.lib, name)(*args)
         if ret is not None and ret < 0:
+            advice = (why or {}).get(-ret)
+            if advice:
+                detail = f"{detail}: {advice}" if detail else advice
             raise make_error(ret, name, _last_message(), detail)
     finally:
         _tls.msgs = None

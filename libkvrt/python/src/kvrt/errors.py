@@ -134,6 +134,14 @@ def error_class(err: int) -> Type[KvrtError]:
     return cls
 
 
+def too_old(function: str, why: str) -> NotSupportedError:
+    """The refusal of a call the loaded library is too old for (``why`` says which)."""
+    e = make_error(-_errno.EOPNOTSUPP, function, None,
+                   why + "; build or install a newer libkvrt, or point KVRT_LIBRARY at one")
+    assert isinstance(e, NotSupportedError)  # noqa: S101
+    return e
+
+
 def make_error(ret: int, function: str, library_message: Optional[str] = None,
                detail: str = "") -> KvrtError:
     """Build the exception for ``ret``, a negative errno returned by ``function``."""

@@ -33,7 +33,7 @@ import numpy as np
 from . import _lib
 from ._call import call, need_uint
 from .attention import BlockTable
-from .errors import KvrtError, NotSupportedError, make_error
+from .errors import KvrtError, too_old
 
 #: copy_block(src_block, dst_block, ntokens) -> None
 CopyBlock = Callable[[int, int, int], None]
@@ -141,11 +141,7 @@ class Sequences:
     def __init__(self, nr_blocks: int, block_tokens: int, copy_block: CopyBlock) -> None:
         self._ptr: Optional[int] = None
         if _lib.seqs_missing is not None:
-            e = make_error(-errno.EOPNOTSUPP, "kvrt_seqs_create", None,
-                           _lib.seqs_missing + "; build or install a newer libkvrt, or point "
-                           "KVRT_LIBRARY at one")
-            assert isinstance(e, NotSupportedError)  # noqa: S101
-            raise e
+            raise too_old("kvrt_seqs_create", _lib.seqs_missing)
         nb = need_uint(nr_blocks, "nr_blocks")
         bt = need_uint(block_tokens, "block_tokens")
         if not callable(copy_block):
@@ -190,14 +186,11 @@ class Sequences:
         tls.error = None
         pending: Optional[BaseException] = None
         try:
-            return call(name, ptr, *args)
-        except KvrtError as e:
+            return call(name, ptr, *args, why=why)
+        except KvrtError:
             pending = tls.error
             if pending is None:
-                text = (why or {}).get(e.errno or 0)
-                if not text:
-                    raise
-                raise make_error(-(e.errno or 0), name, e.library_message, text) from None
+                raise
         finally:
             tls.error = None
             self._leave()

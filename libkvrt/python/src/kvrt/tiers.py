@@ -28,7 +28,7 @@ import numpy as np
 
 from . import _lib
 from ._call import call, need_uint
-from .errors import NotSupportedError, make_error
+from .errors import too_old
 from .layout import Layout
 
 if TYPE_CHECKING:
@@ -70,10 +70,7 @@ class TierStats:
 def _need_support(function: str, write_back: bool) -> None:
     why = _lib.tiers_missing or (_lib.write_back_missing if write_back else None)
     if why is not None:
-        e = make_error(-errno.EOPNOTSUPP, function, None,
-                       why + "; build or install a newer libkvrt, or point KVRT_LIBRARY at one")
-        assert isinstance(e, NotSupportedError)  # noqa: S101
-        raise e
+        raise too_old(function, why)
 
 
 def _policy(write_back: bool, writeback_max: int) -> Tuple[int, int]:
@@ -122,19 +119,6 @@ _REDIS_HINTS: Dict[int, str] = {
     errno.EPROTO: "the seeds are not a Redis Cluster (cluster-enabled yes)",
     errno.EINVAL: "nodes is host:port[,host:port...]; key_prefix at most 128 bytes",
 }
-
-
-def _call_hinted(name: str, hints: Dict[int, str], *args: object, detail: str = "") -> int:
-    """call(), with what to do added to the message of the errnos in hints."""
-    try:
-        return call(name, *args, detail=detail)
-    except OSError as e:
-        hint = hints.get(e.errno or 0)
-        if hint is None:
-            raise
-        raise make_error(-(e.errno or 0), name, getattr(e, "library_message", None),
-                         f"{detail}: {hint}" if detail else hint) from None
-
 _STORE_HINTS: Dict[int, str] = {
     errno.ENODEV: "no tier is open on this space handle: open one first "
                   "(Space.open_ssd_tier, Space.open_redis_tier)",
@@ -192,8 +176,8 @@ def _open(space: "Space", kind: TierKind, opts: ctypes.Structure, layout: Option
         opts.layout = lay  # type: ignore[attr-defined]
     out = ctypes.c_void_p()
     name = "kvrt_tier_open_ssd" if kind == TierKind.SSD else "kvrt_tier_open_redis"
-    _call_hinted(name, _SSD_HINTS if kind == TierKind.SSD else _REDIS_HINTS, space._ptr(),
-                 ctypes.byref(opts), ctypes.byref(out), detail=where)
+    call(name, space._ptr(), ctypes.byref(opts), ctypes.byref(out), detail=where,
+         why=_SSD_HINTS if kind == TierKind.SSD else _REDIS_HINTS)
     return Tier(space, int(out.value or 0), kind, where)
 
 
@@ -249,8 +233,8 @@ def store(space: "Space", ids: "IdsLike", hashes: "HashesLike",
     from .pool import batch_arrays
     _need_support("kvrt_tier_store", False)
     a, h, pr = batch_arrays(ids, hashes, priorities)
-    return _call_hinted("kvrt_tier_store", _STORE_HINTS, space._ptr(), a.size, a.ctypes.data,
-                        h.ctypes.data, pr.ctypes.data if pr is not None else None)
+    return call("kvrt_tier_store", space._ptr(), a.size, a.ctypes.data, h.ctypes.data,
+                pr.ctypes.data if pr is not None else None, why=_STORE_HINTS)
 
 
 def flush(space: "Space") -> None:
