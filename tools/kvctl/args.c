@@ -98,36 +98,27 @@ int kv_format_args(const char *cmd, int argc, char **argv, bool *json, bool *pro
 		   const char **pos, const char **tiers)
 {
 	enum { OPT_JSON = 1, OPT_PROM, OPT_TIERS };
-	static const struct topt with_tiers[] = {
+	static const struct topt all[] = {
 		{ .name = "--json", .kind = TOPT_ID, .id = OPT_JSON },
 		{ .name = "--prometheus", .kind = TOPT_ID, .id = OPT_PROM },
 		{ .name = "--tiers", .arg = "DIR", .kind = TOPT_ID, .id = OPT_TIERS },
-		{ .name = NULL },
 	};
-	/* Without tiers the table ends before --tiers. */
-	static const struct topt opts[] = {
-		{ .name = "--json", .kind = TOPT_ID, .id = OPT_JSON },
-		{ .name = "--prometheus", .kind = TOPT_ID, .id = OPT_PROM },
-		{ .name = NULL },
-	};
-	/* Without prom the table ends before --prometheus: an unknown option. */
-	static const struct topt json_only[] = {
-		{ .name = "--json", .kind = TOPT_ID, .id = OPT_JSON },
-		{ .name = NULL },
-	};
+	/* The options the command takes, a prefix of all: the rest are unknown to it. */
+	struct topt opts[4] = { { .name = NULL } };
+	size_t n = !prom ? 1 : !tiers ? 2 : 3;
 	struct kv_args a;
 	const char *v;
 	bool no_prom;
 	int o;
 
+	memcpy(opts, all, n * sizeof(all[0]));
 	if (!prom)
 		prom = &no_prom;
 	*json = *prom = false;
-	kv_args_init(&a, cmd, argc, argv);
 	if (tiers)
 		*tiers = NULL;
-	while ((o = kv_args_next(&a, prom == &no_prom ? json_only : tiers ? with_tiers : opts,
-				 &v)) != KV_OPT_END) {
+	kv_args_init(&a, cmd, argc, argv);
+	while ((o = kv_args_next(&a, opts, &v)) != KV_OPT_END) {
 		if (o == KV_OPT_HELP)
 			return kv_help(cmd);
 		if (o == KV_OPT_ERR)

@@ -272,6 +272,17 @@ int kvrt_lookup_tiers(struct kvrt_space *s, uint32_t count,
 	return (int)hits;
 }
 
+/* A write-back tier of this handle whose thread is a fork()ing parent's. */
+static bool parents_queue(const struct kvrt_space *s)
+{
+	const struct kvrt_tier *t;
+
+	for (t = s->tiers; t; t = t->next)
+		if (t->wb && !kvrt_writeback_here(t))
+			return true;
+	return false;
+}
+
 /*
  * A write-back tier's part of kvrt_tier_store: the blocks whose hashes are
  * published are queued with a reader reference each (taken by a lookup);
@@ -347,9 +358,8 @@ int kvrt_tier_store(struct kvrt_space *s, uint32_t count, const uint32_t *ids,
 			return -EINVAL;
 	if (!s->tiers)
 		return -ENODEV;
-	for (t = s->tiers; t; t = t->next)
-		if (t->wb && !kvrt_writeback_here(t))
-			return -ECHILD;
+	if (parents_queue(s))
+		return -ECHILD;
 	for (t = s->tiers; t; t = t->next) {
 		ret = t->wb ? store_back(t, count, ids, hashes, prio) :
 			      t->ops->store(t, count, hashes, ids, prio);
@@ -367,9 +377,8 @@ int kvrt_tier_flush(struct kvrt_space *s)
 
 	if (!s)
 		return -EINVAL;
-	for (t = s->tiers; t; t = t->next)
-		if (t->wb && !kvrt_writeback_here(t))
-			return -ECHILD;
+	if (parents_queue(s))
+		return -ECHILD;
 	for (t = s->tiers; t; t = t->next) {
 		if (!t->wb)
 			continue;
