@@ -47,10 +47,11 @@ extern "C" {
  * tables (fork with copy-on-write, truncate, CSR for the attention calls).
  * 0.6: tiers below the pool (a local SSD tier).
  * 0.7: write-back tiers (KVRT_TIER_WRITE_BACK, kvrt_tier_flush).
+ * 0.8: tiers trust only what the tenant's key wrote (kvrt_tier_*_opts.key_file).
  */
 
 #define KVRT_VERSION_MAJOR 0
-#define KVRT_VERSION_MINOR 7
+#define KVRT_VERSION_MINOR 8
 #define KVRT_VERSION_PATCH 0
 /* MAJOR * 10000 + MINOR * 100 + PATCH, comparable with kvrt_version_number() */
 #define KVRT_VERSION_NUMBER \
@@ -1290,7 +1291,9 @@ struct kvrt_tier_ssd_opts {
 	/* Blocks queued at most; 0: an eighth of the space's blocks, at most 1024 (0 if not WRITE_BACK). */
 	uint32_t writeback_max;
 	uint32_t reserved0;		/* 0 */
-	uint64_t reserved[3];		/* 0 */
+	/* The tenant's tier key (since 0.8; see "Trust" above); NULL: the directory's own. */
+	const char *key_file;
+	uint64_t reserved[2];		/* 0 */
 };
 
 /*
@@ -1338,7 +1341,9 @@ struct kvrt_tier_redis_opts {
 	const struct kvrt_layout *layout;	/* as for the SSD tier */
 	uint32_t ttl_s;			/* blocks expire after this (SET EX); 0: never */
 	uint32_t writeback_max;		/* as for the SSD tier */
-	uint64_t reserved[3];		/* 0 */
+	/* The tenant's tier key (since 0.8); NULL: derived from user and password. */
+	const char *key_file;
+	uint64_t reserved[2];		/* 0 */
 };
 
 /*

@@ -13,6 +13,10 @@
 
 #include "tier.h"
 
+/* key_file took a reserved word in 0.8: the structs keep their 0.7 size. */
+_Static_assert(sizeof(struct kvrt_tier_ssd_opts) == 64 && sizeof(struct kvrt_tier_redis_opts) == 80,
+	       "kvrt_tier_*_opts keep their size");
+
 /* kvrt.c's checks of a batch, then the second array's. */
 static int batch_args(const struct kvrt_space *s, uint32_t count, const void *a, const void *b)
 {
@@ -126,7 +130,7 @@ int kvrt_tier_open_ssd(struct kvrt_space *s, const struct kvrt_tier_ssd_opts *o,
 		return -EINVAL;
 	*out = NULL;
 	if (!s || !o || !o->dir || !*o->dir || !policy_valid(o->flags, o->writeback_max) ||
-	    o->reserved0 || !words_zero(o->reserved, 3) || o->capacity_bytes < s->block_bytes ||
+	    o->reserved0 || !words_zero(o->reserved, 2) || o->capacity_bytes < s->block_bytes ||
 	    o->capacity_bytes > (1ULL << 50) || o->queue_depth > 4096)
 		return -EINVAL;
 	return tier_attach(s, KVRT_TIER_SSD, o->layout, o, o->flags, o->writeback_max, out);
@@ -139,7 +143,7 @@ int kvrt_tier_open_redis(struct kvrt_space *s, const struct kvrt_tier_redis_opts
 		return -EINVAL;
 	*out = NULL;
 	if (!s || !o || !o->nodes || !policy_valid(o->flags, o->writeback_max) ||
-	    !words_zero(o->reserved, 3) || (o->key_prefix && strlen(o->key_prefix) > 128))
+	    !words_zero(o->reserved, 2) || (o->key_prefix && strlen(o->key_prefix) > 128))
 		return -EINVAL;
 	return tier_attach(s, KVRT_TIER_REDIS, o->layout, o, o->flags, o->writeback_max, out);
 }

@@ -163,14 +163,14 @@ class SeqsStatsC(ctypes.Structure):
 class TierSsdOptsC(ctypes.Structure):
     _fields_ = [("dir", c_char_p), ("capacity_bytes", c_uint64), ("queue_depth", c_uint32),
                 ("flags", c_uint32), ("layout", POINTER(LayoutC)), ("writeback_max", c_uint32),
-                ("reserved0", c_uint32), ("reserved", c_uint64 * 3)]
+                ("reserved0", c_uint32), ("key_file", c_char_p), ("reserved", c_uint64 * 2)]
 
 
 class TierRedisOptsC(ctypes.Structure):
     _fields_ = [("nodes", c_char_p), ("user", c_char_p), ("password", c_char_p),
                 ("key_prefix", c_char_p), ("timeout_ms", c_uint32), ("flags", c_uint32),
                 ("layout", POINTER(LayoutC)), ("ttl_s", c_uint32), ("writeback_max", c_uint32),
-                ("reserved", c_uint64 * 3)]
+                ("key_file", c_char_p), ("reserved", c_uint64 * 2)]
 
 
 class TierStatsC(ctypes.Structure):
