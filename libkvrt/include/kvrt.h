@@ -1426,6 +1426,18 @@ int kvrt_tier_store(struct kvrt_space *space, uint32_t count, const uint32_t *id
  */
 int kvrt_tier_flush(struct kvrt_space *space);
 
+/*
+ * Create a tenant's tier key (since 0.8): path, a new file (O_EXCL; a
+ * symlink is not followed) of mode 0600 holding 32 random bytes, made
+ * durable.  Give it as kvrt_tier_*_opts.key_file: a tier then trusts only
+ * the blocks this key wrote.  Copy it, as a secret, to every host whose
+ * engines share a Redis tier.  Returns 0, -EINVAL (NULL), -EEXIST (path
+ * exists: a key is never overwritten), -EIO (no randomness, a short
+ * write), or the errno of creating the file (-EACCES, -ENOENT, ...); on
+ * failure no file is left behind.
+ */
+int kvrt_tier_key_create(const char *path);
+
 #if defined(__GNUC__) && __GNUC__ >= 4
 #pragma GCC visibility pop
 #endif
