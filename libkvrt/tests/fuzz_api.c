@@ -11,8 +11,11 @@
  * counters as they were; a failed copy, append or attention leaves the
  * blocks this fuzzer holds, its own buffers and the output as they were;
  * and where the fuzzer's own arithmetic says a block of a layout leaves
- * its pool block, the call must fail.  Data calls only go to blocks the
- * fuzzer holds: touching others is the caller's contract, not checked.
+ * its pool block, or lands in one the space has no memory behind (past
+ * kvrt_space_info's backed_bytes), the call must fail (-ERANGE, -EFAULT:
+ * never a signal).  Data calls go to blocks the fuzzer holds and to
+ * unbacked ones: touching another participant's backed blocks is the
+ * caller's contract, not checked.
  */
 #include <errno.h>
 #include <stdbool.h>
@@ -439,9 +442,23 @@ static bool span_of(const struct kvrt_layout *l, uint64_t b, __int128 *lo, __int
 	return *lo >= INT64_MIN && *hi <= INT64_MAX;
 }
 
-enum reach { REACH_HELD, REACH_OUTSIDE, REACH_UNHELD };
+enum reach { REACH_HELD, REACH_OUTSIDE, REACH_UNHELD, REACH_UNBACKED };
 
-/* Where [lo, hi) from the slot's base + off lands: in a held pool block, across or out of the mapping, in one not held. */
+/* Bytes of the space with memory behind them, in whole blocks from its base. */
+static uint64_t backed_bytes(const struct space_slot *s)
+{
+	struct kvrt_space_info info;
+
+	if (check_ret("space_info", kvrt_space_info(s->s, &info)) || !info.block_bytes)
+		fail("space_info of an open space", -1);
+	return info.backed_bytes / info.block_bytes * info.block_bytes;
+}
+
+/*
+ * Where [lo, hi) from the slot's base + off lands: in a held pool block,
+ * across or out of the mapping, in one not held, in one with no memory
+ * behind it (which no one holds).
+ */
 static enum reach classify(const struct space_slot *s, __int128 lo, __int128 hi)
 {
 	__int128 map = (__int128)s->nr_blocks * s->block_bytes;
@@ -450,6 +467,8 @@ static enum reach classify(const struct space_slot *s, __int128 lo, __int128 hi)
 		return REACH_HELD;
 	if (lo < 0 || hi > map || lo / s->block_bytes != (hi - 1) / s->block_bytes)
 		return REACH_OUTSIDE;
+	if (hi > (__int128)backed_bytes(s))
+		return REACH_UNBACKED;
 	return held(s, (uint64_t)(lo / s->block_bytes)) ? REACH_HELD : REACH_UNHELD;
 }
 
@@ -474,7 +493,7 @@ static enum reach layout_reach(const struct space_slot *s, const struct kvrt_lay
 			r = classify(s, slo + soff, shi + soff);
 		if (r == REACH_UNHELD)
 			return r;
-		if (r == REACH_OUTSIDE)
+		if (r != REACH_HELD && worst == REACH_HELD)
 			worst = r;
 	}
 	return worst;
@@ -523,6 +542,8 @@ static void data_verdict(const char *what, int ret, enum reach r, uint64_t befor
 		fail("a failed data call changed held blocks or buffers", ret);
 	if (r == REACH_OUTSIDE && ret >= 0)
 		fail("a layout leaving its pool block was accepted", ret);
+	if (r == REACH_UNBACKED && ret >= 0)
+		fail("a block with no memory behind it was accepted", ret);
 }
 
 static void op_copy(struct arg *a)
