@@ -146,10 +146,11 @@ int kvrt_layout_block_bytes(const struct kvrt_layout *layout, uint64_t *bytes);
 /*
  * The memory formula: bytes of K and V for tokens tokens,
  *   2 * tokens * num_layers * num_kv_heads * head_dim * element size.
- * tokens == 1 gives the bytes per token.  fp8 scales are per block, so they
- * are not in this figure: kvrt_layout_block_bytes() counts them.
- * -EINVAL for a zero size (tokens may be 0) or unknown dtype, -EOVERFLOW
- * when the result does not fit in 63 bits.
+ * tokens == 1 gives the bytes per token, tokens == 0 gives 0 whatever the
+ * sizes.  fp8 scales are per block, so they are not in this figure:
+ * kvrt_layout_block_bytes() counts them.  -EINVAL for a zero size (tokens
+ * may be 0) or unknown dtype, -EOVERFLOW when the result does not fit in
+ * 63 bits.
  */
 int kvrt_kv_bytes(uint32_t num_layers, uint32_t num_kv_heads, uint32_t head_dim,
 		  uint64_t tokens, enum kvrt_dtype dtype, uint64_t *bytes);

@@ -333,6 +333,24 @@ TEST(inline_scales_errors)
 	CHECK(!memcmp(&l, &before, sizeof(l)));
 }
 
+/* kvrt.h: the result must not fit for -EOVERFLOW; for 0 tokens it is 0, whatever the sizes. */
+TEST(kv_bytes_of_zero_tokens_is_zero_whatever_the_dimensions)
+{
+	uint64_t b = 5;
+
+	CHECK_EQ(kvrt_kv_bytes(UINT32_MAX, UINT32_MAX, UINT32_MAX, 0, KVRT_DTYPE_F32, &b), 0);
+	CHECK_EQ(b, 0);
+	b = 5;
+	CHECK_EQ(kvrt_kv_bytes(1U << 31, 1U << 31, 2, 0, KVRT_DTYPE_BF16, &b), 0);
+	CHECK_EQ(b, 0);
+	/* The argument checks still come first. */
+	CHECK_EQ(kvrt_kv_bytes(0, UINT32_MAX, UINT32_MAX, 0, KVRT_DTYPE_F32, &b), -EINVAL);
+	CHECK_EQ(kvrt_kv_bytes(UINT32_MAX, UINT32_MAX, UINT32_MAX, 0, (enum kvrt_dtype)9, &b),
+		 -EINVAL);
+	CHECK_EQ(kvrt_kv_bytes(UINT32_MAX, UINT32_MAX, UINT32_MAX, 0, KVRT_DTYPE_F32, NULL),
+		 -EINVAL);
+}
+
 int main(void)
 {
 	RUN(block_major_f16_by_hand);
@@ -346,5 +364,6 @@ int main(void)
 	RUN(kv_bytes_errors);
 	RUN(inline_scales);
 	RUN(inline_scales_errors);
+	RUN(kv_bytes_of_zero_tokens_is_zero_whatever_the_dimensions);
 	return tap_done("test_layout");
 }
