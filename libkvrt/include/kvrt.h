@@ -347,7 +347,9 @@ struct kvrt_open_opts {
  * opts->backend if not AUTO, else $KVRT_BACKEND ("kmod" or "embedded") if
  * set, else kmod when the device opens and answers KVPOOL_IOC_INFO, else
  * embedded.  Errors: -EINVAL for unknown flags, non-zero reserved fields, a
- * bad backend value in opts or $KVRT_BACKEND; -ENODEV when kmod is forced
+ * bad backend value in opts or $KVRT_BACKEND; -ENAMETOOLONG for a device
+ * path (opts->device or $KVRT_DEVICE) of 256 bytes or more, whichever
+ * backend is chosen (nothing is opened); -ENODEV when kmod is forced
  * and the device is absent or is no kvpool device; -EACCES/-EPERM when kmod
  * is forced and the device may not be opened; -ENOMEM.
  */

@@ -114,6 +114,7 @@ static void op_open(struct arg *a)
 {
 	struct kvrt_open_opts o = { .backend = KVRT_BACKEND_EMBEDDED };
 	uint8_t bad = u8(a);
+	int ret;
 
 	if (k)
 		return;
@@ -124,6 +125,26 @@ static void op_open(struct arg *a)
 		o.reserved0 = 1;
 	if (bad & 4)
 		o.backend = (enum kvrt_backend)(3 + (bad >> 4));
+	if (bad & 8) {
+		/* A device path of 248..263 bytes: from 256 on, -ENAMETOOLONG. */
+		static char path[264];
+		size_t n = 248 + (bad >> 4) % 16;
+
+		memset(path, 'd', n);
+		path[0] = '/';
+		path[n] = '\0';
+		o.device = path;
+		ret = check_ret("open", kvrt_open(&k, &o));
+		/* Bad flags, reserved fields or backend are -EINVAL first. */
+		if (n >= 256 && (ret >= 0 || (!(bad & 6) && !(o.flags & ~KVRT_OPEN_FLAGS) &&
+					      ret != -ENAMETOOLONG)))
+			fail("a device path of 256 bytes or more was not -ENAMETOOLONG", ret);
+		if (n < 256 && ret == -ENAMETOOLONG)
+			fail("a device path under 256 bytes was -ENAMETOOLONG", ret);
+		if (ret < 0)
+			k = NULL;
+		return;
+	}
 	if (check_ret("open", kvrt_open(&k, &o)) < 0)
 		k = NULL;
 }
