@@ -163,7 +163,10 @@ int kvrt_kv_bytes(uint32_t num_layers, uint32_t num_kv_heads, uint32_t head_dim,
  * scale strides are set to match; *scales_offset receives the byte offset
  * from the cache base of the first scale: use base + *scales_offset as the
  * scales pointer of a struct kvrt_kv_cache or kvrt_block_array.
- * -EINVAL unless the layout is fp8 and exactly the block-major preset.
+ * -EINVAL unless the layout is fp8 and exactly the block-major preset;
+ * -EOVERFLOW when the cache with the scales inline (num_blocks times the
+ * new block_stride) would not fit in 63 bits, as kvrt_layout_init() says
+ * of the data alone.  On failure the layout is unchanged.
  */
 int kvrt_layout_inline_scales(struct kvrt_layout *layout, uint64_t *scales_offset);
 
