@@ -161,6 +161,14 @@ void kvrt_log(const struct kvrt *k, int level, const char *fmt, ...);
 int kvrt_batch_args(const struct kvrt_space *s, uint32_t count, const void *ids);
 
 /*
+ * The same for a batch call that then reads or writes blocks ids[] of the
+ * space through its mapping (kvrt_tier_store): kvrt_batch_args(), each id
+ * < nr_blocks (-EINVAL), each block backed (-EFAULT, logged as the bounds
+ * check logs it), before any byte moves (kvrt.c).
+ */
+int kvrt_batch_ids(struct kvrt_space *s, uint32_t count, const uint32_t *ids);
+
+/*
  * How many bytes from the space's base have memory behind them, in whole
  * pool blocks: the backed prefix, [0, backed_bytes / block_bytes) blocks
  * (kvcore's backed_blocks, the same for both backends).  refresh false:

@@ -335,6 +335,33 @@ uint64_t kvrt_space_backed(struct kvrt_space *s, bool refresh)
 	return now > seen ? now : seen;
 }
 
+int kvrt_batch_ids(struct kvrt_space *s, uint32_t count, const uint32_t *ids)
+{
+	uint64_t need = 0, backed;
+	uint32_t i, last = 0;
+	int ret = kvrt_batch_args(s, count, ids);
+
+	if (ret)
+		return ret;
+	for (i = 0; i < count; i++) {
+		if (ids[i] >= s->nr_blocks)
+			return -EINVAL;
+		if ((ids[i] + 1) * s->block_bytes > need) {
+			need = (ids[i] + 1) * s->block_bytes;
+			last = ids[i];
+		}
+	}
+	/* The furthest block decides: backed is a prefix. */
+	if (need <= kvrt_space_backed(s, false) || need <= (backed = kvrt_space_backed(s, true)))
+		return 0;
+	kvrt_log(s->k, KVRT_LOG_WARNING,
+		 "space \"%s\": block %u has no memory behind it (backed: %llu of %llu blocks): "
+		 "allocate blocks with kvrt_alloc_blocks (or look them up) and pass only ids "
+		 "this handle holds", s->name, last, (unsigned long long)(backed / s->block_bytes),
+		 (unsigned long long)s->nr_blocks);
+	return -EFAULT;
+}
+
 int kvrt_alloc_blocks(struct kvrt_space *s, uint32_t count, uint32_t *ids)
 {
 	int ret = kvrt_batch_args(s, count, ids);
