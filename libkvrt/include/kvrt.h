@@ -291,8 +291,8 @@ int kvrt_attn_prefill_on(struct kvrt_workers *workers, const struct kvrt_attn_pa
  * bf16, a missing fp8 scales pointer, or any slot >= num_blocks *
  * block_tokens; -ERANGE (nothing written) when a slot's block breaks the
  * bounds rule (top of this file); -EFAULT (nothing written) when it is a
- * space's block with no memory behind it (same place).  num_tokens 0 is a no-op.  Not thread-safe against other
- * writers of the same blocks.
+ * space's block with no memory behind it (same place).  num_tokens 0 is a
+ * no-op.  Not thread-safe against other writers of the same blocks.
  */
 int kvrt_append_kv(const struct kvrt_kv_cache *kv, const void *k, const void *v,
 		   enum kvrt_dtype src_dtype, const int64_t *slots, uint32_t num_tokens);

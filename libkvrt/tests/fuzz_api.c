@@ -404,7 +404,8 @@ static void op_layout(struct arg *a)
 		memset(l, 0, sizeof(*l));
 	lay_scales_off[slot] = 0;
 	if (more & 2) {
-		ret = check_ret("inline_scales", kvrt_layout_inline_scales(l, &lay_scales_off[slot]));
+		ret = check_ret("inline_scales",
+				kvrt_layout_inline_scales(l, &lay_scales_off[slot]));
 		if (ret && ret != -EINVAL && ret != -EOVERFLOW)
 			fail("inline_scales: an errno kvrt.h does not list", ret);
 	}

@@ -167,10 +167,10 @@ static void log_unbacked(const struct unbacked *u, int64_t id)
 			 s->nr_blocks);
 	else
 		kvrt_log(s->k, KVRT_LOG_WARNING,
-			 "space \"%s\": block %" PRId64 " of the layout lies in pool block %" PRIu64
-			 ", which has no memory behind it (backed: blocks 0..%" PRIu64 " of %" PRIu64
-			 "): allocate blocks with kvrt_alloc_blocks (or look them up) and pass "
-			 "only ids this handle holds",
+			 "space \"%s\": block %" PRId64 " of the layout lies in pool block %"
+			 PRIu64 ", which has no memory behind it (backed: blocks 0..%" PRIu64
+			 " of %" PRIu64 "): allocate blocks with kvrt_alloc_blocks (or look them "
+			 "up) and pass only ids this handle holds",
 			 s->name, id, u->pool_block, u->backed_blocks ? u->backed_blocks - 1 : 0,
 			 s->nr_blocks);
 }
