@@ -14,8 +14,14 @@
  * block it will touch: where the block's bytes (all layers, K and V, fp8
  * scales) meet an open space's mapping, or its base (scales) pointer lies
  * in one, they must lie inside one pool block of that mapping, else the
- * call returns -ERANGE having touched nothing.  Other memory is the
- * caller's and is not checked.
+ * call returns -ERANGE having touched nothing; and that pool block must
+ * have memory behind it (be backed: kvrt_space_info()'s backed_bytes, in
+ * whole blocks from the base), else the call returns -EFAULT having
+ * touched nothing, where touching it would have been a SIGSEGV (embedded)
+ * or SIGBUS (kmod).  kmod: a block the module reclaimed (a HOLE, which
+ * no participant owns or references) is inside the backed range but has
+ * no pages; it is not caught.  Other memory is the caller's and is not
+ * checked.
  */
 #ifndef KVRT_H
 #define KVRT_H
@@ -140,10 +146,11 @@ int kvrt_layout_block_bytes(const struct kvrt_layout *layout, uint64_t *bytes);
 /*
  * The memory formula: bytes of K and V for tokens tokens,
  *   2 * tokens * num_layers * num_kv_heads * head_dim * element size.
- * tokens == 1 gives the bytes per token.  fp8 scales are per block, so they
- * are not in this figure: kvrt_layout_block_bytes() counts them.
- * -EINVAL for a zero size (tokens may be 0) or unknown dtype, -EOVERFLOW
- * when the result does not fit in 63 bits.
+ * tokens == 1 gives the bytes per token, tokens == 0 gives 0 whatever the
+ * sizes.  fp8 scales are per block, so they are not in this figure:
+ * kvrt_layout_block_bytes() counts them.  -EINVAL for a zero size (tokens
+ * may be 0) or unknown dtype, -EOVERFLOW when the result does not fit in
+ * 63 bits.
  */
 int kvrt_kv_bytes(uint32_t num_layers, uint32_t num_kv_heads, uint32_t head_dim,
 		  uint64_t tokens, enum kvrt_dtype dtype, uint64_t *bytes);
@@ -156,7 +163,10 @@ int kvrt_kv_bytes(uint32_t num_layers, uint32_t num_kv_heads, uint32_t head_dim,
  * scale strides are set to match; *scales_offset receives the byte offset
  * from the cache base of the first scale: use base + *scales_offset as the
  * scales pointer of a struct kvrt_kv_cache or kvrt_block_array.
- * -EINVAL unless the layout is fp8 and exactly the block-major preset.
+ * -EINVAL unless the layout is fp8 and exactly the block-major preset;
+ * -EOVERFLOW when the cache with the scales inline (num_blocks times the
+ * new block_stride) would not fit in 63 bits, as kvrt_layout_init() says
+ * of the data alone.  On failure the layout is unchanged.
  */
 int kvrt_layout_inline_scales(struct kvrt_layout *layout, uint64_t *scales_offset);
 
@@ -202,7 +212,8 @@ struct kvrt_attn_params {
  * Decode: one query token per sequence, at position seq_lens[s] - 1.
  * q: [num_seqs][num_q_heads][head_dim], out: same shape, dtypes per params.
  * -EINVAL on inconsistent shapes or dtypes, -ERANGE when a block of the
- * table breaks the bounds rule (top of this file), -ENOMEM on scratch
+ * table breaks the bounds rule (top of this file), -EFAULT when one is a
+ * space's block with no memory behind it (same place), -ENOMEM on scratch
  * failure; out is untouched on failure.
  */
 int kvrt_attn_decode(const struct kvrt_attn_params *params, const void *q,
@@ -279,8 +290,9 @@ int kvrt_attn_prefill_on(struct kvrt_workers *workers, const struct kvrt_attn_pa
  * an inconsistent layout, a layer >= num_layers, src_dtype not f32/f16/
  * bf16, a missing fp8 scales pointer, or any slot >= num_blocks *
  * block_tokens; -ERANGE (nothing written) when a slot's block breaks the
- * bounds rule (top of this file).  num_tokens 0 is a no-op.  Not thread-safe against other
- * writers of the same blocks.
+ * bounds rule (top of this file); -EFAULT (nothing written) when it is a
+ * space's block with no memory behind it (same place).  num_tokens 0 is a
+ * no-op.  Not thread-safe against other writers of the same blocks.
  */
 int kvrt_append_kv(const struct kvrt_kv_cache *kv, const void *k, const void *v,
 		   enum kvrt_dtype src_dtype, const int64_t *slots, uint32_t num_tokens);
@@ -338,7 +350,9 @@ struct kvrt_open_opts {
  * opts->backend if not AUTO, else $KVRT_BACKEND ("kmod" or "embedded") if
  * set, else kmod when the device opens and answers KVPOOL_IOC_INFO, else
  * embedded.  Errors: -EINVAL for unknown flags, non-zero reserved fields, a
- * bad backend value in opts or $KVRT_BACKEND; -ENODEV when kmod is forced
+ * bad backend value in opts or $KVRT_BACKEND; -ENAMETOOLONG for a device
+ * path (opts->device or $KVRT_DEVICE) of 256 bytes or more, whichever
+ * backend is chosen (nothing is opened); -ENODEV when kmod is forced
  * and the device is absent or is no kvpool device; -EACCES/-EPERM when kmod
  * is forced and the device may not be opened; -ENOMEM.
  */
@@ -481,7 +495,9 @@ int kvrt_alloc_blocks(struct kvrt_space *space, uint32_t count, uint32_t *ids);
 int kvrt_free_blocks(struct kvrt_space *space, uint32_t count, const uint32_t *ids);
 
 /* Start of the space's mapping (map_bytes long, read/write, shared with the
- * space's other participants).  Only allocated blocks may be touched. */
+ * space's other participants).  Only allocated blocks may be touched: past
+ * the backed blocks a touch is a signal (the calls that take block ids
+ * check this and return an errno instead; a pointer is not checked). */
 void *kvrt_space_base(const struct kvrt_space *space);
 
 /* Address of block id, or NULL when id >= nr_blocks. */
@@ -588,8 +604,9 @@ struct kvrt_block_pair {
  * geometries that differ, missing fp8 scales, an id >= the array's
  * num_blocks, a destination id twice, or (same base and layout) an id that
  * is both a source and a destination; -ERANGE when a listed block of
- * either array breaks the bounds rule (top of this file); -ENOMEM.  count
- * 0 is a no-op.
+ * either array breaks the bounds rule (top of this file); -EFAULT when
+ * one is a space's block with no memory behind it, e.g. an id the space
+ * never backed (same place; never a signal); -ENOMEM.  count 0 is a no-op.
  *
  * done NULL: the copy runs in the caller and the call returns its result.
  * done non-NULL: *done receives a handle; with KVRT_COPY_ASYNC the copy
@@ -983,8 +1000,8 @@ int kvrt_gpu_unregister_host(struct kvrt_gpu *gpu, void *addr);
  *           threshold is measured on the device at the first AUTO copy.
  * Never one call per layer per block unless the layouts leave nothing
  * larger.  Host memory must be registered (KERNEL needs it; the others
- * would fall back to slow staged copies).  -EINVAL, -ERANGE (as kvrt_copy_blocks),
- * -EFAULT a block of a registered space that has no pages,
+ * would fall back to slow staged copies).  -EINVAL, -ERANGE and -EFAULT
+ * (as kvrt_copy_blocks: a block of a space that has no memory behind it),
  * -ENOTSUP BATCH without driver support or KERNEL without unified
  * addressing, -ENOMEM, -EIO.
  */

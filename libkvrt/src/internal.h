@@ -45,6 +45,11 @@
  *                     may block on memory.
  *   kmod_space.ev_lock  one kmod space handle's event reads (so that a
  *                     read after poll never blocks).  Taken alone.
+ *   bounds.c maps_lock  the process's list of mappings (a rwlock); a bounds
+ *                     check that finds a block past what its handle saw
+ *                     backed asks the backend under the read lock
+ *                     (kvrt_space_info: embedded takes emb_space.lock, kmod
+ *                     makes an ioctl), so no backend call may take it.
  *   emb_space.lock    one embedded space: its kvcore state, chunks and
  *                     memory counters (the kvcore contract: the caller
  *                     serialises every call on a space), and its prefix
@@ -137,6 +142,13 @@ struct kvrt_space {
 	uint64_t block_bytes;
 	uint64_t nr_blocks;
 	uint64_t map_bytes;
+	/*
+	 * Bytes from base in whole pool blocks that have memory behind them,
+	 * as the backend last said (kvrt_space_backed()): the backed prefix
+	 * only grows while the space is mapped, so what was seen stays true.
+	 * Atomic: read by any thread's bounds check, raised on a refresh.
+	 */
+	uint64_t backed_seen;
 	uint32_t created;
 	char name[KVRT_NAME_MAX];	/* as opened: part of a tier's identity */
 	struct kvrt_tier *tiers;	/* tier/: searched in this order */
@@ -147,6 +159,26 @@ void kvrt_log(const struct kvrt *k, int level, const char *fmt, ...);
 
 /* A batch call's first checks, the module's order: -EINVAL, -E2BIG, -EFAULT (kvrt.c). */
 int kvrt_batch_args(const struct kvrt_space *s, uint32_t count, const void *ids);
+
+/*
+ * The same for a batch call that then reads or writes blocks ids[] of the
+ * space through its mapping (kvrt_tier_store): kvrt_batch_args(), each id
+ * < nr_blocks (-EINVAL), each block backed (-EFAULT, logged as the bounds
+ * check logs it), before any byte moves (kvrt.c).
+ */
+int kvrt_batch_ids(struct kvrt_space *s, uint32_t count, const uint32_t *ids);
+
+/*
+ * How many bytes from the space's base have memory behind them, in whole
+ * pool blocks: the backed prefix, [0, backed_bytes / block_bytes) blocks
+ * (kvcore's backed_blocks, the same for both backends).  refresh false:
+ * what was last seen (no backend call); true: asks the backend first (an
+ * ioctl on kmod).  Memory past it is PROT_NONE (embedded) or SIGBUS
+ * (kmod).  kmod only: a HOLE block inside the prefix (reclaimed, and so
+ * neither owned nor referenced by anyone) has no pages either; the
+ * module has no call that says which, so it is not caught here (kvrt.c).
+ */
+uint64_t kvrt_space_backed(struct kvrt_space *s, bool refresh);
 
 /* kvrules' create checks on kvrt_space_opts: both backends, the module before API 4. */
 int kvrt_create_args_valid(const struct kvrt_space_opts *o, uint32_t page_size,
@@ -186,7 +218,9 @@ int kvrt_layout_extent(const struct kvrt_layout *l, struct kvrt_extent *e);
  * the check copy, append and attention run before touching memory: each
  * block id block_at(arg, i) (negative: skipped) of the layout at base (and
  * scales) must, where it touches a space's mapping, lie inside one pool
- * block of it.  Ids must already be < l->num_blocks.  -ERANGE otherwise.
+ * block of it (-ERANGE otherwise), and that pool block must have memory
+ * behind it (kvrt_space_backed(); -EFAULT otherwise, logged through the
+ * space's handle).  Ids must already be < l->num_blocks.
  */
 typedef int64_t (*kvrt_block_at_fn)(const void *arg, uint32_t i);
 void kvrt_bounds_add(struct kvrt_space *s);

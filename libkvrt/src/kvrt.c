@@ -259,6 +259,7 @@ int kvrt_space_open(struct kvrt *k, const struct kvrt_space_opts *o, struct kvrt
 		return ret;
 	snprintf(s->name, sizeof(s->name), "%s", o->name);
 	s->tiers = NULL;
+	s->backed_seen = 0;	/* asked for on the first check that needs more */
 	pthread_mutex_lock(&k->lock);
 	s->next = k->spaces;
 	if (k->spaces)
@@ -314,6 +315,51 @@ int kvrt_batch_args(const struct kvrt_space *s, uint32_t count, const void *ids)
 	if (!ids)
 		return -EFAULT;
 	return 0;
+}
+
+uint64_t kvrt_space_backed(struct kvrt_space *s, bool refresh)
+{
+	struct kvrt_space_info info;
+	uint64_t seen = __atomic_load_n(&s->backed_seen, __ATOMIC_ACQUIRE), now;
+
+	if (!refresh || kvrt_space_info(s, &info) || !info.block_bytes)
+		return seen;
+	now = info.backed_bytes / info.block_bytes * info.block_bytes;
+	if (now > s->map_bytes)
+		now = s->map_bytes;
+	/* Raise, never lower: another thread may have seen more meanwhile. */
+	while (now > seen &&
+	       !__atomic_compare_exchange_n(&s->backed_seen, &seen, now, false, __ATOMIC_ACQ_REL,
+					    __ATOMIC_ACQUIRE))
+		;
+	return now > seen ? now : seen;
+}
+
+int kvrt_batch_ids(struct kvrt_space *s, uint32_t count, const uint32_t *ids)
+{
+	uint64_t need = 0, backed;
+	uint32_t i, last = 0;
+	int ret = kvrt_batch_args(s, count, ids);
+
+	if (ret)
+		return ret;
+	for (i = 0; i < count; i++) {
+		if (ids[i] >= s->nr_blocks)
+			return -EINVAL;
+		if ((ids[i] + 1) * s->block_bytes > need) {
+			need = (ids[i] + 1) * s->block_bytes;
+			last = ids[i];
+		}
+	}
+	/* The furthest block decides: backed is a prefix. */
+	if (need <= kvrt_space_backed(s, false) || need <= (backed = kvrt_space_backed(s, true)))
+		return 0;
+	kvrt_log(s->k, KVRT_LOG_WARNING,
+		 "space \"%s\": block %u has no memory behind it (backed: %llu of %llu blocks): "
+		 "allocate blocks with kvrt_alloc_blocks (or look them up) and pass only ids "
+		 "this handle holds", s->name, last, (unsigned long long)(backed / s->block_bytes),
+		 (unsigned long long)s->nr_blocks);
+	return -EFAULT;
 }
 
 int kvrt_alloc_blocks(struct kvrt_space *s, uint32_t count, uint32_t *ids)

@@ -11,8 +11,14 @@
  * counters as they were; a failed copy, append or attention leaves the
  * blocks this fuzzer holds, its own buffers and the output as they were;
  * and where the fuzzer's own arithmetic says a block of a layout leaves
- * its pool block, the call must fail.  Data calls only go to blocks the
- * fuzzer holds: touching others is the caller's contract, not checked.
+ * its pool block, or lands in one the space has no memory behind (past
+ * kvrt_space_info's backed_bytes), the call must fail (-ERANGE, -EFAULT:
+ * never a signal).  Data calls go to blocks the fuzzer holds and to
+ * unbacked ones: touching another participant's backed blocks is the
+ * caller's contract, not checked.  Errnos kvrt.h promises are checked
+ * where the fuzzer can tell: a device path of 256 bytes or more is
+ * -ENAMETOOLONG, kvrt_kv_bytes of 0 tokens is 0, kvrt_layout_inline_scales
+ * fails only with -EINVAL or -EOVERFLOW.
  */
 #include <errno.h>
 #include <stdbool.h>
@@ -111,6 +117,7 @@ static void op_open(struct arg *a)
 {
 	struct kvrt_open_opts o = { .backend = KVRT_BACKEND_EMBEDDED };
 	uint8_t bad = u8(a);
+	int ret;
 
 	if (k)
 		return;
@@ -121,6 +128,26 @@ static void op_open(struct arg *a)
 		o.reserved0 = 1;
 	if (bad & 4)
 		o.backend = (enum kvrt_backend)(3 + (bad >> 4));
+	if (bad & 8) {
+		/* A device path of 248..263 bytes: from 256 on, -ENAMETOOLONG. */
+		static char path[264];
+		size_t n = 248 + (bad >> 4) % 16;
+
+		memset(path, 'd', n);
+		path[0] = '/';
+		path[n] = '\0';
+		o.device = path;
+		ret = check_ret("open", kvrt_open(&k, &o));
+		/* Bad flags, reserved fields or backend are -EINVAL first. */
+		if (n >= 256 && (ret >= 0 || (!(bad & 6) && !(o.flags & ~KVRT_OPEN_FLAGS) &&
+					      ret != -ENAMETOOLONG)))
+			fail("a device path of 256 bytes or more was not -ENAMETOOLONG", ret);
+		if (n < 256 && ret == -ENAMETOOLONG)
+			fail("a device path under 256 bytes was -ENAMETOOLONG", ret);
+		if (ret < 0)
+			k = NULL;
+		return;
+	}
 	if (check_ret("open", kvrt_open(&k, &o)) < 0)
 		k = NULL;
 }
@@ -367,6 +394,7 @@ static void op_layout(struct arg *a)
 	struct kvrt_layout *l = &lay[slot];
 	uint64_t bytes;
 	int32_t delta = (int32_t)u32(a);
+	int ret;
 
 	if (check_ret("layout_init",
 		      kvrt_layout_init(l, (enum kvrt_layout_kind)(more & 1 ? 1 : 0),
@@ -375,8 +403,12 @@ static void op_layout(struct arg *a)
 				       (enum kvrt_dtype)((shape >> 6) & 3))) < 0)
 		memset(l, 0, sizeof(*l));
 	lay_scales_off[slot] = 0;
-	if (more & 2)
-		check_ret("inline_scales", kvrt_layout_inline_scales(l, &lay_scales_off[slot]));
+	if (more & 2) {
+		ret = check_ret("inline_scales",
+				kvrt_layout_inline_scales(l, &lay_scales_off[slot]));
+		if (ret && ret != -EINVAL && ret != -EOVERFLOW)
+			fail("inline_scales: an errno kvrt.h does not list", ret);
+	}
 	if (more & 4) {
 		struct space_slot *s = &sp[(more >> 3) % NSPACES];
 
@@ -399,8 +431,12 @@ static void op_layout(struct arg *a)
 						  sizes[which - 8] + (uint32_t)delta % 4;
 	}
 	check_ret("block_bytes", kvrt_layout_block_bytes(l, &bytes));
-	check_ret("kv_bytes", kvrt_kv_bytes(l->num_layers, l->num_kv_heads, l->head_dim,
-					    field, l->kv_dtype, &bytes));
+	bytes = 1;
+	ret = check_ret("kv_bytes", kvrt_kv_bytes(l->num_layers, l->num_kv_heads, l->head_dim,
+						  field, l->kv_dtype, &bytes));
+	/* 0 tokens take 0 bytes, whatever the sizes: only a bad argument fails. */
+	if (!field && ret != -EINVAL && (ret || bytes))
+		fail("kv_bytes of 0 tokens is not 0", ret);
 }
 
 /*
@@ -439,9 +475,23 @@ static bool span_of(const struct kvrt_layout *l, uint64_t b, __int128 *lo, __int
 	return *lo >= INT64_MIN && *hi <= INT64_MAX;
 }
 
-enum reach { REACH_HELD, REACH_OUTSIDE, REACH_UNHELD };
+enum reach { REACH_HELD, REACH_OUTSIDE, REACH_UNHELD, REACH_UNBACKED };
 
-/* Where [lo, hi) from the slot's base + off lands: in a held pool block, across or out of the mapping, in one not held. */
+/* Bytes of the space with memory behind them, in whole blocks from its base. */
+static uint64_t backed_bytes(const struct space_slot *s)
+{
+	struct kvrt_space_info info;
+
+	if (check_ret("space_info", kvrt_space_info(s->s, &info)) || !info.block_bytes)
+		fail("space_info of an open space", -1);
+	return info.backed_bytes / info.block_bytes * info.block_bytes;
+}
+
+/*
+ * Where [lo, hi) from the slot's base + off lands: in a held pool block,
+ * across or out of the mapping, in one not held, in one with no memory
+ * behind it (which no one holds).
+ */
 static enum reach classify(const struct space_slot *s, __int128 lo, __int128 hi)
 {
 	__int128 map = (__int128)s->nr_blocks * s->block_bytes;
@@ -450,6 +500,8 @@ static enum reach classify(const struct space_slot *s, __int128 lo, __int128 hi)
 		return REACH_HELD;
 	if (lo < 0 || hi > map || lo / s->block_bytes != (hi - 1) / s->block_bytes)
 		return REACH_OUTSIDE;
+	if (hi > (__int128)backed_bytes(s))
+		return REACH_UNBACKED;
 	return held(s, (uint64_t)(lo / s->block_bytes)) ? REACH_HELD : REACH_UNHELD;
 }
 
@@ -474,7 +526,7 @@ static enum reach layout_reach(const struct space_slot *s, const struct kvrt_lay
 			r = classify(s, slo + soff, shi + soff);
 		if (r == REACH_UNHELD)
 			return r;
-		if (r == REACH_OUTSIDE)
+		if (r != REACH_HELD && worst == REACH_HELD)
 			worst = r;
 	}
 	return worst;
@@ -523,6 +575,8 @@ static void data_verdict(const char *what, int ret, enum reach r, uint64_t befor
 		fail("a failed data call changed held blocks or buffers", ret);
 	if (r == REACH_OUTSIDE && ret >= 0)
 		fail("a layout leaving its pool block was accepted", ret);
+	if (r == REACH_UNBACKED && ret >= 0)
+		fail("a block with no memory behind it was accepted", ret);
 }
 
 static void op_copy(struct arg *a)

@@ -10,9 +10,13 @@
  * and the caller's buffers.  The unwidened layout must still work.
  */
 #include <errno.h>
+#include <signal.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "kvrt.h"
 #include "../../selftests/tap.h"
@@ -369,6 +373,350 @@ TEST(caller_memory_is_not_bounded)
 	fixture_fini(&f);
 }
 
+/* ---- backed blocks ----------------------------------------------------------
+ *
+ * No signal for a bad id (DESIGN.md): an id inside the mapping whose pool
+ * block has no memory behind it is -EFAULT before any byte moves.  The
+ * embedded backend reserves a space's range PROT_NONE and backs it 2 MiB
+ * chunk by chunk (a SIGSEGV there); the module's fault handler sends
+ * SIGBUS.  Here one block is allocated in a space of two chunks, so blocks
+ * [UB_CHUNK, UB_BLOCKS) are unbacked.  Each call that could fault runs in
+ * a child, which reports the call's errno and whether any byte it was
+ * refused changed: a signal (or a sanitizer's report) there is this test's
+ * failure, not the end of the run.
+ */
+#define UB_BLOCKS 1024			/* 4 KiB pool blocks: two 2 MiB chunks */
+#define UB_CHUNK 512			/* blocks in the first chunk */
+
+struct ub {
+	struct kvrt *k;
+	struct kvrt_space *s;
+	uint8_t *base;
+	uint64_t backed;		/* blocks backed (kvrt_space_info) */
+	struct kvrt_layout space_l;	/* one page per block, f32 */
+	struct kvrt_layout own_l;	/* the caller's cache of two blocks */
+	uint8_t *before;		/* the backed blocks at the start */
+	uint8_t own[2 * PAGE], own_before[2 * PAGE];
+	float out[64], out_before[64];
+};
+
+static int ub_init(struct ub *f, uint32_t nalloc)
+{
+	struct kvrt_open_opts o = { .backend = KVRT_BACKEND_EMBEDDED,
+				    .flags = KVRT_OPEN_NO_HUGETLB };
+	struct kvrt_space_opts so = { .name = "unbacked", .flags = KVRT_SPACE_CREATE,
+				      .mode = 0600, .block_bytes = PAGE,
+				      .quota_bytes = UB_BLOCKS * PAGE };
+	struct kvrt_space_info si;
+	uint32_t id;
+	uint64_t i;
+
+	memset(f, 0, sizeof(*f));
+	if (kvrt_open(&f->k, &o) || kvrt_space_open(f->k, &so, &f->s))
+		return -1;
+	if (nalloc && kvrt_alloc_blocks(f->s, nalloc, &id))
+		return -1;
+	if (kvrt_space_info(f->s, &si))
+		return -1;
+	f->backed = si.backed_blocks;
+	f->base = kvrt_space_base(f->s);
+	if (kvrt_layout_init(&f->space_l, KVRT_LAYOUT_BLOCK_MAJOR, 1, 1, 64, 8, 1,
+			     KVRT_DTYPE_F32) ||
+	    kvrt_layout_init(&f->own_l, KVRT_LAYOUT_BLOCK_MAJOR, 1, 1, 64, 8, 2,
+			     KVRT_DTYPE_F32) ||
+	    kvrt_layout_for_space(&f->space_l, f->s))
+		return -1;
+	f->before = malloc(f->backed * PAGE + 1);
+	if (!f->before)
+		return -1;
+	for (i = 0; i < f->backed * PAGE; i++)
+		f->base[i] = (uint8_t)(i * 7 + 1);
+	memcpy(f->before, f->base, f->backed * PAGE);
+	memset(f->own, 0x5a, sizeof(f->own));
+	memcpy(f->own_before, f->own, sizeof(f->own));
+	memset(f->out, 0x7f, sizeof(f->out));
+	memcpy(f->out_before, f->out, sizeof(f->out));
+	return 0;
+}
+
+/* Whether the backed blocks, the caller's cache or the output changed. */
+static bool ub_changed(const struct ub *f)
+{
+	return memcmp(f->before, f->base, f->backed * PAGE) ||
+	       memcmp(f->own, f->own_before, sizeof(f->own)) ||
+	       memcmp(f->out, f->out_before, sizeof(f->out));
+}
+
+static void ub_fini(struct ub *f)
+{
+	free(f->before);
+	kvrt_close(f->k);
+}
+
+typedef int (*ub_call_fn)(struct ub *f, int64_t block);
+
+/*
+ * call(f, block) in a child: it must return want and change nothing.
+ * The child exits with the call's errno, plus 128 when bytes changed.
+ */
+static void ub_expect(struct ub *f, ub_call_fn call, int64_t block, int want, const char *what)
+{
+	int st = 0, code;
+	pid_t pid;
+
+	fflush(stdout);
+	pid = fork();
+	if (pid < 0) {
+		tap_failf("fork: %s", strerror(errno));
+		return;
+	}
+	if (!pid) {
+		int ret = call(f, block);
+
+		_exit((ret <= 0 && ret > -128 ? -ret : 127) | (ub_changed(f) ? 128 : 0));
+	}
+	if (waitpid(pid, &st, 0) != pid) {
+		tap_failf("waitpid: %s", strerror(errno));
+		return;
+	}
+	if (WIFSIGNALED(st)) {
+		tap_failf("%s, block %lld: killed by signal %d (%s)", what, (long long)block,
+			  WTERMSIG(st), strsignal(WTERMSIG(st)));
+		return;
+	}
+	code = WEXITSTATUS(st);
+	CHECKF(-(code & 127) == want, "%s, block %lld: returned %d, want %d", what,
+	       (long long)block, -(code & 127), want);
+	CHECKF(!(code & 128), "%s, block %lld: refused, but bytes changed", what,
+	       (long long)block);
+}
+
+/* Caller block 0 into space block `block`. */
+static int ub_copy_in(struct ub *f, int64_t block)
+{
+	struct kvrt_block_array dst = { .layout = &f->space_l, .base = f->base };
+	struct kvrt_block_array src = { .layout = &f->own_l, .base = f->own };
+	struct kvrt_block_pair p = { .src = 0, .dst = (uint32_t)block };
+
+	return kvrt_copy_blocks(f->k, &dst, &src, &p, 1, 0, NULL);
+}
+
+/* Space block `block` into caller block 0. */
+static int ub_copy_out(struct ub *f, int64_t block)
+{
+	struct kvrt_block_array dst = { .layout = &f->own_l, .base = f->own };
+	struct kvrt_block_array src = { .layout = &f->space_l, .base = f->base };
+	struct kvrt_block_pair p = { .src = (uint32_t)block, .dst = 0 };
+
+	return kvrt_copy_blocks(f->k, &dst, &src, &p, 1, 0, NULL);
+}
+
+TEST(a_copy_into_an_unbacked_block_is_efault_not_a_signal)
+{
+	struct ub f;
+
+	REQUIRE(ub_init(&f, 1) == 0);
+	REQUIRE(f.backed == UB_CHUNK);
+	ub_expect(&f, ub_copy_in, UB_BLOCKS - 1, -EFAULT, "copy into the last block");
+	ub_expect(&f, ub_copy_in, UB_CHUNK, -EFAULT, "copy into the first unbacked block");
+	/* The last backed block still takes a copy. */
+	CHECK_EQ(ub_copy_in(&f, UB_CHUNK - 1), 0);
+	CHECK(!memcmp(f.base + (UB_CHUNK - 1) * PAGE, f.own, PAGE));
+	ub_fini(&f);
+}
+
+TEST(a_copy_from_an_unbacked_block_is_efault_not_a_signal)
+{
+	struct ub f;
+
+	REQUIRE(ub_init(&f, 1) == 0);
+	ub_expect(&f, ub_copy_out, UB_BLOCKS - 1, -EFAULT, "copy from the last block");
+	ub_expect(&f, ub_copy_out, UB_CHUNK, -EFAULT, "copy from the first unbacked block");
+	ub_fini(&f);
+}
+
+/* A batch whose second pair is unbacked: the first, backed, is not copied either. */
+static int ub_copy_batch(struct ub *f, int64_t block)
+{
+	struct kvrt_block_array dst = { .layout = &f->space_l, .base = f->base };
+	struct kvrt_block_array src = { .layout = &f->own_l, .base = f->own };
+	struct kvrt_block_pair p[2] = { { .src = 0, .dst = 0 },
+					{ .src = 1, .dst = (uint32_t)block } };
+
+	return kvrt_copy_blocks(f->k, &dst, &src, p, 2, 0, NULL);
+}
+
+TEST(a_copy_batch_with_one_unbacked_block_copies_nothing)
+{
+	struct ub f;
+
+	REQUIRE(ub_init(&f, 1) == 0);
+	ub_expect(&f, ub_copy_batch, UB_BLOCKS - 1, -EFAULT, "batch copy");
+	ub_fini(&f);
+}
+
+/* Asynchronous: refused in the call, no handle, nothing queued. */
+static int ub_copy_async(struct ub *f, int64_t block)
+{
+	struct kvrt_block_array dst = { .layout = &f->space_l, .base = f->base };
+	struct kvrt_block_array src = { .layout = &f->own_l, .base = f->own };
+	struct kvrt_block_pair p = { .src = 0, .dst = (uint32_t)block };
+	struct kvrt_copy *done = (struct kvrt_copy *)&done;
+	int ret = kvrt_copy_blocks(f->k, &dst, &src, &p, 1, KVRT_COPY_ASYNC, &done);
+
+	if (done) {		/* wait, so that a queued copy would show */
+		kvrt_copy_free(done);
+		return -ENOTRECOVERABLE;
+	}
+	return ret;
+}
+
+TEST(an_async_copy_of_an_unbacked_block_is_efault_and_queues_nothing)
+{
+	struct ub f;
+
+	REQUIRE(ub_init(&f, 1) == 0);
+	ub_expect(&f, ub_copy_async, UB_BLOCKS - 1, -EFAULT, "async copy");
+	ub_fini(&f);
+}
+
+TEST(a_copy_into_a_space_with_nothing_backed_is_efault)
+{
+	struct ub f;
+
+	REQUIRE(ub_init(&f, 0) == 0);
+	REQUIRE(f.backed == 0);
+	ub_expect(&f, ub_copy_in, 0, -EFAULT, "copy into block 0");
+	ub_fini(&f);
+}
+
+/* The library may remember how far a space was backed; it must see it grow. */
+TEST(a_block_backed_after_a_refusal_takes_a_copy)
+{
+	struct ub f;
+	uint32_t ids[UB_CHUNK];
+
+	REQUIRE(ub_init(&f, 1) == 0);
+	ub_expect(&f, ub_copy_in, UB_CHUNK + 10, -EFAULT, "copy before the space grew");
+	/* The rest of the first chunk, then one more block: the second chunk. */
+	REQUIRE(kvrt_alloc_blocks(f.s, UB_CHUNK, ids) == 0);
+	CHECK_EQ(ub_copy_in(&f, UB_CHUNK + 10), 0);
+	CHECK(!memcmp(f.base + (UB_CHUNK + 10) * PAGE, f.own, PAGE));
+	ub_fini(&f);
+}
+
+static int ub_append(struct ub *f, int64_t block)
+{
+	struct kvrt_kv_cache kv = { .layout = &f->space_l, .base = f->base };
+	int64_t slot = block * 8 + 3;
+	float k[64], v[64];
+
+	for (int i = 0; i < 64; i++) {
+		k[i] = (float)i;
+		v[i] = -(float)i;
+	}
+	return kvrt_append_kv(&kv, k, v, KVRT_DTYPE_F32, &slot, 1);
+}
+
+TEST(an_append_into_an_unbacked_block_is_efault_not_a_signal)
+{
+	struct ub f;
+
+	REQUIRE(ub_init(&f, 1) == 0);
+	ub_expect(&f, ub_append, UB_BLOCKS - 1, -EFAULT, "append");
+	ub_expect(&f, ub_append, UB_CHUNK, -EFAULT, "append");
+	ub_fini(&f);
+}
+
+/* Attention over one sequence of 8 tokens in block `block`: decode, prefill, on workers. */
+static int ub_attend(struct ub *f, int64_t block, int how)
+{
+	static const int32_t q_indptr[2] = { 0, 1 };
+	struct kvrt_kv_cache kv = { .layout = &f->space_l, .base = f->base };
+	struct kvrt_attn_params p = { .num_q_heads = 1, .sm_scale = 0.125f, .window_left = -1,
+				      .q_dtype = KVRT_DTYPE_F32, .o_dtype = KVRT_DTYPE_F32,
+				      .impl = how == 3 ? KVRT_ATTN_REFERENCE : KVRT_ATTN_FAST,
+				      .num_threads = 1 };
+	int32_t indptr[2] = { 0, 1 }, seq_lens[1] = { 8 }, idx = (int32_t)block;
+	struct kvrt_block_table t = { .num_seqs = 1, .indptr = indptr, .indices = &idx,
+				      .seq_lens = seq_lens };
+	struct kvrt_workers *w = NULL;
+	float q[64];
+	int ret;
+
+	for (int i = 0; i < 64; i++)
+		q[i] = 0.01f * (float)i;
+	switch (how) {
+	case 0:
+	case 3:
+		return kvrt_attn_decode(&p, q, &kv, &t, f->out);
+	case 1:
+		return kvrt_attn_prefill(&p, q, q_indptr, &kv, &t, f->out);
+	default:
+		ret = kvrt_workers_create(2, &w);
+		if (ret)
+			return ret;
+		ret = kvrt_attn_decode_on(w, &p, q, &kv, &t, f->out);
+		if (!ret)
+			ret = kvrt_attn_prefill_on(w, &p, q, q_indptr, &kv, &t, f->out);
+		kvrt_workers_destroy(w);
+		return ret;
+	}
+}
+
+static int ub_decode(struct ub *f, int64_t b) { return ub_attend(f, b, 0); }
+static int ub_prefill(struct ub *f, int64_t b) { return ub_attend(f, b, 1); }
+static int ub_on_workers(struct ub *f, int64_t b) { return ub_attend(f, b, 2); }
+static int ub_decode_ref(struct ub *f, int64_t b) { return ub_attend(f, b, 3); }
+
+TEST(an_attention_decode_over_an_unbacked_block_is_efault_not_a_signal)
+{
+	struct ub f;
+
+	REQUIRE(ub_init(&f, 1) == 0);
+	ub_expect(&f, ub_decode, UB_BLOCKS - 1, -EFAULT, "decode");
+	ub_expect(&f, ub_decode_ref, UB_CHUNK, -EFAULT, "decode (reference)");
+	/* A backed block attends (its bytes are arbitrary: any result). */
+	CHECK_EQ(ub_decode(&f, 0), 0);
+	ub_fini(&f);
+}
+
+TEST(an_attention_prefill_over_an_unbacked_block_is_efault_not_a_signal)
+{
+	struct ub f;
+
+	REQUIRE(ub_init(&f, 1) == 0);
+	ub_expect(&f, ub_prefill, UB_BLOCKS - 1, -EFAULT, "prefill");
+	ub_fini(&f);
+}
+
+TEST(attention_on_workers_over_an_unbacked_block_is_efault_not_a_signal)
+{
+	struct ub f;
+
+	REQUIRE(ub_init(&f, 1) == 0);
+	ub_expect(&f, ub_on_workers, UB_BLOCKS - 1, -EFAULT, "decode_on, prefill_on");
+	ub_fini(&f);
+}
+
+/* Past the bounds rule, the old errno: a block leaving its pool block is -ERANGE first. */
+TEST(a_layout_leaving_its_pool_block_is_still_erange)
+{
+	struct ub f;
+	struct kvrt_layout wide;
+	struct kvrt_block_array dst, src;
+	struct kvrt_block_pair p = { .src = 0, .dst = 0 };
+
+	REQUIRE(ub_init(&f, 1) == 0);
+	wide = f.space_l;
+	wide.kv_stride = PAGE;
+	dst = (struct kvrt_block_array){ .layout = &wide, .base = f.base };
+	src = (struct kvrt_block_array){ .layout = &f.own_l, .base = f.own };
+	CHECK_EQ(kvrt_copy_blocks(f.k, &dst, &src, &p, 1, 0, NULL), -ERANGE);
+	CHECK(!ub_changed(&f));
+	ub_fini(&f);
+}
+
 int main(void)
 {
 	RUN(copy_space_layout_reaches_every_block);
@@ -384,5 +732,16 @@ int main(void)
 	RUN(attn_decode_past_mapping);
 	RUN(attn_prefill_past_mapping);
 	RUN(caller_memory_is_not_bounded);
+	RUN(a_copy_into_an_unbacked_block_is_efault_not_a_signal);
+	RUN(a_copy_from_an_unbacked_block_is_efault_not_a_signal);
+	RUN(a_copy_batch_with_one_unbacked_block_copies_nothing);
+	RUN(an_async_copy_of_an_unbacked_block_is_efault_and_queues_nothing);
+	RUN(a_copy_into_a_space_with_nothing_backed_is_efault);
+	RUN(a_block_backed_after_a_refusal_takes_a_copy);
+	RUN(an_append_into_an_unbacked_block_is_efault_not_a_signal);
+	RUN(an_attention_decode_over_an_unbacked_block_is_efault_not_a_signal);
+	RUN(an_attention_prefill_over_an_unbacked_block_is_efault_not_a_signal);
+	RUN(attention_on_workers_over_an_unbacked_block_is_efault_not_a_signal);
+	RUN(a_layout_leaving_its_pool_block_is_still_erange);
 	return tap_done("test_bounds");
 }

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "kvrt.h"
@@ -450,6 +451,69 @@ TEST(plans_and_launches)
 	kvrt_close(k);
 }
 
+/*
+ * A block of a space with no memory behind it is -EFAULT for the GPU copy
+ * too, registered space or not, before anything is queued (the same check
+ * as kvrt_copy_blocks').  Run in a child: the fake driver copies with
+ * memcpy, so an unchecked copy would die of SIGSEGV.  The child exits 0
+ * when every step was -EFAULT, else the number of the step that was not.
+ */
+static int gpu_unbacked_child(struct kvrt *k, struct kvrt_gpu *g)
+{
+	struct kvrt_space_opts so = { .name = "gpu-unbacked", .flags = KVRT_SPACE_CREATE,
+				      .mode = 0600, .block_bytes = 4096,
+				      .quota_bytes = 1024 * 4096 };
+	struct kvrt_layout sl, dl;
+	struct kvrt_space *sp = NULL;
+	struct kvrt_block_array sa, da;
+	struct kvrt_block_pair in = { .src = 0, .dst = 1023 }, out = { .src = 1023, .dst = 0 };
+	void *dev = NULL;
+	uint32_t id;
+
+	if (kvrt_space_open(k, &so, &sp) || kvrt_alloc_blocks(sp, 1, &id) ||
+	    kvrt_layout_init(&sl, KVRT_LAYOUT_BLOCK_MAJOR, 1, 1, 64, 8, 1, KVRT_DTYPE_F32) ||
+	    kvrt_layout_init(&dl, KVRT_LAYOUT_BLOCK_MAJOR, 1, 1, 64, 8, 2, KVRT_DTYPE_F32) ||
+	    kvrt_layout_for_space(&sl, sp) || kvrt_gpu_alloc(g, 2 * 4096, &dev))
+		return 10;
+	sa = (struct kvrt_block_array){ .layout = &sl, .base = kvrt_space_base(sp) };
+	da = (struct kvrt_block_array){ .layout = &dl, .base = dev };
+	/* Not registered: the host side alone stands between the copy and the fault. */
+	if (kvrt_gpu_copy_blocks(g, &sa, &da, &in, 1, KVRT_GPU_COPY_MEMCPY, NULL) != -EFAULT)
+		return 1;
+	if (kvrt_gpu_copy_blocks(g, &da, &sa, &out, 1, KVRT_GPU_COPY_MEMCPY, NULL) != -EFAULT)
+		return 2;
+	if (kvrt_gpu_register_space(g, sp) ||
+	    kvrt_gpu_copy_blocks(g, &sa, &da, &in, 1, KVRT_GPU_COPY_AUTO, NULL) != -EFAULT)
+		return 3;
+	return 0;
+}
+
+TEST(a_gpu_copy_of_an_unbacked_block_is_efault_not_a_signal)
+{
+	struct kvrt_gpu *g = NULL;
+	struct kvrt *k = open_with_gpu(&g);
+	int st = 0;
+	pid_t pid;
+
+	if (!k)
+		return;
+	fflush(stdout);
+	pid = fork();
+	REQUIRE(pid >= 0);
+	if (!pid)
+		_exit(gpu_unbacked_child(k, g));
+	REQUIRE(waitpid(pid, &st, 0) == pid);
+	if (WIFSIGNALED(st))
+		tap_failf("the copy was killed by signal %d (%s)", WTERMSIG(st),
+			  strsignal(WTERMSIG(st)));
+	else
+		CHECKF(WEXITSTATUS(st) == 0,
+		       "step %d did not return -EFAULT (1: into, unregistered; 2: from, "
+		       "unregistered; 3: into, registered; 10: setup)", WEXITSTATUS(st));
+	kvrt_gpu_close(g);
+	kvrt_close(k);
+}
+
 int main(void)
 {
 	char exe[PATH_MAX], why[256];
@@ -468,6 +532,7 @@ int main(void)
 	RUN(register_space_grows);
 	RUN(copies_match_cpu);
 	RUN(copy_errors);
+	RUN(a_gpu_copy_of_an_unbacked_block_is_efault_not_a_signal);
 	RUN(plans_and_launches);
 	unlink(log_path);
 	return tap_done("test_gpu_fake");

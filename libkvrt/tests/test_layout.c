@@ -333,6 +333,48 @@ TEST(inline_scales_errors)
 	CHECK(!memcmp(&l, &before, sizeof(l)));
 }
 
+/* kvrt.h: the result must not fit for -EOVERFLOW; for 0 tokens it is 0, whatever the sizes. */
+TEST(kv_bytes_of_zero_tokens_is_zero_whatever_the_dimensions)
+{
+	uint64_t b = 5;
+
+	CHECK_EQ(kvrt_kv_bytes(UINT32_MAX, UINT32_MAX, UINT32_MAX, 0, KVRT_DTYPE_F32, &b), 0);
+	CHECK_EQ(b, 0);
+	b = 5;
+	CHECK_EQ(kvrt_kv_bytes(1U << 31, 1U << 31, 2, 0, KVRT_DTYPE_BF16, &b), 0);
+	CHECK_EQ(b, 0);
+	/* The argument checks still come first. */
+	CHECK_EQ(kvrt_kv_bytes(0, UINT32_MAX, UINT32_MAX, 0, KVRT_DTYPE_F32, &b), -EINVAL);
+	CHECK_EQ(kvrt_kv_bytes(UINT32_MAX, UINT32_MAX, UINT32_MAX, 0, (enum kvrt_dtype)9, &b),
+		 -EINVAL);
+	CHECK_EQ(kvrt_kv_bytes(UINT32_MAX, UINT32_MAX, UINT32_MAX, 0, KVRT_DTYPE_F32, NULL),
+		 -EINVAL);
+}
+
+/*
+ * kvrt.h: an fp8 block-major preset whose blocks, with their scales
+ * inline, no longer fit the cache in 63 bits is -EOVERFLOW (as every
+ * layout call says of a size past 63 bits), and the layout is unchanged.
+ * 2^32 - 1 blocks of 2^31 bytes of data (K and V of 2^30) fit; with 8
+ * bytes of scales each they do not.
+ */
+TEST(inline_scales_past_63_bits_is_eoverflow)
+{
+	struct kvrt_layout l, before;
+	uint64_t off = 3;
+
+	REQUIRE(kvrt_layout_init(&l, KVRT_LAYOUT_BLOCK_MAJOR, 1, 1, 1U << 30, 1, UINT32_MAX,
+				 KVRT_DTYPE_FP8_E4M3) == 0);
+	before = l;
+	CHECK_EQ(kvrt_layout_inline_scales(&l, &off), -EOVERFLOW);
+	CHECK(!memcmp(&l, &before, sizeof(l)));
+	CHECK_EQ(off, 3);
+	/* Half the blocks: fits. */
+	REQUIRE(kvrt_layout_init(&l, KVRT_LAYOUT_BLOCK_MAJOR, 1, 1, 1U << 30, 1, UINT32_MAX / 2,
+				 KVRT_DTYPE_FP8_E4M3) == 0);
+	CHECK_EQ(kvrt_layout_inline_scales(&l, &off), 0);
+}
+
 int main(void)
 {
 	RUN(block_major_f16_by_hand);
@@ -346,5 +388,7 @@ int main(void)
 	RUN(kv_bytes_errors);
 	RUN(inline_scales);
 	RUN(inline_scales_errors);
+	RUN(kv_bytes_of_zero_tokens_is_zero_whatever_the_dimensions);
+	RUN(inline_scales_past_63_bits_is_eoverflow);
 	return tap_done("test_layout");
 }

@@ -242,6 +242,30 @@ TEST(handles_are_independent)
 	kvrt_close(b);
 }
 
+/* kvrt.h: a device path of 256 bytes or more is -ENAMETOOLONG, given or from the environment. */
+TEST(a_device_path_of_256_bytes_is_enametoolong)
+{
+	struct kvrt_open_opts o = { .backend = KVRT_BACKEND_EMBEDDED };
+	struct kvrt *k = (struct kvrt *)&k;
+	char path[257];
+
+	memset(path, 'a', sizeof(path));
+	path[0] = '/';
+	path[255] = '\0';		/* 255 bytes: fits */
+	o.device = path;
+	CHECK_EQ(kvrt_open(&k, &o), 0);
+	kvrt_close(k);
+	path[255] = 'a';
+	path[256] = '\0';		/* 256 bytes */
+	k = (struct kvrt *)&k;
+	CHECK_EQ(kvrt_open(&k, &o), -ENAMETOOLONG);
+	CHECK(k == NULL);
+	o.device = NULL;
+	setenv("KVRT_DEVICE", path, 1);
+	CHECK_EQ(kvrt_open(&k, &o), -ENAMETOOLONG);
+	unsetenv("KVRT_DEVICE");
+}
+
 int main(void)
 {
 	RUN(version);
@@ -250,6 +274,7 @@ int main(void)
 	RUN(forcing_embedded);
 	RUN(device_from_the_environment);
 	RUN(open_errors);
+	RUN(a_device_path_of_256_bytes_is_enametoolong);
 	RUN(logging_only_through_the_callback);
 	RUN(handles_are_independent);
 	return tap_done("test_open");

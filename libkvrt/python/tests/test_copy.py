@@ -2,8 +2,10 @@
 """Block arrays and kvrt_copy_blocks between numpy caches and pool spaces."""
 import errno
 import gc
+import json
 import subprocess
 import sys
+import unittest
 import weakref
 
 import numpy as np
@@ -298,3 +300,54 @@ class TestImportWithoutTorch(PoolCase):
                            timeout=60)
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertEqual(r.stdout.strip(), "False")
+
+
+# A space of two 2 MiB chunks of 64 KiB blocks with one block allocated:
+# blocks [32, 64) have no memory behind them.  Run in a child, so that a
+# signal is this test's failure, not the end of the test runner.
+UNBACKED_CHILD = r"""
+import errno, json, sys
+import numpy as np
+import kvrt
+
+L, H, D, T = 2, 4, 64, 16
+pool = kvrt.Pool("embedded", no_hugetlb=True)
+sp = pool.create_space("unbacked", block_bytes=64 * 1024, quota_bytes=64 * 64 * 1024)
+sp.alloc(1)
+backed = sp.info().backed_blocks
+lay = kvrt.Layout.preset(kvrt.LayoutKind.BLOCK_MAJOR, L, H, D, T, 1, "f16")
+arr = sp.block_array(lay)
+cache = np.full((L, 2, 2, T, H, D), 1.5, np.float16)
+own = kvrt.BlockArray(kvrt.Layout.preset(kvrt.LayoutKind.LAYER_MAJOR, L, H, D, T, 2, "f16"),
+                      cache)
+out = {"backed": backed}
+for name, dst, src, pairs in (("into", arr, own, [(0, 63)]), ("from", own, arr, [(63, 1)])):
+    try:
+        pool.copy_blocks(dst, src, pairs)
+        out[name] = None
+    except kvrt.KvrtError as e:
+        out[name] = {"errno": e.errno, "cls": type(e).__name__, "msg": str(e)}
+out["cache_unchanged"] = bool((cache == np.float16(1.5)).all())
+print(json.dumps(out))
+"""
+
+
+class TestUnbackedCopy(unittest.TestCase):
+    def test_copy_blocks_on_an_unbacked_id_raises_instead_of_killing_python(self):
+        r = subprocess.run([sys.executable, "-c", UNBACKED_CHILD], capture_output=True,
+                           text=True, timeout=120)
+        self.assertEqual(r.returncode, 0,
+                         f"the interpreter exited with {r.returncode} (a negative number is "
+                         f"the signal that killed it): {r.stderr[-2000:]}")
+        out = json.loads(r.stdout.strip().splitlines()[-1])
+        self.assertEqual(out["backed"], 32)
+        for way in ("into", "from"):
+            e = out[way]
+            self.assertIsNotNone(e, f"a copy {way} unbacked block 63 was accepted")
+            self.assertEqual(e["errno"], errno.EFAULT, e)
+            self.assertEqual(e["cls"], "BadAddressError", e)
+            # what was wrong, and how to do it right
+            self.assertIn("block 63", e["msg"])
+            self.assertIn("no memory behind it", e["msg"])
+            self.assertIn("alloc", e["msg"])
+        self.assertTrue(out["cache_unchanged"])

@@ -157,8 +157,11 @@ int kvrt_gpu_register_space(struct kvrt_gpu *g, struct kvrt_space *space)
 	ret = kvrt_space_info(space, &si);
 	if (ret)
 		return ret;
-	/* Only backed blocks have pages; the rest would fault. */
-	return reg_add(g, space, kvrt_space_base(space), si.backed_blocks * si.block_bytes,
+	/*
+	 * Only backed blocks have pages; the rest would fault.  What is backed
+	 * is what the copy check (kv/bounds.c) lets a copy touch: one helper.
+	 */
+	return reg_add(g, space, kvrt_space_base(space), kvrt_space_backed(space, true),
 		       si.block_bytes);
 }
 

@@ -10,8 +10,16 @@
  * space handle registers its mapping here; before any byte moves, the
  * calls check each block they will touch against the registered mappings.
  * Memory that is in no mapping is the caller's and cannot be checked.
+ *
+ * Inside a mapping, a pool block must also have memory behind it (DESIGN.md,
+ * "No signal for a bad id"): past the backed prefix the embedded range is
+ * PROT_NONE and the module's mapping faults SIGBUS, so touching it would
+ * kill the caller.  Each handle remembers how far its space was backed
+ * (kvrt_space_backed()); only a block past that asks the backend again,
+ * so a call over backed blocks costs no more than before.
  */
 #include <errno.h>
+#include <inttypes.h>
 #include <pthread.h>
 
 #include "internal.h"
@@ -63,25 +71,43 @@ static const struct kvrt_space *map_of(uintptr_t a)
 	return NULL;
 }
 
-/*
- * A byte range is fine when it lies in one pool block of a mapping, or
- * misses every mapping and its pointer (home) was no space's: a pointer
- * into a space addresses that space, so it may not leave it.
- */
-static bool range_ok(uintptr_t lo, uintptr_t hi, const struct kvrt_space *home)
-{
+/* Which pool block had no memory behind it: for the log line, after the lock. */
+struct unbacked {
 	const struct kvrt_space *s;
+	uint64_t pool_block, backed_blocks;
+};
+
+/*
+ * A byte range is fine when it lies in one pool block of a mapping that
+ * has memory behind it, or misses every mapping and its pointer (home)
+ * was no space's: a pointer into a space addresses that space, so it may
+ * not leave it.  -ERANGE, or -EFAULT (filling *why) for a block not backed.
+ */
+static int range_ok(uintptr_t lo, uintptr_t hi, const struct kvrt_space *home,
+		    struct unbacked *why)
+{
+	struct kvrt_space *s;
 
 	for (s = maps; s; s = s->map_next) {
 		uintptr_t start = (uintptr_t)s->base, end = start + s->map_bytes;
+		uint64_t backed;
 
 		if (hi <= start || lo >= end)
 			continue;
 		if (lo < start || hi > end || (home && s->base != home->base))
-			return false;
-		return (lo - start) / s->block_bytes == (hi - 1 - start) / s->block_bytes;
+			return -ERANGE;
+		if ((lo - start) / s->block_bytes != (hi - 1 - start) / s->block_bytes)
+			return -ERANGE;
+		/* Backed is in whole blocks: the block's end is enough. */
+		if (hi - start <= kvrt_space_backed(s, false) ||
+		    hi - start <= (backed = kvrt_space_backed(s, true)))
+			return 0;
+		why->s = s;
+		why->pool_block = (lo - start) / s->block_bytes;
+		why->backed_blocks = backed / s->block_bytes;
+		return -EFAULT;
 	}
-	return !home;
+	return home ? -ERANGE : 0;
 }
 
 /*
@@ -117,12 +143,36 @@ static bool may_reach(const void *base, int64_t lo, int64_t hi, int64_t elem)
 	return !span_addrs(base, 0, lo, hi, elem, &a, &b) || any_overlap(a, b);
 }
 
-static bool block_ok(const void *base, int64_t off, int64_t lo, int64_t hi, int64_t elem)
+static int block_ok(const void *base, int64_t off, int64_t lo, int64_t hi, int64_t elem,
+		    struct unbacked *why)
 {
 	uintptr_t a, b;
 
-	return span_addrs(base, off, lo, hi, elem, &a, &b) &&
-	       range_ok(a, b, map_of((uintptr_t)base));
+	if (!span_addrs(base, off, lo, hi, elem, &a, &b))
+		return -ERANGE;
+	return range_ok(a, b, map_of((uintptr_t)base), why);
+}
+
+/* Say what was wrong and what to do, through the handle of the space it hit. */
+static void log_unbacked(const struct unbacked *u, int64_t id)
+{
+	const struct kvrt_space *s = u->s;
+
+	if ((uint64_t)id == u->pool_block)
+		kvrt_log(s->k, KVRT_LOG_WARNING,
+			 "space \"%s\": block %" PRIu64 " has no memory behind it (backed: "
+			 "blocks 0..%" PRIu64 " of %" PRIu64 "): allocate blocks with "
+			 "kvrt_alloc_blocks (or look them up) and pass only ids this handle holds",
+			 s->name, u->pool_block, u->backed_blocks ? u->backed_blocks - 1 : 0,
+			 s->nr_blocks);
+	else
+		kvrt_log(s->k, KVRT_LOG_WARNING,
+			 "space \"%s\": block %" PRId64 " of the layout lies in pool block %"
+			 PRIu64 ", which has no memory behind it (backed: blocks 0..%" PRIu64
+			 " of %" PRIu64 "): allocate blocks with kvrt_alloc_blocks (or look them "
+			 "up) and pass only ids this handle holds",
+			 s->name, id, u->pool_block, u->backed_blocks ? u->backed_blocks - 1 : 0,
+			 s->nr_blocks);
 }
 
 int kvrt_bounds_check(const struct kvrt_layout *l, const void *base, const float *scales,
@@ -131,7 +181,8 @@ int kvrt_bounds_check(const struct kvrt_layout *l, const void *base, const float
 	struct kvrt_layout one = *l;
 	struct kvrt_extent all, blk;
 	bool fp8 = l->kv_dtype == KVRT_DTYPE_FP8_E4M3 && scales;
-	int64_t b, off, soff;
+	struct unbacked why = { 0 };
+	int64_t b = 0, off, soff;
 	uint32_t i;
 	int ret = 0;
 
@@ -150,15 +201,21 @@ int kvrt_bounds_check(const struct kvrt_layout *l, const void *base, const float
 		if (b < 0)
 			continue;
 		if (__builtin_mul_overflow(b, l->block_stride, &off) ||
-		    __builtin_mul_overflow(b, l->scale_block_stride, &soff) ||
-		    !block_ok(base, off, blk.min_off, blk.max_end, 1) ||
-		    (fp8 && !block_ok(scales, soff, blk.scale_min, blk.scale_max_end,
-				      sizeof(float)))) {
+		    __builtin_mul_overflow(b, l->scale_block_stride, &soff)) {
 			ret = -ERANGE;
 			break;
 		}
+		ret = block_ok(base, off, blk.min_off, blk.max_end, 1, &why);
+		if (!ret && fp8)
+			ret = block_ok(scales, soff, blk.scale_min, blk.scale_max_end,
+				       sizeof(float), &why);
+		if (ret)
+			break;
 	}
 out:
 	pthread_rwlock_unlock(&maps_lock);
+	/* The space stays mapped: the caller is using it (closing it now is its bug). */
+	if (ret == -EFAULT)
+		log_unbacked(&why, b);
 	return ret;
 }

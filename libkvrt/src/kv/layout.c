@@ -180,6 +180,11 @@ int kvrt_kv_bytes(uint32_t num_layers, uint32_t num_kv_heads, uint32_t head_dim,
 
 	if (!bytes || !num_layers || !num_kv_heads || !head_dim || !kvrt_dtype_size(dtype))
 		return -EINVAL;
+	/* The result is what must fit: no tokens take no bytes, however large a token. */
+	if (!tokens) {
+		*bytes = 0;
+		return 0;
+	}
 	if (!mul_u(2ULL * num_layers, num_kv_heads, &r) || !mul_u(r, head_dim, &r) ||
 	    !mul_u(r, kvrt_dtype_size(dtype), &r) || !mul_u(r, tokens, &r))
 		return -EOVERFLOW;

@@ -75,7 +75,9 @@ class NotSupportedError(KvrtError):
 
 
 class BadAddressError(KvrtError):
-    """EFAULT: a missing or unwritable array."""
+    """EFAULT: a missing or unwritable array, or a block id of a space with no
+    memory behind it (one the space never backed: allocate blocks first and
+    use only ids this space handle holds)."""
 
 
 class OutOfMemoryError(KvrtError):
