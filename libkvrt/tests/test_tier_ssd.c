@@ -194,9 +194,9 @@ TEST(arguments_refused)
 	o.reserved0 = 1;
 	CHECK_EQ(kvrt_tier_open_ssd(e.s, &o, &t), -EINVAL);
 	o.reserved0 = 0;
-	o.reserved[2] = 1;
+	o.reserved[1] = 1;
 	CHECK_EQ(kvrt_tier_open_ssd(e.s, &o, &t), -EINVAL);
-	o.reserved[2] = 0;
+	o.reserved[1] = 0;
 	o.capacity_bytes = BB - 1;
 	CHECK_EQ(kvrt_tier_open_ssd(e.s, &o, &t), -EINVAL);
 	o.capacity_bytes = (1ULL << 50) + BB;
