@@ -1284,7 +1284,7 @@ enum kvrt_tier_kind {
 
 struct kvrt_tier_ssd_opts {
 	const char *dir;		/* created 0700 when absent */
-	uint64_t capacity_bytes;	/* the identity's limit: at least one block */
+	uint64_t capacity_bytes;	/* the identity's limit: 1 to 2^31 blocks */
 	uint32_t queue_depth;		/* I/Os in flight: 0 is 64; at most 4096 */
 	uint32_t flags;			/* 0 or KVRT_TIER_WRITE_BACK */
 	const struct kvrt_layout *layout;	/* NULL: the identity has no layout */
@@ -1299,7 +1299,8 @@ struct kvrt_tier_ssd_opts {
 /*
  * Open the SSD tier of the space's identity below opts->dir and add it to
  * this handle's tiers.  -EINVAL NULL arguments, flags or reserved fields,
- * capacity_bytes below one block or above 2^50, queue_depth above 4096,
+ * capacity_bytes below one block, above 2^50 or of more than 2^31 blocks
+ * (the index numbers slots in 32 bits), queue_depth above 4096,
  * writeback_max above KVRT_MAX_BATCH or given without KVRT_TIER_WRITE_BACK;
  * -EAGAIN the write-back thread could not start; -EBUSY another process
  * (or handle) has the identity's directory open; -ENOSYS io_uring is not

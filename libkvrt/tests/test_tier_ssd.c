@@ -702,6 +702,28 @@ TEST(another_uid_is_refused_by_the_file_system)
 	CHECKF(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status %d", status);
 }
 
+/* More slots than the index can number: -EINVAL, and nothing created. */
+TEST(capacity_that_does_not_fit_the_index_is_refused)
+{
+	struct kvrt_tier_ssd_opts o;
+	struct kvrt_tier *t;
+	struct stat st;
+	struct env e;
+
+	new_dir(&e);
+	REQUIRE(env_open(&e, "capacity", BB, 8, NULL) == 0);
+	kvrt_tier_close(e.t);
+	e.t = NULL;
+	new_dir(&e);
+	/* 2^32 + 8 slots: once opened as 8. */
+	o = (struct kvrt_tier_ssd_opts){ .dir = e.dir, .capacity_bytes = ((1ULL << 32) + 8) * BB };
+	CHECK_EQ(kvrt_tier_open_ssd(e.s, &o, &t), -EINVAL);
+	o.capacity_bytes = ((1ULL << 31) + 1) * BB;
+	CHECK_EQ(kvrt_tier_open_ssd(e.s, &o, &t), -EINVAL);
+	CHECK(stat(e.dir, &st) < 0 && errno == ENOENT);
+	env_close(&e);
+}
+
 /*
  * kill -9 while a writer stores batch after batch (write-through and
  * write-back rounds in turn): every block a lookup returns afterwards
@@ -813,6 +835,7 @@ int main(void)
 	char tmpl[4096];
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
+	tap_only = getenv("TAP_ONLY");	/* run only the tests whose name holds it */
 	if (d && *d) {
 		snprintf(root, sizeof(root), "%s", d);
 	} else {
@@ -838,6 +861,7 @@ int main(void)
 	RUN(a_forked_child_neither_hangs_nor_takes_the_parents_queue);
 	RUN(eviction_takes_the_lowest_priority_then_the_oldest);
 	RUN(another_uid_is_refused_by_the_file_system);
+	RUN(capacity_that_does_not_fit_the_index_is_refused);
 	RUN(kill_9_leaves_every_block_whole);
 	if (!d || !*d) {
 		char cmd[4200];

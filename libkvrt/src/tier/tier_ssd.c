@@ -652,7 +652,8 @@ int kvrt_ssd_open(struct kvrt_space *s, const struct kvrt_tier_ssd_opts *o,
 	t->opener = getpid();
 	pthread_mutex_init(&t->lock, NULL);
 	kvrt_tier_common_init(&t->t);
-	ret = ssd_index_init(&t->x, (uint32_t)(o->capacity_bytes / s->block_bytes));
+	/* Whole: a count truncated to 32 bits would open a far smaller tier silently. */
+	ret = ssd_index_init(&t->x, o->capacity_bytes / s->block_bytes);
 	if (ret)
 		goto fail;
 	t->dirfd = identity_dir(o->dir, identity);

@@ -107,7 +107,8 @@ _SSD_HINTS: Dict[int, str] = {
                  "per identity; the other processes reach its blocks through the pool",
     errno.ENOSYS: "io_uring is not available here (kernel.io_uring_disabled, a seccomp "
                   "filter)",
-    errno.EINVAL: "capacity_bytes must hold one block and be at most 2**50; queue_depth at "
+    errno.EINVAL: "capacity_bytes must hold one block and be at most 2**50 and 2**31 blocks; "
+                  "queue_depth at "
                   "most 4096; and the file system must take O_DIRECT (tmpfs does not before "
                   "Linux 6.6)",
 }
