@@ -20,6 +20,8 @@
 struct ssd_slot {
 	uint8_t hash[KVRT_HASH_BYTES];
 	uint64_t sum;		/* XXH3-64 of the block */
+	uint8_t nonce[16];	/* its tag's (tier_mac.h); set by the caller */
+	uint8_t tag[16];
 	uint32_t prev, next;	/* its priority's order, or the free list (next) */
 	uint32_t chain;		/* the hash table's bucket chain */
 	uint8_t prio;
