@@ -315,6 +315,7 @@ static int log_replay(struct ssd_tier *t)
 	struct ssd_rec r;
 	uint64_t skipped = 0;
 	uint32_t old;
+	size_t got;
 	FILE *f;
 	int fd;
 
@@ -326,14 +327,16 @@ static int log_replay(struct ssd_tier *t)
 		close(fd);
 		return -ENOMEM;
 	}
-	if (fread(&h, sizeof(h), 1, f) == 1 && !memcmp(h.magic, SSD_HEAD_MAGIC, sizeof(h.magic)) &&
-	    h.version == 1) {
+	/* Version 1's head is shorter: its magic and version are enough to say so. */
+	got = fread(&h, 1, sizeof(h), f);
+	if (got >= offsetof(struct ssd_head, reserved) &&
+	    !memcmp(h.magic, SSD_HEAD_MAGIC, sizeof(h.magic)) && h.version == 1) {
 		kvrt_log(t->t.space->k, KVRT_LOG_INFO,
 			 "ssd tier: the index is of version 1 (no tags): starting empty");
 		fclose(f);
 		return 0;
 	}
-	if (ferror(f) || feof(f) || memcmp(h.magic, SSD_HEAD_MAGIC, sizeof(h.magic)) ||
+	if (got != sizeof(h) || memcmp(h.magic, SSD_HEAD_MAGIC, sizeof(h.magic)) ||
 	    h.version != SSD_VERSION || h.block_bytes != t->block_bytes ||
 	    memcmp(h.identity, t->identity, sizeof(h.identity)) ||
 	    h.sum != XXH3_64bits(&h, offsetof(struct ssd_head, sum))) {
