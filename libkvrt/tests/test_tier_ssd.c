@@ -6,8 +6,12 @@
  * identity (name, block size, layout) separating blocks; a corrupted block
  * and a torn index record each a miss and nothing else; eviction by
  * priority then age; one user of a directory at a time; another uid
- * refused by the file system; write-back (queued, flushed, written on
- * close, a full queue); and a kill -9 campaign in which every block
+ * refused by the file system; what the tier refuses to trust (a root or
+ * identity directory others control, another uid's squat in a shared
+ * 1777 root, symlinks, hard links, a tampered block whose checksums were
+ * fixed, bad key files) and a capacity the index cannot number;
+ * write-back (queued, flushed, written on close, a full queue); and a
+ * kill -9 campaign in which every block
  * lookup returns after the kill holds exactly what was stored, and every
  * batch a killed writer saw committed is still there.
  *
