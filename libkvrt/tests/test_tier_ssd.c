@@ -1117,6 +1117,53 @@ TEST(key_file_checks)
 	env_close(&e);
 }
 
+/*
+ * An index of version 1 (0.6, 0.7: 64-byte head and records, no tags),
+ * valid in every checksum: read as empty (its blocks carry no tag), not
+ * counted as damage, and rewritten as version 2.
+ */
+TEST(an_index_of_version_1_is_read_as_empty_and_rewritten)
+{
+	uint8_t v2[IDX_HEAD + 4 * IDX_REC], v1[64 + 4 * 64];
+	char id[4400], path[4600];
+	uint32_t version = 1;
+	uint64_t sum;
+	struct stat st;
+	struct env e;
+	int fd, bad, i;
+
+	new_dir(&e);
+	REQUIRE(env_open(&e, "version1", BB, 8, NULL) == 0);
+	CHECK_EQ(store_run(&e, 47, 0, 4, 50), 4);
+	env_close(&e);
+	REQUIRE(identity_of(e.dir, id, sizeof(id)));
+	snprintf(path, sizeof(path), "%s/index", id);
+	fd = open(path, O_RDWR);
+	REQUIRE(fd >= 0 && read(fd, v2, sizeof(v2)) == (ssize_t)sizeof(v2));
+	/* Both versions share their first 56 bytes (head and record) but for the version. */
+	memcpy(v1, v2, 56);
+	memcpy(v1 + 8, &version, 4);
+	sum = XXH3_64bits(v1, 56);
+	memcpy(v1 + 56, &sum, 8);
+	for (i = 0; i < 4; i++) {
+		memcpy(v1 + 64 + 64 * i, v2 + IDX_HEAD + IDX_REC * i, 56);
+		sum = XXH3_64bits(v1 + 64 + 64 * i, 56);
+		memcpy(v1 + 64 + 64 * i + 56, &sum, 8);
+	}
+	REQUIRE(ftruncate(fd, 0) == 0 && pwrite(fd, v1, sizeof(v1), 0) == (ssize_t)sizeof(v1));
+	close(fd);
+	REQUIRE(env_open(&e, "version1", BB, 8, NULL) == 0);
+	CHECK_EQ(stats(&e).blocks, 0);
+	CHECK_EQ(lookup_run(&e, 47, 4, NULL, &bad), 0);
+	CHECK_EQ(stats(&e).checksum_errors, 0);
+	env_close(&e);
+	CHECK(stat(path, &st) == 0 && st.st_size == IDX_HEAD);
+	fd = open(path, O_RDONLY);
+	CHECK(fd >= 0 && pread(fd, &version, 4, 8) == 4 && version == 2);
+	if (fd >= 0)
+		close(fd);
+}
+
 /* More slots than the index can number: -EINVAL, and nothing created. */
 TEST(capacity_that_does_not_fit_the_index_is_refused)
 {
@@ -1321,6 +1368,7 @@ int main(void)
 	RUN(a_hard_linked_data_file_is_refused);
 	RUN(a_tampered_block_with_a_valid_checksum_is_a_miss);
 	RUN(key_file_checks);
+	RUN(an_index_of_version_1_is_read_as_empty_and_rewritten);
 	RUN(capacity_that_does_not_fit_the_index_is_refused);
 	RUN(a_root_or_identity_directory_others_control_is_refused);
 	RUN(kill_9_leaves_every_block_whole);
