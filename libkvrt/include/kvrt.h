@@ -1276,6 +1276,29 @@ int kvrt_seqs_stats(struct kvrt_seqs *seqs, struct kvrt_seqs_stats *stats);
  * second); the other processes of the host reach its blocks through the
  * pool, where every hit is published.
  *
+ * Trust (since 0.8).  The SSD tier trusts no file it did not make for the
+ * caller: dir must be the caller's or root's, and sticky (chmod 1777, as
+ * /tmp) when group or others may write it, else -EPERM; the identity
+ * directory must be the caller's (geteuid()) with no group or other
+ * bits (0700), not even read, as the blocks are the tenant's prompts (else
+ * -EPERM; -ELOOP a symlink); each file in it (lock, key, data, index)
+ * must be a regular file (-EINVAL) of the caller's, no group or other
+ * bits, one link (else -EPERM), never a symlink (-ELOOP).  Temporary
+ * files (index.new, stats.new, key.new) are removed and made afresh.
+ * Each refusal is also logged (kvrt_open_opts.log).  In a sticky shared
+ * root another uid can still take an identity's name first: the tier is
+ * then refused (-EPERM), a denial of service, never a read or write of
+ * the other's files; per-tenant directories made by root (each 0700, the
+ * tenant's) leave no name to take.  Every block stored carries a random
+ * nonce and a tag (Poly1305, keyed by the tenant's key, over its bytes,
+ * identity and hash); a block whose tag fails is a miss, counted in
+ * checksum_errors, and dropped.  The key: key_file's (a file of the
+ * caller's, mode 0600, 16 to 4096 bytes of secret: its SHA-256), else the
+ * identity directory's own "key", 32 random bytes made 0600 at its first
+ * open.  An index written under another key, or by 0.6 or 0.7 (index
+ * version 1, untagged), is read as empty and rewritten: the blocks it
+ * named are gone.
+ *
  * Policy (since 0.7): a tier is write-through unless opened with
  * KVRT_TIER_WRITE_BACK.  kvrt_tier_store() writes a write-through tier's
  * blocks before it returns; for a write-back tier it queues the blocks
@@ -1300,8 +1323,8 @@ enum kvrt_tier_kind {
 };
 
 struct kvrt_tier_ssd_opts {
-	const char *dir;		/* created 0700 when absent */
-	uint64_t capacity_bytes;	/* the identity's limit: at least one block */
+	const char *dir;		/* created 0700 when absent; see "Trust" above */
+	uint64_t capacity_bytes;	/* the identity's limit: 1 to 2^31 blocks */
 	uint32_t queue_depth;		/* I/Os in flight: 0 is 64; at most 4096 */
 	uint32_t flags;			/* 0 or KVRT_TIER_WRITE_BACK */
 	const struct kvrt_layout *layout;	/* NULL: the identity has no layout */
@@ -1316,14 +1339,21 @@ struct kvrt_tier_ssd_opts {
 /*
  * Open the SSD tier of the space's identity below opts->dir and add it to
  * this handle's tiers.  -EINVAL NULL arguments, flags or reserved fields,
- * capacity_bytes below one block or above 2^50, queue_depth above 4096,
+ * capacity_bytes below one block, above 2^50 or of more than 2^31 blocks
+ * (the index numbers slots in 32 bits), queue_depth above 4096,
  * writeback_max above KVRT_MAX_BATCH or given without KVRT_TIER_WRITE_BACK;
+ * key_file: -ENOENT absent, -ELOOP a symlink, -EPERM another owner's or
+ * with group or other bits (chmod 600), -EINVAL not a regular file or not
+ * 16 to 4096 bytes, checked before anything is created;
+ * -EPERM dir, the identity directory or a file in it fails "Trust" above
+ * (-ELOOP a symlink, -EINVAL not a regular file);
  * -EAGAIN the write-back thread could not start; -EBUSY another process
  * (or handle) has the identity's directory open; -ENOSYS io_uring is not
  * available (kernel.io_uring_disabled, a seccomp filter); the errno of
  * creating or opening the directory or files (-EACCES, -ENOSPC, ...);
  * -ENOMEM.  On failure nothing is added and nothing below dir is changed
- * but directories created.
+ * but directories created (and, past the trust checks, the key file and
+ * a rewritten index).
  */
 int kvrt_tier_open_ssd(struct kvrt_space *space, const struct kvrt_tier_ssd_opts *opts,
 		       struct kvrt_tier **tier);

@@ -6,8 +6,12 @@
  * identity (name, block size, layout) separating blocks; a corrupted block
  * and a torn index record each a miss and nothing else; eviction by
  * priority then age; one user of a directory at a time; another uid
- * refused by the file system; write-back (queued, flushed, written on
- * close, a full queue); and a kill -9 campaign in which every block
+ * refused by the file system; what the tier refuses to trust (a root or
+ * identity directory others control, another uid's squat in a shared
+ * 1777 root, symlinks, hard links, a tampered block whose checksums were
+ * fixed, bad key files) and a capacity the index cannot number;
+ * write-back (queued, flushed, written on close, a full queue); and a
+ * kill -9 campaign in which every block
  * lookup returns after the kill holds exactly what was stored, and every
  * batch a killed writer saw committed is still there.
  *
@@ -23,10 +27,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <xxhash.h>
 
 #include "kvrt.h"
 #include "../../selftests/tap.h"
@@ -35,6 +43,12 @@
 #define BB 8192ULL
 #define H KVRT_HASH_BYTES
 #define MAXB 64
+/* The index's layout (Documentation/libkvrt.rst, Tiers): a head, then records. */
+#define IDX_HEAD 96
+#define IDX_REC 96
+/* Two unprivileged uids, for the tests that run as root. */
+#define VICTIM 65534
+#define ATTACKER 65533
 
 static char root[4096];
 static unsigned int dir_seq;
@@ -43,6 +57,7 @@ struct env {
 	struct kvrt *k;
 	struct kvrt_space *s;
 	struct kvrt_tier *t;
+	const char *key_file;	/* kvrt_tier_ssd_opts.key_file */
 	char dir[4200];
 };
 
@@ -50,6 +65,7 @@ struct env {
 static void new_dir(struct env *e)
 {
 	snprintf(e->dir, sizeof(e->dir), "%s/t%u", root, dir_seq++);
+	e->key_file = NULL;
 }
 
 static int env_open_policy(struct env *e, const char *name, uint64_t block,
@@ -61,7 +77,7 @@ static int env_open_policy(struct env *e, const char *name, uint64_t block,
 				      .block_bytes = block, .quota_bytes = block * 256 };
 	struct kvrt_tier_ssd_opts to = { .dir = e->dir, .capacity_bytes = cap_blocks * block,
 					 .layout = layout, .queue_depth = 8, .flags = flags,
-					 .writeback_max = writeback_max };
+					 .writeback_max = writeback_max, .key_file = e->key_file };
 	int ret;
 
 	e->k = NULL;
@@ -194,9 +210,9 @@ TEST(arguments_refused)
 	o.reserved0 = 1;
 	CHECK_EQ(kvrt_tier_open_ssd(e.s, &o, &t), -EINVAL);
 	o.reserved0 = 0;
-	o.reserved[2] = 1;
+	o.reserved[1] = 1;
 	CHECK_EQ(kvrt_tier_open_ssd(e.s, &o, &t), -EINVAL);
-	o.reserved[2] = 0;
+	o.reserved[1] = 0;
 	o.capacity_bytes = BB - 1;
 	CHECK_EQ(kvrt_tier_open_ssd(e.s, &o, &t), -EINVAL);
 	o.capacity_bytes = (1ULL << 50) + BB;
@@ -446,7 +462,7 @@ TEST(a_torn_index_record_loses_that_block_only)
 	env_close(&e);
 	/* The head and 8 records, written compact at the last open: cut the last one short. */
 	REQUIRE(stat(tier_file(&e, "index"), &st) == 0);
-	CHECK_EQ(st.st_size, 64 + 8 * 64);
+	CHECK_EQ(st.st_size, IDX_HEAD + 8 * IDX_REC);
 	REQUIRE(truncate(tier_file(&e, "index"), st.st_size - 10) == 0);
 	REQUIRE(env_open(&e, "torn", BB, 16, NULL) == 0);
 	CHECK_EQ(stats(&e).blocks, 7);
@@ -702,6 +718,513 @@ TEST(another_uid_is_refused_by_the_file_system)
 	CHECKF(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status %d", status);
 }
 
+/* A file of the tests' own, outside any tier: what an attack must leave unchanged. */
+static void put_file(const char *path, const char *text, mode_t mode)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, mode);
+
+	if (fd >= 0) {
+		if (write(fd, text, strlen(text)) != (ssize_t)strlen(text))
+			tap_diag("%s: short write", path);
+		fchmod(fd, mode);
+		close(fd);
+	}
+}
+
+/* Whether path holds exactly text. */
+static bool file_is(const char *path, const char *text)
+{
+	char buf[256];
+	ssize_t n;
+	int fd = open(path, O_RDONLY);
+
+	if (fd < 0)
+		return false;
+	n = read(fd, buf, sizeof(buf));
+	close(fd);
+	return n == (ssize_t)strlen(text) && !memcmp(buf, text, (size_t)n);
+}
+
+/* The identity directory below dir (its only entry), into out; false if none. */
+static bool identity_of(const char *dir, char *out, size_t len)
+{
+	struct dirent *d;
+	DIR *D = opendir(dir);
+	bool found = false;
+
+	if (!D)
+		return false;
+	while ((d = readdir(D)))
+		if (strlen(d->d_name) == 64) {
+			snprintf(out, len, "%s/%s", dir, d->d_name);
+			found = true;
+		}
+	closedir(D);
+	return found;
+}
+
+/* The entries of dir, sorted, joined by spaces ("" when it cannot be read). */
+static void list_dir(const char *dir, char *out, size_t len)
+{
+	char cmd[4400];
+	FILE *p;
+	size_t n = 0;
+
+	snprintf(cmd, sizeof(cmd), "ls -A '%s' | tr '\\n' ' '", dir);
+	p = popen(cmd, "r");
+	if (p) {
+		n = fread(out, 1, len - 1, p);
+		pclose(p);
+	}
+	out[n] = 0;
+}
+
+/* What a child run as another uid saw, shared with the parent. */
+struct seen {
+	int open_ret;	/* kvrt_tier_open_ssd() */
+	int hits;	/* kvrt_lookup_tiers() of the probed hash */
+	int forged;	/* the hit held the forged bytes */
+	int stored;	/* kvrt_tier_store() */
+};
+
+/*
+ * As uid, open the tier of space "shared" below dir: with forge, store
+ * hash 40:0 holding 41:0's bytes; with probe, look 40:0 up; else store
+ * 42:[0, 4).  What it saw goes to *seen; the child's exit status is 0
+ * unless it could not become uid.
+ */
+static int run_as(uid_t uid, const char *dir, bool forge, bool probe, struct seen *seen)
+{
+	int status;
+	pid_t pid;
+
+	memset(seen, 0, sizeof(*seen));
+	fflush(NULL);
+	pid = fork();
+	if (pid < 0)
+		return -1;
+	if (!pid) {
+		struct env e;
+		uint8_t h[1][H], want[BB];
+		uint32_t id;
+
+		if (setresgid(uid, uid, uid) || setresuid(uid, uid, uid))
+			_exit(2);
+		umask(022);
+		new_dir(&e);
+		snprintf(e.dir, sizeof(e.dir), "%s", dir);
+		seen->open_ret = env_open(&e, "shared", BB, 8, NULL);
+		tier_hash(h[0], 40, 0);
+		if (forge && !seen->open_ret && !kvrt_alloc_blocks(e.s, 1, &id)) {
+			uint8_t f[1][H];
+
+			tier_hash(f[0], 41, 0);
+			tier_pattern(f[0], BB, kvrt_block_addr(e.s, id));
+			seen->stored = kvrt_tier_store(e.s, 1, &id, (const uint8_t (*)[H])h, NULL);
+			kvrt_free_blocks(e.s, 1, &id);
+		} else if (probe) {
+			seen->hits = kvrt_lookup_tiers(e.s, 1, (const uint8_t (*)[H])h, &id, NULL);
+			if (seen->hits == 1) {
+				tier_hash(h[0], 41, 0);
+				tier_pattern(h[0], BB, want);
+				seen->forged = !memcmp(kvrt_block_addr(e.s, id), want, BB);
+				kvrt_release(e.s, 1, &id);
+			}
+		} else if (!seen->open_ret) {
+			seen->stored = store_run(&e, 42, 0, 4, 50);
+		}
+		env_close(&e);
+		_exit(0);
+	}
+	if (waitpid(pid, &status, 0) != pid)
+		return -1;
+	return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+/* A shared root as an administrator makes it: root's, 1777. */
+static void shared_root(char *out, size_t len)
+{
+	snprintf(out, len, "%s/shared%u", root, dir_seq++);
+	mkdir(out, 0700);
+	chmod(out, 01777);
+}
+
+/* A private root of uid's: what the victim's tier writes when no one interferes. */
+static void private_root(char *out, size_t len, uid_t uid)
+{
+	snprintf(out, len, "%s/private%u", root, dir_seq++);
+	mkdir(out, 0700);
+	if (chown(out, uid, uid))
+		tap_diag("chown %s: %s", out, strerror(errno));
+}
+
+/*
+ * Another uid makes the victim's identity directory in a shared 1777 root
+ * before the victim first opens its tier there: a directory of its own,
+ * 0777, with an empty data file of its own.  The victim refuses it with
+ * -EPERM, writes nothing into it, and the attacker's file stays empty.
+ */
+TEST(another_tenant_cannot_prepare_the_identity_directory)
+{
+	char shared[4200], priv[4200], id[4400], squat[4600], path[4700], before[512], after[512];
+	struct seen *seen;
+	struct stat st;
+
+	if (geteuid() != 0) {
+		tap_skip("not root: cannot become two other uids");
+		return;
+	}
+	seen = mmap(NULL, sizeof(*seen), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	REQUIRE(seen != MAP_FAILED);
+	shared_root(shared, sizeof(shared));
+	private_root(priv, sizeof(priv), VICTIM);
+	/* The identity's name: the victim's tier in a root of its own. */
+	REQUIRE(run_as(VICTIM, priv, false, false, seen) == 0);
+	REQUIRE(seen->open_ret == 0);
+	REQUIRE(identity_of(priv, id, sizeof(id)));
+	snprintf(squat, sizeof(squat), "%s/%s", shared, strrchr(id, '/') + 1);
+	/* The attacker's squat (root does it for it: the same files a 1777 root lets it make). */
+	REQUIRE(mkdir(squat, 0777) == 0);
+	chmod(squat, 0777);
+	snprintf(path, sizeof(path), "%s/data", squat);
+	put_file(path, "", 0666);
+	REQUIRE(chown(squat, ATTACKER, ATTACKER) == 0 && chown(path, ATTACKER, ATTACKER) == 0);
+	list_dir(squat, before, sizeof(before));
+
+	REQUIRE(run_as(VICTIM, shared, false, false, seen) == 0);
+	CHECK_EQ(seen->open_ret, -EPERM);
+	CHECK_EQ(seen->stored, 0);
+	CHECK(stat(path, &st) == 0 && st.st_size == 0 && st.st_uid == ATTACKER);
+	list_dir(squat, after, sizeof(after));
+	CHECKF(!strcmp(before, after), "the squat held '%s', now '%s'", before, after);
+	munmap(seen, sizeof(*seen));
+}
+
+/* Copy every file of from into to (made 0777), as uid's files of mode. */
+static int copy_dir(const char *from, const char *to, uid_t uid, mode_t mode)
+{
+	char cmd[40000];
+
+	snprintf(cmd, sizeof(cmd),
+		 "mkdir '%s' && cp -a '%s'/. '%s'/ && chown -R %u:%u '%s' && chmod 0777 '%s' && "
+		 "chmod %o '%s'/*", to, from, to, (unsigned int)uid, (unsigned int)uid, to, to,
+		 (unsigned int)mode, to);
+	return system(cmd);
+}
+
+/*
+ * The reported attack: in a shared 1777 root, another uid prepares the
+ * victim's identity directory with a data file holding a forged block
+ * and a valid index naming it (here the victim's own tier wrote them in a
+ * private root, key and all, and root copied them in as the attacker's:
+ * all the format can give an attacker).  The victim's lookup of that hash
+ * is a miss: its tier refuses the directory (-EPERM).
+ */
+TEST(a_forged_block_in_a_shared_root_is_a_miss)
+{
+	char shared[4200], priv[4200], id[4400], squat[4600];
+	struct seen *seen;
+
+	if (geteuid() != 0) {
+		tap_skip("not root: cannot become two other uids");
+		return;
+	}
+	seen = mmap(NULL, sizeof(*seen), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	REQUIRE(seen != MAP_FAILED);
+	shared_root(shared, sizeof(shared));
+	private_root(priv, sizeof(priv), VICTIM);
+	REQUIRE(run_as(VICTIM, priv, true, false, seen) == 0);
+	REQUIRE(seen->open_ret == 0 && seen->stored == 1);
+	REQUIRE(identity_of(priv, id, sizeof(id)));
+	snprintf(squat, sizeof(squat), "%s/%s", shared, strrchr(id, '/') + 1);
+	REQUIRE(copy_dir(id, squat, ATTACKER, 0666) == 0);
+
+	REQUIRE(run_as(VICTIM, shared, false, true, seen) == 0);
+	CHECK_EQ(seen->open_ret, -EPERM);
+	CHECK_EQ(seen->hits, 0);
+	CHECK_EQ(seen->forged, 0);
+	munmap(seen, sizeof(*seen));
+}
+
+/*
+ * A symlink left where the index is rewritten (index.new) or the stats
+ * file (stats.new) is removed, not written through: the file it names is
+ * unchanged and the tier opens with its blocks.
+ */
+TEST(index_new_symlink_is_not_followed)
+{
+	char id[4400], link1[4600], link2[4600], victim[4400];
+	struct stat st;
+	struct env e;
+	int bad;
+
+	new_dir(&e);
+	REQUIRE(env_open(&e, "symlink", BB, 8, NULL) == 0);
+	CHECK_EQ(store_run(&e, 43, 0, 4, 50), 4);
+	env_close(&e);
+	REQUIRE(identity_of(e.dir, id, sizeof(id)));
+	snprintf(victim, sizeof(victim), "%s/victim%u", root, dir_seq++);
+	put_file(victim, "precious\n", 0600);
+	snprintf(link1, sizeof(link1), "%s/index.new", id);
+	snprintf(link2, sizeof(link2), "%s/stats.new", id);
+	REQUIRE(symlink(victim, link1) == 0);
+	REQUIRE(symlink(victim, link2) == 0);
+	REQUIRE(env_open(&e, "symlink", BB, 8, NULL) == 0);
+	CHECK_EQ(lookup_run(&e, 43, 4, NULL, &bad), 4);
+	CHECK_EQ(bad, 0);
+	env_close(&e);
+	CHECK(file_is(victim, "precious\n"));
+	CHECK(lstat(victim, &st) == 0 && S_ISREG(st.st_mode));
+	snprintf(link1, sizeof(link1), "%s/index", id);
+	CHECK(lstat(link1, &st) == 0 && S_ISREG(st.st_mode));
+}
+
+/* A data file that is a hard link (to a file of the tier's owner) is not written through. */
+TEST(a_hard_linked_data_file_is_refused)
+{
+	char id[4400], data[4600], victim[4400];
+	struct env e;
+
+	new_dir(&e);
+	REQUIRE(env_open(&e, "hardlink", BB, 4, NULL) == 0);
+	CHECK_EQ(store_run(&e, 44, 0, 2, 50), 2);
+	env_close(&e);
+	REQUIRE(identity_of(e.dir, id, sizeof(id)));
+	snprintf(victim, sizeof(victim), "%s/victim%u", root, dir_seq++);
+	put_file(victim, "precious\n", 0600);
+	snprintf(data, sizeof(data), "%s/data", id);
+	REQUIRE(unlink(data) == 0);
+	REQUIRE(link(victim, data) == 0);
+	CHECK_EQ(env_open(&e, "hardlink", BB, 4, NULL), -EPERM);
+	env_close(&e);
+	CHECK(file_is(victim, "precious\n"));
+}
+
+/*
+ * Whoever can write the tier's files (root, the owner's other programs)
+ * and changes a block's bytes, then fixes the unkeyed checksums (the
+ * block's XXH3 in its PUT record, the record's own): the tag still fails,
+ * so the block is a miss, counted in checksum_errors, and dropped.
+ */
+TEST(a_tampered_block_with_a_valid_checksum_is_a_miss)
+{
+	char id[4400], path[4600];
+	uint8_t *idx, blk[BB];
+	uint64_t sum;
+	uint32_t slot;
+	struct stat st;
+	struct env e;
+	int fd, bad, i, fixed = 0;
+	size_t off;
+
+	new_dir(&e);
+	REQUIRE(env_open(&e, "tamper", BB, 16, NULL) == 0);
+	CHECK_EQ(store_run(&e, 45, 0, 8, 50), 8);
+	env_close(&e);
+	REQUIRE(identity_of(e.dir, id, sizeof(id)));
+	/* Slot 3 (hash 3: a fresh tier fills slots from the first) gets other bytes. */
+	snprintf(path, sizeof(path), "%s/data", id);
+	fd = open(path, O_RDWR);
+	REQUIRE(fd >= 0);
+	REQUIRE(pread(fd, blk, BB, 3 * BB) == (ssize_t)BB);
+	for (i = 0; i < 64; i++)
+		blk[100 + i] ^= 0xff;
+	REQUIRE(pwrite(fd, blk, BB, 3 * BB) == (ssize_t)BB);
+	close(fd);
+	sum = XXH3_64bits(blk, BB);
+	/* Its PUT record: the block's XXH3 (offset 16) and the record's (its last 8 bytes). */
+	snprintf(path, sizeof(path), "%s/index", id);
+	REQUIRE(stat(path, &st) == 0);
+	idx = malloc((size_t)st.st_size);
+	REQUIRE(idx);
+	fd = open(path, O_RDWR);
+	REQUIRE(fd >= 0 && read(fd, idx, (size_t)st.st_size) == st.st_size);
+	for (off = IDX_HEAD; off + IDX_REC <= (size_t)st.st_size; off += IDX_REC) {
+		memcpy(&slot, idx + off + 8, 4);
+		if (idx[off + 4] != 1 || slot != 3)
+			continue;
+		memcpy(idx + off + 16, &sum, 8);
+		sum = XXH3_64bits(idx + off, IDX_REC - 8);
+		memcpy(idx + off + IDX_REC - 8, &sum, 8);
+		fixed++;
+	}
+	CHECK_EQ(fixed, 1);
+	CHECK(pwrite(fd, idx, (size_t)st.st_size, 0) == st.st_size);
+	close(fd);
+	free(idx);
+	REQUIRE(env_open(&e, "tamper", BB, 16, NULL) == 0);
+	CHECK_EQ(stats(&e).blocks, 8);	/* the record is valid: the index keeps it */
+	CHECK_EQ(lookup_run(&e, 45, 8, NULL, &bad), 3);
+	CHECK_EQ(bad, 0);
+	CHECK_EQ(stats(&e).checksum_errors, 1);
+	CHECK_EQ(stats(&e).blocks, 7);
+	env_close(&e);
+}
+
+/*
+ * key_file: refused as kvrt_tier_key_from_file refuses it (a symlink
+ * -ELOOP, group/other bits or another owner -EPERM, too short -EINVAL,
+ * absent -ENOENT), before anything is created; a good one opens, and the
+ * blocks are found again with that key only.
+ */
+TEST(key_file_checks)
+{
+	char key[4400], other[4400], link[4400];
+	struct stat st;
+	struct env e;
+	int bad;
+
+	snprintf(key, sizeof(key), "%s/key%u", root, dir_seq++);
+	snprintf(other, sizeof(other), "%s/key%u", root, dir_seq++);
+	snprintf(link, sizeof(link), "%s/key%u", root, dir_seq++);
+	put_file(key, "0123456789abcdef0123456789abcdef", 0600);
+	put_file(other, "another tenant's secret, 32 byte", 0600);
+	REQUIRE(symlink(key, link) == 0);
+	new_dir(&e);
+
+	e.key_file = link;
+	CHECK_EQ(env_open(&e, "keyfile", BB, 8, NULL), -ELOOP);
+	env_close(&e);
+	chmod(key, 0644);
+	e.key_file = key;
+	CHECK_EQ(env_open(&e, "keyfile", BB, 8, NULL), -EPERM);
+	env_close(&e);
+	chmod(key, 0600);
+	if (geteuid() == 0) {
+		REQUIRE(chown(key, VICTIM, VICTIM) == 0);
+		CHECK_EQ(env_open(&e, "keyfile", BB, 8, NULL), -EPERM);
+		env_close(&e);
+		REQUIRE(chown(key, 0, 0) == 0);
+	}
+	e.key_file = "/nonexistent/kvrt/key";
+	CHECK_EQ(env_open(&e, "keyfile", BB, 8, NULL), -ENOENT);
+	env_close(&e);
+	CHECK(stat(e.dir, &st) < 0 && errno == ENOENT);	/* nothing created */
+
+	e.key_file = key;
+	REQUIRE(env_open(&e, "keyfile", BB, 8, NULL) == 0);
+	CHECK_EQ(store_run(&e, 46, 0, 4, 50), 4);
+	env_close(&e);
+	REQUIRE(env_open(&e, "keyfile", BB, 8, NULL) == 0);
+	CHECK_EQ(lookup_run(&e, 46, 4, NULL, &bad), 4);
+	CHECK_EQ(bad, 0);
+	env_close(&e);
+	/* Another key (and the directory's own): none of them, and nothing counted as damage. */
+	e.key_file = other;
+	REQUIRE(env_open(&e, "keyfile", BB, 8, NULL) == 0);
+	CHECK_EQ(lookup_run(&e, 46, 4, NULL, &bad), 0);
+	CHECK_EQ(stats(&e).checksum_errors, 0);
+	env_close(&e);
+}
+
+/*
+ * An index of version 1 (0.6, 0.7: 64-byte head and records, no tags),
+ * valid in every checksum: read as empty (its blocks carry no tag), not
+ * counted as damage, and rewritten as version 2.
+ */
+TEST(an_index_of_version_1_is_read_as_empty_and_rewritten)
+{
+	uint8_t v2[IDX_HEAD + 4 * IDX_REC], v1[64 + 4 * 64];
+	char id[4400], path[4600];
+	uint32_t version = 1;
+	uint64_t sum;
+	struct stat st;
+	struct env e;
+	int fd, bad, i;
+
+	new_dir(&e);
+	REQUIRE(env_open(&e, "version1", BB, 8, NULL) == 0);
+	CHECK_EQ(store_run(&e, 47, 0, 4, 50), 4);
+	env_close(&e);
+	REQUIRE(identity_of(e.dir, id, sizeof(id)));
+	snprintf(path, sizeof(path), "%s/index", id);
+	fd = open(path, O_RDWR);
+	REQUIRE(fd >= 0 && read(fd, v2, sizeof(v2)) == (ssize_t)sizeof(v2));
+	/* Both versions share their first 56 bytes (head and record) but for the version. */
+	memcpy(v1, v2, 56);
+	memcpy(v1 + 8, &version, 4);
+	sum = XXH3_64bits(v1, 56);
+	memcpy(v1 + 56, &sum, 8);
+	for (i = 0; i < 4; i++) {
+		memcpy(v1 + 64 + 64 * i, v2 + IDX_HEAD + IDX_REC * i, 56);
+		sum = XXH3_64bits(v1 + 64 + 64 * i, 56);
+		memcpy(v1 + 64 + 64 * i + 56, &sum, 8);
+	}
+	REQUIRE(ftruncate(fd, 0) == 0 && pwrite(fd, v1, sizeof(v1), 0) == (ssize_t)sizeof(v1));
+	close(fd);
+	REQUIRE(env_open(&e, "version1", BB, 8, NULL) == 0);
+	CHECK_EQ(stats(&e).blocks, 0);
+	CHECK_EQ(lookup_run(&e, 47, 4, NULL, &bad), 0);
+	CHECK_EQ(stats(&e).checksum_errors, 0);
+	env_close(&e);
+	CHECK(stat(path, &st) == 0 && st.st_size == IDX_HEAD);
+	fd = open(path, O_RDONLY);
+	CHECK(fd >= 0 && pread(fd, &version, 4, 8) == 4 && version == 2);
+	if (fd >= 0)
+		close(fd);
+}
+
+/* More slots than the index can number: -EINVAL, and nothing created. */
+TEST(capacity_that_does_not_fit_the_index_is_refused)
+{
+	struct kvrt_tier_ssd_opts o;
+	struct kvrt_tier *t;
+	struct stat st;
+	struct env e;
+
+	new_dir(&e);
+	REQUIRE(env_open(&e, "capacity", BB, 8, NULL) == 0);
+	kvrt_tier_close(e.t);
+	e.t = NULL;
+	new_dir(&e);
+	/* 2^32 + 8 slots: once opened as 8. */
+	o = (struct kvrt_tier_ssd_opts){ .dir = e.dir, .capacity_bytes = ((1ULL << 32) + 8) * BB };
+	CHECK_EQ(kvrt_tier_open_ssd(e.s, &o, &t), -EINVAL);
+	o.capacity_bytes = ((1ULL << 31) + 1) * BB;
+	CHECK_EQ(kvrt_tier_open_ssd(e.s, &o, &t), -EINVAL);
+	CHECK(stat(e.dir, &st) < 0 && errno == ENOENT);
+	env_close(&e);
+}
+
+/*
+ * The root: one that others may write must be sticky (else they could
+ * rename the identity directory away and put theirs in its place), and it
+ * must be the caller's or root's; the identity directory must be the
+ * caller's, 0700, not a symlink.  Each refusal -EPERM (-ELOOP for the
+ * symlink).
+ */
+TEST(a_root_or_identity_directory_others_control_is_refused)
+{
+	char id[4400], moved[4400];
+	struct env e;
+
+	new_dir(&e);
+	REQUIRE(mkdir(e.dir, 0700) == 0);
+	chmod(e.dir, 0777);
+	CHECK_EQ(env_open(&e, "rootdir", BB, 4, NULL), -EPERM);
+	env_close(&e);
+	chmod(e.dir, 01777);
+	CHECK_EQ(env_open(&e, "rootdir", BB, 4, NULL), 0);
+	env_close(&e);
+	chmod(e.dir, 0700);
+	if (geteuid() == 0) {
+		REQUIRE(chown(e.dir, VICTIM, VICTIM) == 0);
+		CHECK_EQ(env_open(&e, "rootdir", BB, 4, NULL), -EPERM);
+		env_close(&e);
+		REQUIRE(chown(e.dir, 0, 0) == 0);
+	}
+	REQUIRE(identity_of(e.dir, id, sizeof(id)));
+	chmod(id, 0750);
+	CHECK_EQ(env_open(&e, "rootdir", BB, 4, NULL), -EPERM);
+	env_close(&e);
+	chmod(id, 0700);
+	snprintf(moved, sizeof(moved), "%s.moved", e.dir);
+	REQUIRE(rename(id, moved) == 0);
+	REQUIRE(symlink(moved, id) == 0);
+	CHECK_EQ(env_open(&e, "rootdir", BB, 4, NULL), -ELOOP);
+	env_close(&e);
+}
+
 /*
  * kill -9 while a writer stores batch after batch (write-through and
  * write-back rounds in turn): every block a lookup returns afterwards
@@ -813,6 +1336,7 @@ int main(void)
 	char tmpl[4096];
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
+	tap_only = getenv("TAP_ONLY");	/* run only the tests whose name holds it */
 	if (d && *d) {
 		snprintf(root, sizeof(root), "%s", d);
 	} else {
@@ -838,6 +1362,15 @@ int main(void)
 	RUN(a_forked_child_neither_hangs_nor_takes_the_parents_queue);
 	RUN(eviction_takes_the_lowest_priority_then_the_oldest);
 	RUN(another_uid_is_refused_by_the_file_system);
+	RUN(another_tenant_cannot_prepare_the_identity_directory);
+	RUN(a_forged_block_in_a_shared_root_is_a_miss);
+	RUN(index_new_symlink_is_not_followed);
+	RUN(a_hard_linked_data_file_is_refused);
+	RUN(a_tampered_block_with_a_valid_checksum_is_a_miss);
+	RUN(key_file_checks);
+	RUN(an_index_of_version_1_is_read_as_empty_and_rewritten);
+	RUN(capacity_that_does_not_fit_the_index_is_refused);
+	RUN(a_root_or_identity_directory_others_control_is_refused);
 	RUN(kill_9_leaves_every_block_whole);
 	if (!d || !*d) {
 		char cmd[4200];

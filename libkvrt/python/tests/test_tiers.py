@@ -139,6 +139,82 @@ class TestSsdTier(TierCase):
         e = self.assertKvrtError(kvrt.NoDeviceError, 19, sp.tier_store, [0], hashes(4, 1))
         self.assertIn("no tier is open on this space handle: open one first", str(e))
 
+    def key(self, secret, mode=0o600):
+        """A key file of this uid's below the test's root."""
+        fd, path = tempfile.mkstemp(dir=self.root, prefix="key.")
+        os.write(fd, secret)
+        os.close(fd)
+        os.chmod(path, mode)
+        return path
+
+    def test_key_file_tags_blocks_and_bad_ones_are_refused(self):
+        nm = name("key")
+        mine, theirs = self.key(b"tenant A's secret: 32 bytes long"), self.key(b"b" * 32)
+        tiers = os.path.join(self.root, "tiers")
+        sp = self.pool.create_space(nm, block_bytes=BLOCK, quota_bytes=64 * BLOCK)
+        self.addCleanup(sp.close)
+        # Refused before anything is made below the tier's directory.
+        with self.assertRaisesRegex(FileNotFoundError, "key_file '/nonexistent/k': no such"):
+            sp.open_ssd_tier(tiers, 8 * BLOCK, key_file="/nonexistent/k")
+        with self.assertRaisesRegex(TypeError, "key_file: pass a path"):
+            sp.open_ssd_tier(tiers, 8 * BLOCK, key_file=3)
+        with self.assertRaisesRegex(ValueError, "key_file: ''"):
+            sp.open_ssd_tier(tiers, 8 * BLOCK, key_file="")
+        e = self.assertKvrtError(kvrt.AccessError, 1, sp.open_ssd_tier, tiers, 8 * BLOCK,
+                                 key_file=self.key(b"k" * 32, 0o644))
+        self.assertIn("key_file, when given, must be yours with mode 0600", str(e))
+        link = os.path.join(self.root, "key.link")
+        os.symlink(mine, link)
+        with self.assertRaises(kvrt.KvrtError) as cm:
+            sp.open_ssd_tier(tiers, 8 * BLOCK, key_file=link)
+        self.assertEqual(cm.exception.errno, 40)  # ELOOP
+        self.assertIn("is a symlink", str(cm.exception))
+        self.assertKvrtError(kvrt.InvalidArgumentError, 22, sp.open_ssd_tier, tiers,
+                             8 * BLOCK, key_file=self.key(b"short"))
+        self.assertFalse(os.path.exists(tiers))
+        # Found again with that key only.
+        sp.open_ssd_tier(tiers, 32 * BLOCK, key_file=mine)
+        ids, hs = self.fill_publish(sp, 5, 4)
+        self.assertEqual(sp.tier_store(ids, hs), 4)
+        sp.release(ids)
+        sp.close()
+        other = self.new_host(nm)
+        t2 = other.open_ssd_tier(tiers, 32 * BLOCK, key_file=theirs)
+        self.assertEqual(len(other.lookup_tiers(hs)[0]), 0)
+        t2.close()
+        other.open_ssd_tier(tiers, 32 * BLOCK, key_file=mine)
+        self.assertEqual(len(other.lookup_tiers(hs)[0]), 0)  # the other key's index replaced
+
+    def test_a_shared_root_others_may_write_must_be_sticky(self):
+        sp = self.space(blocks=16)
+        shared = os.path.join(self.root, "shared")
+        os.mkdir(shared)
+        os.chmod(shared, 0o777)
+        e = self.assertKvrtError(kvrt.AccessError, 1, sp.open_ssd_tier, shared, 8 * BLOCK)
+        self.assertIn("sticky if others may write it", str(e))
+        os.chmod(shared, 0o1777)
+        sp.open_ssd_tier(shared, 8 * BLOCK).close()
+
+    def test_config_key_file(self):
+        kf = self.key(b"k" * 32)
+        cfg = kvrt.tiers.TierConfig.from_extra({"kvpool_tier_ssd": self.root,
+                                                "kvpool_tier_key_file": kf})
+        self.assertEqual(cfg.key_file, kf)
+        self.assertIn("kvpool_tier_key_file", kvrt.tiers.CONFIG_KEYS)
+        with self.assertRaisesRegex(ValueError, "kvpool_tier_key_file keys the tiers: pass "
+                                                "kvpool_tier_ssd or kvpool_tier_redis too"):
+            kvrt.tiers.TierConfig.from_extra({"kvpool_tier_key_file": kf})
+        with self.assertRaisesRegex(TypeError, "kvpool_tier_key_file: pass a string"):
+            kvrt.tiers.TierConfig.from_extra({"kvpool_tier_ssd": self.root,
+                                              "kvpool_tier_key_file": 7})
+        sp = self.space(blocks=16)
+        bad = kvrt.tiers.TierConfig.from_extra({"kvpool_tier_ssd": self.root,
+                                                "kvpool_tier_key_file": kf + ".nope"})
+        with self.assertRaisesRegex(FileNotFoundError, "key_file .*: no such file"):
+            bad.open(sp, 16 * BLOCK)
+        tiers = cfg.open(sp, 16 * BLOCK)
+        self.assertEqual([t.kind for t in tiers], [kvrt.TierKind.SSD])
+
 
 class TestOldLibrary(unittest.TestCase):
     """A 0.6 library (tiers, no write-back): write-through works, write-back

@@ -17,11 +17,13 @@ static uint32_t bucket_of(const struct ssd_index *x, const uint8_t *hash)
 	return h & x->bucket_mask;
 }
 
-int ssd_index_init(struct ssd_index *x, uint32_t nr_slots)
+int ssd_index_init(struct ssd_index *x, uint64_t nr_slots)
 {
 	uint32_t n = 1, i;
 
 	memset(x, 0, sizeof(*x));
+	if (!nr_slots || nr_slots > SSD_MAX_SLOTS)
+		return -EINVAL;
 	while (n < nr_slots)
 		n <<= 1;
 	x->slots = calloc(nr_slots, sizeof(*x->slots));
@@ -30,7 +32,7 @@ int ssd_index_init(struct ssd_index *x, uint32_t nr_slots)
 		ssd_index_destroy(x);
 		return -ENOMEM;
 	}
-	x->nr_slots = nr_slots;
+	x->nr_slots = (uint32_t)nr_slots;
 	x->bucket_mask = n - 1;
 	for (i = 0; i < n; i++)
 		x->buckets[i] = SSD_NONE;

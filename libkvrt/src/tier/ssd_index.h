@@ -14,10 +14,14 @@
 #include "kvrt.h"
 
 #define SSD_NONE UINT32_MAX
+/* The most slots: their numbers stay below SSD_NONE, the bucket count fits 32 bits. */
+#define SSD_MAX_SLOTS (1U << 31)
 
 struct ssd_slot {
 	uint8_t hash[KVRT_HASH_BYTES];
 	uint64_t sum;		/* XXH3-64 of the block */
+	uint8_t nonce[16];	/* its tag's (tier_mac.h); set by the caller */
+	uint8_t tag[16];
 	uint32_t prev, next;	/* its priority's order, or the free list (next) */
 	uint32_t chain;		/* the hash table's bucket chain */
 	uint8_t prio;
@@ -35,7 +39,8 @@ struct ssd_index {
 	uint32_t oldest[KVRT_PRIO_MAX + 1], newest[KVRT_PRIO_MAX + 1];
 };
 
-int ssd_index_init(struct ssd_index *x, uint32_t nr_slots);
+/* -EINVAL for 0 or more than SSD_MAX_SLOTS slots, -ENOMEM. */
+int ssd_index_init(struct ssd_index *x, uint64_t nr_slots);
 void ssd_index_destroy(struct ssd_index *x);
 /* The slot holding hash, or SSD_NONE. */
 uint32_t ssd_index_find(const struct ssd_index *x, const uint8_t *hash);

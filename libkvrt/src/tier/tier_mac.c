@@ -109,11 +109,22 @@ static int key_file_read(int fd, uint8_t *buf, size_t *len)
 	return 0;
 }
 
-int kvrt_tier_key_from_file(const char *path, uint8_t key[KVRT_TIER_KEY_BYTES])
+int kvrt_tier_key_from_fd(int fd, uint8_t key[KVRT_TIER_KEY_BYTES])
 {
 	uint8_t buf[KVRT_TIER_KEY_FILE_MAX];
 	unsigned int md_len = KVRT_TIER_KEY_BYTES;
 	size_t len = 0;
+	int ret;
+
+	ret = key_file_read(fd, buf, &len);
+	if (!ret && EVP_Digest(buf, len, key, &md_len, EVP_sha256(), NULL) != 1)
+		ret = -ENOMEM;
+	OPENSSL_cleanse(buf, sizeof(buf));
+	return ret;
+}
+
+int kvrt_tier_key_from_file(const char *path, uint8_t key[KVRT_TIER_KEY_BYTES])
+{
 	int fd, ret;
 
 	if (!path)
@@ -121,20 +132,18 @@ int kvrt_tier_key_from_file(const char *path, uint8_t key[KVRT_TIER_KEY_BYTES])
 	fd = open(path, O_RDONLY | O_NOFOLLOW | O_NOCTTY | O_NONBLOCK | O_CLOEXEC);
 	if (fd < 0)
 		return -errno;
-	ret = key_file_read(fd, buf, &len);
+	ret = kvrt_tier_key_from_fd(fd, key);
 	close(fd);
-	if (!ret && EVP_Digest(buf, len, key, &md_len, EVP_sha256(), NULL) != 1)
-		ret = -ENOMEM;
-	OPENSSL_cleanse(buf, sizeof(buf));
 	return ret;
 }
 
-int kvrt_tier_nonce(uint8_t nonce[KVRT_TIER_NONCE_BYTES])
+int kvrt_tier_random(void *buf, size_t len)
 {
+	uint8_t *p = buf;
 	size_t got = 0;
 
-	while (got < KVRT_TIER_NONCE_BYTES) {
-		ssize_t n = getrandom(nonce + got, KVRT_TIER_NONCE_BYTES - got, 0);
+	while (got < len) {
+		ssize_t n = getrandom(p + got, len - got, 0);
 
 		if (n < 0 && errno == EINTR)
 			continue;
@@ -143,6 +152,11 @@ int kvrt_tier_nonce(uint8_t nonce[KVRT_TIER_NONCE_BYTES])
 		got += (size_t)n;
 	}
 	return 0;
+}
+
+int kvrt_tier_nonce(uint8_t nonce[KVRT_TIER_NONCE_BYTES])
+{
+	return kvrt_tier_random(nonce, KVRT_TIER_NONCE_BYTES);
 }
 
 int kvrt_tier_mac(const uint8_t key[KVRT_TIER_KEY_BYTES], const struct kvrt_tier_bind *b,

@@ -41,11 +41,17 @@ struct kvrt_tier_bind {
  */
 int kvrt_tier_key_from_file(const char *path, uint8_t key[KVRT_TIER_KEY_BYTES]);
 
+/* The same from a file already open (the SSD tier's own key, opened at its directory). */
+int kvrt_tier_key_from_fd(int fd, uint8_t key[KVRT_TIER_KEY_BYTES]);
+
 /* The key derived from a secret the tenant holds (say a password): HMAC-SHA256(label, secret). */
 int kvrt_tier_key_derive(const char *label, const void *secret, size_t len,
 			 uint8_t key[KVRT_TIER_KEY_BYTES]);
 
-/* A fresh random nonce (getrandom); -EIO when the kernel gives none. */
+/* len random bytes (getrandom); -EIO when the kernel gives none. */
+int kvrt_tier_random(void *buf, size_t len);
+
+/* A fresh random nonce: kvrt_tier_random(). */
 int kvrt_tier_nonce(uint8_t nonce[KVRT_TIER_NONCE_BYTES]);
 
 /* The tag of bytes[0..len) as bound by *b; -ENOMEM when OpenSSL fails. */

@@ -83,9 +83,16 @@ static void *wb_thread(void *arg)
 
 static void wb_free(struct kvrt_writeback *wb)
 {
-	pthread_cond_destroy(&wb->done_cv);
-	pthread_cond_destroy(&wb->work);
-	pthread_mutex_destroy(&wb->lock);
+	/*
+	 * In a fork()ed child the parent's thread may have been waiting on
+	 * these at the fork: glibc's pthread_cond_destroy() would wait for it
+	 * forever.  There only the memory goes.
+	 */
+	if (wb->pid == getpid()) {
+		pthread_cond_destroy(&wb->done_cv);
+		pthread_cond_destroy(&wb->work);
+		pthread_mutex_destroy(&wb->lock);
+	}
 	free(wb->prio);
 	free(wb->ids);
 	free(wb->hashes);
@@ -100,6 +107,7 @@ int kvrt_writeback_start(struct kvrt_tier *t, uint32_t max_blocks)
 
 	if (!wb)
 		return -ENOMEM;
+	wb->pid = getpid();
 	pthread_mutex_init(&wb->lock, NULL);
 	pthread_cond_init(&wb->work, NULL);
 	pthread_cond_init(&wb->done_cv, NULL);
@@ -112,7 +120,6 @@ int kvrt_writeback_start(struct kvrt_tier *t, uint32_t max_blocks)
 		wb_free(wb);
 		return -ENOMEM;
 	}
-	wb->pid = getpid();
 	t->wb = wb;
 	if (pthread_create(&wb->thread, NULL, wb_thread, t)) {
 		t->wb = NULL;

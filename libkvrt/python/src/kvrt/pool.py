@@ -600,24 +600,30 @@ class Space(_Closable):
 
     def open_ssd_tier(self, path: Any, capacity_bytes: int, *, queue_depth: int = 0,
                       layout: Optional[Layout] = None, write_back: bool = False,
-                      writeback_max: int = 0) -> "Tier":
+                      writeback_max: int = 0, key_file: Any = None) -> "Tier":
         """``kvrt_tier_open_ssd``: this space's SSD tier below ``path`` (O_DIRECT through
         io_uring; survives restarts).  ``layout`` joins the identity; ``write_back``
-        queues stores for the tier's thread (``writeback_max`` blocks at most)."""
+        queues stores for the tier's thread (``writeback_max`` blocks at most);
+        ``key_file`` (yours, mode 0600) holds the tenant's key that tags each block
+        (None: the tier directory's own key).  ``path`` must be yours or root's, sticky
+        if others may write it."""
         from .tiers import open_ssd
         return open_ssd(self, path, capacity_bytes, queue_depth=queue_depth, layout=layout,
-                        write_back=write_back, writeback_max=writeback_max)
+                        write_back=write_back, writeback_max=writeback_max, key_file=key_file)
 
     def open_redis_tier(self, nodes: str, *, user: Optional[str] = None,
                         password: Optional[str] = None, key_prefix: Optional[str] = None,
                         timeout_ms: int = 0, layout: Optional[Layout] = None, ttl_s: int = 0,
-                        write_back: bool = False, writeback_max: int = 0) -> "Tier":
+                        write_back: bool = False, writeback_max: int = 0,
+                        key_file: Any = None) -> "Tier":
         """``kvrt_tier_open_redis``: a Redis Cluster tier shared by many hosts, as the
-        tenant's ACL ``user``, under its ``key_prefix``."""
+        tenant's ACL ``user``, under its ``key_prefix``; ``key_file`` (yours, mode 0600)
+        holds the tenant's tier key (None: derived from user and password)."""
         from .tiers import open_redis
         return open_redis(self, nodes, user=user, password=password, key_prefix=key_prefix,
                           timeout_ms=timeout_ms, layout=layout, ttl_s=ttl_s,
-                          write_back=write_back, writeback_max=writeback_max)
+                          write_back=write_back, writeback_max=writeback_max,
+                          key_file=key_file)
 
     def lookup_tiers(self, hashes: HashesLike) -> Tuple[np.ndarray, np.ndarray]:
         """``kvrt_lookup_tiers``: ids of the longest prefix found in the pool or a tier,

@@ -93,6 +93,25 @@ def _layout_ptr(layout: Optional[Layout]) -> Optional[ctypes._Pointer]:  # type:
     return ctypes.pointer(layout._c)
 
 
+def _key_file(key_file: Any) -> Optional[bytes]:
+    """key_file as the C string the opts take; a missing file or a bad value raises
+    here, naming key_file (the library's -ENOENT would not say which path)."""
+    if key_file is None:
+        return None
+    try:
+        k = os.fspath(key_file)
+    except TypeError:
+        raise TypeError(f"key_file: pass a path (str or os.PathLike), not "
+                        f"{type(key_file).__name__}") from None
+    if not isinstance(k, str) or not k or "\0" in k:
+        raise ValueError(f"key_file: {key_file!r}; pass the path of a file of yours, mode "
+                         "0600, with 16 to 4096 bytes of secret")
+    if not os.path.lexists(k):
+        raise FileNotFoundError(errno.ENOENT, f"key_file {k!r}: no such file; pass a file of "
+                                "yours, mode 0600, with 16 to 4096 bytes of secret")
+    return k.encode()
+
+
 def _text(v: Optional[str], what: str) -> Optional[bytes]:
     if v is None:
         return None
@@ -107,9 +126,16 @@ _SSD_HINTS: Dict[int, str] = {
                  "per identity; the other processes reach its blocks through the pool",
     errno.ENOSYS: "io_uring is not available here (kernel.io_uring_disabled, a seccomp "
                   "filter)",
-    errno.EINVAL: "capacity_bytes must hold one block and be at most 2**50; queue_depth at "
+    errno.EINVAL: "capacity_bytes must hold one block and be at most 2**50 and 2**31 blocks; "
+                  "queue_depth at "
                   "most 4096; and the file system must take O_DIRECT (tmpfs does not before "
-                  "Linux 6.6)",
+                  "Linux 6.6); key_file, when given, a regular file of 16 to 4096 bytes",
+    errno.EPERM: "key_file, when given, must be yours with mode 0600; the directory must be "
+                 "yours or root's, sticky if others may write it, and the space's identity "
+                 "directory below it yours, 0700 (another user may have made it first: the "
+                 "library's log names it)",
+    errno.ELOOP: "key_file, or an entry of the tier's identity directory, is a symlink: pass "
+                 "the file itself",
 }
 _REDIS_HINTS: Dict[int, str] = {
     errno.EACCES: "the cluster refused these credentials: pass the tenant's ACL user and "
@@ -117,7 +143,10 @@ _REDIS_HINTS: Dict[int, str] = {
     errno.ECONNREFUSED: "no seed answered: pass host:port of running cluster nodes",
     errno.ETIMEDOUT: "no seed answered within timeout_ms",
     errno.EPROTO: "the seeds are not a Redis Cluster (cluster-enabled yes)",
-    errno.EINVAL: "nodes is host:port[,host:port...]; key_prefix at most 128 bytes",
+    errno.EINVAL: "nodes is host:port[,host:port...]; key_prefix at most 128 bytes; "
+                  "key_file, when given, a regular file of 16 to 4096 bytes",
+    errno.EPERM: "key_file must be yours with mode 0600 (chmod 600 KEY_FILE)",
+    errno.ELOOP: "key_file is a symlink: pass the file itself",
 }
 _STORE_HINTS: Dict[int, str] = {
     errno.ENODEV: "no tier is open on this space handle: open one first "
@@ -183,7 +212,7 @@ def _open(space: "Space", kind: TierKind, opts: ctypes.Structure, layout: Option
 
 def open_ssd(space: "Space", path: Union[str, os.PathLike], capacity_bytes: int, *,
              queue_depth: int = 0, layout: Optional[Layout] = None, write_back: bool = False,
-             writeback_max: int = 0) -> Tier:
+             writeback_max: int = 0, key_file: Any = None) -> Tier:
     _need_support("kvrt_tier_open_ssd", write_back)
     d = os.fspath(path)
     if not isinstance(d, str) or not d:
@@ -192,14 +221,14 @@ def open_ssd(space: "Space", path: Union[str, os.PathLike], capacity_bytes: int,
     o = _lib.TierSsdOptsC(dir=d.encode(), capacity_bytes=need_uint(capacity_bytes,
                                                                      "capacity_bytes", 64),
                           queue_depth=need_uint(queue_depth, "queue_depth"), flags=flags,
-                          writeback_max=wm)
+                          writeback_max=wm, key_file=_key_file(key_file))
     return _open(space, TierKind.SSD, o, layout, d)
 
 
 def open_redis(space: "Space", nodes: str, *, user: Optional[str] = None,
                password: Optional[str] = None, key_prefix: Optional[str] = None,
                timeout_ms: int = 0, layout: Optional[Layout] = None, ttl_s: int = 0,
-               write_back: bool = False, writeback_max: int = 0) -> Tier:
+               write_back: bool = False, writeback_max: int = 0, key_file: Any = None) -> Tier:
     _need_support("kvrt_tier_open_redis", write_back)
     if not isinstance(nodes, str) or not nodes:
         raise ValueError("nodes: pass the cluster's seeds, \"host:port[,host:port...]\"")
@@ -211,7 +240,8 @@ def open_redis(space: "Space", nodes: str, *, user: Optional[str] = None,
                             password=_text(password, "password"),
                             key_prefix=_text(key_prefix, "key_prefix"),
                             timeout_ms=need_uint(timeout_ms, "timeout_ms"), flags=flags,
-                            ttl_s=need_uint(ttl_s, "ttl_s"), writeback_max=wm)
+                            ttl_s=need_uint(ttl_s, "ttl_s"), writeback_max=wm,
+                            key_file=_key_file(key_file))
     return _open(space, TierKind.REDIS, o, layout, nodes)
 
 
@@ -255,6 +285,9 @@ CONFIG_KEYS: Dict[str, str] = {
     "kvpool_tier_redis_prefix": "the tenant's key prefix on Redis (default 'kvt:')",
     "kvpool_tier_write_back": "true (default): stored blocks go to the tiers from their "
                               "own threads; false: before the store completes",
+    "kvpool_tier_key_file": "a file of yours, mode 0600, 16 to 4096 bytes of secret: the "
+                            "tenant's key that tags the tiers' blocks (default: the SSD "
+                            "directory's own key; on Redis, derived from user and password)",
 }
 
 
@@ -267,6 +300,7 @@ class TierConfig:
     redis: Optional[str] = None
     redis_prefix: Optional[str] = None
     write_back: bool = True
+    key_file: Optional[str] = None
 
     def __bool__(self) -> bool:
         return self.ssd is not None or self.redis is not None
@@ -294,13 +328,18 @@ class TierConfig:
             raise ValueError(f"kvpool_tier_ssd_bytes: {nb!r}; pass a byte count up to 2**50")
         ssd, redis, prefix = (_str("kvpool_tier_ssd"), _str("kvpool_tier_redis"),
                               _str("kvpool_tier_redis_prefix"))
+        key_file = _str("kvpool_tier_key_file")
         if nb and ssd is None:
             raise ValueError("kvpool_tier_ssd_bytes sizes the SSD tier: pass kvpool_tier_ssd "
                              "(its directory) too")
         if prefix is not None and redis is None:
             raise ValueError("kvpool_tier_redis_prefix belongs to the Redis tier: pass "
                              "kvpool_tier_redis (its seeds) too")
-        return cls(ssd=ssd, ssd_bytes=nb, redis=redis, redis_prefix=prefix, write_back=wb)
+        if key_file is not None and ssd is None and redis is None:
+            raise ValueError("kvpool_tier_key_file keys the tiers: pass kvpool_tier_ssd or "
+                             "kvpool_tier_redis too")
+        return cls(ssd=ssd, ssd_bytes=nb, redis=redis, redis_prefix=prefix, write_back=wb,
+                   key_file=key_file)
 
     def open(self, space: "Space", quota_bytes: int) -> List[Tier]:
         """The tiers, on this handle of the space (SSD first: the nearer tier is
@@ -313,7 +352,7 @@ class TierConfig:
             if self.ssd is not None:
                 try:
                     tiers.append(open_ssd(space, self.ssd, self.ssd_bytes or 4 * quota_bytes,
-                                          write_back=self.write_back))
+                                          write_back=self.write_back, key_file=self.key_file))
                 except OSError as e:
                     if e.errno != errno.EBUSY:
                         raise type(e)(e.errno, f"kvpool_tier_ssd {self.ssd!r}: "
@@ -327,7 +366,8 @@ class TierConfig:
                                             user=os.environ.get("KVRT_REDIS_USER"),
                                             password=os.environ.get("KVRT_REDIS_PASSWORD"),
                                             key_prefix=self.redis_prefix,
-                                            write_back=self.write_back))
+                                            write_back=self.write_back,
+                                            key_file=self.key_file))
                 except OSError as e:
                     raise type(e)(e.errno, f"kvpool_tier_redis {self.redis!r}: "
                                            f"{e.strerror}") from None
