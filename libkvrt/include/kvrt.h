@@ -1453,7 +1453,7 @@ int kvrt_lookup_tiers(struct kvrt_space *space, uint32_t count,
  * new blocks than a tier has room for, the first ones are stored.  Returns
  * the number of blocks written or queued (the most of any tier), or -EINVAL (NULL space,
  * count 0, an id outside the space, a priority above KVRT_PRIO_MAX),
- * -E2BIG (count > KVRT_MAX_BATCH), -EFAULT (ids or hashes NULL), -ENODEV
+ * -E2BIG (count > KVRT_MAX_BATCH), -EFAULT (ids or hashes NULL, or a block of ids with no memory behind it), -ENODEV
  * (no tier open on this handle), -ECHILD (a write-back tier of the parent,
  * in a fork()ed child), -EIO (a tier could not write or sync:
  * nothing of this call is in the SSD tier's index; on Redis the blocks

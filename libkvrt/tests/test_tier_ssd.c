@@ -1330,6 +1330,52 @@ TEST(kill_9_leaves_every_block_whole)
 		 wb_hits);
 }
 
+/*
+ * No signal for a bad id: a store names a block inside the space that has
+ * no memory behind it (the embedded pool backs 2 MiB at a time, and one
+ * block is allocated of four chunks).  Run in a child, so a signal is this
+ * test's failure: -EFAULT, and nothing reaches the tier.
+ */
+TEST(a_store_of_an_unbacked_block_is_efault_not_a_signal)
+{
+	struct kvrt_open_opts ko = { .backend = KVRT_BACKEND_EMBEDDED, .flags = KVRT_OPEN_NO_HUGETLB };
+	struct kvrt_space_opts so = { .name = "unbacked", .flags = KVRT_SPACE_CREATE, .mode = 0600,
+				      .block_bytes = BB, .quota_bytes = 4 * 2097152 };
+	struct env e;
+	struct kvrt_tier_ssd_opts to = { .capacity_bytes = 8 * BB };
+	uint8_t h[2][H];
+	uint32_t ids[2], got[2], id;
+	int status = 0;
+	pid_t pid;
+
+	new_dir(&e);
+	to.dir = e.dir;
+	REQUIRE(kvrt_open(&e.k, &ko) == 0);
+	REQUIRE(kvrt_space_open(e.k, &so, &e.s) == 0);
+	REQUIRE(kvrt_alloc_blocks(e.s, 1, &id) == 0);
+	REQUIRE(kvrt_tier_open_ssd(e.s, &to, &e.t) == 0);
+	memset(h, 0x33, sizeof(h));
+	h[1][0] = 0x34;
+	ids[0] = id;
+	ids[1] = (uint32_t)(3 * 2097152 / BB);	/* in the last, unbacked chunk */
+	fflush(stdout);
+	pid = fork();
+	REQUIRE(pid >= 0);
+	if (!pid) {
+		int ret = kvrt_tier_store(e.s, 2, ids, (const uint8_t (*)[H])h, NULL);
+
+		_exit(ret == -EFAULT ? 0 : ret < 0 ? -ret : 100);
+	}
+	REQUIRE(waitpid(pid, &status, 0) == pid);
+	CHECKF(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+	       "store of an unbacked block: %s %d (0: -EFAULT as wanted)",
+	       WIFSIGNALED(status) ? "signal" : "exit", WIFSIGNALED(status) ? WTERMSIG(status) :
+	       WEXITSTATUS(status));
+	CHECK_EQ(kvrt_lookup_tiers(e.s, 2, (const uint8_t (*)[H])h, got, NULL), 0);
+	CHECK_EQ(stats(&e).blocks, 0);
+	env_close(&e);
+}
+
 int main(void)
 {
 	const char *d = getenv("KVRT_TIER_DIR");
@@ -1371,6 +1417,7 @@ int main(void)
 	RUN(an_index_of_version_1_is_read_as_empty_and_rewritten);
 	RUN(capacity_that_does_not_fit_the_index_is_refused);
 	RUN(a_root_or_identity_directory_others_control_is_refused);
+	RUN(a_store_of_an_unbacked_block_is_efault_not_a_signal);
 	RUN(kill_9_leaves_every_block_whole);
 	if (!d || !*d) {
 		char cmd[4200];

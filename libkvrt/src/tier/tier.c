@@ -364,6 +364,10 @@ int kvrt_tier_store(struct kvrt_space *s, uint32_t count, const uint32_t *ids,
 		return -ENODEV;
 	if (parents_queue(s))
 		return -ECHILD;
+	/* A tier reads every block it stores: each must have memory behind it. */
+	ret = kvrt_batch_ids(s, count, ids);
+	if (ret)
+		return ret;
 	for (t = s->tiers; t; t = t->next) {
 		ret = t->wb ? store_back(t, count, ids, hashes, prio) :
 			      t->ops->store(t, count, hashes, ids, prio);
