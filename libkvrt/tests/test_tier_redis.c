@@ -437,9 +437,9 @@ TEST(arguments_and_credentials)
 	ro.flags = 2;
 	CHECK_EQ(kvrt_tier_open_redis(h.s, &ro, &t), -EINVAL);
 	ro.flags = 0;
-	ro.reserved[2] = 1;
+	ro.reserved[1] = 1;
 	CHECK_EQ(kvrt_tier_open_redis(h.s, &ro, &t), -EINVAL);
-	ro.reserved[2] = 0;
+	ro.reserved[1] = 0;
 	ro.writeback_max = 1;	/* without KVRT_TIER_WRITE_BACK */
 	CHECK_EQ(kvrt_tier_open_redis(h.s, &ro, &t), -EINVAL);
 	ro.flags = KVRT_TIER_WRITE_BACK;
