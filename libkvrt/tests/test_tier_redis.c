@@ -24,13 +24,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netinet/in.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <hiredis/hiredis.h>
+#include <xxhash.h>
 
 #include "kvrt.h"
 #include "../../selftests/tap.h"
@@ -238,16 +241,20 @@ struct host {
 };
 
 static uint32_t ttl_s, open_flags, open_timeout_ms;	/* the next host_open's */
+static const char *open_nodes;				/* NULL: the cluster's seeds */
+static const char *open_key_file;
 
 static int host_open(struct host *h, const char *user, const char *pass, const char *prefix)
 {
 	struct kvrt_open_opts ko = { .backend = KVRT_BACKEND_EMBEDDED, .flags = KVRT_OPEN_NO_HUGETLB };
 	struct kvrt_space_opts so = { .name = "redis-test", .flags = KVRT_SPACE_CREATE,
 				      .mode = 0600, .block_bytes = BB, .quota_bytes = BB * 4 * NB };
-	struct kvrt_tier_redis_opts ro = { .nodes = seeds, .user = user, .password = pass,
+	struct kvrt_tier_redis_opts ro = { .nodes = open_nodes ? open_nodes : seeds,
+					   .user = user, .password = pass,
 					   .key_prefix = prefix,
 					   .timeout_ms = open_timeout_ms ? open_timeout_ms : TIMEOUT_MS,
-					   .ttl_s = ttl_s, .flags = open_flags };
+					   .ttl_s = ttl_s, .flags = open_flags,
+					   .key_file = open_key_file };
 	int ret;
 
 	memset(h, 0, sizeof(*h));
@@ -352,45 +359,59 @@ static struct kvrt_tier_stats stats(struct host *h)
 	return st;
 }
 
-/* The key of tag:i under a host's prefix, as the tier names it. */
+#define KEY_MAX 512
+#define KEYS_MAX 8192
+
+/* Every key under prefix, on every node, listed as the default user: how many. */
+static int keys_list(const char *prefix, char (*keys)[KEY_MAX], int max)
+{
+	redisContext *c;
+	redisReply *r;
+	size_t e;
+	int j, n = 0;
+
+	for (j = 0; j < NODES; j++) {
+		c = conn(ports[j], NULL, NULL);
+		r = c ? redisCommand(c, "SCAN 0 MATCH %s* COUNT 1000000", prefix) : NULL;
+		for (e = 0; r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+			    e < r->element[1]->elements && n < max; e++)
+			snprintf(keys[n++], KEY_MAX, "%s", r->element[1]->element[e]->str);
+		if (r)
+			freeReplyObject(r);
+		if (c)
+			redisFree(c);
+	}
+	return n;
+}
+
+/*
+ * The key the tier gives tag:i (i > 0 or a tag stored nowhere yet): the
+ * one key that storing tag:i adds, tag:[0, i) stored first.  Names are the
+ * tier's business (blinded by its key), so they are found, not made.
+ */
 static void key_of(struct host *h, const char *prefix, uint32_t tag, uint32_t i, char *key,
 		   size_t len)
 {
-	static const char *hex = "0123456789abcdef";
-	uint8_t hs[H];
-	char *p;
-	int j;
+	static char before[KEYS_MAX][KEY_MAX], after[KEYS_MAX][KEY_MAX];
+	int nb, na, x, y, found = 0;
 
-	/* The identity is the tier's: found from a key it wrote. */
-	redisContext *c = conn(ports[0], NULL, NULL);
-	redisReply *r = NULL;
-	char pat[64];
-
-	(void)h;
 	key[0] = 0;
-	snprintf(pat, sizeof(pat), "%s*", prefix);
-	for (j = 0; j < NODES && !key[0]; j++) {
-		if (c)
-			redisFree(c);
-		c = conn(ports[j], NULL, NULL);
-		r = c ? redisCommand(c, "SCAN 0 MATCH %s COUNT 100000", pat) : NULL;
-		if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
-		    r->element[1]->elements > 0)
-			snprintf(key, len, "%s", r->element[1]->element[0]->str);
-		if (r)
-			freeReplyObject(r);
-	}
-	if (c)
-		redisFree(c);
-	p = strrchr(key, ':');
-	if (!p)
+	if (i && store(h, tag, i) < 0)
 		return;
-	tier_hash(hs, tag, i);
-	for (j = 0; j < H; j++) {
-		p[1 + 2 * j] = hex[hs[j] >> 4];
-		p[2 + 2 * j] = hex[hs[j] & 15];
+	nb = keys_list(prefix, before, KEYS_MAX);
+	if (store(h, tag, i + 1) != 1)
+		return;
+	na = keys_list(prefix, after, KEYS_MAX);
+	for (x = 0; x < na; x++) {
+		for (y = 0; y < nb && strcmp(after[x], before[y]); y++)
+			;
+		if (y == nb) {
+			snprintf(key, len, "%s", after[x]);
+			found++;
+		}
 	}
-	p[1 + 2 * H] = 0;
+	if (found != 1)
+		key[0] = 0;
 }
 
 /* SET key value through a cluster-aware redis-cli (-c follows MOVED). */
@@ -479,9 +500,9 @@ TEST(blocks_expire_after_ttl)
 	ttl_s = 100;
 	REQUIRE(host_open(&a, "alice", "alice-pw", "tenA:") == 0);
 	ttl_s = 0;
-	CHECK_EQ(store(&a, 12, 4), 4);
 	key_of(&a, "tenA:", 12, 2, key, sizeof(key));
 	REQUIRE(key[0]);
+	CHECK_EQ(store(&a, 12, 4), 1);
 	ttl = -3;
 	for (i = 0; i < NODES; i++) {
 		c = conn(ports[i], NULL, NULL);
@@ -508,7 +529,9 @@ TEST(a_tenant_cannot_reach_another_tenants_keys)
 	int bad, i;
 
 	REQUIRE(host_open(&a, "alice", "alice-pw", "tenA:") == 0);
-	CHECK_EQ(store(&a, 3, 8), 8);
+	key_of(&a, "tenA:", 3, 0, key, sizeof(key));
+	REQUIRE(key[0]);
+	CHECK_EQ(store(&a, 3, 8), 7);
 	/* bob, pointed at alice's prefix: every answer is Redis's refusal. */
 	REQUIRE(host_open(&b, "bob", "bob-pw", "tenA:") == 0);
 	CHECK_EQ(lookup(&b, 3, 8, &bad, NULL), 0);
@@ -516,8 +539,6 @@ TEST(a_tenant_cannot_reach_another_tenants_keys)
 	CHECK_EQ(store(&b, 4, 2), -EIO);
 	host_close(&b);
 	/* Redis itself, asked directly with bob's credentials. */
-	key_of(&a, "tenA:", 3, 0, key, sizeof(key));
-	REQUIRE(key[0]);
 	for (i = 0; i < NODES; i++) {
 		c = conn(ports[i], "bob", "bob-pw");
 		REQUIRE(c);
@@ -595,6 +616,346 @@ TEST(a_tenants_credentials_can_run_only_the_tiers_commands)
 	}
 }
 
+/* Every key alice's tier writes: prefix and 64 hex digits that hold no hash of hers. */
+TEST(key_names_leak_no_hash)
+{
+	static char keys[KEYS_MAX][KEY_MAX];
+	static const char *hex = "0123456789abcdef";
+	char hs[NB][2 * H + 1];
+	uint8_t h[H];
+	struct host a;
+	int n, k, i, j, leaks = 0, odd = 0;
+
+	REQUIRE(host_open(&a, "alice", "alice-pw", "tenA:") == 0);
+	CHECK_EQ(store(&a, 44, NB), NB);
+	host_close(&a);
+	for (i = 0; i < NB; i++) {
+		tier_hash(h, 44, (uint32_t)i);
+		for (j = 0; j < H; j++) {
+			hs[i][2 * j] = hex[h[j] >> 4];
+			hs[i][2 * j + 1] = hex[h[j] & 15];
+		}
+		hs[i][2 * H] = 0;
+	}
+	n = keys_list("tenA:", keys, KEYS_MAX);
+	CHECKF(n >= NB, "%d keys listed", n);
+	for (k = 0; k < n; k++) {
+		for (i = 0; i < NB; i++)
+			if (strcasestr(keys[k], hs[i]) || strcasestr(keys[k], hs[i] + 32) ||
+			    strncasecmp(keys[k] + 5, hs[i], 16) == 0)
+				leaks++;
+		if (strlen(keys[k]) != 5 + 64 || strspn(keys[k] + 5, hex) != 64)
+			odd++;
+	}
+	CHECKF(!leaks, "%d of %d key names hold a chained hash (e.g. %s)", leaks, n, keys[0]);
+	CHECKF(!odd, "%d of %d key names are not the prefix and 64 hex digits (e.g. %s)", odd,
+	       n, keys[0]);
+}
+
+/*
+ * key_file: the tenant's key, not the password's.  Its file's errors as
+ * kvrt_tier_key_from_file's; a host with the password but not the file
+ * finds nothing of what the file's holder stored, another with the file
+ * finds it all, whole.
+ */
+TEST(a_key_file_is_the_tenants_key_not_the_passwords)
+{
+	char path[4200], open_to_all[4200], link[4200];
+	struct host a, b;
+	int fd, bad, tier;
+
+	snprintf(path, sizeof(path), "%s/tenA.key", dir);
+	snprintf(open_to_all, sizeof(open_to_all), "%s/tenA-0644.key", dir);
+	snprintf(link, sizeof(link), "%s/tenA-link.key", dir);
+	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	REQUIRE(fd >= 0 && write(fd, "0123456789abcdef0123456789abcdef", 32) == 32);
+	close(fd);
+	fd = open(open_to_all, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	REQUIRE(fd >= 0 && write(fd, "0123456789abcdef0123456789abcdef", 32) == 32);
+	close(fd);
+	fchmodat(AT_FDCWD, open_to_all, 0644, 0);
+	REQUIRE(symlink(path, link) == 0);
+	open_key_file = "/nonexistent/kvrt.key";
+	CHECK_EQ(host_open(&a, "alice", "alice-pw", "tenA:"), -ENOENT);
+	host_close(&a);
+	open_key_file = open_to_all;
+	CHECK_EQ(host_open(&a, "alice", "alice-pw", "tenA:"), -EPERM);
+	host_close(&a);
+	open_key_file = link;
+	CHECK_EQ(host_open(&a, "alice", "alice-pw", "tenA:"), -ELOOP);
+	host_close(&a);
+	open_key_file = path;
+	REQUIRE(host_open(&a, "alice", "alice-pw", "tenA:") == 0);
+	open_key_file = NULL;
+	CHECK_EQ(store(&a, 45, 8), 8);
+	host_close(&a);
+	REQUIRE(host_open(&b, "alice", "alice-pw", "tenA:") == 0);
+	CHECK_EQ(lookup(&b, 45, 8, &bad, NULL), 0);
+	host_close(&b);
+	open_key_file = path;
+	REQUIRE(host_open(&b, "alice", "alice-pw", "tenA:") == 0);
+	open_key_file = NULL;
+	CHECK_EQ(lookup(&b, 45, 8, &bad, &tier), 8);
+	CHECK_EQ(bad, 0);
+	CHECK_EQ(tier, 8);
+	host_close(&b);
+}
+
+/*
+ * A hostile "node" on loopback (a child process): CLUSTER SLOTS names
+ * itself for every slot (its host as mode says), AUTH, SET and ASKING are
+ * +OK, EXISTS is 1, and GET is what mode says.  Every byte it receives
+ * goes to its log.
+ */
+enum fake_mode {
+	FAKE_FORGED_V1,		/* GET: a version 1 value, head and XXH3 right */
+	FAKE_FORGED_V2,		/* GET: a version 2 head with a made-up tag */
+	FAKE_MOVED,		/* every keyed command: MOVED to 127.0.0.1:arg */
+	FAKE_ASK,		/* every keyed command: ASK to 127.0.0.1:arg */
+	FAKE_HUGE,		/* GET: a 256 MiB string, streamed */
+	FAKE_EMPTY_HOST,	/* CLUSTER SLOTS' host: "" (arg 0), "?" (1), nil (2) */
+	FAKE_LISTEN,		/* answers nothing: only logs */
+};
+
+struct fake {
+	pid_t pid;
+	int port;
+	char addr[32];
+	char log[4200];
+};
+
+static void fake_write(int fd, const void *buf, size_t len)
+{
+	const char *p = buf;
+
+	while (len) {
+		ssize_t n = write(fd, p, len);
+
+		if (n <= 0)
+			_exit(0);	/* the client hung up: the next one */
+		p += n;
+		len -= (size_t)n;
+	}
+}
+
+static void fake_printf(int fd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void fake_printf(int fd, const char *fmt, ...)
+{
+	char buf[512];
+	va_list ap;
+	int n;
+
+	va_start(ap, fmt);
+	n = vsnprintf(buf, sizeof(buf), fmt, ap);
+	va_end(ap);
+	fake_write(fd, buf, (size_t)n);
+}
+
+/* One RESP line of the client's ("*3", "$5"), into line; false at EOF. */
+static bool fake_line(FILE *in, FILE *log, char *line, size_t len)
+{
+	if (!fgets(line, (int)len, in))
+		return false;
+	fputs(line, log);
+	return true;
+}
+
+static void fake_reply(int fd, enum fake_mode mode, int arg, int port, char **argv, int argc)
+{
+	static char value[48 + BB];
+	uint64_t bb = BB, sum;
+	uint32_t magic = 0x4252564bU;
+	uint16_t version;
+	int i;
+
+	if (!strcasecmp(argv[0], "CLUSTER") && argc > 1 && !strcasecmp(argv[1], "SLOTS")) {
+		fake_printf(fd, "*1\r\n*3\r\n:0\r\n:16383\r\n*3\r\n");
+		if (mode != FAKE_EMPTY_HOST)
+			fake_printf(fd, "$9\r\n127.0.0.1\r\n");
+		else if (arg == 0)
+			fake_printf(fd, "$0\r\n\r\n");
+		else if (arg == 1)
+			fake_printf(fd, "$1\r\n?\r\n");
+		else
+			fake_printf(fd, "$-1\r\n");
+		fake_printf(fd, ":%d\r\n$40\r\n%040d\r\n", port, port);
+	} else if ((mode == FAKE_MOVED || mode == FAKE_ASK) && argc > 1 &&
+		   strcasecmp(argv[0], "AUTH")) {
+		fake_printf(fd, "-%s 1 127.0.0.1:%d\r\n", mode == FAKE_MOVED ? "MOVED" : "ASK", arg);
+	} else if (!strcasecmp(argv[0], "EXISTS")) {
+		fake_printf(fd, ":1\r\n");
+	} else if (!strcasecmp(argv[0], "GET") && mode == FAKE_HUGE) {
+		static char zeros[1 << 20];
+
+		fake_printf(fd, "$%d\r\n", 256 << 20);
+		for (i = 0; i < 256; i++)
+			fake_write(fd, zeros, sizeof(zeros));
+		fake_printf(fd, "\r\n");
+	} else if (!strcasecmp(argv[0], "GET") && mode <= FAKE_FORGED_V2) {
+		memset(value, 0x5a, sizeof(value));
+		memcpy(value, &magic, 4);
+		version = mode == FAKE_FORGED_V1 ? 1 : 2;
+		memcpy(value + 4, &version, 2);
+		memset(value + 6, 0, 2);
+		memcpy(value + 8, &bb, 8);
+		if (mode == FAKE_FORGED_V1) {
+			sum = XXH3_64bits(value + 24, BB);
+			memcpy(value + 16, &sum, 8);
+		}
+		fake_printf(fd, "$%llu\r\n", (mode == FAKE_FORGED_V1 ? 24 : 48) + BB);
+		fake_write(fd, value, (mode == FAKE_FORGED_V1 ? 24 : 48) + BB);
+		fake_printf(fd, "\r\n");
+	} else if (!strcasecmp(argv[0], "GET")) {
+		fake_printf(fd, "$-1\r\n");
+	} else if (!strcasecmp(argv[0], "AUTH") || !strcasecmp(argv[0], "SET") ||
+		   !strcasecmp(argv[0], "ASKING")) {
+		fake_printf(fd, "+OK\r\n");
+	} else {
+		fake_printf(fd, "-ERR not here\r\n");
+	}
+}
+
+/* One client, command by command, to its end. */
+static void fake_serve(int fd, enum fake_mode mode, int arg, int port, FILE *log)
+{
+	static char buf[64][1024];
+	FILE *in = fdopen(dup(fd), "r");
+	char line[64], *argv[64];
+	int argc, i;
+
+	while (in && fake_line(in, log, line, sizeof(line))) {
+		if (mode == FAKE_LISTEN || line[0] != '*')
+			continue;
+		argc = atoi(line + 1);
+		if (argc < 1 || argc > 64)
+			break;
+		for (i = 0; i < argc; i++) {
+			long len;
+
+			if (!fake_line(in, log, line, sizeof(line)) || line[0] != '$')
+				goto out;
+			len = atol(line + 1);
+			argv[i] = buf[i];
+			if (len < 0)
+				goto out;
+			/* Values are kept only up to 1 KiB: the rest is read past. */
+			if (fread(buf[i], 1, (size_t)(len < 1023 ? len : 1023), in) !=
+			    (size_t)(len < 1023 ? len : 1023))
+				goto out;
+			buf[i][len < 1023 ? len : 1023] = 0;
+			fprintf(log, "%s\n", buf[i]);
+			for (len = len < 1023 ? 2 : len - 1023 + 2; len > 0; len--)
+				if (fgetc(in) == EOF)
+					goto out;
+		}
+		fflush(log);
+		fake_reply(fd, mode, arg, port, argv, argc);
+	}
+out:
+	fflush(log);
+	if (in)
+		fclose(in);
+}
+
+static int fake_start(struct fake *f, enum fake_mode mode, int arg)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t sl = sizeof(sa);
+	static int n;
+	int fd, one = 1;
+
+	memset(f, 0, sizeof(*f));
+	fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) || listen(fd, 16) ||
+	    getsockname(fd, (struct sockaddr *)&sa, &sl)) {
+		close(fd);
+		return -errno;
+	}
+	f->port = ntohs(sa.sin_port);
+	snprintf(f->addr, sizeof(f->addr), "127.0.0.1:%d", f->port);
+	snprintf(f->log, sizeof(f->log), "%s/fake-%d.log", dir, n++);
+	fflush(NULL);
+	f->pid = fork();
+	if (f->pid < 0) {
+		close(fd);
+		return -errno;
+	}
+	if (!f->pid) {
+		FILE *log = fopen(f->log, "w");
+
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		signal(SIGPIPE, SIG_IGN);
+		for (;;) {
+			int c = accept(fd, NULL, NULL);
+			pid_t one_client;
+
+			if (c < 0 || !log)
+				_exit(1);
+			fprintf(log, "# accepted\n");
+			fflush(log);
+			/* A client of its own, so that a hang-up ends only it. */
+			one_client = fork();
+			if (!one_client) {
+				fake_serve(c, mode, arg, f->port, log);
+				_exit(0);
+			}
+			close(c);
+			if (one_client > 0)
+				waitpid(one_client, NULL, 0);
+		}
+	}
+	close(fd);
+	return 0;
+}
+
+static void fake_stop(struct fake *f)
+{
+	if (f->pid > 0) {
+		kill(f->pid, SIGKILL);
+		waitpid(f->pid, NULL, 0);
+	}
+	f->pid = 0;
+}
+
+/* A host whose tier's only seed is the fake node. */
+static int fake_host(struct host *h, const struct fake *f)
+{
+	int ret;
+
+	open_nodes = f->addr;
+	ret = host_open(h, "alice", "alice-pw", "tenA:");
+	open_nodes = NULL;
+	return ret;
+}
+
+/*
+ * A node that answers every GET with a well-formed value (the old format,
+ * head and XXH3 right; or the new head with a made-up tag): a miss, counted
+ * as a checksum error, and nothing of it published in the pool.
+ */
+TEST(a_forged_value_from_a_hostile_node_is_a_miss)
+{
+	enum fake_mode modes[] = { FAKE_FORGED_V1, FAKE_FORGED_V2 };
+	struct fake f;
+	struct host h;
+	int bad, m;
+
+	for (m = 0; m < 2; m++) {
+		REQUIRE(fake_start(&f, modes[m], 0) == 0);
+		REQUIRE(fake_host(&h, &f) == 0);
+		CHECKF(lookup(&h, 40, 4, &bad, NULL) == 0, "mode %d: the forged value was a hit "
+		       "(%d of them wrong)", m, bad);
+		CHECK_EQ(in_pool(&h, 40, 4), 0);
+		CHECK_EQ(stats(&h).hits, 0);
+		CHECK_EQ(stats(&h).checksum_errors, 1);
+		host_close(&h);
+		fake_stop(&f);
+	}
+}
+
 TEST(a_corrupted_or_truncated_value_is_a_miss)
 {
 	struct host a, b;
@@ -602,9 +963,9 @@ TEST(a_corrupted_or_truncated_value_is_a_miss)
 	int bad;
 
 	REQUIRE(host_open(&a, "alice", "alice-pw", "tenA:") == 0);
-	CHECK_EQ(store(&a, 5, 8), 8);
 	key_of(&a, "tenA:", 5, 3, key, sizeof(key));
 	REQUIRE(key[0]);
+	CHECK_EQ(store(&a, 5, 8), 4);
 	CHECK_EQ(cli_set(key, "short"), 0);
 	REQUIRE(host_open(&b, "alice", "alice-pw", "tenA:") == 0);
 	CHECK_EQ(lookup(&b, 5, 8, &bad, NULL), 3);
@@ -886,6 +1247,9 @@ int main(int argc, char **argv)
 	RUN(a_tenant_cannot_reach_another_tenants_keys);
 	RUN(a_corrupted_or_truncated_value_is_a_miss);
 	RUN(a_tenants_credentials_can_run_only_the_tiers_commands);
+	RUN(key_names_leak_no_hash);
+	RUN(a_key_file_is_the_tenants_key_not_the_passwords);
+	RUN(a_forged_value_from_a_hostile_node_is_a_miss);
 	RUN(lookups_while_slots_move);
 	RUN(write_back_holds_queued_blocks_while_a_node_stalls);
 	RUN(a_full_node_fails_the_store_cleanly);
