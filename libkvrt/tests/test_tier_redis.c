@@ -956,6 +956,27 @@ TEST(a_forged_value_from_a_hostile_node_is_a_miss)
 	}
 }
 
+/*
+ * CLUSTER SLOTS naming its node "" (or "?", or nil): "the address you
+ * asked at", the seed's own; its slots are the seed's and stores land.
+ */
+TEST(a_node_reporting_an_empty_endpoint_gets_its_slots)
+{
+	struct fake f;
+	struct host h;
+	int how;
+
+	for (how = 0; how < 3; how++) {
+		REQUIRE(fake_start(&f, FAKE_EMPTY_HOST, how) == 0);
+		REQUIRE(fake_host(&h, &f) == 0);
+		CHECKF(store(&h, 43, 4) == 4, "endpoint %s: the store failed",
+		       how == 0 ? "\"\"" : how == 1 ? "\"?\"" : "nil");
+		CHECK_EQ(stats(&h).io_errors, 0);
+		host_close(&h);
+		fake_stop(&f);
+	}
+}
+
 TEST(a_corrupted_or_truncated_value_is_a_miss)
 {
 	struct host a, b;
@@ -1250,6 +1271,7 @@ int main(int argc, char **argv)
 	RUN(key_names_leak_no_hash);
 	RUN(a_key_file_is_the_tenants_key_not_the_passwords);
 	RUN(a_forged_value_from_a_hostile_node_is_a_miss);
+	RUN(a_node_reporting_an_empty_endpoint_gets_its_slots);
 	RUN(lookups_while_slots_move);
 	RUN(write_back_holds_queued_blocks_while_a_node_stalls);
 	RUN(a_full_node_fails_the_store_cleanly);

@@ -100,6 +100,44 @@ static redisContext *node_conn(struct rc_cluster *c, uint16_t i, int *why)
 	return n->c;
 }
 
+/*
+ * One range of CLUSTER SLOTS: [first, last, [host, port, id, ...], replicas...]
+ * into the map.  A host of "" or "?" (or nil) is Redis 7's "the address you
+ * asked at": that of the node asked.
+ */
+static void map_range(struct rc_cluster *c, const struct rc_node *asked, const redisReply *rng)
+{
+	const redisReply *m, *h;
+	const char *host;
+	long long a, b;
+	uint16_t node;
+	size_t hlen;
+
+	if (rng->type != REDIS_REPLY_ARRAY || rng->elements < 3 ||
+	    rng->element[0]->type != REDIS_REPLY_INTEGER ||
+	    rng->element[1]->type != REDIS_REPLY_INTEGER)
+		return;
+	m = rng->element[2];
+	if (m->type != REDIS_REPLY_ARRAY || m->elements < 2 ||
+	    m->element[1]->type != REDIS_REPLY_INTEGER || m->element[1]->integer < 1 ||
+	    m->element[1]->integer > 65535)
+		return;
+	h = m->element[0];
+	if (h->type == REDIS_REPLY_STRING && h->len && strcmp(h->str, "?")) {
+		host = h->str;
+		hlen = h->len;
+	} else if (h->type == REDIS_REPLY_STRING || h->type == REDIS_REPLY_NIL) {
+		host = asked->host;
+		hlen = strlen(asked->host);
+	} else {
+		return;
+	}
+	node = node_index(c, host, hlen, (int)m->element[1]->integer);
+	for (a = rng->element[0]->integer, b = rng->element[1]->integer;
+	     node != RC_NO_NODE && a <= b && a >= 0 && a < RC_SLOTS; a++)
+		c->slot_node[a] = node;
+}
+
 /* CLUSTER SLOTS from the first node that answers: the map, all of it anew. */
 static int rc_refresh(struct rc_cluster *c)
 {
@@ -128,24 +166,9 @@ static int rc_refresh(struct rc_cluster *c)
 		}
 		for (s = 0; s < RC_SLOTS; s++)
 			c->slot_node[s] = RC_NO_NODE;
-		for (e = 0; e < r->elements; e++) {
-			redisReply *rng = r->element[e], *m;
-			uint16_t node;
-			long long a, b;
-
-			if (rng->type != REDIS_REPLY_ARRAY || rng->elements < 3)
-				continue;
-			m = rng->element[2];
-			if (m->type != REDIS_REPLY_ARRAY || m->elements < 2 ||
-			    m->element[0]->type != REDIS_REPLY_STRING)
-				continue;
-			a = rng->element[0]->integer;
-			b = rng->element[1]->integer;
-			node = node_index(c, m->element[0]->str, m->element[0]->len,
-					  (int)m->element[1]->integer);
-			for (; node != RC_NO_NODE && a <= b && a >= 0 && a < RC_SLOTS; a++)
-				c->slot_node[a] = node;
-		}
+		/* The node asked stays c->nodes[i]: nodes are only ever added. */
+		for (e = 0; e < r->elements; e++)
+			map_range(c, &c->nodes[i], r->element[e]);
 		freeReplyObject(r);
 		return 0;
 	}
@@ -281,6 +304,9 @@ uint32_t rc_batch(struct rc_cluster *c, uint32_t n, const struct rc_cmd *cmds,
 		/* Unreachable nodes and slots nobody serves: those commands fail now. */
 		for (i = 0; i < n; i++)
 			if (todo[i] && sent[i] == RC_NO_NODE) {
+				if (target[i] == RC_NO_NODE)
+					snprintf(c->err, sizeof(c->err), "slot %u: no node serves it",
+						 rc_key_slot(cmds[i].argv[1], cmds[i].argvlen[1]));
 				todo[i] = 0;
 				left--;
 			}
