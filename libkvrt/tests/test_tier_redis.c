@@ -920,6 +920,18 @@ static void fake_stop(struct fake *f)
 	f->pid = 0;
 }
 
+/* What the fake's log holds (at most len - 1 bytes of it). */
+static size_t fake_log(const struct fake *f, char *buf, size_t len)
+{
+	FILE *fp = fopen(f->log, "r");
+	size_t n = fp ? fread(buf, 1, len - 1, fp) : 0;
+
+	if (fp)
+		fclose(fp);
+	buf[n] = 0;
+	return n;
+}
+
 /* A host whose tier's only seed is the fake node. */
 static int fake_host(struct host *h, const struct fake *f)
 {
@@ -953,6 +965,41 @@ TEST(a_forged_value_from_a_hostile_node_is_a_miss)
 		CHECK_EQ(stats(&h).checksum_errors, 1);
 		host_close(&h);
 		fake_stop(&f);
+	}
+}
+
+/*
+ * A node that answers MOVED to a host:port no seed's CLUSTER SLOTS names:
+ * not followed (a miss, -EIO for a store), and nothing at all, AUTH
+ * least of all, reaches the listener there.
+ */
+TEST(a_redirection_to_an_unconfirmed_node_is_not_followed_and_gets_no_password)
+{
+	enum fake_mode modes[] = { FAKE_MOVED, FAKE_ASK };
+	struct fake f, thief;
+	struct host h;
+	char log[4096];
+	int bad, m;
+
+	for (m = 0; m < 2; m++) {
+		REQUIRE(fake_start(&thief, FAKE_LISTEN, 0) == 0);
+		REQUIRE(fake_start(&f, modes[m], thief.port) == 0);
+		REQUIRE(fake_host(&h, &f) == 0);
+		CHECK_EQ(lookup(&h, 41, 4, &bad, NULL), 0);
+		CHECK_EQ(store(&h, 41, 4), -EIO);
+		CHECK_EQ(stats(&h).redirects, 0);
+		host_close(&h);
+		usleep(100000);
+		fake_log(&thief, log, sizeof(log));
+		CHECKF(!strstr(log, "AUTH") && !strstr(log, "alice-pw"), "%s: the password went "
+		       "to the unconfirmed node: %.200s", m ? "ASK" : "MOVED", log);
+		CHECKF(!log[0], "%s: the unconfirmed node was reached: %.200s",
+		       m ? "ASK" : "MOVED", log);
+		/* The seed was asked again for its map: it never named the listener. */
+		fake_log(&f, log, sizeof(log));
+		CHECK(strstr(log, "SLOTS") != NULL);
+		fake_stop(&f);
+		fake_stop(&thief);
 	}
 }
 
@@ -1271,6 +1318,7 @@ int main(int argc, char **argv)
 	RUN(key_names_leak_no_hash);
 	RUN(a_key_file_is_the_tenants_key_not_the_passwords);
 	RUN(a_forged_value_from_a_hostile_node_is_a_miss);
+	RUN(a_redirection_to_an_unconfirmed_node_is_not_followed_and_gets_no_password);
 	RUN(a_node_reporting_an_empty_endpoint_gets_its_slots);
 	RUN(lookups_while_slots_move);
 	RUN(write_back_holds_queued_blocks_while_a_node_stalls);

@@ -39,22 +39,24 @@ uint16_t rc_key_slot(const char *key, size_t len)
 	return crc & (RC_SLOTS - 1);
 }
 
-static uint16_t node_index(struct rc_cluster *c, const char *host, size_t hlen, int port)
+/* The node host:port, added when add says so and it is new; else RC_NO_NODE. */
+static uint16_t node_index(struct rc_cluster *c, const char *host, size_t hlen, int port,
+			   bool add)
 {
 	uint16_t i;
 
-	if (!hlen || hlen >= sizeof(c->nodes[0].host))
+	if (!hlen || hlen >= sizeof(c->nodes[0].host) || memchr(host, 0, hlen) || port < 1 ||
+	    port > 65535)
 		return RC_NO_NODE;
 	for (i = 0; i < c->nr_nodes; i++)
 		if (c->nodes[i].port == port && !strncmp(c->nodes[i].host, host, hlen) &&
 		    !c->nodes[i].host[hlen])
 			return i;
-	if (c->nr_nodes == RC_MAX_NODES)
+	if (!add || c->nr_nodes == RC_MAX_NODES)
 		return RC_NO_NODE;
+	memset(&c->nodes[i], 0, sizeof(c->nodes[i]));
 	memcpy(c->nodes[i].host, host, hlen);
-	c->nodes[i].host[hlen] = 0;
 	c->nodes[i].port = port;
-	c->nodes[i].c = NULL;
 	return c->nr_nodes++;
 }
 
@@ -103,9 +105,9 @@ static redisContext *node_conn(struct rc_cluster *c, uint16_t i, int *why)
 /*
  * One range of CLUSTER SLOTS: [first, last, [host, port, id, ...], replicas...]
  * into the map.  A host of "" or "?" (or nil) is Redis 7's "the address you
- * asked at": that of the node asked.
+ * asked at": the seed's.
  */
-static void map_range(struct rc_cluster *c, const struct rc_node *asked, const redisReply *rng)
+static void map_range(struct rc_cluster *c, const struct rc_node *seed, const redisReply *rng)
 {
 	const redisReply *m, *h;
 	const char *host;
@@ -127,18 +129,21 @@ static void map_range(struct rc_cluster *c, const struct rc_node *asked, const r
 		host = h->str;
 		hlen = h->len;
 	} else if (h->type == REDIS_REPLY_STRING || h->type == REDIS_REPLY_NIL) {
-		host = asked->host;
-		hlen = strlen(asked->host);
+		host = seed->host;
+		hlen = strlen(seed->host);
 	} else {
 		return;
 	}
-	node = node_index(c, host, hlen, (int)m->element[1]->integer);
+	node = node_index(c, host, hlen, (int)m->element[1]->integer, true);
+	if (node == RC_NO_NODE)
+		return;
+	c->nodes[node].mapped = true;
 	for (a = rng->element[0]->integer, b = rng->element[1]->integer;
-	     node != RC_NO_NODE && a <= b && a >= 0 && a < RC_SLOTS; a++)
+	     a <= b && a >= 0 && a < RC_SLOTS; a++)
 		c->slot_node[a] = node;
 }
 
-/* CLUSTER SLOTS from the first node that answers: the map, all of it anew. */
+/* CLUSTER SLOTS from the first seed that answers: the map, all of it anew. */
 static int rc_refresh(struct rc_cluster *c)
 {
 	int why = -ECONNREFUSED;
@@ -147,28 +152,30 @@ static int rc_refresh(struct rc_cluster *c)
 
 	c->refreshes++;
 	for (i = 0; i < c->nr_nodes; i++) {
-		redisContext *ctx = node_conn(c, i, &why);
+		struct rc_node *seed = &c->nodes[i];
+		redisContext *ctx;
 		redisReply *r;
 
-		if (!ctx)
+		if (!seed->seed || !(ctx = node_conn(c, i, &why)))
 			continue;
 		r = redisCommand(ctx, "CLUSTER SLOTS");
 		if (!r) {
-			node_drop(&c->nodes[i]);
+			node_drop(seed);
 			continue;
 		}
 		if (r->type != REDIS_REPLY_ARRAY) {
-			snprintf(c->err, sizeof(c->err), "%s:%d: CLUSTER SLOTS: %s", c->nodes[i].host,
-				 c->nodes[i].port, r->type == REDIS_REPLY_ERROR ? r->str : "not a list");
+			snprintf(c->err, sizeof(c->err), "%s:%d: CLUSTER SLOTS: %s", seed->host,
+				 seed->port, r->type == REDIS_REPLY_ERROR ? r->str : "not a list");
 			freeReplyObject(r);
 			why = -EPROTO;
 			continue;
 		}
 		for (s = 0; s < RC_SLOTS; s++)
 			c->slot_node[s] = RC_NO_NODE;
-		/* The node asked stays c->nodes[i]: nodes are only ever added. */
+		for (s = 0; s < c->nr_nodes; s++)
+			c->nodes[s].mapped = false;
 		for (e = 0; e < r->elements; e++)
-			map_range(c, &c->nodes[i], r->element[e]);
+			map_range(c, seed, r->element[e]);
 		freeReplyObject(r);
 		return 0;
 	}
@@ -193,6 +200,7 @@ int rc_open(struct rc_cluster *c, const char *seeds, const char *user, const cha
 	while (p && *p) {
 		const char *colon, *end = strchr(p, ',');
 		char *num_end;
+		uint16_t node;
 		long port;
 
 		if (!end)
@@ -201,9 +209,12 @@ int rc_open(struct rc_cluster *c, const char *seeds, const char *user, const cha
 		if (!colon)
 			return -EINVAL;
 		port = strtol(colon + 1, &num_end, 10);
-		if (num_end != end || port < 1 || port > 65535 ||
-		    node_index(c, p, (size_t)(colon - p), (int)port) == RC_NO_NODE)
+		if (num_end != end || port < 1 || port > 65535)
 			return -EINVAL;
+		node = node_index(c, p, (size_t)(colon - p), (int)port, true);
+		if (node == RC_NO_NODE)
+			return -EINVAL;
+		c->nodes[node].seed = true;
 		p = *end ? end + 1 : end;
 	}
 	if (!c->nr_nodes)
@@ -219,10 +230,14 @@ void rc_close(struct rc_cluster *c)
 		node_drop(&c->nodes[i]);
 }
 
-/* "MOVED 3999 127.0.0.1:6381" / "ASK ...": the node named, or RC_NO_NODE. */
+/*
+ * "MOVED 3999 127.0.0.1:6381" / "ASK ...": the node named, if a seed or
+ * named by the last map; else RC_NO_NODE (never a node added).
+ */
 static uint16_t redirect_target(struct rc_cluster *c, const char *msg, uint16_t *slot)
 {
 	const char *sp = strchr(msg, ' '), *addr, *colon;
+	uint16_t node;
 
 	if (!sp)
 		return RC_NO_NODE;
@@ -231,7 +246,9 @@ static uint16_t redirect_target(struct rc_cluster *c, const char *msg, uint16_t 
 	colon = addr ? strrchr(addr, ':') : NULL;
 	if (!colon)
 		return RC_NO_NODE;
-	return node_index(c, addr + 1, (size_t)(colon - addr - 1), atoi(colon + 1));
+	node = node_index(c, addr + 1, (size_t)(colon - addr - 1), atoi(colon + 1), false);
+	return node != RC_NO_NODE && (c->nodes[node].seed || c->nodes[node].mapped) ? node :
+	       RC_NO_NODE;
 }
 
 /*
@@ -262,15 +279,19 @@ uint32_t rc_batch(struct rc_cluster *c, uint32_t n, const struct rc_cmd *cmds,
 	/*
 	 * target: where a command goes next round; sent: where it went this
 	 * round (its reply is read from there, whatever a redirection says
-	 * about the next one); asking: the next send is preceded by ASKING.
+	 * about the next one); asking: the next send is preceded by ASKING;
+	 * unknown: its redirection names a node the map does not (the reply
+	 * waits in replies[i] until the map is read again).
 	 */
 	uint16_t *target = malloc(n * sizeof(*target)), *sent = malloc(n * sizeof(*sent));
 	uint8_t *asking = calloc(n, 1), *sent_asking = calloc(n, 1), *todo = malloc(n);
+	uint8_t *unknown = calloc(n, 1);
 	uint32_t i, got = 0, left = n, total = n;
 	int round, why;
 	uint16_t node;
+	bool no_mem = !target || !sent || !asking || !sent_asking || !todo || !unknown;
 
-	if (!target || !sent || !asking || !sent_asking || !todo) {
+	if (no_mem) {
 		left = 0;
 		n = 0;
 	}
@@ -280,7 +301,7 @@ uint32_t rc_batch(struct rc_cluster *c, uint32_t n, const struct rc_cmd *cmds,
 		target[i] = c->slot_node[rc_key_slot(cmds[i].argv[1], cmds[i].argvlen[1])];
 	}
 	for (round = 0; round < 5 && left; round++) {
-		bool moved = false;
+		bool moved = false, need_map = false;
 
 		/* Every node's commands go out before any reply is read: one round trip each. */
 		for (i = 0; i < n; i++)
@@ -326,22 +347,21 @@ uint32_t rc_batch(struct rc_cluster *c, uint32_t n, const struct rc_cmd *cmds,
 				}
 				if (r->type == REDIS_REPLY_ERROR &&
 				    (!strncmp(r->str, "MOVED ", 6) || !strncmp(r->str, "ASK ", 4))) {
-					bool ask = r->str[1] == 'S';
-
 					to = redirect_target(c, r->str, &slot);
-					freeReplyObject(r);
-					c->redirects++;
 					if (to == RC_NO_NODE) {
-						todo[i] = 0;
-						left--;
+						replies[i] = r;
+						unknown[i] = 1;
+						need_map = true;
 						continue;
 					}
-					if (ask) {
+					c->redirects++;
+					if (r->str[1] == 'S') {
 						asking[i] = 1;
 					} else {
 						c->slot_node[slot] = to;
 						moved = true;
 					}
+					freeReplyObject(r);
 					target[i] = to;
 					continue;	/* again, next round */
 				}
@@ -352,18 +372,41 @@ uint32_t rc_batch(struct rc_cluster *c, uint32_t n, const struct rc_cmd *cmds,
 			}
 		}
 		/* A slot moved: the map is likely stale beyond it. */
-		if (moved && !rc_refresh(c))
+		if ((moved || need_map) && !rc_refresh(c))
 			for (i = 0; i < n; i++)
 				if (todo[i] && !asking[i])
 					target[i] = c->slot_node[rc_key_slot(cmds[i].argv[1],
 									     cmds[i].argvlen[1])];
+		/* Sent to a node no map named: followed only if the map read now names it. */
+		for (i = 0; i < n; i++) {
+			redisReply *r = replies[i];
+			uint16_t slot, to;
+
+			if (!unknown[i])
+				continue;
+			unknown[i] = 0;
+			replies[i] = NULL;
+			to = redirect_target(c, r->str, &slot);
+			if (to == RC_NO_NODE) {
+				snprintf(c->err, sizeof(c->err), "%s: not a node of the cluster's map",
+					 r->str);
+				todo[i] = 0;
+				left--;
+			} else {
+				c->redirects++;
+				asking[i] = r->str[1] == 'S';
+				target[i] = to;
+			}
+			freeReplyObject(r);
+		}
 	}
-	if (!target || !sent || !asking || !sent_asking || !todo)
+	if (no_mem)
 		memset(replies, 0, total * sizeof(*replies));
 	free(target);
 	free(sent);
 	free(asking);
 	free(sent_asking);
 	free(todo);
+	free(unknown);
 	return got;
 }

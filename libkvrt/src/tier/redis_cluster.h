@@ -9,10 +9,16 @@
  * Every connection authenticates as one ACL user and has one timeout for
  * connecting and for each reply; a node that errs or times out is dropped
  * and reconnected on the next batch.  Not locked: its tier holds a lock.
+ *
+ * Trust: the seeds are the caller's; the slot map is read from a seed
+ * only, and a command (and the password) goes only to a seed or a node
+ * the last map named.  A redirection elsewhere re-reads the map and is
+ * followed only if the node is in it.
  */
 #ifndef KVRT_REDIS_CLUSTER_H
 #define KVRT_REDIS_CLUSTER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -25,6 +31,8 @@
 struct rc_node {
 	char host[64];
 	int port;
+	bool seed;			/* one of rc_open()'s seeds */
+	bool mapped;			/* named by the last map read */
 	redisContext *c;
 };
 
@@ -63,8 +71,8 @@ void rc_close(struct rc_cluster *c);
 /*
  * Run n commands, pipelined per node; replies[i] gets each one's reply
  * (the caller frees them with freeReplyObject), or NULL where its node
- * failed or timed out.  Redirections are followed (at most 5 rounds).
- * Returns how many replies are not NULL.
+ * failed or timed out.  Redirections to known nodes are followed (at most
+ * 5 rounds).  Returns how many replies are not NULL.
  */
 uint32_t rc_batch(struct rc_cluster *c, uint32_t n, const struct rc_cmd *cmds,
 		  redisReply **replies);
