@@ -1003,6 +1003,57 @@ TEST(a_redirection_to_an_unconfirmed_node_is_not_followed_and_gets_no_password)
 	}
 }
 
+/* A line of /proc/self/status, in KiB ("VmRSS:"). */
+static long status_kib(const char *field)
+{
+	FILE *fp = fopen("/proc/self/status", "r");
+	char line[256];
+	long v = -1;
+
+	while (fp && fgets(line, sizeof(line), fp))
+		if (!strncmp(line, field, strlen(field)))
+			v = atol(line + strlen(field));
+	if (fp)
+		fclose(fp);
+	return v;
+}
+
+/*
+ * A GET answered with 256 MiB: the connection is dropped once more than
+ * a value (head + block_bytes) is buffered, and the lookup is a miss.  The
+ * bound on the peak RSS's growth: the reader's buffer (a reply's cap plus
+ * one 16 KiB read, at most doubled by its growth) and a reply object the
+ * size of a value, four values in all, and 16 MiB for the allocator's and
+ * the sanitizer's slack.  Unbounded, it was twice the reply: 512 MiB.
+ */
+TEST(an_oversized_reply_is_refused_before_it_is_buffered)
+{
+	long before, peak, bound = (4 * (48 + (long)BB) + (16 << 20)) / 1024;
+	struct fake f;
+	struct host h;
+	double t0;
+	int bad, fd, got;
+
+	REQUIRE(fake_start(&f, FAKE_HUGE, 0) == 0);
+	REQUIRE(fake_host(&h, &f) == 0);
+	before = status_kib("VmRSS:");
+	/* "5": the peak (VmHWM) starts again from the RSS now. */
+	fd = open("/proc/self/clear_refs", O_WRONLY);
+	REQUIRE(fd >= 0 && write(fd, "5", 1) == 1);
+	close(fd);
+	t0 = now_s();
+	got = lookup(&h, 42, 1, &bad, NULL);
+	peak = status_kib("VmHWM:");
+	CHECK_EQ(got, 0);
+	CHECKF(peak - before < bound, "the peak RSS grew by %ld KiB (bound %ld KiB)",
+	       peak - before, bound);
+	tap_diag("oversized reply: refused in %.3f s, the peak RSS %ld KiB above the start",
+		 now_s() - t0, peak - before);
+	CHECK(stats(&h).io_errors >= 1);
+	host_close(&h);
+	fake_stop(&f);
+}
+
 /*
  * CLUSTER SLOTS naming its node "" (or "?", or nil): "the address you
  * asked at", the seed's own; its slots are the seed's and stores land.
@@ -1319,6 +1370,7 @@ int main(int argc, char **argv)
 	RUN(a_key_file_is_the_tenants_key_not_the_passwords);
 	RUN(a_forged_value_from_a_hostile_node_is_a_miss);
 	RUN(a_redirection_to_an_unconfirmed_node_is_not_followed_and_gets_no_password);
+	RUN(an_oversized_reply_is_refused_before_it_is_buffered);
 	RUN(a_node_reporting_an_empty_endpoint_gets_its_slots);
 	RUN(lookups_while_slots_move);
 	RUN(write_back_holds_queued_blocks_while_a_node_stalls);

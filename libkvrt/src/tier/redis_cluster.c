@@ -7,6 +7,7 @@
 #define _GNU_SOURCE
 #endif
 #include <errno.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,6 +61,111 @@ static uint16_t node_index(struct rc_cluster *c, const char *host, size_t hlen, 
 	return c->nr_nodes++;
 }
 
+/*
+ * Reply objects as hiredis makes them, each charged to its node's budget
+ * (rc_node.left, via the reader's privdata) first: past it the reader
+ * fails (out of memory) instead of allocating, so that an array header
+ * naming a billion elements allocates nothing.
+ */
+static redisReplyObjectFunctions *hiredis_fn;
+static redisReplyObjectFunctions capped_fn;
+static pthread_once_t capped_once = PTHREAD_ONCE_INIT;
+
+static bool charge(const redisReadTask *task, size_t bytes)
+{
+	struct rc_node *n = task->privdata;
+
+	if (!n || bytes > n->left)
+		return false;
+	n->left -= bytes;
+	return true;
+}
+
+static void *capped_string(const redisReadTask *task, char *str, size_t len)
+{
+	return charge(task, sizeof(redisReply) + len + 1) ?
+	       hiredis_fn->createString(task, str, len) : NULL;
+}
+
+static void *capped_array(const redisReadTask *task, int elements)
+{
+	return elements >= 0 && charge(task, sizeof(redisReply) +
+					     (size_t)elements * sizeof(redisReply *)) ?
+	       hiredis_fn->createArray(task, elements) : NULL;
+}
+
+static void *capped_integer(const redisReadTask *task, long long value)
+{
+	return charge(task, sizeof(redisReply)) ? hiredis_fn->createInteger(task, value) : NULL;
+}
+
+static void *capped_nil(const redisReadTask *task)
+{
+	return charge(task, sizeof(redisReply)) ? hiredis_fn->createNil(task) : NULL;
+}
+
+static void capped_init(void)
+{
+	redisReader *r = redisReaderCreate();
+
+	if (!r)
+		return;
+	hiredis_fn = r->fn;
+	redisReaderFree(r);
+	capped_fn = (redisReplyObjectFunctions){
+		.createString = capped_string,
+		.createArray = capped_array,
+		.createInteger = capped_integer,
+		.createNil = capped_nil,
+		.freeObject = hiredis_fn->freeObject,
+	};
+}
+
+/*
+ * The node's next reply into *out, at most cap bytes buffered and cap
+ * bytes of objects: redisGetReply() would buffer a bulk string whole,
+ * however long, before the caller saw its length (and the read timeout
+ * never fires while bytes flow).  A reply over the cap: -1, the reason in
+ * c->err; the caller drops the node.
+ */
+static int get_reply(struct rc_cluster *c, struct rc_node *n, size_t cap, redisReply **out)
+{
+	redisContext *ctx = n->c;
+	void *r = NULL;
+	int done = 0;
+
+	*out = NULL;
+	n->left = cap;
+	if (redisGetReplyFromReader(ctx, &r) != REDIS_OK)
+		goto fail;
+	if (!r) {
+		do {
+			if (redisBufferWrite(ctx, &done) != REDIS_OK)
+				goto fail;
+		} while (!done);
+		do {
+			/* What the reader holds unparsed: this reply's part so far. */
+			if (ctx->reader->len - ctx->reader->pos > cap) {
+				snprintf(c->err, sizeof(c->err), "%s:%d: a reply over %zu bytes",
+					 n->host, n->port, cap);
+				return -1;
+			}
+			if (redisBufferRead(ctx) != REDIS_OK ||
+			    redisGetReplyFromReader(ctx, &r) != REDIS_OK)
+				goto fail;
+		} while (!r);
+	}
+	*out = r;
+	return 0;
+fail:
+	if (ctx->err == REDIS_ERR_OOM)
+		snprintf(c->err, sizeof(c->err), "%s:%d: a reply over %zu bytes", n->host,
+			 n->port, cap);
+	else
+		snprintf(c->err, sizeof(c->err), "%s:%d: %s", n->host, n->port, ctx->errstr);
+	return -1;
+}
+
 static void node_drop(struct rc_node *n)
 {
 	if (n->c)
@@ -86,11 +192,20 @@ static redisContext *node_conn(struct rc_cluster *c, uint16_t i, int *why)
 		return NULL;
 	}
 	redisSetTimeout(n->c, c->timeout);
+	pthread_once(&capped_once, capped_init);
+	if (!hiredis_fn) {
+		snprintf(c->err, sizeof(c->err), "out of memory");
+		node_drop(n);
+		return NULL;
+	}
+	n->c->reader->fn = &capped_fn;
+	n->c->reader->privdata = n;
 	if (c->user[0]) {
-		r = redisCommand(n->c, "AUTH %s %s", c->user, c->pass);
-		if (!r || r->type == REDIS_REPLY_ERROR) {
-			snprintf(c->err, sizeof(c->err), "%s:%d: AUTH %s: %s", n->host, n->port,
-				 c->user, r ? r->str : n->c->errstr);
+		redisAppendCommand(n->c, "AUTH %s %s", c->user, c->pass);
+		if (get_reply(c, n, 4096, &r) || r->type == REDIS_REPLY_ERROR) {
+			if (r)
+				snprintf(c->err, sizeof(c->err), "%s:%d: AUTH %s: %s", n->host,
+					 n->port, c->user, r->str);
 			*why = r ? -EACCES : -ETIMEDOUT;
 			if (r)
 				freeReplyObject(r);
@@ -158,8 +273,8 @@ static int rc_refresh(struct rc_cluster *c)
 
 		if (!seed->seed || !(ctx = node_conn(c, i, &why)))
 			continue;
-		r = redisCommand(ctx, "CLUSTER SLOTS");
-		if (!r) {
+		redisAppendCommand(ctx, "CLUSTER SLOTS");
+		if (get_reply(c, seed, RC_MAP_MAX, &r)) {
 			node_drop(seed);
 			continue;
 		}
@@ -183,7 +298,7 @@ static int rc_refresh(struct rc_cluster *c)
 }
 
 int rc_open(struct rc_cluster *c, const char *seeds, const char *user, const char *pass,
-	    uint32_t timeout_ms)
+	    uint32_t timeout_ms, size_t reply_max)
 {
 	const char *p = seeds;
 	uint16_t s;
@@ -193,6 +308,7 @@ int rc_open(struct rc_cluster *c, const char *seeds, const char *user, const cha
 		c->slot_node[s] = RC_NO_NODE;
 	c->timeout.tv_sec = timeout_ms / 1000;
 	c->timeout.tv_usec = (timeout_ms % 1000) * 1000;
+	c->reply_max = reply_max;
 	if ((user && strlen(user) >= sizeof(c->user)) || (pass && strlen(pass) >= sizeof(c->pass)))
 		return -EINVAL;
 	snprintf(c->user, sizeof(c->user), "%s", user ? user : "");
@@ -265,9 +381,8 @@ static bool read_reply(struct rc_cluster *c, uint16_t node, redisReply **r)
 	*r = NULL;
 	if (!n->c)
 		return false;
-	if (redisGetReply(n->c, (void **)r) == REDIS_OK && *r)
+	if (!get_reply(c, n, c->reply_max, r))
 		return true;
-	snprintf(c->err, sizeof(c->err), "%s:%d: %s", n->host, n->port, n->c->errstr);
 	node_drop(n);
 	*r = NULL;
 	return false;

@@ -43,6 +43,8 @@
 #define RB_TAG (RB_NONCE + KVRT_TIER_NONCE_BYTES)
 #define RB_KEY_MAX (128 + 64 + 1)
 #define RB_ARGS 6	/* SET key value NX EX seconds */
+/* A reply's RESP framing around a value: "$<digits>\r\n" and "\r\n". */
+#define RB_FRAMING 64
 /* The key derived from user and password names its use. */
 #define RB_KEY_LABEL "kvrt redis tier key v1"
 
@@ -413,8 +415,9 @@ int kvrt_redis_open(struct kvrt_space *s, const struct kvrt_tier_redis_opts *o,
 			 strerror(-ret));
 		goto fail;
 	}
+	/* A reply of a batch is at most a value and its framing. */
 	ret = rc_open(&t->rc, o->nodes, o->user, o->password,
-		      o->timeout_ms ? o->timeout_ms : 1000);
+		      o->timeout_ms ? o->timeout_ms : 1000, RB_HEAD + t->block_bytes + RB_FRAMING);
 	if (ret) {
 		kvrt_log(s->k, KVRT_LOG_ERR, "redis tier: %s", t->rc.err);
 		rc_close(&t->rc);
