@@ -5,7 +5,11 @@
  * with redis-cli --cluster create) and stops at the end: blocks stored by
  * one "host" (a struct kvrt with its own embedded pool) found, byte for
  * byte, by another; a tenant's ACL user refused another tenant's keys, and
- * every command but the tier's, by Redis itself (NOPERM); a corrupted and a truncated value each a miss;
+ * every command but the tier's, by Redis itself (NOPERM); key names that
+ * hold no hash; a corrupted and a truncated value each a miss; a hostile
+ * node on loopback (a child process) whose forged values are misses, whose
+ * redirections to unconfirmed nodes are not followed, whose 256 MiB reply
+ * is refused before it is buffered, and whose empty endpoint is its own;
  * lookups while slots are being moved between nodes (ASK, MOVED) all
  * whole; write-back holding its queued blocks in the pool while a node
  * stalls, and its error reported by the next flush; a full node
