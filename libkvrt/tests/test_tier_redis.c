@@ -149,6 +149,29 @@ static bool cluster_ok(int port)
 	return ok;
 }
 
+/* A cluster-enabled redis-server on the port, gone with the test however it ends. */
+static pid_t spawn_node(int port)
+{
+	char p[16], conf[64], logf[4200];
+	pid_t pid;
+
+	snprintf(p, sizeof(p), "%d", port);
+	snprintf(conf, sizeof(conf), "nodes-%d.conf", port);
+	snprintf(logf, sizeof(logf), "%s/redis-%d.log", dir, port);
+	fflush(NULL);
+	pid = fork();
+	if (!pid) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		execlp("redis-server", "redis-server", "--port", p, "--bind", "127.0.0.1",
+		       "--cluster-enabled", "yes", "--cluster-config-file", conf,
+		       "--cluster-node-timeout", "3000", "--dir", dir, "--save", "",
+		       "--appendonly", "no", "--logfile", logf, "--protected-mode", "no",
+		       (char *)NULL);
+		_exit(127);
+	}
+	return pid;
+}
+
 /*
  * Ports below the kernel's ephemeral range (32768 up), for a node's port
  * and its cluster bus (port + 10000) alike: outgoing connections never
@@ -161,26 +184,10 @@ static int start_cluster(int base)
 	double t0;
 
 	for (i = 0; i < NODES; i++) {
-		char p[16], conf[64], logf[4200];
-
 		ports[i] = base + i;
-		snprintf(p, sizeof(p), "%d", ports[i]);
-		snprintf(conf, sizeof(conf), "nodes-%d.conf", ports[i]);
-		snprintf(logf, sizeof(logf), "%s/redis-%d.log", dir, ports[i]);
-		fflush(NULL);
-		pids[i] = fork();
+		pids[i] = spawn_node(ports[i]);
 		if (pids[i] < 0)
 			return -1;
-		if (!pids[i]) {
-			/* Gone with the test, however it ends. */
-			prctl(PR_SET_PDEATHSIG, SIGKILL);
-			execlp("redis-server", "redis-server", "--port", p, "--bind", "127.0.0.1",
-			       "--cluster-enabled", "yes", "--cluster-config-file", conf,
-			       "--cluster-node-timeout", "3000", "--dir", dir, "--save", "",
-			       "--appendonly", "no", "--logfile", logf, "--protected-mode", "no",
-			       (char *)NULL);
-			_exit(127);
-		}
 	}
 	for (i = 0; i < NODES; i++) {
 		t0 = now_s();
@@ -1064,9 +1071,14 @@ TEST(an_oversized_reply_is_refused_before_it_is_buffered)
  */
 TEST(a_node_reporting_an_empty_endpoint_gets_its_slots)
 {
+	int how, port = ports[NODES - 1] + 1;
+	char addr[32], host[64] = "(none)";
+	redisContext *c;
+	redisReply *r;
 	struct fake f;
 	struct host h;
-	int how;
+	double t0;
+	pid_t pid;
 
 	for (how = 0; how < 3; how++) {
 		REQUIRE(fake_start(&f, FAKE_EMPTY_HOST, how) == 0);
@@ -1077,6 +1089,37 @@ TEST(a_node_reporting_an_empty_endpoint_gets_its_slots)
 		host_close(&h);
 		fake_stop(&f);
 	}
+	/* A real one: a one-node cluster without cluster-announce-ip, as Redis 7 has it. */
+	pid = spawn_node(port);
+	REQUIRE(pid > 0);
+	t0 = now_s();
+	while (node_cmd(port, "PING", NULL) < 0 && now_s() - t0 < 10)
+		usleep(20000);
+	CHECK_EQ(node_cmd(port, "CLUSTER ADDSLOTSRANGE 0 %s", "16383"), 0);
+	CHECK_EQ(node_cmd(port, "ACL SETUSER alice reset on >alice-pw ~tenA:* " TIER_ACL "%s",
+			  ""), 0);
+	while (!cluster_ok(port) && now_s() - t0 < 20)
+		usleep(50000);
+	c = conn(port, NULL, NULL);
+	r = c ? redisCommand(c, "CLUSTER SLOTS") : NULL;
+	if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 1 &&
+	    r->element[0]->elements >= 3 && r->element[0]->element[2]->elements >= 1 &&
+	    r->element[0]->element[2]->element[0]->type == REDIS_REPLY_STRING)
+		snprintf(host, sizeof(host), "\"%s\"", r->element[0]->element[2]->element[0]->str);
+	if (r)
+		freeReplyObject(r);
+	if (c)
+		redisFree(c);
+	tap_diag("a one-node cluster names itself %s", host);
+	snprintf(addr, sizeof(addr), "127.0.0.1:%d", port);
+	open_nodes = addr;
+	REQUIRE(host_open(&h, "alice", "alice-pw", "tenA:") == 0);
+	open_nodes = NULL;
+	CHECK_EQ(store(&h, 46, 4), 4);
+	CHECK_EQ(stats(&h).io_errors, 0);
+	host_close(&h);
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
 }
 
 TEST(a_corrupted_or_truncated_value_is_a_miss)
