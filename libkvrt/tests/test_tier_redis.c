@@ -724,6 +724,7 @@ enum fake_mode {
 	FAKE_MOVED,		/* every keyed command: MOVED to 127.0.0.1:arg */
 	FAKE_ASK,		/* every keyed command: ASK to 127.0.0.1:arg */
 	FAKE_HUGE,		/* GET: a 256 MiB string, streamed */
+	FAKE_DRIP,		/* GET: a value's length, then a byte every 50 ms for 5 s */
 	FAKE_EMPTY_HOST,	/* CLUSTER SLOTS' host: "" (arg 0), "?" (1), nil (2) */
 	FAKE_LISTEN,		/* answers nothing: only logs */
 };
@@ -802,6 +803,13 @@ static void fake_reply(int fd, enum fake_mode mode, int arg, int port, char **ar
 		for (i = 0; i < 256; i++)
 			fake_write(fd, zeros, sizeof(zeros));
 		fake_printf(fd, "\r\n");
+	} else if (!strcasecmp(argv[0], "GET") && mode == FAKE_DRIP) {
+		fake_printf(fd, "$%llu\r\n", 48 + BB);
+		for (i = 0; i < 100; i++) {
+			usleep(50000);
+			fake_write(fd, "x", 1);
+		}
+		_exit(0);
 	} else if (!strcasecmp(argv[0], "GET") && mode <= FAKE_FORGED_V2) {
 		memset(value, 0x5a, sizeof(value));
 		memcpy(value, &magic, 4);
@@ -1060,6 +1068,30 @@ TEST(an_oversized_reply_is_refused_before_it_is_buffered)
 	       peak - before, bound);
 	tap_diag("oversized reply: refused in %.3f s, the peak RSS %ld KiB above the start",
 		 now_s() - t0, peak - before);
+	CHECK(stats(&h).io_errors >= 1);
+	host_close(&h);
+	fake_stop(&f);
+}
+
+/*
+ * A GET answered a byte every 50 ms, each within the read timeout: the
+ * reply as a whole still gets timeout_ms, then the node is dropped and the
+ * lookup is a miss (it took the node's 5 s before).
+ */
+TEST(a_reply_trickling_in_ends_within_the_timeout)
+{
+	struct fake f;
+	struct host h;
+	double t0, took;
+	int bad;
+
+	REQUIRE(fake_start(&f, FAKE_DRIP, 0) == 0);
+	REQUIRE(fake_host(&h, &f) == 0);
+	t0 = now_s();
+	CHECK_EQ(lookup(&h, 47, 1, &bad, NULL), 0);
+	took = now_s() - t0;
+	CHECKF(took < 2.0 * TIMEOUT_MS / 1000, "the lookup took %.2f s (timeout %d ms)", took,
+	       TIMEOUT_MS);
 	CHECK(stats(&h).io_errors >= 1);
 	host_close(&h);
 	fake_stop(&f);
@@ -1418,6 +1450,7 @@ int main(int argc, char **argv)
 	RUN(a_forged_value_from_a_hostile_node_is_a_miss);
 	RUN(a_redirection_to_an_unconfirmed_node_is_not_followed_and_gets_no_password);
 	RUN(an_oversized_reply_is_refused_before_it_is_buffered);
+	RUN(a_reply_trickling_in_ends_within_the_timeout);
 	RUN(a_node_reporting_an_empty_endpoint_gets_its_slots);
 	RUN(lookups_while_slots_move);
 	RUN(write_back_holds_queued_blocks_while_a_node_stalls);

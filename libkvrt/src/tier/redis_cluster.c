@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "redis_cluster.h"
 
@@ -121,15 +122,27 @@ static void capped_init(void)
 	};
 }
 
+/* Microseconds of the monotonic clock. */
+static int64_t now_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
 /*
  * The node's next reply into *out, at most cap bytes buffered and cap
- * bytes of objects: redisGetReply() would buffer a bulk string whole,
- * however long, before the caller saw its length (and the read timeout
- * never fires while bytes flow).  A reply over the cap: -1, the reason in
- * c->err; the caller drops the node.
+ * bytes of objects, read within the timeout: redisGetReply() would buffer
+ * a bulk string whole, however long, before the caller saw its length,
+ * and its read timeout never fires while bytes flow.  -1 when over the
+ * cap or too slow, the reason in c->err; the caller drops the node.
+ * Writing what is queued keeps the timeout per send: a batch of large
+ * values may take longer than one reply.
  */
 static int get_reply(struct rc_cluster *c, struct rc_node *n, size_t cap, redisReply **out)
 {
+	int64_t timeout = (int64_t)c->timeout.tv_sec * 1000000 + c->timeout.tv_usec, end, left;
 	redisContext *ctx = n->c;
 	void *r = NULL;
 	int done = 0;
@@ -139,10 +152,12 @@ static int get_reply(struct rc_cluster *c, struct rc_node *n, size_t cap, redisR
 	if (redisGetReplyFromReader(ctx, &r) != REDIS_OK)
 		goto fail;
 	if (!r) {
+		redisSetTimeout(ctx, c->timeout);
 		do {
 			if (redisBufferWrite(ctx, &done) != REDIS_OK)
 				goto fail;
 		} while (!done);
+		end = now_us() + timeout;
 		do {
 			/* What the reader holds unparsed: this reply's part so far. */
 			if (ctx->reader->len - ctx->reader->pos > cap) {
@@ -150,6 +165,15 @@ static int get_reply(struct rc_cluster *c, struct rc_node *n, size_t cap, redisR
 					 n->host, n->port, cap);
 				return -1;
 			}
+			/* Each read waits only for what is left of the reply's time. */
+			left = end - now_us();
+			if (left <= 0) {
+				snprintf(c->err, sizeof(c->err), "%s:%d: a reply slower than %lld ms",
+					 n->host, n->port, (long long)timeout / 1000);
+				return -1;
+			}
+			redisSetTimeout(ctx, (struct timeval){ .tv_sec = left / 1000000,
+							      .tv_usec = left % 1000000 });
 			if (redisBufferRead(ctx) != REDIS_OK ||
 			    redisGetReplyFromReader(ctx, &r) != REDIS_OK)
 				goto fail;
