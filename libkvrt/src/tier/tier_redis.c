@@ -224,7 +224,7 @@ out:
 static const char *value_bad(const struct redis_tier *t, const redisReply *r,
 			     const uint8_t *hash)
 {
-	struct kvrt_tier_bind b = { t->identity, hash, (const uint8_t *)r->str + RB_NONCE };
+	struct kvrt_tier_bind b = { t->identity, hash, NULL };
 	uint32_t magic;
 	uint16_t version;
 	uint64_t bb;
@@ -240,6 +240,7 @@ static const char *value_bad(const struct redis_tier *t, const redisReply *r,
 	memcpy(&bb, r->str + 8, 8);
 	if (magic != RB_MAGIC || version != RB_VERSION || bb != t->block_bytes)
 		return "wrong head";
+	b.nonce = (const uint8_t *)r->str + RB_NONCE;
 	if (!kvrt_tier_mac_ok(t->key, &b, r->str + RB_HEAD, t->block_bytes,
 			      (const uint8_t *)r->str + RB_TAG))
 		return "tag mismatch: not written with this tenant's key for this block";
