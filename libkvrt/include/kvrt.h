@@ -1360,20 +1360,36 @@ int kvrt_tier_open_ssd(struct kvrt_space *space, const struct kvrt_tier_ssd_opts
 
 /*
  * The cross-host tier on a Redis Cluster (Redis 7).  Each block is one
- * value, under key_prefix + the identity's hex + ':' + the hash's hex,
- * holding a 24-byte head (magic, version, block_bytes, the XXH3-64 of the
- * bytes) and the bytes; a value that is short, of another geometry or
- * fails the checksum is a miss (checksum_errors).  A lookup of n hashes
- * costs one pipelined round trip per node involved (EXISTS, then GET);
- * a store one more (SET NX: a key present is left alone; Redis's
- * maxmemory-policy decides what is evicted, and the tier's capacity,
- * blocks and used_bytes are not known here: 0).  The slot map comes from
- * CLUSTER SLOTS; MOVED and ASK redirections are followed, and the map read
- * again after a MOVED.
+ * value, under key_prefix + 64 hex digits: HMAC-SHA256 under the tenant's
+ * key of the identity and the hash, so that a listed name confirms no
+ * guessed prompt.  The value (format 2, since 0.8) is a 48-byte head
+ * (magic, version, block_bytes, a random nonce, a tag) and the bytes; the
+ * tag (Poly1305 under a one-time key derived from the tenant's key, the
+ * identity, the hash and the nonce) binds the bytes to their block.  A
+ * value that is short, of another format or geometry or whose tag is not
+ * right is a miss (checksum_errors), never copied into a block; values of
+ * 0.6 and 0.7 are not found.  The tenant's key: key_file's, else derived
+ * from user and password (then whoever learns the password can forge
+ * values).  A lookup of n hashes costs one pipelined round trip per node
+ * involved (EXISTS, then GET); a store one more (SET NX: a key present is
+ * left alone; Redis's maxmemory-policy decides what is evicted, and the
+ * tier's capacity, blocks and used_bytes are not known here: 0).  The
+ * slot map comes from CLUSTER SLOTS, read from a seed only; MOVED and ASK
+ * are followed to a seed or a node the map names (else the map is read
+ * again, and a node still not in it is a miss, never contacted), and the
+ * map read again after a MOVED.  Each reply is capped (a batch's at a
+ * value and its framing) before it is buffered: a node that sends more is
+ * dropped, a miss.
  *
  * Isolation: each tenant connects as its own ACL user (user, password),
- * restricted by the administrator to its key_prefix ("~PREFIX*"): Redis
- * refuses another tenant's keys with NOPERM, a miss here.
+ * restricted by the administrator to its key_prefix and to the tier's
+ * commands, on every node:
+ *   ACL SETUSER T reset on >PW ~PREFIX* resetchannels -@all +cluster|slots
+ *       +exists +get +set +asking
+ * Redis refuses everything else (another tenant's keys, KEYS, SCAN,
+ * FLUSHALL, CLIENT, CONFIG...) with NOPERM, a miss here.
+ * The wire: plain TCP (Debian 12's hiredis has no TLS), AUTH in clear: one
+ * trust domain on the wire; key_file keeps values unforgeable even so.
  * Faults: every connection and every reply waits at most timeout_ms; a
  * node that fails or stalls is a miss (lookup) or -EIO (store), dropped and
  * reconnected on the next call; the pool and the other tiers are untouched.
@@ -1396,8 +1412,11 @@ struct kvrt_tier_redis_opts {
 /*
  * Connect to the cluster and add its tier to this handle's tiers.  -EINVAL
  * NULL arguments, flags or reserved fields, a seed list that does not
- * parse, a key_prefix over 128 bytes, writeback_max as for the SSD tier;
- * -EAGAIN the write-back thread could not start; -EACCES the credentials refused;
+ * parse, a key_prefix over 128 bytes, user or password of 128 or 256 bytes
+ * or more, writeback_max as for the SSD tier; key_file's errors
+ * (-ENOENT, -ELOOP a symlink, -EPERM not the caller's or not 0600,
+ * -EINVAL not a regular file of 16 to 4096 bytes, -EIO); -EAGAIN the
+ * write-back thread could not start; -EACCES the credentials refused;
  * -ECONNREFUSED or -ETIMEDOUT no seed answered; -EPROTO not a cluster;
  * -ENOMEM.  On failure nothing is added.
  */

@@ -4,7 +4,8 @@
 # cluster.sh start DIR | stop DIR: a Redis Cluster of three masters on
 # loopback for the tools' tests (kvrt-demo's --tier redis), with the two
 # tenants Documentation/libkvrt.rst describes (alice: ~tenA:*, bob:
-# ~tenB:*; passwords alice-pw, bob-pw).  start prints the seeds
+# ~tenB:*; passwords alice-pw, bob-pw), each with exactly the ACL it
+# gives: the tier's commands and nothing else.  start prints the seeds
 # ("127.0.0.1:P,127.0.0.1:P"); the servers' pids, logs and configs stay in
 # DIR, and stop kills them.  Ports below the ephemeral range, node and bus
 # (port + 10000) alike.  libkvrt's own test (tests/test_tier_redis.c)
@@ -13,7 +14,8 @@ set -u
 cmd=${1:-}
 DIR=${2:-}
 [ -n "$cmd" ] && [ -n "$DIR" ] || { echo "usage: cluster.sh start|stop DIR" >&2; exit 2; }
-ACL='+@read +@write +@connection +exists +cluster|slots +asking'
+# As Documentation/libkvrt.rst's line and tests/test_tier_redis.c's TIER_ACL.
+ACL='resetchannels -@all +cluster|slots +exists +get +set +asking'
 
 stop() {
 	local p
@@ -57,8 +59,8 @@ start() {
 					sleep 0.05
 				done
 				# shellcheck disable=SC2086
-				redis-cli -p "${ports[$i]}" ACL SETUSER alice on '>alice-pw' '~tenA:*' $ACL > /dev/null &&
-				redis-cli -p "${ports[$i]}" ACL SETUSER bob on '>bob-pw' '~tenB:*' $ACL > /dev/null ||
+				redis-cli -p "${ports[$i]}" ACL SETUSER alice reset on '>alice-pw' '~tenA:*' $ACL > /dev/null &&
+				redis-cli -p "${ports[$i]}" ACL SETUSER bob reset on '>bob-pw' '~tenB:*' $ACL > /dev/null ||
 					ok=
 			done
 		else

@@ -25,7 +25,7 @@
 #include "tier_mac.h"
 
 static const char tag_label[] = "kvrt tier tag v1";
-static const char name_label[] = "kvrt tier name v1";
+static const char name_label[] = "kvrt tier name v2";
 
 static EVP_MAC *hmac_alg, *poly_alg;
 static pthread_once_t algs_once = PTHREAD_ONCE_INIT;
@@ -189,11 +189,12 @@ bool kvrt_tier_mac_ok(const uint8_t key[KVRT_TIER_KEY_BYTES], const struct kvrt_
 	       !CRYPTO_memcmp(want, tag, KVRT_TIER_TAG_BYTES);
 }
 
-int kvrt_tier_blind_name(const uint8_t key[KVRT_TIER_KEY_BYTES], const uint8_t *hash,
-			 uint8_t name[32])
+int kvrt_tier_blind_name(const uint8_t key[KVRT_TIER_KEY_BYTES], const uint8_t identity[32],
+			 const uint8_t *hash, uint8_t name[32])
 {
 	struct iovec piece[] = {
 		{ (void *)name_label, sizeof(name_label) },
+		{ (void *)identity, 32 },
 		{ (void *)hash, KVRT_HASH_BYTES },
 	};
 

@@ -63,11 +63,12 @@ bool kvrt_tier_mac_ok(const uint8_t key[KVRT_TIER_KEY_BYTES], const struct kvrt_
 		      const void *bytes, size_t len, const uint8_t tag[KVRT_TIER_TAG_BYTES]);
 
 /*
- * A name for hash that leaks nothing without the key (HMAC-SHA256(key,
- * label, hash)): what a Redis key is named by, so that listing keys
- * confirms no guessed prompt.
+ * A name for (identity, hash) that leaks nothing without the key
+ * (HMAC-SHA256(key, label, identity, hash)): what a Redis key is named by,
+ * so that listing keys confirms no guessed prompt or space.  -ENOMEM when
+ * OpenSSL fails.
  */
-int kvrt_tier_blind_name(const uint8_t key[KVRT_TIER_KEY_BYTES], const uint8_t *hash,
-			 uint8_t name[32]);
+int kvrt_tier_blind_name(const uint8_t key[KVRT_TIER_KEY_BYTES], const uint8_t identity[32],
+			 const uint8_t *hash, uint8_t name[32]);
 
 #endif /* KVRT_TIER_MAC_H */
