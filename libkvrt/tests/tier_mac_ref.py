@@ -8,7 +8,7 @@ import hashlib
 import hmac
 
 TAG_LABEL = b"kvrt tier tag v1\0"
-NAME_LABEL = b"kvrt tier name v1\0"
+NAME_LABEL = b"kvrt tier name v2\0"
 
 
 def poly1305(key: bytes, msg: bytes) -> bytes:
@@ -27,8 +27,8 @@ def tag(key: bytes, identity: bytes, h: bytes, nonce: bytes, data: bytes) -> byt
     return poly1305(once, data)
 
 
-def blind_name(key: bytes, h: bytes) -> bytes:
-    return hmac.new(key, NAME_LABEL + h, hashlib.sha256).digest()
+def blind_name(key: bytes, identity: bytes, h: bytes) -> bytes:
+    return hmac.new(key, NAME_LABEL + identity + h, hashlib.sha256).digest()
 
 
 def main() -> None:
@@ -40,7 +40,7 @@ def main() -> None:
     data = bytes((i * 7 + 3) & 0xFF for i in range(4099))
     print("tag", tag(key, identity, h, nonce, data).hex())
     print("tag_empty", tag(key, identity, h, nonce, b"").hex())
-    print("blind_name", blind_name(key, h).hex())
+    print("blind_name", blind_name(key, identity, h).hex())
     print("derived", hmac.new(b"kvrt test label", b"user\0secret", hashlib.sha256).hexdigest())
 
 
