@@ -147,6 +147,27 @@ class TestSsdTier(TierCase):
         os.chmod(path, mode)
         return path
 
+    def test_create_tier_key_makes_a_key_the_tier_accepts_and_never_overwrites(self):
+        path = os.path.join(self.root, "made.key")
+        kvrt.create_tier_key(path)
+        st = os.stat(path)
+        self.assertEqual((st.st_mode & 0o7777, st.st_size), (0o600, 32))
+        with open(path, "rb") as f:
+            first = f.read()
+        with self.assertRaises(kvrt.ExistsError) as cm:
+            kvrt.create_tier_key(path)
+        self.assertIn("never overwritten", str(cm.exception))
+        with open(path, "rb") as f:
+            self.assertEqual(f.read(), first)
+        with self.assertRaises(kvrt.NotFoundError) as cm:
+            kvrt.create_tier_key(os.path.join(self.root, "absent", "k"))
+        self.assertIn("does not exist", str(cm.exception))
+        with self.assertRaisesRegex(TypeError, "path: pass a path"):
+            kvrt.create_tier_key(3)
+        sp = self.pool.create_space(name("made"), block_bytes=BLOCK, quota_bytes=16 * BLOCK)
+        self.addCleanup(sp.close)
+        sp.open_ssd_tier(os.path.join(self.root, "made-tiers"), 8 * BLOCK, key_file=path)
+
     def test_key_file_tags_blocks_and_bad_ones_are_refused(self):
         nm = name("key")
         mine, theirs = self.key(b"tenant A's secret: 32 bytes long"), self.key(b"b" * 32)

@@ -23,7 +23,7 @@ from .attention import (AttnImpl, BlockTable, KvCache, Workers, append_kv, attn_
 from .blocks import BlockArray, Copy
 from .hashing import HashInfo, hash_block, hash_info, hash_prompt, hash_prompt_array
 from .sequences import CopyBlock, SeqsStats, Sequences
-from .tiers import Tier, TierKind, TierStats
+from .tiers import Tier, TierKind, TierStats, create_tier_key
 from .layout import DType, Layout, LayoutKind, kv_bytes
 from .pool import (HASH_BYTES, MAX_BATCH, PRIO_DEFAULT, PRIO_MAX, Backend, Event, EventType,
                    EvictCause, Feature, MemInfo, NumaPolicy, Pool, PoolInfo, PublishResult,
@@ -54,5 +54,5 @@ __all__ = [
     "HASH_BYTES", "MAX_BATCH", "PRIO_DEFAULT", "PRIO_MAX", "Backend", "Event", "EventType",
     "EvictCause", "Feature", "MemInfo", "NumaPolicy", "Pool", "PoolInfo", "PublishResult",
     "Space", "SpaceInfo", "SpaceStats", "Sequences", "SeqsStats", "CopyBlock", "LIBRARY",
-    "library_version", "gpu", "Tier", "TierKind", "TierStats",
+    "library_version", "gpu", "Tier", "TierKind", "TierStats", "create_tier_key",
 ]

@@ -287,9 +287,10 @@ _PROTOS_SEQS = {
 }
 
 
-#: 0.6 (KVRT_0.6): tiers below the pool; 0.7 (KVRT_0.7): write-back.
+#: 0.6 (KVRT_0.6): tiers below the pool; 0.7 (KVRT_0.7): write-back; 0.8 (KVRT_0.8): keys.
 TIERS_VERSION_NUMBER = 600
 WRITE_BACK_VERSION_NUMBER = 700
+TIER_KEYS_VERSION_NUMBER = 800
 _PROTOS_TIERS = {
     "kvrt_tier_open_ssd": (c_int, [P, POINTER(TierSsdOptsC), POINTER(P)]),
     "kvrt_tier_open_redis": (c_int, [P, POINTER(TierRedisOptsC), POINTER(P)]),
@@ -300,6 +301,9 @@ _PROTOS_TIERS = {
 }
 _PROTOS_WRITE_BACK = {
     "kvrt_tier_flush": (c_int, [P]),
+}
+_PROTOS_TIER_KEYS = {
+    "kvrt_tier_key_create": (c_int, [c_char_p]),
 }
 
 
@@ -403,3 +407,6 @@ tiers_missing = _declare_since(lib, _PROTOS_TIERS, TIERS_VERSION_NUMBER,
 #: None when tiers can be opened write-back and flushed, else why not.
 write_back_missing = _declare_since(lib, _PROTOS_WRITE_BACK, WRITE_BACK_VERSION_NUMBER,
                                     "write-back tiers")
+#: None when tier keys can be created (and given as key_file), else why not.
+tier_keys_missing = _declare_since(lib, _PROTOS_TIER_KEYS, TIER_KEYS_VERSION_NUMBER,
+                                   "tier keys")

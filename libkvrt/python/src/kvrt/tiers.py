@@ -28,7 +28,7 @@ import numpy as np
 
 from . import _lib
 from ._call import call, need_uint
-from .errors import too_old
+from .errors import make_error, too_old
 from .layout import Layout
 
 if TYPE_CHECKING:
@@ -110,6 +110,26 @@ def _key_file(key_file: Any) -> Optional[bytes]:
         raise FileNotFoundError(errno.ENOENT, f"key_file {k!r}: no such file; pass a file of "
                                 "yours, mode 0600, with 16 to 4096 bytes of secret")
     return k.encode()
+
+
+def create_tier_key(path: Any) -> None:
+    """``kvrt_tier_key_create``: a new key file at ``path`` (mode 0600, 32 random bytes,
+    never overwriting a file, never following a symlink), to pass as ``key_file``."""
+    if _lib.tier_keys_missing:
+        raise too_old("kvrt_tier_key_create", _lib.tier_keys_missing)
+    try:
+        p = os.fspath(path)
+    except TypeError:
+        raise TypeError(f"path: pass a path (str or os.PathLike), not "
+                        f"{type(path).__name__}") from None
+    if not isinstance(p, str) or not p or "\0" in p:
+        raise ValueError(f"path: {path!r}; pass the path of a new file in a directory of yours")
+    ret = _lib.lib.kvrt_tier_key_create(p.encode())
+    if ret < 0:
+        hint = {errno.EEXIST: f"{p!r} exists: a key is never overwritten; pass it as key_file, "
+                              "or remove it first if it is really unused",
+                errno.ENOENT: f"the directory of {p!r} does not exist: create it (mode 0700)"}
+        raise make_error(ret, "kvrt_tier_key_create", None, hint.get(-ret, p))
 
 
 def _text(v: Optional[str], what: str) -> Optional[bytes]:
