@@ -38,10 +38,7 @@ int kvrt_tier_key_create(const char *path)
 
 	if (!path)
 		return -EINVAL;
-	/* Two nonces' worth of randomness: the same getrandom() path, no second source. */
-	ret = kvrt_tier_nonce(key);
-	if (!ret)
-		ret = kvrt_tier_nonce(key + KVRT_TIER_NONCE_BYTES);
+	ret = kvrt_tier_random(key, sizeof(key));
 	if (ret)
 		return ret;
 	fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
