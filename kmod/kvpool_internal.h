@@ -240,6 +240,7 @@ struct kvp_space {
 	bool owners_wrapped;	/* next_owner went past U32_MAX once */
 	struct xarray pages;	/* page index in the range -> struct page * */
 	struct xarray residency;	/* block id -> struct kvp_res_block * */
+	struct xarray interest;	/* block id -> a member of its fds' interest ring (prefix.c) */
 	/*
 	 * The residency device table: slot s holds a device while some fd
 	 * has it registered (device_fds[s] of them); a record's slot is
@@ -270,7 +271,7 @@ struct kvp_client {
 	struct file *file;
 	struct list_head link;	/* space->clients */
 	struct kvc_refs refs;	/* reader references */
-	struct xarray interest;	/* blocks published or looked up: evictions are reported */
+	struct xarray interest;	/* block id -> its kvp_interest: evictions are reported */
 	u64 res_slots;		/* the space's lock: residency slots this fd registered */
 	struct kvp_events events;
 };
@@ -315,6 +316,7 @@ long kvp_ioctl_lookup(struct kvp_client *client, void __user *uarg);
 long kvp_ioctl_release(struct kvp_client *client, struct kvpool_blocks *args);
 long kvp_ioctl_space_stats(struct kvp_client *client, void __user *uarg);
 void kvp_space_evicted(struct kvc_space *core, u32 id, const u8 *hash, unsigned int cause);
+void kvp_interest_drop_client(struct kvp_space *space, struct kvp_client *client);
 
 /* events.c */
 void kvp_events_init(struct kvp_events *ev);

@@ -539,6 +539,7 @@ static struct kvp_space *kvp_space_create(const struct kvpool_space_open *args,
 	INIT_LIST_HEAD(&space->clients);
 	xa_init_flags(&space->pages, XA_FLAGS_ACCOUNT);
 	xa_init_flags(&space->residency, XA_FLAGS_ACCOUNT);
+	xa_init_flags(&space->interest, XA_FLAGS_ACCOUNT);
 	strscpy_pad(space->name, args->name, sizeof(space->name));
 	ret = rhashtable_insert_fast(&kvp_space_names, &space->name_node, kvp_space_names_params);
 	if (ret)
@@ -610,6 +611,9 @@ static void kvp_space_destroy_now(struct kvp_space *space)
 	iput(space->inode);
 	kvp_residency_destroy(space);
 	xa_destroy(&space->pages);
+	/* Every fd dropped its interests at close: nothing is left here. */
+	WARN_ON_ONCE(!xa_empty(&space->interest));
+	xa_destroy(&space->interest);
 	kvc_space_fini(&space->core);
 	kvp_tenant_put(space->tenant);
 	mutex_destroy(&space->lock);
@@ -800,7 +804,7 @@ void kvp_client_release(struct kvp_client *client)
 	kvc_release_refs(&space->core, &client->refs);
 	kvp_residency_drop_client(space, client);
 	list_del_init(&client->link);
-	xa_destroy(&client->interest);
+	kvp_interest_drop_client(space, client);
 	mutex_unlock(&space->lock);
 	atomic64_add(freed, &kvp_pool.frees);
 	kvp_events_fini(&client->events);
