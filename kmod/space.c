@@ -17,6 +17,7 @@
 #include <linux/string.h>
 #include <linux/topology.h>
 #include <linux/uaccess.h>
+#include <linux/wait_bit.h>
 
 #include "compat.h"
 #include "kvpool_internal.h"
@@ -584,6 +585,8 @@ static void kvp_space_unlist(struct kvp_space *space)
 	list_del(&space->link);
 	kvp_nr_spaces--;
 	mutex_lock(&space->lock);
+	/* A shrinker scan that holds a reference leaves it alone from now. */
+	space->dying = true;
 	/* Pool-wide counters must not go down when a space goes. */
 	kvp_stats_add(&kvp_dead_stats, &space->core.stats);
 	down_read(&kvp_pool.backing_rwsem);
@@ -608,6 +611,8 @@ static void kvp_space_unlist(struct kvp_space *space)
 static void kvp_space_destroy_now(struct kvp_space *space)
 {
 	kvp_space_kobj_del(space);
+	/* A shrinker scan that picked the space is done with it. */
+	wait_var_event(&space->reclaim_refs, !atomic_read(&space->reclaim_refs));
 	iput(space->inode);
 	kvp_residency_destroy(space);
 	xa_destroy(&space->pages);
