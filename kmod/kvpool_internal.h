@@ -212,7 +212,7 @@ struct kvp_space {
 	unsigned int nr_pins;	/* kvp_spaces_lock: holders waiting for the lock below */
 	bool persistent;	/* kvp_spaces_lock: outlives its last fd */
 	bool unlinked;		/* kvp_spaces_lock: destroyed, torn down at last close */
-	bool dying;		/* kvp_spaces_lock and lock: torn down, listed until it is gone */
+	bool dying;		/* kvp_spaces_lock: being torn down, listed until it is gone */
 	atomic_t reclaim_refs;	/* shrinker scans at work on it without kvp_spaces_lock */
 	u64 serial;
 	u32 id;

@@ -372,7 +372,7 @@ static void kvp_reclaim_one(struct kvp_space *space, unsigned long *left, u64 *c
 {
 	if (!mutex_trylock(&space->lock))
 		return;
-	if (!space->dying && down_read_trylock(&kvp_pool.backing_rwsem)) {
+	if (!READ_ONCE(space->dying) && down_read_trylock(&kvp_pool.backing_rwsem)) {
 		/* The debugfs check sees each chunk in its space or in transit. */
 		kvp_space_reclaim(space, left, cached_left, victims);
 		up_read(&kvp_pool.backing_rwsem);
