@@ -29,21 +29,27 @@
  * Order, outermost first.  Nothing below takes a lock above it.
  *
  * 1. kvp_spaces_lock (mutex, may sleep): the list of spaces, the name
- *    index, each space's client and pin counts, persistence and unlinking,
- *    and the space id counter.  Joining, destroying and the last close
- *    serialise here.
+ *    index, each space's client and pin counts, persistence, unlinking
+ *    and dying, and the space id counter.  Joining, destroying and the
+ *    last close serialise here.  Nothing done under it grows with what a
+ *    tenant controls within its spaces (fds, VMAs, pages): it finds,
+ *    pins, marks and lists, and whoever then works on a space does so
+ *    after dropping it.  Walks of the list grow with the number of
+ *    spaces alone (spaces_per_uid_max per uid).
  * 2. kvp_space.lock (mutex, may sleep): the space's kvcore state (block
  *    states, free stack, hash index, LRUs, holes), every client's reader
  *    references, interest set and residency slot registrations, its
  *    client list, residency records and device table, its chunk list and
  *    its owner counter.  Growth and refill allocate, zero and call
- *    cond_resched() under it; reclaim zaps user mappings under it (it
- *    nests the page locks of the extent, then the space's own
- *    i_mmap_rwsem: see kvp_space.inode).  Teardown empties the
- *    chunk list under it too: the space's sysfs directory outlives the
- *    unlisting and its readers walk that list.  Taken killable from
- *    ioctls (but to undo a call whose copy-out failed) and sysfs.  Lookups
- *    in one space serialise here; spaces never contend.
+ *    cond_resched() under it; reclaim evicts and zaps user mappings
+ *    under it (it nests the page locks of the extent, then the space's
+ *    own i_mmap_rwsem: see kvp_space.inode), so an eviction's events to
+ *    the fds interested in a block and a zap's walk of the VMAs its
+ *    members made hold up that space alone.  Teardown empties the chunk
+ *    list under it, a batch of pages at a time: the debugfs dumps walk
+ *    that list.  Taken killable from ioctls (but to undo a call whose
+ *    copy-out failed) and sysfs.  Lookups in one space serialise here;
+ *    spaces never contend.
  * 3. kvp_pool.backing_rwsem (rw_semaphore, may sleep): readers move chunks
  *    between the pool and spaces (growth, refill, reclaim, teardown); the
  *    debugfs check takes it for writing so the per-node totals and the
@@ -58,10 +64,13 @@
  *    event queue; emitted under 2, read by read()/poll() alone.
  *
  * The shrinker runs inside other allocations, so it only ever trylocks
- * 1, 2 and 3 and skips what is busy.  The page locks of an extent it
- * trylocks too; the space's i_mmap_rwsem it probes with a trylock before
- * it commits to an extent, and unmap_mapping_range() then takes it for
- * reading (see kvp_mapping_idle() in reclaim.c for what that leaves).
+ * 1, 2 and 3 and skips what is busy.  It holds 1 only to pick a few
+ * spaces, taking a reclaim reference on each (kvp_space.reclaim_refs,
+ * which teardown waits for), and reclaims from each under 2 and 3 with
+ * 1 dropped.  The page locks of an extent it trylocks too; the space's
+ * i_mmap_rwsem it probes with a trylock before it commits to an extent,
+ * and unmap_mapping_range() then takes it for reading (see
+ * kvp_mapping_idle() in reclaim.c for what that leaves).
  * No other space's fds ever take that lock.
  *
  * No lock that outlives one open file is held across an access to user
@@ -74,11 +83,13 @@
  * So 2 is only ever held for kernel work.  Even so, no path that any uid
  * can reach waits for 2 while holding 1: join, destroy and drop_cached pin
  * the space under 1 (nr_pins keeps it listed), drop 1, then take 2
- * (killably where the call can still fail).  Only teardown, which runs
- * when no fd and no pin is left, and the root-only debugfs dumps take 2
- * under 1.  The sysfs totals, which any uid reads, take 1 killably and no
- * space's lock: they read each space's counters as they stand.  An fd's
- * event read_lock is that fd's own.
+ * (killably where the call can still fail).  The last close (or unpin)
+ * only unnames the space and marks it dying under 1; the teardown then
+ * gives the chunks back without 1, yielding between batches, and takes 1
+ * again to unlist it, O(1).  Only the root-only debugfs dumps and check
+ * take 2 under 1.  The sysfs totals, which any uid reads, take 1
+ * killably and no space's lock: they read each space's counters as they
+ * stand.  An fd's event read_lock is that fd's own.
  *
  * The fault handler takes no lock: kvp_space.pages is an xarray read under
  * RCU, and the page reference is taken inside the RCU read section.
