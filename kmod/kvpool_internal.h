@@ -29,21 +29,27 @@
  * Order, outermost first.  Nothing below takes a lock above it.
  *
  * 1. kvp_spaces_lock (mutex, may sleep): the list of spaces, the name
- *    index, each space's client and pin counts, persistence and unlinking,
- *    and the space id counter.  Joining, destroying and the last close
- *    serialise here.
+ *    index, each space's client and pin counts, persistence, unlinking
+ *    and dying, and the space id counter.  Joining, destroying and the
+ *    last close serialise here.  Nothing done under it grows with what a
+ *    tenant controls within its spaces (fds, VMAs, pages): it finds,
+ *    pins, marks and lists, and whoever then works on a space does so
+ *    after dropping it.  Walks of the list grow with the number of
+ *    spaces alone (spaces_per_uid_max per uid).
  * 2. kvp_space.lock (mutex, may sleep): the space's kvcore state (block
  *    states, free stack, hash index, LRUs, holes), every client's reader
  *    references, interest set and residency slot registrations, its
  *    client list, residency records and device table, its chunk list and
  *    its owner counter.  Growth and refill allocate, zero and call
- *    cond_resched() under it; reclaim zaps user mappings under it (it
- *    nests the page locks of the extent, then the space's own
- *    i_mmap_rwsem: see kvp_space.inode).  Teardown empties the
- *    chunk list under it too: the space's sysfs directory outlives the
- *    unlisting and its readers walk that list.  Taken killable from
- *    ioctls (but to undo a call whose copy-out failed) and sysfs.  Lookups
- *    in one space serialise here; spaces never contend.
+ *    cond_resched() under it; reclaim evicts and zaps user mappings
+ *    under it (it nests the page locks of the extent, then the space's
+ *    own i_mmap_rwsem: see kvp_space.inode), so an eviction's events to
+ *    the fds interested in a block and a zap's walk of the VMAs its
+ *    members made hold up that space alone.  Teardown empties the chunk
+ *    list under it, a batch of pages at a time: the debugfs dumps walk
+ *    that list.  Taken killable from ioctls (but to undo a call whose
+ *    copy-out failed) and sysfs.  Lookups in one space serialise here;
+ *    spaces never contend.
  * 3. kvp_pool.backing_rwsem (rw_semaphore, may sleep): readers move chunks
  *    between the pool and spaces (growth, refill, reclaim, teardown); the
  *    debugfs check takes it for writing so the per-node totals and the
@@ -58,10 +64,13 @@
  *    event queue; emitted under 2, read by read()/poll() alone.
  *
  * The shrinker runs inside other allocations, so it only ever trylocks
- * 1, 2 and 3 and skips what is busy.  The page locks of an extent it
- * trylocks too; the space's i_mmap_rwsem it probes with a trylock before
- * it commits to an extent, and unmap_mapping_range() then takes it for
- * reading (see kvp_mapping_idle() in reclaim.c for what that leaves).
+ * 1, 2 and 3 and skips what is busy.  It holds 1 only to pick a few
+ * spaces, taking a reclaim reference on each (kvp_space.reclaim_refs,
+ * which teardown waits for), and reclaims from each under 2 and 3 with
+ * 1 dropped.  The page locks of an extent it trylocks too; the space's
+ * i_mmap_rwsem it probes with a trylock before it commits to an extent,
+ * and unmap_mapping_range() then takes it for reading (see
+ * kvp_mapping_idle() in reclaim.c for what that leaves).
  * No other space's fds ever take that lock.
  *
  * No lock that outlives one open file is held across an access to user
@@ -74,11 +83,13 @@
  * So 2 is only ever held for kernel work.  Even so, no path that any uid
  * can reach waits for 2 while holding 1: join, destroy and drop_cached pin
  * the space under 1 (nr_pins keeps it listed), drop 1, then take 2
- * (killably where the call can still fail).  Only teardown, which runs
- * when no fd and no pin is left, and the root-only debugfs dumps take 2
- * under 1.  The sysfs totals, which any uid reads, take 1 killably and no
- * space's lock: they read each space's counters as they stand.  An fd's
- * event read_lock is that fd's own.
+ * (killably where the call can still fail).  The last close (or unpin)
+ * only unnames the space and marks it dying under 1; the teardown then
+ * gives the chunks back without 1, yielding between batches, and takes 1
+ * again to unlist it, O(1).  Only the root-only debugfs dumps and check
+ * take 2 under 1.  The sysfs totals, which any uid reads, take 1
+ * killably and no space's lock: they read each space's counters as they
+ * stand.  An fd's event read_lock is that fd's own.
  *
  * The fault handler takes no lock: kvp_space.pages is an xarray read under
  * RCU, and the page reference is taken inside the RCU read section.
@@ -212,6 +223,8 @@ struct kvp_space {
 	unsigned int nr_pins;	/* kvp_spaces_lock: holders waiting for the lock below */
 	bool persistent;	/* kvp_spaces_lock: outlives its last fd */
 	bool unlinked;		/* kvp_spaces_lock: destroyed, torn down at last close */
+	bool dying;		/* kvp_spaces_lock: being torn down, listed until it is gone */
+	atomic_t reclaim_refs;	/* shrinker scans at work on it without kvp_spaces_lock */
 	u64 serial;
 	u32 id;
 	char name[KVPOOL_NAME_MAX];
@@ -240,6 +253,7 @@ struct kvp_space {
 	bool owners_wrapped;	/* next_owner went past U32_MAX once */
 	struct xarray pages;	/* page index in the range -> struct page * */
 	struct xarray residency;	/* block id -> struct kvp_res_block * */
+	struct xarray interest;	/* block id -> a member of its fds' interest ring (prefix.c) */
 	/*
 	 * The residency device table: slot s holds a device while some fd
 	 * has it registered (device_fds[s] of them); a record's slot is
@@ -270,7 +284,7 @@ struct kvp_client {
 	struct file *file;
 	struct list_head link;	/* space->clients */
 	struct kvc_refs refs;	/* reader references */
-	struct xarray interest;	/* blocks published or looked up: evictions are reported */
+	struct xarray interest;	/* block id -> its kvp_interest: evictions are reported */
 	u64 res_slots;		/* the space's lock: residency slots this fd registered */
 	struct kvp_events events;
 };
@@ -315,6 +329,7 @@ long kvp_ioctl_lookup(struct kvp_client *client, void __user *uarg);
 long kvp_ioctl_release(struct kvp_client *client, struct kvpool_blocks *args);
 long kvp_ioctl_space_stats(struct kvp_client *client, void __user *uarg);
 void kvp_space_evicted(struct kvc_space *core, u32 id, const u8 *hash, unsigned int cause);
+void kvp_interest_drop_client(struct kvp_space *space, struct kvp_client *client);
 
 /* events.c */
 void kvp_events_init(struct kvp_events *ev);

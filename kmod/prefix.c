@@ -25,26 +25,97 @@ static_assert(KVC_HASH_BYTES == KVPOOL_HASH_BYTES && KVC_PRIO_MAX == KVPOOL_PRIO
 	      (int)KVC_EVICT_CAUSES == (int)KVPOOL_EVICT_CAUSES);
 
 /*
+ * An fd's interest in a block: in the fd's interest xarray under the
+ * block id, and on the ring of the block's interested fds, which
+ * kvp_space.interest holds by one of its members.  An eviction visits the
+ * ring alone, never the fds that did not ask about the block.
+ */
+struct kvp_interest {
+	struct list_head ring;
+	struct kvp_client *client;
+};
+
+/* Take one interest off its block's ring; the caller frees it. */
+static void kvp_interest_unlink(struct kvp_space *space, u32 id, struct kvp_interest *in)
+{
+	if (list_empty(&in->ring)) {
+		xa_erase(&space->interest, id);
+		return;
+	}
+	/* Replacing a present entry allocates nothing: this cannot fail. */
+	if (xa_load(&space->interest, id) == in)
+		xa_store(&space->interest, id, list_next_entry(in, ring), GFP_NOWAIT);
+	list_del(&in->ring);
+}
+
+/*
  * Remember that this fd holds or held block id, so its eviction is
  * reported.  A failed allocation cannot be made up for later: the queue
  * records a loss, which the reader sees as an OVERFLOW.
  */
-static void kvp_interest_add(struct kvp_client *client, u32 id)
+static void kvp_interest_add(struct kvp_space *space, struct kvp_client *client, u32 id)
 {
-	if (xa_err(xa_store(&client->interest, id, xa_mk_value(1), GFP_KERNEL)))
-		kvp_event_lost(&client->events);
+	struct kvp_interest *in, *first;
+
+	lockdep_assert_held(&space->lock);
+	if (xa_load(&client->interest, id))
+		return;
+	in = kmalloc(sizeof(*in), GFP_KERNEL_ACCOUNT);
+	if (!in)
+		goto out_lost;
+	in->client = client;
+	INIT_LIST_HEAD(&in->ring);
+	if (xa_err(xa_store(&client->interest, id, in, GFP_KERNEL)))
+		goto out_free;
+	first = xa_load(&space->interest, id);
+	if (first) {
+		list_add_tail(&in->ring, &first->ring);
+		return;
+	}
+	if (!xa_err(xa_store(&space->interest, id, in, GFP_KERNEL)))
+		return;
+	xa_erase(&client->interest, id);
+out_free:
+	kfree(in);
+out_lost:
+	kvp_event_lost(&client->events);
 }
 
-/* kvcore evicted callback, under the space's lock. */
+/* The fd goes: its interests leave their rings (O(its own interests)). */
+void kvp_interest_drop_client(struct kvp_space *space, struct kvp_client *client)
+{
+	struct kvp_interest *in;
+	unsigned long id;
+
+	lockdep_assert_held(&space->lock);
+	xa_for_each(&client->interest, id, in) {
+		kvp_interest_unlink(space, id, in);
+		kfree(in);
+	}
+	xa_destroy(&client->interest);
+}
+
+/*
+ * kvcore evicted callback, under the space's lock: the fds interested in
+ * the block hear of it, and only they are visited.
+ */
 void kvp_space_evicted(struct kvc_space *core, u32 id, const u8 *hash, unsigned int cause)
 {
 	struct kvp_space *space = container_of(core, struct kvp_space, core);
-	struct kvp_client *c;
+	struct kvp_interest *first = xa_erase(&space->interest, id), *in, *next;
+	LIST_HEAD(ring);
 
 	lockdep_assert_held(&space->lock);
-	list_for_each_entry(c, &space->clients, link)
-		if (xa_erase(&c->interest, id))
-			kvp_event_emit(&c->events, KVPOOL_EVENT_EVICTED, cause, id, 0, hash);
+	if (first) {
+		/* A head before the first member makes the ring a list. */
+		list_add_tail(&ring, &first->ring);
+		list_for_each_entry_safe(in, next, &ring, ring) {
+			xa_erase(&in->client->interest, id);
+			kvp_event_emit(&in->client->events, KVPOOL_EVENT_EVICTED, cause, id, 0,
+				       hash);
+			kfree(in);
+		}
+	}
 	kvp_residency_drop_block(space, id);
 }
 
@@ -103,7 +174,7 @@ long kvp_ioctl_publish(struct kvp_client *client, void __user *uarg)
 	for (i = 0; i < args.count; i++) {
 		if (e[i].flags & KVC_PUBLISH_DEDUP)
 			kvp_residency_drop_block(space, own[i]);
-		kvp_interest_add(client, e[i].id);
+		kvp_interest_add(space, client, e[i].id);
 		/* The caller passed 0 without the flag: give back what it gave. */
 		if (!(args.flags & KVPOOL_PUBLISH_PRIORITY))
 			e[i].priority = 0;
@@ -194,7 +265,7 @@ long kvp_ioctl_lookup(struct kvp_client *client, void __user *uarg)
 		goto out_free;
 	}
 	for (i = 0; i < hits; i++) {
-		kvp_interest_add(client, ids[i]);
+		kvp_interest_add(space, client, ids[i]);
 		if (devices)
 			devices[i] = kvp_residency_mask(space, ids[i]);
 	}

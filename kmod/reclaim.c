@@ -17,6 +17,7 @@
 #include <linux/rcupdate.h>
 #include <linux/shrinker.h>
 #include <linux/slab.h>
+#include <linux/wait_bit.h>
 #include <linux/workqueue.h>
 
 #include "compat.h"
@@ -24,6 +25,8 @@
 
 /* Candidates looked at per space and scan, so a busy space cannot stall reclaim. */
 #define KVP_RECLAIM_SCAN_MAX 1024
+/* Spaces one scan works on: the work of one call is bounded. */
+#define KVP_RECLAIM_SPACES_MAX 8
 
 static unsigned long kvp_cached_estimate;
 
@@ -36,7 +39,8 @@ static u64 kvp_cached_bytes(void)
 	if (!mutex_trylock(&kvp_spaces_lock))
 		return READ_ONCE(kvp_cached_estimate);
 	list_for_each_entry(space, &kvp_spaces, link)
-		bytes += READ_ONCE(space->core.nr_cached) * space->core.block_bytes;
+		if (!space->dying)
+			bytes += READ_ONCE(space->core.nr_cached) * space->core.block_bytes;
 	mutex_unlock(&kvp_spaces_lock);
 	WRITE_ONCE(kvp_cached_estimate, bytes);
 	return bytes;
@@ -319,12 +323,70 @@ static void kvp_reclaim_release(struct work_struct *work)
 	kfree(b);
 }
 
+/* The serial of the last space a scan took (kvp_spaces_lock): scans take turns. */
+static u64 kvp_reclaim_cursor;
+
+/*
+ * Up to max spaces with cached blocks, those after the cursor first, each
+ * with a reclaim reference: teardown waits for it (kvp_space_destroy_now()),
+ * so the scan works on them with kvp_spaces_lock dropped.
+ */
+static unsigned int kvp_reclaim_pick(struct kvp_space **picked, unsigned int max)
+{
+	struct kvp_space *space;
+	unsigned int got = 0, pass;
+
+	lockdep_assert_held(&kvp_spaces_lock);
+	for (pass = 0; pass < 2; pass++) {
+		list_for_each_entry(space, &kvp_spaces, link) {
+			bool before = space->serial <= kvp_reclaim_cursor;
+
+			if (got == max)
+				goto out;
+			/* Pass 0 takes those after the cursor, pass 1 the rest. */
+			if (before != pass || space->dying || !READ_ONCE(space->core.nr_cached))
+				continue;
+			atomic_inc(&space->reclaim_refs);
+			picked[got++] = space;
+		}
+	}
+out:
+	if (got)
+		kvp_reclaim_cursor = picked[got - 1]->serial;
+	return got;
+}
+
+static void kvp_reclaim_put(struct kvp_space *space)
+{
+	if (atomic_dec_and_test(&space->reclaim_refs))
+		wake_up_var(&space->reclaim_refs);
+}
+
+/*
+ * Reclaim from one space with only its own locks held: its evictions
+ * (every fd interested in a block hears of it) and the zap of its
+ * mappings (as many VMAs as its fds made) hold up the space alone.
+ */
+static void kvp_reclaim_one(struct kvp_space *space, unsigned long *left, u64 *cached_left,
+			    struct list_head *victims)
+{
+	if (!mutex_trylock(&space->lock))
+		return;
+	if (!READ_ONCE(space->dying) && down_read_trylock(&kvp_pool.backing_rwsem)) {
+		/* The debugfs check sees each chunk in its space or in transit. */
+		kvp_space_reclaim(space, left, cached_left, victims);
+		up_read(&kvp_pool.backing_rwsem);
+	}
+	mutex_unlock(&space->lock);
+}
+
 static unsigned long kvp_shrink_scan(struct shrinker *sh, struct shrink_control *sc)
 {
 	u64 floor = READ_ONCE(kvp_tun.min_cached_bytes), cached, cached_left;
+	struct kvp_space *picked[KVP_RECLAIM_SPACES_MAX];
 	unsigned long left = sc->nr_to_scan;
 	struct kvp_reclaim_batch *batch;
-	struct kvp_space *space;
+	unsigned int i, n;
 
 	if (!READ_ONCE(kvp_tun.shrinker_enabled))
 		return SHRINK_STOP;
@@ -337,30 +399,32 @@ static unsigned long kvp_shrink_scan(struct shrinker *sh, struct shrink_control 
 		return SHRINK_STOP;
 	INIT_LIST_HEAD(&batch->chunks);
 	INIT_RCU_WORK(&batch->rwork, kvp_reclaim_release);
-	/* Reclaim runs inside other allocations: never wait for our own locks. */
+	/*
+	 * Reclaim runs inside other allocations: never wait for our own
+	 * locks.  The global one is held to pick the spaces and no longer.
+	 */
 	if (!mutex_trylock(&kvp_spaces_lock))
 		goto out_free;
-	if (!down_read_trylock(&kvp_pool.backing_rwsem)) {
-		mutex_unlock(&kvp_spaces_lock);
-		goto out_free;
-	}
-	list_for_each_entry(space, &kvp_spaces, link) {
-		if (!left || !cached_left)
-			break;
-		if (!mutex_trylock(&space->lock))
-			continue;
-		kvp_space_reclaim(space, &left, &cached_left, &batch->chunks);
-		mutex_unlock(&space->lock);
-	}
+	n = kvp_reclaim_pick(picked, ARRAY_SIZE(picked));
 	mutex_unlock(&kvp_spaces_lock);
-	if (list_empty(&batch->chunks)) {
-		up_read(&kvp_pool.backing_rwsem);
-		goto out_free;
-	}
+	/*
+	 * In transit before it holds anything; its chunks are added under
+	 * backing_rwsem, which the debugfs check takes for writing.
+	 */
 	spin_lock(&kvp_reclaim_transit_lock);
 	list_add_tail(&batch->link, &kvp_reclaim_transit);
 	spin_unlock(&kvp_reclaim_transit_lock);
-	up_read(&kvp_pool.backing_rwsem);
+	for (i = 0; i < n; i++) {
+		if (left && cached_left)
+			kvp_reclaim_one(picked[i], &left, &cached_left, &batch->chunks);
+		kvp_reclaim_put(picked[i]);
+	}
+	if (list_empty(&batch->chunks)) {
+		spin_lock(&kvp_reclaim_transit_lock);
+		list_del(&batch->link);
+		spin_unlock(&kvp_reclaim_transit_lock);
+		goto out_free;
+	}
 	queue_rcu_work(kvp_reclaim_wq, &batch->rwork);
 	/* Taken out of the spaces; the pages follow after the grace period. */
 	return sc->nr_to_scan - left;

@@ -17,6 +17,7 @@
 #include <linux/string.h>
 #include <linux/topology.h>
 #include <linux/uaccess.h>
+#include <linux/wait_bit.h>
 
 #include "compat.h"
 #include "kvpool_internal.h"
@@ -539,6 +540,7 @@ static struct kvp_space *kvp_space_create(const struct kvpool_space_open *args,
 	INIT_LIST_HEAD(&space->clients);
 	xa_init_flags(&space->pages, XA_FLAGS_ACCOUNT);
 	xa_init_flags(&space->residency, XA_FLAGS_ACCOUNT);
+	xa_init_flags(&space->interest, XA_FLAGS_ACCOUNT);
 	strscpy_pad(space->name, args->name, sizeof(space->name));
 	ret = rhashtable_insert_fast(&kvp_space_names, &space->name_node, kvp_space_names_params);
 	if (ret)
@@ -569,47 +571,84 @@ out_free_space:
 }
 
 /*
- * Unlist a space with no users left and give its chunks back, both under
- * kvp_spaces_lock so the debugfs check never sees chunks in neither place.
- * The chunk list moves under the space's lock too: its sysfs directory
- * lives until kvp_space_destroy_now() and its readers walk the list.
+ * A space with no users left goes: under kvp_spaces_lock it loses its name
+ * and is marked dying, which is all the global lock waits for; the caller
+ * then calls kvp_space_destroy_now() without it.  The space stays listed
+ * (it holds its id, and the debugfs check finds its chunks on its list)
+ * until its chunks are back in the pool.
  */
 static void kvp_space_unlist(struct kvp_space *space)
 {
-	struct kvp_chunk *chunk, *next;
-
 	lockdep_assert_held(&kvp_spaces_lock);
 	kvp_space_unname(space);
-	list_del(&space->link);
-	kvp_nr_spaces--;
-	mutex_lock(&space->lock);
-	/* Pool-wide counters must not go down when a space goes. */
-	kvp_stats_add(&kvp_dead_stats, &space->core.stats);
-	down_read(&kvp_pool.backing_rwsem);
-	list_for_each_entry_safe(chunk, next, &space->chunks, link) {
-		unsigned long pg;
+	WRITE_ONCE(space->dying, true);
+}
 
-		list_del_init(&chunk->link);
-		for (pg = 0; pg < chunk->nr_pages; pg++)
-			set_page_private(chunk->page + pg, 0);
-		kvp_chunk_leave_space(chunk, space->tenant);
-		kvp_pool_return(chunk);
-	}
-	up_read(&kvp_pool.backing_rwsem);
-	mutex_unlock(&space->lock);
+/* Pages of chunks given back per hold of the space's lock at teardown. */
+#define KVP_TEARDOWN_PAGES 4096
+
+/*
+ * Give the chunks of a dying space back to the pool, a few thousand pages
+ * at a time, yielding in between: a big space's teardown holds no global
+ * lock and no CPU for long.  The chunk list moves under the space's lock,
+ * as the debugfs dumps walk it, and under backing_rwsem, so that the
+ * check sees each chunk in the space or in the pool.
+ */
+static void kvp_space_return_chunks(struct kvp_space *space)
+{
+	bool more;
+
+	do {
+		unsigned long pages = 0, pg, first;
+		struct kvp_chunk *chunk;
+
+		mutex_lock(&space->lock);
+		down_read(&kvp_pool.backing_rwsem);
+		while (pages < KVP_TEARDOWN_PAGES &&
+		       (chunk = list_first_entry_or_null(&space->chunks, struct kvp_chunk, link))) {
+			list_del_init(&chunk->link);
+			first = chunk->offset >> PAGE_SHIFT;
+			for (pg = 0; pg < chunk->nr_pages; pg++) {
+				xa_erase(&space->pages, first + pg);
+				set_page_private(chunk->page + pg, 0);
+			}
+			pages += chunk->nr_pages;
+			kvp_chunk_leave_space(chunk, space->tenant);
+			kvp_pool_return(chunk);
+		}
+		more = !list_empty(&space->chunks);
+		up_read(&kvp_pool.backing_rwsem);
+		mutex_unlock(&space->lock);
+		cond_resched();
+	} while (more);
 }
 
 /*
- * Called after kvp_space_unlist(): nothing maps or references the space.
- * Its last fd is closed, and every mapping held a reference on its fd, so
- * the inode's i_mmap tree is empty when it goes.
+ * Called after kvp_space_unlist(), without kvp_spaces_lock: nothing maps
+ * or references the space.  Its last fd is closed, and every mapping held
+ * a reference on its fd, so the inode's i_mmap tree is empty when it goes.
  */
 static void kvp_space_destroy_now(struct kvp_space *space)
 {
+	/* No sysfs reader walks the chunk list from here. */
 	kvp_space_kobj_del(space);
+	/* A shrinker scan that picked the space is done with it. */
+	wait_var_event(&space->reclaim_refs, !atomic_read(&space->reclaim_refs));
+	kvp_space_return_chunks(space);
+
+	mutex_lock(&kvp_spaces_lock);
+	list_del(&space->link);
+	kvp_nr_spaces--;
+	/* Pool-wide counters must not go down when a space goes. */
+	kvp_stats_add(&kvp_dead_stats, &space->core.stats);
+	mutex_unlock(&kvp_spaces_lock);
+
 	iput(space->inode);
 	kvp_residency_destroy(space);
 	xa_destroy(&space->pages);
+	/* Every fd dropped its interests at close: nothing is left here. */
+	WARN_ON_ONCE(!xa_empty(&space->interest));
+	xa_destroy(&space->interest);
 	kvc_space_fini(&space->core);
 	kvp_tenant_put(space->tenant);
 	mutex_destroy(&space->lock);
@@ -648,7 +687,8 @@ void kvp_client_init(struct kvp_client *client, struct file *file)
 static bool kvp_space_unused(const struct kvp_space *space)
 {
 	lockdep_assert_held(&kvp_spaces_lock);
-	return !space->nr_clients && !space->nr_pins && (!space->persistent || space->unlinked);
+	return !space->nr_clients && !space->nr_pins && !space->dying &&
+	       (!space->persistent || space->unlinked);
 }
 
 /*
@@ -800,7 +840,7 @@ void kvp_client_release(struct kvp_client *client)
 	kvc_release_refs(&space->core, &client->refs);
 	kvp_residency_drop_client(space, client);
 	list_del_init(&client->link);
-	xa_destroy(&client->interest);
+	kvp_interest_drop_client(space, client);
 	mutex_unlock(&space->lock);
 	atomic64_add(freed, &kvp_pool.frees);
 	kvp_events_fini(&client->events);
@@ -871,6 +911,20 @@ static int kvp_space_drop_cached_one(struct kvp_space *space)
 }
 
 /*
+ * The first space after @space (NULL: the first of all) that is not being
+ * torn down; a pinned space stays listed, so the walk resumes from it.
+ */
+static struct kvp_space *kvp_space_next_live(struct kvp_space *space)
+{
+	lockdep_assert_held(&kvp_spaces_lock);
+	space = list_prepare_entry(space, &kvp_spaces, link);
+	list_for_each_entry_continue(space, &kvp_spaces, link)
+		if (!space->dying)
+			return space;
+	return NULL;
+}
+
+/*
  * Evict every cached block of the named space, or of all with "*" (unlinked
  * ones too).  Each space is pinned and worked on without kvp_spaces_lock;
  * the walk resumes from it, since a pinned space stays listed.
@@ -897,7 +951,7 @@ int kvp_space_drop_cached(const char *name)
 	}
 
 	mutex_lock(&kvp_spaces_lock);
-	space = list_first_entry_or_null(&kvp_spaces, struct kvp_space, link);
+	space = kvp_space_next_live(NULL);
 	if (space)
 		kvp_space_pin(space);
 	while (space) {
@@ -905,11 +959,9 @@ int kvp_space_drop_cached(const char *name)
 		if (!ret)
 			ret = kvp_space_drop_cached_one(space);
 		mutex_lock(&kvp_spaces_lock);
-		next = NULL;
-		if (!ret && !list_is_last(&space->link, &kvp_spaces)) {
-			next = list_next_entry(space, link);
+		next = ret ? NULL : kvp_space_next_live(space);
+		if (next)
 			kvp_space_pin(next);
-		}
 		dead = kvp_space_unpin_locked(space);
 		if (dead) {
 			mutex_unlock(&kvp_spaces_lock);
@@ -925,10 +977,10 @@ int kvp_space_drop_cached(const char *name)
 /* Module unload: no fd is open, so only persistent or unlinked-idle spaces remain. */
 void kvp_spaces_exit(void)
 {
-	struct kvp_space *space, *next;
+	struct kvp_space *space;
 
 	mutex_lock(&kvp_spaces_lock);
-	list_for_each_entry_safe(space, next, &kvp_spaces, link) {
+	while ((space = list_first_entry_or_null(&kvp_spaces, struct kvp_space, link))) {
 		kvp_space_unlist(space);
 		mutex_unlock(&kvp_spaces_lock);
 		kvp_space_destroy_now(space);

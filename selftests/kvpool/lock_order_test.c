@@ -4,7 +4,8 @@
  * through the module's locks.  sysfs and debugfs readers of per-space
  * state run against teardown, growth and eviction without hanging; a
  * tenant whose ioctl output buffer never becomes writable (userfaultfd)
- * does not hold up other tenants' opens, closes and the sysfs totals.
+ * does not hold up other tenants' opens, closes and the sysfs totals, and
+ * neither does the shrink of a space with many fds nor a big teardown.
  * A hang is detected by a parent-side deadline, never by hanging the run.
  */
 #include "kvpool_util.h"
@@ -16,6 +17,7 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 
 /*
@@ -739,6 +741,225 @@ TEST_F_TIMEOUT(stall, stalled_user_buffer_does_not_block_others, 90)
 			kv_wait(b[i]);
 	ASSERT_EQ(0, hung) TH_LOG("another tenant waited on the stalled one");
 	EXPECT_EQ(0, failed);
+	ASSERT_KV_CHECK_OK();
+}
+
+/*
+ * Issue 30, item 7: the shrinker evicted with kvp_spaces_lock held, and
+ * every evicted block visited every fd of its space, so one tenant with
+ * many fds made every open and close on the host wait for its shrink.
+ *
+ * One space of SHRINK_BLOCKS cached 4 KiB blocks (one chunk) is joined by
+ * SHRINK_FDS fds; each looks up SHRINK_PER_FD of the blocks and releases
+ * them, so it hears of their eviction: the eviction has real work left to
+ * do after the fix (SHRINK_FDS * SHRINK_PER_FD events), just not under
+ * the global lock.  The publisher's fd hears of every block, in the order
+ * they go.  drop_caches runs the shrinker; once the publisher hears of the
+ * first eviction, another tenant joins its own space.  Its SPACE_OPEN must
+ * return while the shrink is provably still under way: fewer than all
+ * SHRINK_BLOCKS evictions reported by then.
+ */
+#define SHRINK_FDS	8192	/* a bounded run on the KASAN kernel too */
+#define SHRINK_BLOCKS	512	/* 4 KiB blocks: one 2 MiB chunk */
+#define SHRINK_PER_FD	4
+#define SHRINK_SEED	0x5eed
+#define OTHER_UID	4242
+
+struct shrink_run {
+	__u64 t0, t1;
+	int err;
+};
+
+static void *shrink_thread(void *arg)
+{
+	struct shrink_run *r = arg;
+	int dc = open("/proc/sys/vm/drop_caches", O_WRONLY);
+
+	r->t0 = kv_now_us();
+	r->err = dc < 0 || write(dc, "2", 1) != 1 ? errno : 0;
+	r->t1 = kv_now_us();
+	if (dc >= 0)
+		close(dc);
+	return NULL;
+}
+
+/* EVICTED records among the events pending on @fd; -1 on OVERFLOW or error. */
+static int evicted_pending(int fd)
+{
+	struct kvpool_event ev[256];
+	int n, i, total = 0;
+
+	while ((n = kv_read_events(fd, ev, 256)) > 0) {
+		for (i = 0; i < n; i++) {
+			if (ev[i].type == KVPOOL_EVENT_OVERFLOW)
+				return -1;
+			total += ev[i].type == KVPOOL_EVENT_EVICTED;
+		}
+	}
+	return n < 0 ? -1 : total;
+}
+
+TEST_F_TIMEOUT(locks, an_open_is_not_stalled_by_a_shrink_over_many_fds, 900)
+{
+	const struct kv_cred other = { .uid = OTHER_UID, .gid = OTHER_UID };
+	char name[KVPOOL_NAME_MAX], oname[KVPOOL_NAME_MAX];
+	__u64 min_cached0 = 0, enabled0 = 1, tb0, tb1;
+	__u32 ids[SHRINK_BLOCKS], got[SHRINK_PER_FD], hits;
+	struct rlimit nofile0, nofile;
+	struct shrink_run run = { 0 };
+	int fd0, ofd0, ofd, *fds, i, seen, rest;
+	struct pollfd pfd;
+	pthread_t th;
+
+	RETURN_IF_SKIPPED();
+	ASSERT_EQ(0, getrlimit(RLIMIT_NOFILE, &nofile0));
+	nofile.rlim_cur = nofile.rlim_max = SHRINK_FDS + 256;
+	ASSERT_EQ(0, setrlimit(RLIMIT_NOFILE, &nofile));
+	ASSERT_EQ(0, sysfs_u64("min_cached_bytes", &min_cached0));
+	ASSERT_EQ(0, sysfs_u64("shrinker_enabled", &enabled0));
+	ASSERT_EQ(0, sysfs_write("min_cached_bytes", "0"));
+	ASSERT_EQ(0, sysfs_write("shrinker_enabled", "1"));
+	fds = calloc(SHRINK_FDS, sizeof(*fds));
+	ASSERT_NE(NULL, fds);
+
+	kv_name(name, sizeof(name), "shrinkfds");
+	kv_name(oname, sizeof(oname), "shrinkother");
+	fd0 = kv_open_create(name, 4 * KiB, SHRINK_BLOCKS * 4 * KiB, NULL);
+	ASSERT_LE(0, fd0);
+	ASSERT_EQ(0, kv_alloc(fd0, ids, SHRINK_BLOCKS));
+	ASSERT_EQ(0, kv_publish_seq(fd0, ids, SHRINK_BLOCKS, SHRINK_SEED, 0, NULL));
+	ASSERT_EQ(0, kv_release(fd0, ids, SHRINK_BLOCKS));
+	for (i = 0; i < SHRINK_FDS; i++) {
+		fds[i] = kv_open_join(name, NULL);
+		ASSERT_LE(0, fds[i]) TH_LOG("fd %d: %s", i, strerror(-fds[i]));
+		ASSERT_EQ(0, kv_lookup_seq(fds[i], SHRINK_SEED, (i * SHRINK_PER_FD) % SHRINK_BLOCKS,
+					   SHRINK_PER_FD, got, NULL, &hits));
+		ASSERT_EQ(SHRINK_PER_FD, hits);
+		ASSERT_EQ(0, kv_release(fds[i], got, SHRINK_PER_FD));
+	}
+	/* The other tenant's space, and the fd that joins it during the shrink. */
+	ofd0 = kv_open_as(&other);
+	ASSERT_LE(0, ofd0);
+	ASSERT_EQ(0, kv_create(ofd0, oname, 4 * KiB, 1 * MiB, NULL));
+	ofd = kv_open_as(&other);
+	ASSERT_LE(0, ofd);
+	ASSERT_EQ(0, evicted_pending(fd0));
+
+	ASSERT_EQ(0, pthread_create(&th, NULL, shrink_thread, &run));
+	pfd.fd = fd0;
+	pfd.events = POLLIN;
+	ASSERT_EQ(1, poll(&pfd, 1, 120000)) TH_LOG("no eviction reported");
+	tb0 = kv_now_us();
+	ASSERT_EQ(0, kv_join(ofd, oname, NULL));
+	tb1 = kv_now_us();
+	seen = evicted_pending(fd0);
+	pthread_join(th, NULL);
+	rest = evicted_pending(fd0);
+	TH_LOG("shrink %llu us; the other tenant's SPACE_OPEN %llu us, after %d of %d evictions",
+	       (unsigned long long)(run.t1 - run.t0), (unsigned long long)(tb1 - tb0), seen,
+	       SHRINK_BLOCKS);
+
+	close(ofd);
+	close(ofd0);
+	for (i = 0; i < SHRINK_FDS; i++)
+		close(fds[i]);
+	close(fd0);
+	free(fds);
+	sysfs_write("shrinker_enabled", enabled0 ? "1" : "0");
+	{
+		char num[32];
+
+		snprintf(num, sizeof(num), "%llu", (unsigned long long)min_cached0);
+		sysfs_write("min_cached_bytes", num);
+	}
+	setrlimit(RLIMIT_NOFILE, &nofile0);
+
+	ASSERT_EQ(0, run.err);
+	ASSERT_LE(0, seen);
+	ASSERT_LE(0, rest);
+	/* The shrink got to every block: the count below means something. */
+	ASSERT_EQ(SHRINK_BLOCKS, seen + rest);
+	EXPECT_LT(seen, SHRINK_BLOCKS)
+		TH_LOG("the open waited for the whole shrink of another tenant's space");
+	EXPECT_LT(tb1, run.t1);
+	ASSERT_KV_CHECK_OK();
+}
+
+/*
+ * Issue 30, item 11: the last close gave a space's chunks back to the pool
+ * with kvp_spaces_lock held, visiting every page, so the bigger the space
+ * the longer every open and close on the host waited.  The pool is grown
+ * into fragmented memory, so a space that takes most of it is tens of
+ * thousands of chunks.  Its fd is closed; once the pool's free_bytes
+ * shows the teardown giving chunks back, another tenant joins its own
+ * space.  The join must return while the teardown is provably still under
+ * way: the pool's free bytes then short of what the teardown ends with.
+ */
+#define BIG_BLOCK	(1 * MiB)
+#define BIG_IDS		1024
+
+struct close_run {
+	int fd;
+	__u64 t0, t1;
+};
+
+static void *close_thread(void *arg)
+{
+	struct close_run *r = arg;
+
+	r->t0 = kv_now_us();
+	close(r->fd);
+	r->t1 = kv_now_us();
+	return NULL;
+}
+
+TEST_F_TIMEOUT(locks, teardown_of_a_big_space_does_not_hold_the_spaces_lock, 600)
+{
+	const struct kv_cred other = { .uid = OTHER_UID, .gid = OTHER_UID };
+	char name[KVPOOL_NAME_MAX], oname[KVPOOL_NAME_MAX], buf[512];
+	__u64 pool, free0, free_open, free_end, tb0, tb1, deadline;
+	static __u32 ids[BIG_IDS];
+	struct close_run run = { 0 };
+	int ofd0, ofd, err;
+	pthread_t th;
+	long blocks;
+
+	RETURN_IF_SKIPPED();
+	pool = race_fragmented_pool(_metadata);
+	kv_name(name, sizeof(name), "bigspace");
+	kv_name(oname, sizeof(oname), "bigother");
+	ofd0 = kv_open_as(&other);
+	ASSERT_LE(0, ofd0);
+	ASSERT_EQ(0, kv_create(ofd0, oname, 4 * KiB, 1 * MiB, NULL));
+	ofd = kv_open_as(&other);
+	ASSERT_LE(0, ofd);
+
+	run.fd = kv_open_create(name, BIG_BLOCK, pool & ~(BIG_BLOCK - 1), NULL);
+	ASSERT_LE(0, run.fd);
+	blocks = kv_alloc_until_fail(run.fd, ids, BIG_IDS, &err);
+	free0 = sysfs_get("free_bytes");
+	TH_LOG("pool %llu bytes; a space of %ld MiB, %llu bytes left free; %s chunks",
+	       (unsigned long long)pool, blocks, (unsigned long long)free0,
+	       chunks_line(buf, sizeof(buf)));
+	ASSERT_LT(0, blocks);
+
+	ASSERT_EQ(0, pthread_create(&th, NULL, close_thread, &run));
+	deadline = kv_now_us() + 60 * 1000000ULL;
+	while (sysfs_get("free_bytes") == free0 && kv_now_us() < deadline)
+		;
+	tb0 = kv_now_us();
+	ASSERT_EQ(0, kv_join(ofd, oname, NULL));
+	tb1 = kv_now_us();
+	free_open = sysfs_get("free_bytes");
+	pthread_join(th, NULL);
+	free_end = sysfs_get("free_bytes");
+	close(ofd);
+	close(ofd0);
+	TH_LOG("close %llu us; the join %llu us, with %llu of %llu bytes back in the pool",
+	       (unsigned long long)(run.t1 - run.t0), (unsigned long long)(tb1 - tb0),
+	       (unsigned long long)(free_open - free0), (unsigned long long)(free_end - free0));
+	ASSERT_LT(free0, free_end) TH_LOG("the teardown gave nothing back");
+	EXPECT_LT(free_open, free_end) TH_LOG("the join waited for the whole teardown");
 	ASSERT_KV_CHECK_OK();
 }
 

@@ -8,7 +8,10 @@
  * failing ALLOCs add 260 MiB of slab that no cgroup saw.  A child in its
  * own cgroup v2 group opens NR_FDS fds that all hear of every block's
  * eviction; the group's memory.current must grow by at least the queued
- * records, and fall again when the fds close.
+ * records, and fall again when the fds close.  The growth is measured
+ * from before the lookups: an fd's interest in a block (what makes it
+ * hear of the eviction) is charged to the group too, and goes with the
+ * eviction that turns it into a record.
  */
 #include "kvpool_prefix_util.h"
 
@@ -41,9 +44,10 @@ static int cg_setup(void)
 }
 
 /*
- * Child: move into cg, open NR_FDS fds on name, look up every block (so
- * each fd hears of its eviction) and release it; then say so on ready
- * and wait for a byte on go before closing everything.
+ * Child: move into cg, open NR_FDS fds on name and say so on ready; after
+ * a byte on go, look up every block (so each fd hears of its eviction)
+ * and release it; then say so on ready and wait for a byte on go before
+ * closing everything.
  */
 static void child_run(const char *cg, const char *name, int ready, int go)
 {
@@ -60,6 +64,10 @@ static void child_run(const char *cg, const char *name, int ready, int go)
 		fds[i] = kv_open_join(name, NULL);
 		if (fds[i] < 0)
 			_exit(11);
+	}
+	if (write(ready, "o", 1) != 1 || read(go, &c, 1) != 1)
+		_exit(15);
+	for (i = 0; i < NR_FDS; i++) {
 		if (kv_lookup_seq(fds[i], 0x3e3c, 0, NR_BLOCKS, ids, NULL, &hits) ||
 		    hits != NR_BLOCKS || kv_release(fds[i], ids, NR_BLOCKS))
 			_exit(12);
@@ -101,6 +109,10 @@ TEST(event_queues_charged_to_opener_memcg)
 	ASSERT_EQ(1, read(ready[0], &c, 1));
 	before = cg_read_u64(cg, "memory.current");
 	ASSERT_LE(0, before);
+	ASSERT_EQ(1, write(go[1], "g", 1));
+	ASSERT_EQ(1, read(ready[0], &c, 1));
+	TH_LOG("memory.current %lld -> %lld with the interests in every block", before,
+	       cg_read_u64(cg, "memory.current"));
 	/* Root evicts from the root cgroup; the records belong to the child's fds. */
 	ASSERT_EQ(0, sysfs_write("drop_cached", name));
 	full = cg_read_u64(cg, "memory.current");
