@@ -284,6 +284,34 @@ static ssize_t kvp_wrap_ids_write(struct file *file, const char __user *ubuf, si
 	return ret ? ret : len;
 }
 
+/* held_scan: the most pages one pass over a held list examined; a write resets it. */
+static int kvp_held_scan_show(struct seq_file *m, void *unused)
+{
+	seq_printf(m, "max_pages_per_pass=%llu\n", kvp_pool_held_scan_max(false));
+	return 0;
+}
+
+static int kvp_held_scan_open(struct inode *inode, struct file *file)
+{
+	return single_open(file, kvp_held_scan_show, NULL);
+}
+
+static ssize_t kvp_held_scan_write(struct file *file, const char __user *ubuf, size_t len,
+				   loff_t *ppos)
+{
+	kvp_pool_held_scan_max(true);
+	return len;
+}
+
+static const struct file_operations kvp_held_scan_fops = {
+	.owner = THIS_MODULE,
+	.open = kvp_held_scan_open,
+	.read = seq_read,
+	.llseek = seq_lseek,
+	.release = single_release,
+	.write = kvp_held_scan_write,
+};
+
 static const struct file_operations kvp_wrap_ids_fops = {
 	.owner = THIS_MODULE,
 	.write = kvp_wrap_ids_write,
@@ -300,6 +328,7 @@ void kvp_debugfs_init(void)
 	debugfs_create_file("lru", 0400, kvp_debugfs_dir, NULL, &kvp_lru_fops);
 	debugfs_create_file("residency", 0400, kvp_debugfs_dir, NULL, &kvp_residency_dump_fops);
 	debugfs_create_file("tenants", 0400, kvp_debugfs_dir, NULL, &kvp_tenants_dump_fops);
+	debugfs_create_file("held_scan", 0600, kvp_debugfs_dir, NULL, &kvp_held_scan_fops);
 	debugfs_create_file("wrap_ids", 0200, kvp_debugfs_dir, NULL, &kvp_wrap_ids_fops);
 }
 

@@ -285,6 +285,7 @@ void kvp_chunk_leave_space(struct kvp_chunk *chunk, struct kvp_tenant *t);
 void kvp_pool_release(struct kvp_chunk *chunk);
 void kvp_pool_totals(u64 *reserved, u64 *free, u64 *held);
 bool kvp_chunk_busy(const struct kvp_chunk *chunk);
+u64 kvp_pool_held_scan_max(bool reset);
 
 /* space.c */
 int kvp_spaces_init(void);

@@ -79,7 +79,7 @@ static struct kvp_chunk *kvp_chunk_alloc(int nid, u64 max_bytes)
  * anything else.  folio_maybe_dma_pinned() and page_mapped() name the
  * usual causes; the refcount catches them all.
  */
-bool kvp_chunk_busy(const struct kvp_chunk *chunk)
+static bool kvp_chunk_busy_scan(const struct kvp_chunk *chunk, u64 *examined)
 {
 	unsigned long i, n = chunk->nr_pages;
 
@@ -87,10 +87,41 @@ bool kvp_chunk_busy(const struct kvp_chunk *chunk)
 		struct page *page = chunk->page + i;
 
 		if (page_count(page) != 1 || page_mapped(page) ||
-		    folio_maybe_dma_pinned(page_folio(page)))
+		    folio_maybe_dma_pinned(page_folio(page))) {
+			*examined += i + 1;
 			return true;
+		}
 	}
+	*examined += n;
 	return false;
+}
+
+bool kvp_chunk_busy(const struct kvp_chunk *chunk)
+{
+	u64 examined = 0;
+
+	return kvp_chunk_busy_scan(chunk, &examined);
+}
+
+/*
+ * The most pages one pass over the held list examined since load or the
+ * last reset (debugfs held_scan): what one take, or one step of the
+ * recheck work, costs in page checks.
+ */
+static atomic64_t kvp_held_scan_max = ATOMIC64_INIT(0);
+
+static void kvp_held_scan_note(u64 examined)
+{
+	s64 old = atomic64_read(&kvp_held_scan_max);
+
+	while ((u64)old < examined &&
+	       !atomic64_try_cmpxchg(&kvp_held_scan_max, &old, examined))
+		;
+}
+
+u64 kvp_pool_held_scan_max(bool reset)
+{
+	return reset ? atomic64_xchg(&kvp_held_scan_max, 0) : atomic64_read(&kvp_held_scan_max);
 }
 
 static void kvp_chunk_free(struct kvp_chunk *chunk)
@@ -142,10 +173,11 @@ void kvp_chunk_leave_space(struct kvp_chunk *chunk, struct kvp_tenant *t)
 static void kvp_node_recycle_held(struct kvp_node *node)
 {
 	struct kvp_chunk *chunk, *next;
+	u64 examined = 0;
 
 	lockdep_assert_held(&node->lock);
 	list_for_each_entry_safe(chunk, next, &node->held_chunks, link) {
-		if (kvp_chunk_busy(chunk))
+		if (kvp_chunk_busy_scan(chunk, &examined))
 			continue;
 		node->held_bytes -= kvp_chunk_bytes(chunk);
 		kvp_chunk_uncharge(chunk);
@@ -160,6 +192,7 @@ static void kvp_node_recycle_held(struct kvp_node *node)
 		list_move_tail(&chunk->link, &node->free_chunks);
 		node->free_bytes += kvp_chunk_bytes(chunk);
 	}
+	kvp_held_scan_note(examined);
 }
 
 static void kvp_held_recheck(struct work_struct *work)
