@@ -257,8 +257,9 @@ static int kvp_check_show(struct seq_file *m, void *unused)
 DEFINE_SHOW_ATTRIBUTE(kvp_check);
 
 /*
- * wrap_ids: "serial N" sets the space id counter (ids are its low 32 bits),
- * "owner NAME N" a space's next owner id.  Issue 14's finding 15 is a wrap
+ * wrap_ids: "serial N" moves the space id counter (ids are its low 32 bits)
+ * forward, "owner NAME N" sets a space's next owner id.  Neither touches a
+ * space's scrub key (issue 30 item 8).  Issue 14's finding 15 is a wrap
  * after 2^32 creates or joins; this lets a test get there.
  */
 static ssize_t kvp_wrap_ids_write(struct file *file, const char __user *ubuf, size_t len,
@@ -275,8 +276,8 @@ static ssize_t kvp_wrap_ids_write(struct file *file, const char __user *ubuf, si
 		return -EFAULT;
 	buf[len] = 0;
 	if (sscanf(buf, "serial %llu", &serial) == 1) {
-		kvp_space_set_serial(serial);
-		return len;
+		ret = kvp_space_set_serial(serial);
+		return ret ? ret : len;
 	}
 	if (sscanf(buf, "owner %63s %u", name, &next) != 2)
 		return -EINVAL;

@@ -30,7 +30,7 @@
  *
  * 1. kvp_spaces_lock (mutex, may sleep): the list of spaces, the name
  *    index, each space's client and pin counts, persistence and unlinking,
- *    and the space id counter.  Joining, destroying and the last close
+ *    the space id counter and the scrub key counter.  Joining, destroying and the last close
  *    serialise here.
  * 2. kvp_space.lock (mutex, may sleep): the space's kvcore state (block
  *    states, free stack, hash index, LRUs, holes), every client's reader
@@ -96,7 +96,7 @@ struct kvp_chunk {
 	struct page *page;
 	unsigned int nr_pages;	/* a power of 2 when allocated; split to fill holes */
 	int nid;
-	u64 last_space;		/* serial of the last space that held it, 0 never */
+	u64 last_space;		/* scrub key (serial) of the last space that held it, 0 never */
 	u64 offset;		/* in space->chunks: byte offset in the range */
 	bool to_buddy;		/* on the held list: freed, not reused, once idle */
 	struct kvp_tenant *charged;	/* left a space still charged: uncharged once idle */
@@ -212,7 +212,7 @@ struct kvp_space {
 	unsigned int nr_pins;	/* kvp_spaces_lock: holders waiting for the lock below */
 	bool persistent;	/* kvp_spaces_lock: outlives its last fd */
 	bool unlinked;		/* kvp_spaces_lock: destroyed, torn down at last close */
-	u64 serial;
+	u64 serial;		/* scrub key: unique, settable by nothing (space.c) */
 	u32 id;
 	char name[KVPOOL_NAME_MAX];
 	kuid_t uid;
@@ -295,7 +295,7 @@ void kvp_client_release(struct kvp_client *client);
 struct kvp_space *kvp_client_space(struct kvp_client *client);
 int kvp_space_destroy(const char *name, const struct file *file);
 int kvp_space_drop_cached(const char *name);
-void kvp_space_set_serial(u64 serial);
+int kvp_space_set_serial(u64 serial);
 int kvp_space_set_next_owner(const char *name, u32 next);
 void kvp_spaces_exit(void);
 int kvp_space_back(struct kvp_space *space, u64 start, u64 len);

@@ -26,7 +26,15 @@ DEFINE_MUTEX(kvp_spaces_lock);
 LIST_HEAD(kvp_spaces);
 unsigned int kvp_nr_spaces;
 struct kvc_space_stats kvp_dead_stats;
+/* The space id counter: ids are its low 32 bits; debugfs wrap_ids moves it. */
 static u64 kvp_space_serial;
+/*
+ * Each space's scrub key (kvp_space.serial): counted up once per space and
+ * set by nothing else, so no two spaces of the module's life share one and
+ * a chunk is zeroed whenever it reaches a space other than its last
+ * (kvp_space_place()).  Not the id counter, which a test hook moves.
+ */
+static u64 kvp_scrub_key;
 
 /*
  * Live names -> spaces (kvp_spaces_lock), so that opening by name costs the
@@ -267,14 +275,22 @@ static void kvp_space_unname(struct kvp_space *space)
 
 /*
  * debugfs `wrap_ids` (root): move a counter to where 2^32 ids would have
- * taken it, so that tests reach the wrap.  serial: the space id counter;
- * owner: a space's owner counter, marked as having wrapped.
+ * taken it, so that tests reach the wrap.  serial: the space id counter,
+ * forward only (-EINVAL backwards: ids below it may be live, and before
+ * the wrap nothing checks for that); owner: a space's owner counter,
+ * marked as having wrapped.
  */
-void kvp_space_set_serial(u64 serial)
+int kvp_space_set_serial(u64 serial)
 {
+	int ret = 0;
+
 	mutex_lock(&kvp_spaces_lock);
-	kvp_space_serial = serial;
+	if (serial < kvp_space_serial)
+		ret = -EINVAL;
+	else
+		kvp_space_serial = serial;
 	mutex_unlock(&kvp_spaces_lock);
+	return ret;
 }
 
 int kvp_space_set_next_owner(const char *name, u32 next)
@@ -544,7 +560,7 @@ static struct kvp_space *kvp_space_create(const struct kvpool_space_open *args,
 	if (ret)
 		goto out_put_inode;
 	space->id = kvp_space_next_id();
-	space->serial = kvp_space_serial;
+	space->serial = ++kvp_scrub_key;
 	space->uid = cred->fsuid;
 	space->gid = cred->fsgid;
 	space->mode = args->mode;
