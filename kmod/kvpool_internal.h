@@ -336,7 +336,7 @@ void kvp_residency_show(struct seq_file *m, struct kvp_space *space);
 unsigned int kvp_residency_check(struct seq_file *m, struct kvp_space *space);
 
 /* tenant.c */
-struct kvp_tenant *kvp_tenant_get(kuid_t uid);
+struct kvp_tenant *kvp_tenant_get(const struct cred *cred);
 void kvp_tenant_put(struct kvp_tenant *t);
 int kvp_tenant_charge(struct kvp_tenant *t, u64 bytes);
 void kvp_tenant_hold(struct kvp_tenant *t, u64 bytes);

@@ -523,7 +523,11 @@ static const struct kvc_space_ops kvp_space_ops = {
 	.evicted = kvp_space_evicted,
 };
 
-/* The opener's fsuid/fsgid (@cred: file->f_cred) own the space and are its tenant. */
+/*
+ * The opener's fsuid/fsgid (@cred: file->f_cred) own the space; its tenant
+ * is the fsuid too, or the owner of the opener's user namespace
+ * (kvp_tenant_get()).
+ */
 static struct kvp_space *kvp_space_create(const struct kvpool_space_open *args,
 					  const struct cred *cred)
 {
@@ -539,7 +543,7 @@ static struct kvp_space *kvp_space_create(const struct kvpool_space_open *args,
 			     &kvp_space_ops, space);
 	if (ret)
 		goto out_free_space;
-	space->tenant = kvp_tenant_get(cred->fsuid);
+	space->tenant = kvp_tenant_get(cred);
 	if (IS_ERR(space->tenant)) {
 		ret = PTR_ERR(space->tenant);
 		goto out_free_space;
