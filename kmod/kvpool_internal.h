@@ -51,7 +51,10 @@
  * 4. kvp_pool.resize_lock (mutex, may sleep): one pool resize at a time
  *    (sysfs pool_bytes).  Never taken with a space lock held.
  * 5. kvp_node.lock (spinlock, no sleeping, no allocation): the node's free
- *    and held chunk lists and its byte counters.
+ *    and held chunk lists and its byte counters.  Work under it is bounded
+ *    by nothing a tenant controls: no page of a chunk is examined under it
+ *    (held chunks are detached in batches of KVP_RECYCLE_BATCH and checked
+ *    outside it: pool.c, held_test), and no chunk is freed under it.
  * 6. kvp_tenants_lock (spinlock, no sleeping): per-uid usage and limits;
  *    taken under 5 when a held chunk returns to the pool and uncharges.
  * 7. kvp_events.lock (spinlock, irq-unsafe, no sleeping): one client's
