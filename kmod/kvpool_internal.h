@@ -132,7 +132,7 @@ struct kvp_pool {
 	atomic64_t allocs;	/* blocks handed out */
 	atomic64_t frees;	/* blocks returned by FREE or close */
 	atomic64_t alloc_failures;	/* failed ALLOC calls */
-	atomic64_t zeroed_chunks;	/* chunks scrubbed before a new space */
+	atomic64_t zeroed_chunks;	/* chunks scrubbed: for a new space or the page allocator */
 	atomic64_t reclaimed_bytes;	/* given back to the page allocator by the shrinker */
 };
 
@@ -288,6 +288,7 @@ void kvp_chunk_leave_space(struct kvp_chunk *chunk, struct kvp_tenant *t);
 void kvp_pool_release(struct kvp_chunk *chunk);
 void kvp_pool_totals(u64 *reserved, u64 *free, u64 *held);
 bool kvp_chunk_busy(const struct kvp_chunk *chunk);
+void kvp_chunk_scrub(struct kvp_chunk *chunk);
 u64 kvp_pool_held_scan_max(bool reset);
 
 /* space.c */

@@ -124,10 +124,37 @@ u64 kvp_pool_held_scan_max(bool reset)
 	return reset ? atomic64_xchg(&kvp_held_scan_max, 0) : atomic64_read(&kvp_held_scan_max);
 }
 
+/*
+ * Zero a chunk (design: scrubbing): before a space other than its last
+ * receives it (space.c), and before it goes back to the page allocator
+ * with a space's data in it.  May sleep.
+ */
+void kvp_chunk_scrub(struct kvp_chunk *chunk)
+{
+	unsigned long i, n = chunk->nr_pages;
+
+	for (i = 0; i < n; i++) {
+		clear_highpage(chunk->page + i);
+		if ((i & 63) == 63)
+			cond_resched();
+	}
+	atomic64_inc(&kvp_pool.zeroed_chunks);
+}
+
+/*
+ * Give a chunk back to the page allocator; may sleep.  A chunk that held a
+ * space's data is zeroed first: the allocator hands pages to kernel users
+ * that need not zero them (slab, page cache) and an info leak there would
+ * read a tenant's KV data.  init_on_free zeroes every freed page already.
+ * A page a pin still holds at unload is zeroed too: freed by its last
+ * put, it gets no other chance.
+ */
 static void kvp_chunk_free(struct kvp_chunk *chunk)
 {
 	unsigned long i, n = chunk->nr_pages;
 
+	if (chunk->last_space && !want_init_on_free())
+		kvp_chunk_scrub(chunk);
 	/* Drop the pool's reference; a page still pinned is freed by its last put. */
 	for (i = 0; i < n; i++)
 		__free_page(chunk->page + i);

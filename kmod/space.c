@@ -309,19 +309,6 @@ int kvp_space_set_next_owner(const char *name, u32 next)
 	return space ? 0 : -ENOENT;
 }
 
-/* Zero a chunk that last belonged to another space (design: scrubbing). */
-static void kvp_chunk_scrub(struct kvp_chunk *chunk)
-{
-	unsigned long i, n = chunk->nr_pages;
-
-	for (i = 0; i < n; i++) {
-		clear_highpage(chunk->page + i);
-		if ((i & 63) == 63)
-			cond_resched();
-	}
-	atomic64_inc(&kvp_pool.zeroed_chunks);
-}
-
 /* Take a chunk of at most max_pages from the first node of the policy's order that has one. */
 static struct kvp_chunk *kvp_space_take_chunk(struct kvp_space *space, unsigned int max_pages)
 {

@@ -9,7 +9,10 @@
  * Issue 30 item 8 (wrap_ids_backwards_serial_still_scrubs): the space
  * serial that debugfs wrap_ids sets is not the scrub key, and a backwards
  * serial is refused (EINVAL), so a new space of another uid never gets an
- * old space's chunk unscrubbed.
+ * old space's chunk unscrubbed.  Item 12
+ * (pool_shrink_scrubs_chunks_it_frees): a chunk that held a space's data
+ * is zeroed before it goes back to the page allocator, unless the kernel
+ * zeroes freed pages itself (init_on_free).
  */
 #include "kvpool_util.h"
 
@@ -311,6 +314,44 @@ TEST_F_TIMEOUT(scrub, wrap_ids_backwards_serial_still_scrubs, 120)
 				  off < 0 ? 0 : (unsigned char)b.m[off]);
 	drop(&b);
 	free(ids);
+	ASSERT_KV_CHECK_OK();
+}
+
+/* Whether the kernel zeroes pages as they are freed (init_on_free). */
+static int init_on_free(void)
+{
+	char buf[4096];
+
+	if (read_file("/proc/cmdline", buf, sizeof(buf)) < 0)
+		return 0;
+	return strstr(buf, "init_on_free=1") != NULL;
+}
+
+TEST_F_TIMEOUT(scrub, pool_shrink_scrubs_chunks_it_frees, 120)
+{
+	__u64 pool0, z0, z1, freed;
+	struct filled a;
+	char buf[32];
+
+	if (init_on_free())
+		SKIP(return, "init_on_free=1: the page allocator zeroes freed pages");
+	ASSERT_EQ(0, sysfs_u64("pool_bytes", &pool0));
+	ASSERT_EQ(0, fill_pool(self->name_a, KV_CHUNK, PATTERN, &a));
+	drop(&a);
+	EXPECT_EQ(self->free0, sysfs_wait_eq("free_bytes", self->free0, 2000));
+	/* Half the pool goes back to the page allocator, full of A's data. */
+	ASSERT_EQ(0, sysfs_u64("zeroed_chunks", &z0));
+	snprintf(buf, sizeof(buf), "%llu", (unsigned long long)(pool0 / 2));
+	ASSERT_EQ(0, sysfs_write("pool_bytes", buf));
+	freed = (pool0 - sysfs_get("pool_bytes")) / KV_CHUNK;
+	ASSERT_LT(0, freed);
+	ASSERT_EQ(0, sysfs_u64("zeroed_chunks", &z1));
+	EXPECT_LE(freed, z1 - z0) TH_LOG("%llu chunks freed, %llu zeroed",
+					 (unsigned long long)freed,
+					 (unsigned long long)(z1 - z0));
+	snprintf(buf, sizeof(buf), "%llu", (unsigned long long)pool0);
+	ASSERT_EQ(0, sysfs_write("pool_bytes", buf));
+	EXPECT_EQ(pool0, sysfs_get("pool_bytes"));
 	ASSERT_KV_CHECK_OK();
 }
 
