@@ -258,8 +258,9 @@ static int kvp_check_show(struct seq_file *m, void *unused)
 DEFINE_SHOW_ATTRIBUTE(kvp_check);
 
 /*
- * wrap_ids: "serial N" sets the space id counter (ids are its low 32 bits),
- * "owner NAME N" a space's next owner id.  Issue 14's finding 15 is a wrap
+ * wrap_ids: "serial N" moves the space id counter (ids are its low 32 bits)
+ * forward, "owner NAME N" sets a space's next owner id.  Neither touches a
+ * space's scrub key (issue 30 item 8).  Issue 14's finding 15 is a wrap
  * after 2^32 creates or joins; this lets a test get there.
  */
 static ssize_t kvp_wrap_ids_write(struct file *file, const char __user *ubuf, size_t len,
@@ -276,14 +277,42 @@ static ssize_t kvp_wrap_ids_write(struct file *file, const char __user *ubuf, si
 		return -EFAULT;
 	buf[len] = 0;
 	if (sscanf(buf, "serial %llu", &serial) == 1) {
-		kvp_space_set_serial(serial);
-		return len;
+		ret = kvp_space_set_serial(serial);
+		return ret ? ret : len;
 	}
 	if (sscanf(buf, "owner %63s %u", name, &next) != 2)
 		return -EINVAL;
 	ret = kvp_space_set_next_owner(name, next);
 	return ret ? ret : len;
 }
+
+/* held_scan: the most pages one pass over a held list examined; a write resets it. */
+static int kvp_held_scan_show(struct seq_file *m, void *unused)
+{
+	seq_printf(m, "max_pages_per_pass=%llu\n", kvp_pool_held_scan_max(false));
+	return 0;
+}
+
+static int kvp_held_scan_open(struct inode *inode, struct file *file)
+{
+	return single_open(file, kvp_held_scan_show, NULL);
+}
+
+static ssize_t kvp_held_scan_write(struct file *file, const char __user *ubuf, size_t len,
+				   loff_t *ppos)
+{
+	kvp_pool_held_scan_max(true);
+	return len;
+}
+
+static const struct file_operations kvp_held_scan_fops = {
+	.owner = THIS_MODULE,
+	.open = kvp_held_scan_open,
+	.read = seq_read,
+	.llseek = seq_lseek,
+	.release = single_release,
+	.write = kvp_held_scan_write,
+};
 
 static const struct file_operations kvp_wrap_ids_fops = {
 	.owner = THIS_MODULE,
@@ -301,6 +330,7 @@ void kvp_debugfs_init(void)
 	debugfs_create_file("lru", 0400, kvp_debugfs_dir, NULL, &kvp_lru_fops);
 	debugfs_create_file("residency", 0400, kvp_debugfs_dir, NULL, &kvp_residency_dump_fops);
 	debugfs_create_file("tenants", 0400, kvp_debugfs_dir, NULL, &kvp_tenants_dump_fops);
+	debugfs_create_file("held_scan", 0600, kvp_debugfs_dir, NULL, &kvp_held_scan_fops);
 	debugfs_create_file("wrap_ids", 0200, kvp_debugfs_dir, NULL, &kvp_wrap_ids_fops);
 }
 

@@ -30,12 +30,12 @@
  *
  * 1. kvp_spaces_lock (mutex, may sleep): the list of spaces, the name
  *    index, each space's client and pin counts, persistence, unlinking
- *    and dying, and the space id counter.  Joining, destroying and the
- *    last close serialise here.  Nothing done under it grows with what a
- *    tenant controls within its spaces (fds, VMAs, pages): it finds,
- *    pins, marks and lists, and whoever then works on a space does so
- *    after dropping it.  Walks of the list grow with the number of
- *    spaces alone (spaces_per_uid_max per uid).
+ *    and dying, the space id counter and the scrub key counter.  Joining,
+ *    destroying and the last close serialise here.  Nothing done under it
+ *    grows with what a tenant controls within its spaces (fds, VMAs,
+ *    pages): it finds, pins, marks and lists, and whoever then works on a
+ *    space does so after dropping it.  Walks of the list grow with the
+ *    number of spaces alone (spaces_per_uid_max per uid).
  * 2. kvp_space.lock (mutex, may sleep): the space's kvcore state (block
  *    states, free stack, hash index, LRUs, holes), every client's reader
  *    references, interest set and residency slot registrations, its
@@ -57,7 +57,10 @@
  * 4. kvp_pool.resize_lock (mutex, may sleep): one pool resize at a time
  *    (sysfs pool_bytes).  Never taken with a space lock held.
  * 5. kvp_node.lock (spinlock, no sleeping, no allocation): the node's free
- *    and held chunk lists and its byte counters.
+ *    and held chunk lists and its byte counters.  Work under it is bounded
+ *    by nothing a tenant controls: no page of a chunk is examined under it
+ *    (held chunks are detached in batches of KVP_RECYCLE_BATCH and checked
+ *    outside it: pool.c, held_test), and no chunk is freed under it.
  * 6. kvp_tenants_lock (spinlock, no sleeping): per-uid usage and limits;
  *    taken under 5 when a held chunk returns to the pool and uncharges.
  * 7. kvp_events.lock (spinlock, irq-unsafe, no sleeping): one client's
@@ -107,7 +110,7 @@ struct kvp_chunk {
 	struct page *page;
 	unsigned int nr_pages;	/* a power of 2 when allocated; split to fill holes */
 	int nid;
-	u64 last_space;		/* serial of the last space that held it, 0 never */
+	u64 last_space;		/* scrub key (serial) of the last space that held it, 0 never */
 	u64 offset;		/* in space->chunks: byte offset in the range */
 	bool to_buddy;		/* on the held list: freed, not reused, once idle */
 	struct kvp_tenant *charged;	/* left a space still charged: uncharged once idle */
@@ -140,7 +143,7 @@ struct kvp_pool {
 	atomic64_t allocs;	/* blocks handed out */
 	atomic64_t frees;	/* blocks returned by FREE or close */
 	atomic64_t alloc_failures;	/* failed ALLOC calls */
-	atomic64_t zeroed_chunks;	/* chunks scrubbed before a new space */
+	atomic64_t zeroed_chunks;	/* chunks scrubbed: for a new space or the page allocator */
 	atomic64_t reclaimed_bytes;	/* given back to the page allocator by the shrinker */
 };
 
@@ -225,7 +228,7 @@ struct kvp_space {
 	bool unlinked;		/* kvp_spaces_lock: destroyed, torn down at last close */
 	bool dying;		/* kvp_spaces_lock: being torn down, listed until it is gone */
 	atomic_t reclaim_refs;	/* shrinker scans at work on it without kvp_spaces_lock */
-	u64 serial;
+	u64 serial;		/* scrub key: unique, settable by nothing (space.c) */
 	u32 id;
 	char name[KVPOOL_NAME_MAX];
 	kuid_t uid;
@@ -299,6 +302,8 @@ void kvp_chunk_leave_space(struct kvp_chunk *chunk, struct kvp_tenant *t);
 void kvp_pool_release(struct kvp_chunk *chunk);
 void kvp_pool_totals(u64 *reserved, u64 *free, u64 *held);
 bool kvp_chunk_busy(const struct kvp_chunk *chunk);
+void kvp_chunk_scrub(struct kvp_chunk *chunk);
+u64 kvp_pool_held_scan_max(bool reset);
 
 /* space.c */
 int kvp_spaces_init(void);
@@ -308,7 +313,7 @@ void kvp_client_release(struct kvp_client *client);
 struct kvp_space *kvp_client_space(struct kvp_client *client);
 int kvp_space_destroy(const char *name, const struct file *file);
 int kvp_space_drop_cached(const char *name);
-void kvp_space_set_serial(u64 serial);
+int kvp_space_set_serial(u64 serial);
 int kvp_space_set_next_owner(const char *name, u32 next);
 void kvp_spaces_exit(void);
 int kvp_space_back(struct kvp_space *space, u64 start, u64 len);
@@ -350,7 +355,7 @@ void kvp_residency_show(struct seq_file *m, struct kvp_space *space);
 unsigned int kvp_residency_check(struct seq_file *m, struct kvp_space *space);
 
 /* tenant.c */
-struct kvp_tenant *kvp_tenant_get(kuid_t uid);
+struct kvp_tenant *kvp_tenant_get(const struct cred *cred);
 void kvp_tenant_put(struct kvp_tenant *t);
 int kvp_tenant_charge(struct kvp_tenant *t, u64 bytes);
 void kvp_tenant_hold(struct kvp_tenant *t, u64 bytes);

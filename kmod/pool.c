@@ -79,7 +79,7 @@ static struct kvp_chunk *kvp_chunk_alloc(int nid, u64 max_bytes)
  * anything else.  folio_maybe_dma_pinned() and page_mapped() name the
  * usual causes; the refcount catches them all.
  */
-bool kvp_chunk_busy(const struct kvp_chunk *chunk)
+static bool kvp_chunk_busy_scan(const struct kvp_chunk *chunk, u64 *examined)
 {
 	unsigned long i, n = chunk->nr_pages;
 
@@ -87,16 +87,74 @@ bool kvp_chunk_busy(const struct kvp_chunk *chunk)
 		struct page *page = chunk->page + i;
 
 		if (page_count(page) != 1 || page_mapped(page) ||
-		    folio_maybe_dma_pinned(page_folio(page)))
+		    folio_maybe_dma_pinned(page_folio(page))) {
+			*examined += i + 1;
 			return true;
+		}
 	}
+	*examined += n;
 	return false;
 }
 
+bool kvp_chunk_busy(const struct kvp_chunk *chunk)
+{
+	u64 examined = 0;
+
+	return kvp_chunk_busy_scan(chunk, &examined);
+}
+
+/*
+ * The most pages one pass over the held list examined since load or the
+ * last reset (debugfs held_scan): what one take, or one step of the
+ * recheck work, costs in page checks.
+ */
+static atomic64_t kvp_held_scan_max = ATOMIC64_INIT(0);
+
+static void kvp_held_scan_note(u64 examined)
+{
+	s64 old = atomic64_read(&kvp_held_scan_max);
+
+	while ((u64)old < examined &&
+	       !atomic64_try_cmpxchg(&kvp_held_scan_max, &old, examined))
+		;
+}
+
+u64 kvp_pool_held_scan_max(bool reset)
+{
+	return reset ? atomic64_xchg(&kvp_held_scan_max, 0) : atomic64_read(&kvp_held_scan_max);
+}
+
+/*
+ * Zero a chunk (design: scrubbing): before a space other than its last
+ * receives it (space.c), and before it goes back to the page allocator
+ * with a space's data in it.  May sleep.
+ */
+void kvp_chunk_scrub(struct kvp_chunk *chunk)
+{
+	unsigned long i, n = chunk->nr_pages;
+
+	for (i = 0; i < n; i++) {
+		clear_highpage(chunk->page + i);
+		if ((i & 63) == 63)
+			cond_resched();
+	}
+	atomic64_inc(&kvp_pool.zeroed_chunks);
+}
+
+/*
+ * Give a chunk back to the page allocator; may sleep.  A chunk that held a
+ * space's data is zeroed first: the allocator hands pages to kernel users
+ * that need not zero them (slab, page cache) and an info leak there would
+ * read a tenant's KV data.  init_on_free zeroes every freed page already.
+ * A page a pin still holds at unload is zeroed too: freed by its last
+ * put, it gets no other chance.
+ */
 static void kvp_chunk_free(struct kvp_chunk *chunk)
 {
 	unsigned long i, n = chunk->nr_pages;
 
+	if (chunk->last_space && !want_init_on_free())
+		kvp_chunk_scrub(chunk);
 	/* Drop the pool's reference; a page still pinned is freed by its last put. */
 	for (i = 0; i < n; i++)
 		__free_page(chunk->page + i);
@@ -136,30 +194,82 @@ void kvp_chunk_leave_space(struct kvp_chunk *chunk, struct kvp_tenant *t)
 }
 
 /*
- * Move held chunks that nobody references any more to the free list, or
- * back to the page allocator when reclaim took them.
+ * Held chunks one recycling pass examines: at most this many times 512
+ * pages checked per take (debugfs held_scan), and none of them under the
+ * node lock.  A take that finds the free list empty makes one pass; the
+ * recheck work makes as many as cover the list, yielding between them.
  */
-static void kvp_node_recycle_held(struct kvp_node *node)
+#define KVP_RECYCLE_BATCH	8
+
+/*
+ * One pass over the head of node's held list: detach up to
+ * KVP_RECYCLE_BATCH chunks under the lock, examine their pages without it,
+ * then move the idle ones to the free list (or, when reclaim took them,
+ * back to the page allocator) and the busy ones to the tail.  Detached
+ * chunks still count in held_bytes, so the node's totals add up all along.
+ * Returns the bytes examined, 0 when the held list was empty.
+ */
+static u64 kvp_node_recycle_pass(struct kvp_node *node)
 {
 	struct kvp_chunk *chunk, *next;
+	LIST_HEAD(batch);
+	LIST_HEAD(idle);
+	LIST_HEAD(gone);
+	u64 examined = 0, bytes = 0;
+	unsigned int n = 0;
 
-	lockdep_assert_held(&node->lock);
+	lockdep_assert_not_held(&node->lock);
+	spin_lock(&node->lock);
 	list_for_each_entry_safe(chunk, next, &node->held_chunks, link) {
-		if (kvp_chunk_busy(chunk))
-			continue;
-		node->held_bytes -= kvp_chunk_bytes(chunk);
-		kvp_chunk_uncharge(chunk);
-		if (chunk->to_buddy) {
-			list_del(&chunk->link);
-			node->reserved_bytes -= kvp_chunk_bytes(chunk);
-			node->nr_chunks--;
-			atomic64_add(kvp_chunk_bytes(chunk), &kvp_pool.reclaimed_bytes);
-			kvp_chunk_free(chunk);
-			continue;
-		}
-		list_move_tail(&chunk->link, &node->free_chunks);
-		node->free_bytes += kvp_chunk_bytes(chunk);
+		if (n++ == KVP_RECYCLE_BATCH)
+			break;
+		list_move_tail(&chunk->link, &batch);
 	}
+	spin_unlock(&node->lock);
+	if (list_empty(&batch))
+		return 0;
+
+	list_for_each_entry_safe(chunk, next, &batch, link) {
+		bytes += kvp_chunk_bytes(chunk);
+		if (!kvp_chunk_busy_scan(chunk, &examined))
+			list_move_tail(&chunk->link, chunk->to_buddy ? &gone : &idle);
+	}
+	kvp_held_scan_note(examined);
+
+	spin_lock(&node->lock);
+	list_splice_tail(&batch, &node->held_chunks);
+	list_for_each_entry(chunk, &idle, link) {
+		node->held_bytes -= kvp_chunk_bytes(chunk);
+		node->free_bytes += kvp_chunk_bytes(chunk);
+		kvp_chunk_uncharge(chunk);
+	}
+	list_splice_tail(&idle, &node->free_chunks);
+	list_for_each_entry(chunk, &gone, link) {
+		node->held_bytes -= kvp_chunk_bytes(chunk);
+		node->reserved_bytes -= kvp_chunk_bytes(chunk);
+		node->nr_chunks--;
+		kvp_chunk_uncharge(chunk);
+	}
+	spin_unlock(&node->lock);
+
+	list_for_each_entry_safe(chunk, next, &gone, link) {
+		list_del(&chunk->link);
+		atomic64_add(kvp_chunk_bytes(chunk), &kvp_pool.reclaimed_bytes);
+		kvp_chunk_free(chunk);
+	}
+	return bytes;
+}
+
+/* Passes over every chunk held when it starts; may sleep. */
+static void kvp_node_recycle_held(struct kvp_node *node)
+{
+	u64 left = READ_ONCE(node->held_bytes), bytes;
+
+	do {
+		bytes = kvp_node_recycle_pass(node);
+		left -= min(left, bytes);
+		cond_resched();
+	} while (bytes && left);
 }
 
 static void kvp_held_recheck(struct work_struct *work)
@@ -170,8 +280,8 @@ static void kvp_held_recheck(struct work_struct *work)
 	for_each_node_mask(nid, kvp_pool.pool_nodes) {
 		struct kvp_node *node = kvp_pool.nodes[nid];
 
-		spin_lock(&node->lock);
 		kvp_node_recycle_held(node);
+		spin_lock(&node->lock);
 		waiting |= !list_empty(&node->held_chunks);
 		spin_unlock(&node->lock);
 	}
@@ -207,11 +317,11 @@ static int kvp_node_grow(struct kvp_node *node, u64 target)
 /* Free unreferenced free chunks until reserved <= target; -EBUSY if short. */
 static int kvp_node_shrink(struct kvp_node *node, u64 target)
 {
+	kvp_node_recycle_held(node);
 	for (;;) {
 		struct kvp_chunk *chunk = NULL, *it;
 
 		spin_lock(&node->lock);
-		kvp_node_recycle_held(node);
 		if (node->reserved_bytes <= target) {
 			spin_unlock(&node->lock);
 			return 0;
@@ -310,11 +420,15 @@ static struct kvp_chunk *kvp_node_refill(struct kvp_node *node)
 
 /*
  * Take a chunk of at most max_pages from nid for a space, splitting a
- * larger one, or NULL when the node has none free.
+ * larger one, or NULL when the node has none free.  With the free list
+ * empty it recycles at most KVP_RECYCLE_BATCH held chunks first, so that
+ * its cost does not grow with what tenants park on the held list; idle
+ * chunks further down come back through the recheck work.  May sleep.
  */
 struct kvp_chunk *kvp_pool_take(int nid, unsigned int max_pages)
 {
 	struct kvp_chunk *chunk, *spare = NULL;
+	bool recycled = false;
 	struct kvp_node *node;
 
 	if (nid < 0 || nid >= MAX_NUMNODES || !node_isset(nid, kvp_pool.pool_nodes) || !max_pages)
@@ -323,8 +437,13 @@ struct kvp_chunk *kvp_pool_take(int nid, unsigned int max_pages)
 retry:
 	chunk = NULL;
 	spin_lock(&node->lock);
-	if (list_empty(&node->free_chunks))
-		kvp_node_recycle_held(node);
+	if (list_empty(&node->free_chunks) && !list_empty(&node->held_chunks) && !recycled) {
+		/* One bounded pass, outside the lock; the work does the rest. */
+		spin_unlock(&node->lock);
+		kvp_node_recycle_pass(node);
+		recycled = true;
+		goto retry;
+	}
 	if (!list_empty(&node->free_chunks)) {
 		chunk = list_first_entry(&node->free_chunks, struct kvp_chunk, link);
 		if (chunk->nr_pages > max_pages) {

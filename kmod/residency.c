@@ -106,6 +106,26 @@ static int kvp_res_reserve(struct kvp_space *space, u32 id)
 	return 0;
 }
 
+/*
+ * Undo the reservations of an ADD that failed: an array it created holds
+ * no record, and the debugfs check rightly flags one left so.  Arrays it
+ * grew keep their records and their spare room.
+ */
+static void kvp_res_unreserve(struct kvp_space *space,
+			      const struct kvpool_residency_entry *e, u32 count)
+{
+	u32 i;
+
+	for (i = 0; i < count; i++) {
+		struct kvp_res_block *rb = xa_load(&space->residency, e[i].block);
+
+		if (rb && !rb->nr) {
+			xa_erase(&space->residency, e[i].block);
+			kfree(rb);
+		}
+	}
+}
+
 /* May this fd speak for block id?  It owns it or holds a reference on it. */
 static int kvp_res_block_ok(struct kvp_space *space, struct kvp_client *client, u32 id)
 {
@@ -145,13 +165,16 @@ static int kvp_res_add(struct kvp_space *space, struct kvp_client *client, u8 sl
 		return ret;
 	/*
 	 * Reserve room for every record first so the batch cannot fail half
-	 * way; arrays reserved but left unused keep their spare room.  Only
-	 * then is the device registered: a failed ADD takes no slot.
+	 * way; arrays grown but left unused keep their spare room, arrays
+	 * created for a batch that then fails go again.  Only then is the
+	 * device registered: a failed ADD takes no slot.
 	 */
 	for (i = 0; i < count; i++) {
 		ret = kvp_res_reserve(space, e[i].block);
-		if (ret)
+		if (ret) {
+			kvp_res_unreserve(space, e, i);
 			return ret;
+		}
 	}
 	kvp_device_register(space, client, slot, uuid);
 	for (i = 0; i < count; i++) {

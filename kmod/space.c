@@ -27,7 +27,15 @@ DEFINE_MUTEX(kvp_spaces_lock);
 LIST_HEAD(kvp_spaces);
 unsigned int kvp_nr_spaces;
 struct kvc_space_stats kvp_dead_stats;
+/* The space id counter: ids are its low 32 bits; debugfs wrap_ids moves it. */
 static u64 kvp_space_serial;
+/*
+ * Each space's scrub key (kvp_space.serial): counted up once per space and
+ * set by nothing else, so no two spaces of the module's life share one and
+ * a chunk is zeroed whenever it reaches a space other than its last
+ * (kvp_space_place()).  Not the id counter, which a test hook moves.
+ */
+static u64 kvp_scrub_key;
 
 /*
  * Live names -> spaces (kvp_spaces_lock), so that opening by name costs the
@@ -268,14 +276,22 @@ static void kvp_space_unname(struct kvp_space *space)
 
 /*
  * debugfs `wrap_ids` (root): move a counter to where 2^32 ids would have
- * taken it, so that tests reach the wrap.  serial: the space id counter;
- * owner: a space's owner counter, marked as having wrapped.
+ * taken it, so that tests reach the wrap.  serial: the space id counter,
+ * forward only (-EINVAL backwards: ids below it may be live, and before
+ * the wrap nothing checks for that); owner: a space's owner counter,
+ * marked as having wrapped.
  */
-void kvp_space_set_serial(u64 serial)
+int kvp_space_set_serial(u64 serial)
 {
+	int ret = 0;
+
 	mutex_lock(&kvp_spaces_lock);
-	kvp_space_serial = serial;
+	if (serial < kvp_space_serial)
+		ret = -EINVAL;
+	else
+		kvp_space_serial = serial;
 	mutex_unlock(&kvp_spaces_lock);
+	return ret;
 }
 
 int kvp_space_set_next_owner(const char *name, u32 next)
@@ -292,19 +308,6 @@ int kvp_space_set_next_owner(const char *name, u32 next)
 	}
 	mutex_unlock(&kvp_spaces_lock);
 	return space ? 0 : -ENOENT;
-}
-
-/* Zero a chunk that last belonged to another space (design: scrubbing). */
-static void kvp_chunk_scrub(struct kvp_chunk *chunk)
-{
-	unsigned long i, n = chunk->nr_pages;
-
-	for (i = 0; i < n; i++) {
-		clear_highpage(chunk->page + i);
-		if ((i & 63) == 63)
-			cond_resched();
-	}
-	atomic64_inc(&kvp_pool.zeroed_chunks);
 }
 
 /* Take a chunk of at most max_pages from the first node of the policy's order that has one. */
@@ -508,7 +511,11 @@ static const struct kvc_space_ops kvp_space_ops = {
 	.evicted = kvp_space_evicted,
 };
 
-/* The opener's fsuid/fsgid (@cred: file->f_cred) own the space and are its tenant. */
+/*
+ * The opener's fsuid/fsgid (@cred: file->f_cred) own the space; its tenant
+ * is the fsuid too, or the owner of the opener's user namespace
+ * (kvp_tenant_get()).
+ */
 static struct kvp_space *kvp_space_create(const struct kvpool_space_open *args,
 					  const struct cred *cred)
 {
@@ -524,7 +531,7 @@ static struct kvp_space *kvp_space_create(const struct kvpool_space_open *args,
 			     &kvp_space_ops, space);
 	if (ret)
 		goto out_free_space;
-	space->tenant = kvp_tenant_get(cred->fsuid);
+	space->tenant = kvp_tenant_get(cred);
 	if (IS_ERR(space->tenant)) {
 		ret = PTR_ERR(space->tenant);
 		goto out_free_space;
@@ -546,7 +553,7 @@ static struct kvp_space *kvp_space_create(const struct kvpool_space_open *args,
 	if (ret)
 		goto out_put_inode;
 	space->id = kvp_space_next_id();
-	space->serial = kvp_space_serial;
+	space->serial = ++kvp_scrub_key;
 	space->uid = cred->fsuid;
 	space->gid = cred->fsgid;
 	space->mode = args->mode;

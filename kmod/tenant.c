@@ -3,9 +3,14 @@
  * Tenants: pool bytes per owner uid across all of its spaces, and the
  * limits admins set per uid in sysfs, so one tenant cannot take the whole
  * pool.  A tenant lives while it has a space or an explicit limit.
+ *
+ * The uid charged is not always the space's owner: ids inside a user
+ * namespace belong to the uid that owns it (kvp_tenant_uid()).
  */
+#include <linux/cred.h>
 #include <linux/slab.h>
 #include <linux/sysfs.h>
+#include <linux/user_namespace.h>
 
 #include "kvpool_internal.h"
 
@@ -52,14 +57,40 @@ static struct kvp_tenant *kvp_tenant_find_or_add(kuid_t uid, struct kvp_tenant *
 }
 
 /*
- * The tenant of a new space; the space holds it until it is destroyed.
- * ERR_PTR(-EDQUOT) when the uid has spaces_per_uid_max spaces already
- * (persistent and destroyed-but-open ones count), or -ENOMEM.
+ * The uid that an opener with @cred (file->f_cred) is charged as.  A
+ * user namespace's ids are its owner's: an unprivileged uid with a
+ * subordinate range (65,536 ids from adduser's /etc/subuid) can act as any
+ * of them in a namespace it creates, and per-kuid accounting would give
+ * it that many times spaces_per_uid_max and its byte limit.  So the
+ * tenant is the owner of the outermost namespace, between the opener's
+ * and the initial one, that root does not own; the fsuid where there is
+ * none.  Namespaces that root made (a container runtime handing each
+ * container its own range) are the admin's delegation: their ids stay
+ * tenants of their own, as uids of the host are (Documentation/kvpool.rst,
+ * Threat model).  Owners and parents never change, so no lock is needed.
  */
-struct kvp_tenant *kvp_tenant_get(kuid_t uid)
+static kuid_t kvp_tenant_uid(const struct cred *cred)
+{
+	const struct user_namespace *ns;
+	kuid_t uid = cred->fsuid;
+
+	for (ns = cred->user_ns; ns != &init_user_ns; ns = ns->parent)
+		if (!uid_eq(ns->owner, GLOBAL_ROOT_UID))
+			uid = ns->owner;
+	return uid;
+}
+
+/*
+ * The tenant of a new space created by an opener with @cred; the space
+ * holds it until it is destroyed.  ERR_PTR(-EDQUOT) when the tenant has
+ * spaces_per_uid_max spaces already (persistent and destroyed-but-open
+ * ones count), or -ENOMEM.
+ */
+struct kvp_tenant *kvp_tenant_get(const struct cred *cred)
 {
 	struct kvp_tenant *t, *fresh = kzalloc(sizeof(*fresh), GFP_KERNEL_ACCOUNT);
 	u32 max = READ_ONCE(kvp_tun.spaces_per_uid_max);
+	kuid_t uid = kvp_tenant_uid(cred);
 
 	spin_lock(&kvp_tenants_lock);
 	t = kvp_tenant_find_or_add(uid, &fresh);

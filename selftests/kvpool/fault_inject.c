@@ -50,7 +50,10 @@
  * Paths: open(/dev/kvpool); SPACE_OPEN create; SPACE_OPEN join; ALLOC that
  * grows the backing and kvcore's arrays (64 KiB blocks); ALLOC of 2048 4 KiB
  * blocks (xarray nodes, kvcore arrays and the ids buffer past kmalloc into
- * the vmalloc fallback); FREE of 100 and of 4096 ids (ids buffer); sysfs
+ * the vmalloc fallback); FREE of 100 and of 4096 ids (ids buffer);
+ * RESIDENCY ADD of records on 64 blocks that have none (a record array
+ * per block, xarray nodes: issue 30 item 12, a failed ADD left the arrays
+ * it had reserved behind, empty, and the debugfs check flagged them); sysfs
  * pool_bytes growth; module load (finit_module after delete_module, with
  * pool_mb_per_node=4 to keep the sweep short; the pool growth loop is the
  * same code at any size), its N counted from the start of the module's
@@ -782,6 +785,57 @@ TEST_F_TIMEOUT(fi, free_4096, 1800)
 	geo.pre = 4096;
 	geo.count = 4096;
 	sweep(_metadata, self, self->cur = new_path("FREE 4096"), one_free);
+}
+
+/*
+ * RESIDENCY ADD of geo.count fresh blocks: a failure leaves no record, no
+ * empty record array (the debugfs check, with the fd still open) and no
+ * device slot taken; the same call then succeeds.
+ */
+static void one_residency_add(struct __test_metadata *_metadata, FIXTURE_DATA(fi) *self,
+			      struct path_result *p, int pass, unsigned int n, bool *fired)
+{
+	static struct kvpool_residency_entry ents[KVPOOL_MAX_BATCH];
+	__u32 i, slot = ~0U;
+	__u8 uuid[16];
+	int fd, ret;
+
+	fd = kv_open_create(fresh_name("fi-res"), geo.block, geo.quota, NULL);
+	ASSERT_LE(0, fd);
+	ASSERT_EQ(0, kv_alloc(fd, ids_a, geo.count));
+	memset(ents, 0, sizeof(ents));
+	for (i = 0; i < geo.count; i++) {
+		ents[i].block = ids_a[i];
+		ents[i].gpu_block = i;
+	}
+	kv_uuid(uuid, 7);
+	arm(n);
+	ret = kv_residency(fd, uuid, KVPOOL_RESIDENCY_ADD, ents, geo.count, &slot);
+	*fired = disarm();
+	if (!*fired) {
+		ASSERT_EQ(0, ret);
+		close(fd);
+		return;
+	}
+	ASSERT_TRUE(account(_metadata, p, pass, n, ret));
+	/* Checked while the fd, and so anything it left, is still there. */
+	ASSERT_TRUE(check_ok(_metadata, p->name, n));
+	if (ret)
+		ASSERT_EQ(0, kv_residency(fd, uuid, KVPOOL_RESIDENCY_ADD, ents, geo.count, &slot))
+			TH_LOG("%s: ADD after fault %u", p->name, n);
+	ASSERT_EQ(0, slot);
+	ASSERT_TRUE(check_ok(_metadata, p->name, n));
+	close(fd);
+	ASSERT_TRUE(at_baseline(_metadata, self, p->name, n));
+}
+
+TEST_F_TIMEOUT(fi, residency_add, 1800)
+{
+	RETURN_IF_SKIPPED();
+	geo.block = 64 * KiB;
+	geo.quota = 8 * MiB;
+	geo.count = 64;
+	sweep(_metadata, self, self->cur = new_path("RESIDENCY ADD 64"), one_residency_add);
 }
 
 static char grow_to[32], grow_base[32];

@@ -5,6 +5,14 @@
  * mapping and goes away; the next space allocates everything and must see
  * only zeroes.  (Reuse inside one space need not be zeroed; nothing here
  * asserts either way about that.)
+ *
+ * Issue 30 item 8 (wrap_ids_backwards_serial_still_scrubs): the space
+ * serial that debugfs wrap_ids sets is not the scrub key, and a backwards
+ * serial is refused (EINVAL), so a new space of another uid never gets an
+ * old space's chunk unscrubbed.  Item 12
+ * (pool_shrink_scrubs_chunks_it_frees): a chunk that held a space's data
+ * is zeroed before it goes back to the page allocator, unless the kernel
+ * zeroes freed pages itself (init_on_free).
  */
 #include "kvpool_util.h"
 
@@ -258,6 +266,93 @@ TEST_F(scrub, reuse_in_same_space_keeps_working)
 	}
 	munmap(m, so.map_bytes);
 	close(fd);
+}
+
+#define WRAP_IDS "/sys/kernel/debug/kvpool/wrap_ids"
+
+TEST_F_TIMEOUT(scrub, wrap_ids_backwards_serial_still_scrubs, 120)
+{
+	static const struct kv_cred u1000 = { .uid = 1000, .gid = 1000 };
+	struct kvpool_space_open so;
+	struct filled b;
+	__u32 *ids;
+	char buf[64];
+	long n, off;
+	int fa, err;
+	char *ma;
+
+	if (access(WRAP_IDS, W_OK))
+		SKIP(return, "no debugfs wrap_ids");
+	ids = calloc(self->free0 / KV_CHUNK, sizeof(*ids));
+	ASSERT_NE(NULL, ids);
+	/* uid 1000's space takes the whole pool and writes its pattern. */
+	fa = kv_open_as(&u1000);
+	ASSERT_LE(0, fa);
+	ASSERT_EQ(0, kv_create(fa, self->name_a, KV_CHUNK, self->free0, &so));
+	n = kv_alloc_until_fail(fa, ids, self->free0 / KV_CHUNK, &err);
+	ASSERT_EQ((long)(self->free0 / KV_CHUNK), n) TH_LOG("ALLOC: %s", strerror(-err));
+	ma = kv_mmap(fa, self->free0, 0);
+	ASSERT_NE(MAP_FAILED, ma);
+	memset(ma, PATTERN, self->free0);
+	munmap(ma, self->free0);
+	close(fa);
+	EXPECT_EQ(self->free0, sysfs_wait_eq("free_bytes", self->free0, 2000));
+
+	/*
+	 * Until 2^32 spaces, a space's serial is its id: move the counter back
+	 * so that the next space would get the serial A had.  Refused
+	 * (space_test's wrap test shows forward moves still work).
+	 */
+	snprintf(buf, sizeof(buf), "serial %llu", (unsigned long long)so.space_id - 1);
+	EXPECT_EQ(-EINVAL, kv_write_path(WRAP_IDS, buf));
+
+	/* Root's new space gets every chunk A had: all zero. */
+	ASSERT_EQ(0, fill_pool(self->name_b, KV_CHUNK, -1, &b));
+	EXPECT_EQ(self->free0, b.bytes);
+	off = first_nonzero(b.m, b.bytes);
+	EXPECT_EQ(-1, off) TH_LOG("byte at %ld is 0x%02x", off,
+				  off < 0 ? 0 : (unsigned char)b.m[off]);
+	drop(&b);
+	free(ids);
+	ASSERT_KV_CHECK_OK();
+}
+
+/* Whether the kernel zeroes pages as they are freed (init_on_free). */
+static int init_on_free(void)
+{
+	char buf[4096];
+
+	if (read_file("/proc/cmdline", buf, sizeof(buf)) < 0)
+		return 0;
+	return strstr(buf, "init_on_free=1") != NULL;
+}
+
+TEST_F_TIMEOUT(scrub, pool_shrink_scrubs_chunks_it_frees, 120)
+{
+	__u64 pool0, z0, z1, freed;
+	struct filled a;
+	char buf[32];
+
+	if (init_on_free())
+		SKIP(return, "init_on_free=1: the page allocator zeroes freed pages");
+	ASSERT_EQ(0, sysfs_u64("pool_bytes", &pool0));
+	ASSERT_EQ(0, fill_pool(self->name_a, KV_CHUNK, PATTERN, &a));
+	drop(&a);
+	EXPECT_EQ(self->free0, sysfs_wait_eq("free_bytes", self->free0, 2000));
+	/* Half the pool goes back to the page allocator, full of A's data. */
+	ASSERT_EQ(0, sysfs_u64("zeroed_chunks", &z0));
+	snprintf(buf, sizeof(buf), "%llu", (unsigned long long)(pool0 / 2));
+	ASSERT_EQ(0, sysfs_write("pool_bytes", buf));
+	freed = (pool0 - sysfs_get("pool_bytes")) / KV_CHUNK;
+	ASSERT_LT(0, freed);
+	ASSERT_EQ(0, sysfs_u64("zeroed_chunks", &z1));
+	EXPECT_LE(freed, z1 - z0) TH_LOG("%llu chunks freed, %llu zeroed",
+					 (unsigned long long)freed,
+					 (unsigned long long)(z1 - z0));
+	snprintf(buf, sizeof(buf), "%llu", (unsigned long long)pool0);
+	ASSERT_EQ(0, sysfs_write("pool_bytes", buf));
+	EXPECT_EQ(pool0, sysfs_get("pool_bytes"));
+	ASSERT_KV_CHECK_OK();
 }
 
 TEST_HARNESS_MAIN

@@ -21,6 +21,11 @@
  * opened and passed back (kv_open_as()): rights are fixed at open, so the
  * space's owner and tenant (the opener's fsuid) are that uid while the
  * test, as root, drives the fd (passed_fd_keeps_openers_rights).
+ *
+ * Issue 30 item 9 (userns_uids_charged_to_owner): a uid that owns a user
+ * namespace with a range of ids mapped (65,536 from /etc/subuid) is one
+ * tenant, whichever of those ids opens the device: spaces_per_uid_max and
+ * its byte limit count them all.
  */
 #include "kvpool_prefix_util.h"
 
@@ -750,6 +755,128 @@ TEST_F_TIMEOUT(tenant, passed_fd_charges_the_opener, 60)
 	ASSERT_EQ(0, px_set_uid_limit(1001, 4 * MiB));
 	opener_charged(_metadata, self->name[0], 0);
 	opener_charged(_metadata, self->name[1], 1);
+}
+
+#define NS_OWNER	4242		/* the unprivileged uid that owns the namespace */
+#define NS_BASE		200000		/* its subordinate range, as adduser gives it */
+#define NS_IDS		5		/* ids inside it that each create a space */
+
+/*
+ * The namespace's child: become NS_OWNER, unshare a user namespace, wait
+ * for the maps, then as inner uids 0..NS_IDS-1 in turn open /dev/kvpool
+ * and pass each fd to the parent.  Exit code: the step that failed.
+ */
+static int userns_child(int go, int sk)
+{
+	char c;
+	int i, fd;
+
+	if (setgroups(0, NULL) || setresgid(NS_OWNER, NS_OWNER, NS_OWNER) ||
+	    setresuid(NS_OWNER, NS_OWNER, NS_OWNER))
+		return 10;
+	if (unshare(CLONE_NEWUSER)) {
+		c = (char)errno;
+		return write(sk, &c, 1) == 1 ? 11 : 12;
+	}
+	c = 0;
+	if (write(sk, &c, 1) != 1 || read(go, &c, 1) != 1)
+		return 13;
+	/* Root of the namespace (kuid NS_BASE), then each inner uid. */
+	if (setresgid(0, 0, 0) || setresuid(0, 0, 0))
+		return 14;
+	for (i = 0; i < NS_IDS; i++) {
+		if (setresuid(0, i, 0))
+			return 15;
+		fd = open(KV_DEV, O_RDWR | O_CLOEXEC);
+		if (setresuid(0, 0, 0))
+			return 16;
+		if (fd < 0)
+			return 17;
+		if (kv_send_fd(sk, fd))
+			return 18;
+		close(fd);
+	}
+	return 0;
+}
+
+static int write_map(pid_t pid, const char *which, const char *map)
+{
+	char path[64];
+
+	snprintf(path, sizeof(path), "/proc/%d/%s", (int)pid, which);
+	return kv_write_path(path, map);
+}
+
+TEST_F_TIMEOUT(tenant, userns_uids_charged_to_owner, 60)
+{
+	char names[NS_IDS][KVPOOL_NAME_MAX], map[64], buf[32];
+	int fds[NS_IDS], ret[NS_IDS], go[2], sk[2], i, st;
+	struct kvpool_space_open so;
+	struct px_uid_line l;
+	struct stat dev;
+	__u64 max0;
+	pid_t pid;
+	char c;
+
+	RETURN_IF_SKIPPED();
+	/* The debug kernel (tinyconfig) has neither. */
+	if (access("/proc/self/ns/user", F_OK))
+		SKIP(return, "no user namespaces (CONFIG_USER_NS)");
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sk))
+		SKIP(return, "no unix sockets to pass the fds: %s", strerror(errno));
+	ASSERT_EQ(0, stat(KV_DEV, &dev));
+	ASSERT_EQ(0, sysfs_u64("spaces_per_uid_max", &max0));
+	/* The inner ids are mapped to no group of the device: let them open it. */
+	ASSERT_EQ(0, chmod(KV_DEV, 0666));
+	ASSERT_EQ(0, sysfs_write("spaces_per_uid_max", "3"));
+	ASSERT_EQ(0, pipe(go));
+	pid = fork();
+	ASSERT_LE(0, pid);
+	if (pid == 0) {
+		close(go[1]);
+		close(sk[0]);
+		_exit(userns_child(go[0], sk[1]));
+	}
+	close(go[0]);
+	close(sk[1]);
+	ASSERT_EQ(1, read(sk[0], &c, 1));
+	if (c) {
+		kill(pid, SIGKILL);
+		kv_wait(pid);
+		chmod(KV_DEV, dev.st_mode & 07777);
+		snprintf(buf, sizeof(buf), "%llu", (unsigned long long)max0);
+		sysfs_write("spaces_per_uid_max", buf);
+		SKIP(return, "unshare(CLONE_NEWUSER) as uid %d: %s", NS_OWNER, strerror(c));
+	}
+	snprintf(map, sizeof(map), "0 %d 65536", NS_BASE);
+	EXPECT_EQ(0, write_map(pid, "uid_map", map));
+	EXPECT_EQ(0, write_map(pid, "gid_map", map));
+	ASSERT_EQ(1, write(go[1], "g", 1));
+	for (i = 0; i < NS_IDS; i++)
+		fds[i] = kv_recv_fd(sk[0]);
+	st = kv_wait(pid);
+	EXPECT_EQ(0, st);
+
+	/* Each fd is a different kuid (NS_BASE + i): one tenant, NS_OWNER. */
+	for (i = 0; i < NS_IDS; i++) {
+		kv_name(names[i], sizeof(names[i]), "userns");
+		ret[i] = fds[i] < 0 ? fds[i] : kv_create(fds[i], names[i], BLOCK, QUOTA, &so);
+	}
+	for (i = 0; i < NS_IDS; i++) {
+		int want = i < 3 ? 0 : -EDQUOT, got = ret[i];
+
+		EXPECT_EQ(want, got) TH_LOG("inner uid %d: %s", i, strerror(-got));
+	}
+	EXPECT_EQ(1, px_uid_line(NS_OWNER, &l));
+	EXPECT_EQ(3, l.spaces);
+	EXPECT_EQ(0, px_uid_line(NS_BASE, NULL));
+	snprintf(buf, sizeof(buf), "%llu", (unsigned long long)max0);
+	EXPECT_EQ(0, sysfs_write("spaces_per_uid_max", buf));
+	EXPECT_EQ(0, chmod(KV_DEV, dev.st_mode & 07777));
+	for (i = 0; i < NS_IDS; i++)
+		if (fds[i] >= 0)
+			close(fds[i]);
+	ASSERT_KV_CHECK_OK();
 }
 
 TEST_HARNESS_MAIN
