@@ -154,6 +154,24 @@ int kvrt_tier_random(void *buf, size_t len)
 	return 0;
 }
 
+int kvrt_tier_key_write(int fd)
+{
+	uint8_t raw[KVRT_TIER_KEY_BYTES];
+	ssize_t n;
+	int ret;
+
+	ret = kvrt_tier_random(raw, sizeof(raw));
+	if (!ret) {
+		/* 32 bytes to a regular file: short only on a full device. */
+		n = write(fd, raw, sizeof(raw));
+		ret = n == (ssize_t)sizeof(raw) ? 0 : n < 0 ? -errno : -EIO;
+	}
+	if (!ret && fdatasync(fd))
+		ret = -errno;
+	OPENSSL_cleanse(raw, sizeof(raw));
+	return ret;
+}
+
 int kvrt_tier_nonce(uint8_t nonce[KVRT_TIER_NONCE_BYTES])
 {
 	return kvrt_tier_random(nonce, KVRT_TIER_NONCE_BYTES);

@@ -51,6 +51,9 @@ int kvrt_tier_key_derive(const char *label, const void *secret, size_t len,
 /* len random bytes (getrandom); -EIO when the kernel gives none. */
 int kvrt_tier_random(void *buf, size_t len);
 
+/* A new key's bytes written to fd (made O_EXCL by the caller), then made durable. */
+int kvrt_tier_key_write(int fd);
+
 /* A fresh random nonce: kvrt_tier_random(). */
 int kvrt_tier_nonce(uint8_t nonce[KVRT_TIER_NONCE_BYTES]);
 

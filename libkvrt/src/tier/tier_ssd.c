@@ -818,7 +818,6 @@ static int identity_dir(struct ssd_tier *t, int root)
  */
 static int ssd_dir_key(struct ssd_tier *t)
 {
-	uint8_t raw[KVRT_TIER_KEY_BYTES];
 	int fd, ret;
 
 	fd = open_own(t, "key", O_RDONLY);
@@ -826,12 +825,7 @@ static int ssd_dir_key(struct ssd_tier *t)
 		fd = open_new(t, "key.new");
 		if (fd < 0)
 			return fd;
-		ret = kvrt_tier_random(raw, sizeof(raw));
-		if (!ret)
-			ret = write_all(fd, raw, sizeof(raw));
-		if (!ret && fdatasync(fd))
-			ret = -errno;
-		OPENSSL_cleanse(raw, sizeof(raw));
+		ret = kvrt_tier_key_write(fd);
 		close(fd);
 		if (!ret && renameat(t->dirfd, "key.new", t->dirfd, "key"))
 			ret = -errno;
