@@ -93,22 +93,30 @@ def _layout_ptr(layout: Optional[Layout]) -> Optional[ctypes._Pointer]:  # type:
     return ctypes.pointer(layout._c)
 
 
+def _path_arg(value: Any, what: str, advice: str) -> str:
+    """value as a path, or a TypeError / ValueError that names ``what`` and says ``advice``."""
+    try:
+        p = os.fspath(value)
+    except TypeError:
+        raise TypeError(f"{what}: pass a path (str or os.PathLike), not "
+                        f"{type(value).__name__}") from None
+    if not isinstance(p, str) or not p or "\0" in p:
+        raise ValueError(f"{what}: {value!r}; {advice}")
+    return p
+
+
+_KEY_FILE_ADVICE = "pass the path of a file of yours, mode 0600, with 16 to 4096 bytes of secret"
+
+
 def _key_file(key_file: Any) -> Optional[bytes]:
     """key_file as the C string the opts take; a missing file or a bad value raises
     here, naming key_file (the library's -ENOENT would not say which path)."""
     if key_file is None:
         return None
-    try:
-        k = os.fspath(key_file)
-    except TypeError:
-        raise TypeError(f"key_file: pass a path (str or os.PathLike), not "
-                        f"{type(key_file).__name__}") from None
-    if not isinstance(k, str) or not k or "\0" in k:
-        raise ValueError(f"key_file: {key_file!r}; pass the path of a file of yours, mode "
-                         "0600, with 16 to 4096 bytes of secret")
+    k = _path_arg(key_file, "key_file", _KEY_FILE_ADVICE)
     if not os.path.lexists(k):
-        raise FileNotFoundError(errno.ENOENT, f"key_file {k!r}: no such file; pass a file of "
-                                "yours, mode 0600, with 16 to 4096 bytes of secret")
+        raise FileNotFoundError(errno.ENOENT, f"key_file {k!r}: no such file; "
+                                + _KEY_FILE_ADVICE.replace("pass the path of", "pass"))
     return k.encode()
 
 
@@ -117,13 +125,7 @@ def create_tier_key(path: Any) -> None:
     never overwriting a file, never following a symlink), to pass as ``key_file``."""
     if _lib.tier_keys_missing:
         raise too_old("kvrt_tier_key_create", _lib.tier_keys_missing)
-    try:
-        p = os.fspath(path)
-    except TypeError:
-        raise TypeError(f"path: pass a path (str or os.PathLike), not "
-                        f"{type(path).__name__}") from None
-    if not isinstance(p, str) or not p or "\0" in p:
-        raise ValueError(f"path: {path!r}; pass the path of a new file in a directory of yours")
+    p = _path_arg(path, "path", "pass the path of a new file in a directory of yours")
     ret = _lib.lib.kvrt_tier_key_create(p.encode())
     if ret < 0:
         hint = {errno.EEXIST: f"{p!r} exists: a key is never overwritten; pass it as key_file, "
