@@ -965,6 +965,7 @@ static void prefix_check_detects_corruption(struct kunit *test)
 	static const kvc_u32 rel[] = { 0, 1 };
 	struct kvt *t = kvt_space(test, KB(4), 8, 0, 0);
 	kvc_u32 ids[3];
+	unsigned int bit;
 
 	KUNIT_ASSERT_EQ(test, kvc_alloc(&t->s, 1, 3, ids), 0);
 	publish_range(test, t, 3, prio);
@@ -983,10 +984,19 @@ static void prefix_check_detects_corruption(struct kunit *test)
 	expect_corrupt(test, t, "LRUs hold 1 of 2 cached");
 	t->s.blocks[0].next = 1;
 	t->s.lru[50].tail = 1;
-	/* A key that moved: the index no longer finds block 2. */
-	t->s.hashes[2][0] ^= 0x40;
+	/*
+	 * A key that moved: the index no longer finds block 2.  The bucket
+	 * key is random, so flip the first bit that leaves the chain.
+	 */
+	for (bit = 0; bit < 64; bit++) {
+		t->s.hashes[2][bit / 8] ^= 1 << (bit % 8);
+		if (kvc_find(&t->s, t->s.hashes[2]) != 2)
+			break;
+		t->s.hashes[2][bit / 8] ^= 1 << (bit % 8);
+	}
+	KUNIT_ASSERT_LT(test, bit, 64U);
 	expect_corrupt(test, t, "block 2: published but not found by its hash");
-	t->s.hashes[2][0] ^= 0x40;
+	t->s.hashes[2][bit / 8] ^= 1 << (bit % 8);
 	expect_check_ok(test, t);
 }
 

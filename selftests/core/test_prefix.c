@@ -1023,6 +1023,24 @@ static kvc_u32 *bucket_link(struct kvc_space *s, kvc_u32 id)
 	return NULL;
 }
 
+/*
+ * Flip the first bit of id's hash that moves it out of its chain: the
+ * bucket key is random, so no fixed bit is sure to (a fixed bit failed
+ * one run in nr_buckets).  Returns the bit, or 64 when none did.
+ */
+static unsigned int move_out_of_bucket(struct kvc_space *s, kvc_u32 id)
+{
+	unsigned int bit;
+
+	for (bit = 0; bit < 64; bit++) {
+		s->hashes[id][bit / 8] ^= 1 << (bit % 8);
+		if (kvc_find(s, s->hashes[id]) != id)
+			break;
+		s->hashes[id][bit / 8] ^= 1 << (bit % 8);
+	}
+	return bit;
+}
+
 static void t_check_prefix_corruption(void)
 {
 	struct pair *p = check_fixture();
@@ -1095,17 +1113,12 @@ static void t_check_prefix_corruption(void)
 	 * (A key changed in place within its bucket is a consistent index
 	 * for another hash: only the model comparison can tell.)
 	 */
-	memcpy(hsave, s->hashes[3], KVC_HASH_BYTES);
-	s->hashes[3][0] ^= 0x80;
+	bit = move_out_of_bucket(s, 3);
+	CHECK(bit < 64);
 	expect_corrupt(p, "published block's hash moved to another bucket");
-	memcpy(s->hashes[3], hsave, KVC_HASH_BYTES);
-	/* Flip the first bit that moves the key out of its chain. */
-	for (bit = 0; bit < 64; bit++) {
-		s->hashes[2][bit / 8] ^= 1 << (bit % 8);
-		if (kvc_find(s, s->hashes[2]) != 2)
-			break;
-		s->hashes[2][bit / 8] ^= 1 << (bit % 8);
-	}
+	if (bit < 64)
+		s->hashes[3][bit / 8] ^= 1 << (bit % 8);
+	bit = move_out_of_bucket(s, 2);
 	CHECK(bit < 64);
 	expect_corrupt(p, "cached block's hash moved to another bucket");
 	if (bit < 64)
