@@ -112,11 +112,12 @@ def main() -> None:
         for name, extra in (("cpu", cpu_extra()),
                             ("kvpool", vu.kvpool_extra(kvpool_tenant=f"bench{rep}",
                                                        kvpool_quota_blocks=4096))):
-            sched = vu.make_scheduler(extra, num_blocks=a.gpu_blocks)
+            sched = vu.make_scheduler(extra, num_blocks=a.gpu_blocks,
+                                      with_worker=name == "kvpool")
             acc = time_manager(sched)
             drive(sched, prompts[:4], 1, acc)  # warm-up
             r = drive(sched, prompts, a.rounds, acc)
-            sched.connector.shutdown()
+            vu.shutdown_scheduler(sched)
             if name not in res or r["seconds"] < res[name]["seconds"]:
                 res[name] = r
     us = {k: v["seconds"] / v["steps"] * 1e6 for k, v in res.items()}
@@ -138,7 +139,8 @@ def main() -> None:
     space = engines[0].connector.connector_scheduler.manager.space
     st = space.stats()
     shared = (st.published_blocks + st.cached_blocks) * space.info().block_bytes
-    cpus = [vu.make_scheduler(cpu_extra(), num_blocks=128) for _ in range(a.engines)]
+    cpus = [vu.make_scheduler(cpu_extra(), num_blocks=128, with_worker=False)
+            for _ in range(a.engines)]
     private = 0
     for s in cpus:
         drive(s, [p], 1)
@@ -150,7 +152,7 @@ def main() -> None:
                f"bytes of host KV cache, {a.engines} kvpool engines (ratio = limit/value)",
                private, f"bytes, {a.engines} engines with CPUOffloadingSpec"))
     for s in engines + cpus:
-        s.connector.shutdown()
+        vu.shutdown_scheduler(s)
 
 
 if __name__ == "__main__":

@@ -292,7 +292,7 @@ class WorkerTest(unittest.TestCase):
         self.space = self.manager.space
 
     def tearDown(self) -> None:
-        self.sched.connector.shutdown()
+        vu.shutdown_scheduler(self.sched)
 
     def _spec(self, ids):
         from vllm.v1.kv_offload.base import GPULoadStoreSpec
@@ -363,7 +363,7 @@ class ManagerTest(unittest.TestCase):
         self.keys = [make_offload_key(bytes([i]) * 32, 0) for i in range(1, 6)]
 
     def tearDown(self) -> None:
-        self.sched.connector.shutdown()
+        vu.shutdown_scheduler(self.sched)
 
     def test_failed_store_frees(self) -> None:
         from vllm.v1.kv_offload.base import LookupResult

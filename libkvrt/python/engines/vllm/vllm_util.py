@@ -100,15 +100,58 @@ def kv_cache_config(num_blocks: int, layers: int = LAYERS,
                          kv_cache_groups=[KVCacheGroupSpec(names, spec)])
 
 
+def make_worker_connector(extra: Dict[str, Any], num_blocks: int = 128, seed: int = 0,
+                          layers: int = LAYERS,
+                          kv_heads: int = KV_HEADS) -> Tuple[OffloadingConnector, torch.Tensor]:
+    """vLLM's worker-side OffloadingConnector over host KV tensors of random
+    bits, registered as vLLM's worker registers its KV caches."""
+    vc = make_vllm_config(extra, layers, kv_heads)
+    kcc = kv_cache_config(num_blocks, layers, kv_heads)
+    wconn = OffloadingConnector(vc, KVConnectorRole.WORKER, kcc)
+    # vLLM's layer-outermost cache: one allocation, a layer after another
+    g = torch.Generator().manual_seed(seed)
+    backing = torch.randint(-32768, 32768, (layers, num_blocks, 2, BLOCK, kv_heads,
+                                             HEAD_DIM), generator=g, dtype=torch.int16)
+    wconn.register_kv_caches({n: backing[i].view(DTYPE) for i, n in
+                              enumerate(kcc.kv_cache_groups[0].layer_names)})
+    return wconn, backing
+
+
 def make_scheduler(extra: Dict[str, Any], num_blocks: int = 128, layers: int = LAYERS,
-                   kv_heads: int = KV_HEADS) -> Scheduler:
-    """vLLM's Scheduler with OffloadingConnector and this extra config."""
+                   kv_heads: int = KV_HEADS, seed: int = 0,
+                   with_worker: bool = True) -> Scheduler:
+    """vLLM's Scheduler with OffloadingConnector and this extra config.
+
+    In vLLM's order: the worker (its connector and KV caches) first, then
+    the scheduler, in one process (vLLM's uniproc executor); the worker
+    connector and its tensors are ``sched.worker_connector``, ``sched.backing``
+    (None without ``with_worker``: a scheduler whose workers are elsewhere).
+    """
+    wconn, backing = (make_worker_connector(extra, num_blocks, seed, layers, kv_heads)
+                      if with_worker else (None, None))
     vc = make_vllm_config(extra, layers, kv_heads)
     vc.cache_config.num_gpu_blocks = num_blocks
-    return Scheduler(vllm_config=vc, kv_cache_config=kv_cache_config(num_blocks, layers,
-                                                                    kv_heads),
-                     structured_output_manager=StructuredOutputManager(vc),
-                     block_size=BLOCK, log_stats=True)
+    try:
+        sched = Scheduler(vllm_config=vc,
+                          kv_cache_config=kv_cache_config(num_blocks, layers, kv_heads),
+                          structured_output_manager=StructuredOutputManager(vc),
+                          block_size=BLOCK, log_stats=True)
+    except BaseException:
+        if wconn is not None:
+            wconn.shutdown()
+        raise
+    sched.worker_connector = wconn  # type: ignore[attr-defined]
+    sched.backing = backing  # type: ignore[attr-defined]
+    return sched
+
+
+def shutdown_scheduler(sched: Scheduler) -> None:
+    """The scheduler's connector, then its worker's (vLLM's order at exit)."""
+    if sched.connector is not None:
+        sched.connector.shutdown()
+    wconn = getattr(sched, "worker_connector", None)
+    if wconn is not None:
+        wconn.shutdown()
 
 
 _ids = itertools.count()
@@ -146,22 +189,14 @@ class Engine:
 
     def __init__(self, extra: Dict[str, Any], num_blocks: int = 128, seed: int = 0,
                  layers: int = LAYERS, kv_heads: int = KV_HEADS) -> None:
-        self.sched = make_scheduler(extra, num_blocks, layers, kv_heads)
+        self.sched = make_scheduler(extra, num_blocks, layers, kv_heads, seed)
         conn = self.sched.connector
         assert conn is not None
         self.connector = conn
         self.manager = conn.connector_scheduler.manager
         self.spec = self.manager.spec  # the KvpoolOffloadingSpec that made it
-        vc = make_vllm_config(extra, layers, kv_heads)
-        kcc = kv_cache_config(num_blocks, layers, kv_heads)
-        self.wconn = OffloadingConnector(vc, KVConnectorRole.WORKER, kcc)
-        # vLLM's layer-outermost cache: one allocation, a layer after another
-        g = torch.Generator().manual_seed(seed)
-        backing = torch.randint(-32768, 32768, (layers, num_blocks, 2, BLOCK, kv_heads,
-                                                 HEAD_DIM), generator=g, dtype=torch.int16)
-        self.backing = backing
-        self.wconn.register_kv_caches({n: backing[i].view(DTYPE) for i, n in
-                                       enumerate(kcc.kv_cache_groups[0].layer_names)})
+        self.wconn = self.sched.worker_connector  # type: ignore[attr-defined]
+        self.backing = backing = self.sched.backing  # type: ignore[attr-defined]
         self.worker = self.wconn.connector_worker.worker
         self.tensors = [backing[i] for i in range(layers)]  # int16 bits: NaN-free compare
         self.loaded_blocks: List[Tuple[int, int]] = []  # (pool id, vLLM block)
@@ -222,5 +257,4 @@ class Engine:
         raise AssertionError(f"request {req.request_id} not done in {max_steps} steps")
 
     def shutdown(self) -> None:
-        self.connector.shutdown()
-        self.wconn.shutdown()
+        shutdown_scheduler(self.sched)

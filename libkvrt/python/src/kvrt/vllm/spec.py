@@ -39,6 +39,9 @@ KEYS: Dict[str, str] = {
     "kvpool_priority": "priority of the blocks this engine publishes, 0..100 (default 50)",
     "kvpool_space_name": "use exactly this space name instead of the derived one "
                          "(then only block_bytes guards the geometry)",
+    "kvpool_model_revision": "the weights' revision in the space identity (default: "
+                             "derived from the model directory's files, or the "
+                             "Hugging Face cache's commit)",
     **TIER_KEYS,
 }
 
@@ -56,6 +59,7 @@ class KvpoolSettings:
     quota_blocks: int = 0
     priority: int = kvrt.PRIO_DEFAULT
     space_name: Optional[str] = None
+    model_revision: Optional[str] = None
     tiers: TierConfig = TierConfig()
 
     @classmethod
@@ -106,27 +110,34 @@ class KvpoolSettings:
         if name is not None and (not _NAME_OK.match(name) or len(name) > NAME_MAX):
             raise ValueError(f"kvpool_space_name: {name!r}; pass 1..{NAME_MAX} of "
                              "[A-Za-z0-9._-]")
+        revision = _str("kvpool_model_revision", None)
+        if revision is not None and not 0 < len(revision) <= 256:
+            raise ValueError(f"kvpool_model_revision: pass 1..256 characters (a commit, a "
+                             f"tag, a checksum), not {len(revision)}")
         return cls(backend=backend, device=_str("kvpool_device", None),
                    pool_bytes=_int("kvpool_pool_bytes", 0, 0, 1 << 48),
                    space_prefix=prefix, tenant=tenant, quota_bytes=qb, quota_blocks=qn,
                    priority=_int("kvpool_priority", kvrt.PRIO_DEFAULT, 0, kvrt.PRIO_MAX),
-                   space_name=name, tiers=TierConfig.from_extra(extra))
+                   space_name=name, model_revision=revision,
+                   tiers=TierConfig.from_extra(extra))
 
 
-def geometry_fingerprint(config: OffloadingConfig) -> Dict[str, Any]:
+def geometry_fingerprint(config: OffloadingConfig, revision: str = "") -> Dict[str, Any]:
     """Everything that must match for two engines to read each other's blocks.
 
-    The model and KV dtype, each offloaded group (id, tokens per block,
-    layer names), the bytes one worker stores per block (layers x kv heads x
-    head dim x dtype x tokens), the hash granularity and the parallel
-    layout (TP/PP/CP sizes, world size) and vLLM's KV cache layout.  The
-    worker rank is not in it: all ranks of one engine share a block, each
-    in its own slice.
+    The model, its weights' revision and KV dtype, each offloaded group
+    (id, tokens per block, layer names), the bytes one worker stores per
+    block (layers x kv heads x head dim x dtype x tokens), the hash
+    granularity and the parallel layout (TP/PP/CP sizes, world size, one
+    replicated copy or a slice per rank) and vLLM's KV cache layout.  The
+    worker rank is not in it: all ranks of one engine share a block.
     """
     p = config.parallel
     return {
-        "v": 1,
+        "v": 2,
         "model": config.model.name,
+        "revision": revision,
+        "replicated": bool(config.replicated_layout),
         "dtype": config.model.dtype,
         "groups": [[g.group_id, g.tokens_per_block, list(g.layer_names)]
                    for g in config.groups],
@@ -138,6 +149,43 @@ def geometry_fingerprint(config: OffloadingConfig) -> Dict[str, Any]:
         "kv_cache_layout": config.kv_cache_layout,
         "canonical_layout": config.canonical_layout,
     }
+
+
+# Files whose change means other weights (or another way to read them).
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".json")
+
+
+def model_revision(model: str) -> str:
+    """What identifies the weights of ``model``, without reading them.
+
+    A local directory: SHA-256 of each top-level weight or config file's
+    name, size and modification time (a model replaced in place, even with
+    the same name, gets another revision).  A Hugging Face id: the commit
+    its cache's ``refs/main`` names.  Otherwise "" (only the name counts:
+    pass kvpool_model_revision).
+    """
+    if os.path.isdir(model):
+        h = hashlib.sha256()
+        for entry in sorted(os.scandir(model), key=lambda e: e.name):
+            if entry.name.endswith(_WEIGHT_SUFFIXES) and entry.is_file():
+                st = entry.stat()
+                h.update(f"{entry.name}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+        return "files:" + h.hexdigest()[:32]
+    return _hf_cache_commit(model)
+
+
+def _hf_cache_commit(repo_id: str) -> str:
+    if repo_id.count("/") != 1 or ".." in repo_id:
+        return ""
+    hub = os.environ.get("HF_HUB_CACHE") or os.path.join(
+        os.environ.get("HF_HOME") or os.path.expanduser("~/.cache/huggingface"), "hub")
+    ref = os.path.join(hub, "models--" + repo_id.replace("/", "--"), "refs", "main")
+    try:
+        with open(ref, encoding="ascii") as f:
+            commit = f.read().strip()
+    except (OSError, UnicodeDecodeError):
+        return ""
+    return "hf:" + commit if re.fullmatch(r"[0-9a-f]{40}", commit) else ""
 
 
 def space_name_for(settings: KvpoolSettings, fingerprint: Mapping[str, Any]) -> str:
@@ -178,6 +226,35 @@ def check_backend(backend: kvrt.Backend, world_size: int) -> None:
         raise ValueError(f"kvpool: the embedded pool lives in one process, and this engine "
                          f"has {world_size} worker processes: load the kvpool module and "
                          "pass kvpool_backend 'kmod' (or run with one worker)")
+
+
+# Workers alive in this process, per space: vLLM builds its workers (and
+# their KV caches) before the scheduler, so a scheduler that finds none
+# here has its workers in other processes.
+_workers: Dict[Tuple[Tuple[str, Optional[str], int], str], int] = {}
+
+
+def check_workers_here(space: kvrt.Space, settings: KvpoolSettings, name: str) -> None:
+    """Refuse, at start-up, an embedded pool whose workers are elsewhere.
+
+    Without this the engine would start and its worker, in a process of its
+    own with a pool of its own, would copy into blocks nothing backs.
+    """
+    if space._pool.backend != kvrt.Backend.EMBEDDED:
+        return
+    with _lock:
+        if _workers.get((_pool_key(settings), name)):
+            return
+    how = ("found no kvpool module (/dev/kvpool), so the pool is embedded"
+           if settings.backend == "auto" else "is 'embedded'")
+    raise ValueError(
+        f"kvpool: vLLM runs this engine's workers in other processes (its "
+        f"multiprocess executor: the default on CPU, and --distributed-executor-backend "
+        f"mp), and kvpool_backend {settings.backend!r} {how}: an embedded pool lives "
+        f"inside one process, where those workers cannot reach it. Load the kvpool "
+        f"module and pass kvpool_backend 'kmod' (or 'auto'), or run the worker in the "
+        f"scheduler's process: one worker, --distributed-executor-backend uni and "
+        f"VLLM_ENABLE_V1_MULTIPROCESSING=0")
 
 
 def open_shared_space(settings: KvpoolSettings, name: str, block_bytes: int,
@@ -292,13 +369,21 @@ class KvpoolOffloadingSpec(OffloadingSpec):
         if config.worker_kv_bytes_per_block <= 0:
             raise ValueError("kvpool offloading needs the KV bytes per block, which vLLM "
                              "did not give (worker_kv_bytes_per_block is 0)")
-        if config.replicated_layout or config.canonical_layout:
-            raise ValueError("kvpool offloading keeps one slice per worker: drop "
-                             "'canonical_layout' from kv_connector_extra_config")
+        if config.canonical_layout:
+            raise ValueError("kvpool offloading stores vLLM's own page layout, not the "
+                             "canonical one: drop 'canonical_layout' from "
+                             "kv_connector_extra_config")
+        # vLLM sets replicated_layout itself (MLA with TP on one node): every
+        # rank holds the same latent cache, so a block keeps one copy, rank 0
+        # writes it (vLLM submits stores from rank 0 only) and all ranks load it.
+        self.replicated_layout = bool(config.replicated_layout)
         self.worker_bytes = config.worker_kv_bytes_per_block
-        self.block_bytes = _round_up(self.worker_bytes * config.parallel.world_size,
-                                     PAGE_BYTES)
-        self.fingerprint = geometry_fingerprint(config)
+        copies = 1 if self.replicated_layout else config.parallel.world_size
+        self.block_bytes = _round_up(self.worker_bytes * copies, PAGE_BYTES)
+        revision = self.settings.model_revision
+        if revision is None:
+            revision = model_revision(config.model.name)
+        self.fingerprint = geometry_fingerprint(config, revision)
         self.space_name = space_name_for(self.settings, self.fingerprint)
         self._manager: Optional[OffloadingManager] = None
         self._worker: Optional[OffloadingWorker] = None
@@ -316,7 +401,13 @@ class KvpoolOffloadingSpec(OffloadingSpec):
         """The scheduler side: one manager per spec."""
         if self._manager is None:
             from .manager import KvpoolOffloadingManager
-            self._manager = KvpoolOffloadingManager(self.open_space(),
+            sp = self.open_space()
+            try:
+                check_workers_here(sp, self.settings, self.space_name)
+            except BaseException:
+                self.close_space()
+                raise
+            self._manager = KvpoolOffloadingManager(sp,
                                                     priority=self.settings.priority,
                                                     on_shutdown=self.close_space,
                                                     tiers=bool(self.settings.tiers))
@@ -328,11 +419,23 @@ class KvpoolOffloadingSpec(OffloadingSpec):
         if self._worker is None:
             from .worker import KvpoolOffloadingWorker
             sp = self.open_space()
+            key = (_pool_key(self.settings), self.space_name)
             try:
                 self._worker = KvpoolOffloadingWorker(
                     sp, kv_caches, rank=self.config.parallel.rank,
-                    worker_bytes=self.worker_bytes, on_shutdown=self.close_space)
+                    worker_bytes=self.worker_bytes,
+                    on_shutdown=lambda: self._worker_gone(key),
+                    replicated=self.replicated_layout)
             except BaseException:
                 self.close_space()
                 raise
+            with _lock:
+                _workers[key] = _workers.get(key, 0) + 1
         return self._worker
+
+    def _worker_gone(self, key: Tuple[Tuple[str, Optional[str], int], str]) -> None:
+        with _lock:
+            n = _workers.pop(key, 0) - 1
+            if n > 0:
+                _workers[key] = n
+        self.close_space()

@@ -50,7 +50,8 @@ class KvpoolOffloadingWorker(OffloadingWorker):
     """Stores and loads of whole blocks, one libkvrt copy per run of layers.
 
     Rank ``rank`` owns bytes ``[rank * worker_bytes, +worker_bytes)`` of each
-    kvpool block; inside them, the offloaded tensors' pages follow each
+    kvpool block (with ``replicated``, every rank's KV is the same and all
+    use the one slice at 0, which only rank 0 writes); inside them, the offloaded tensors' pages follow each
     other in the order of ``kv_caches.tensors``.  Host tensors are copied by
     :meth:`kvrt.Pool.copy_blocks` in the caller (the job is finished on
     return); CUDA tensors by :meth:`kvrt.gpu.Gpu.copy_blocks` on a stream
@@ -58,8 +59,12 @@ class KvpoolOffloadingWorker(OffloadingWorker):
     """
 
     def __init__(self, space: kvrt.Space, kv_caches: CanonicalKVCaches, rank: int,
-                 worker_bytes: int, on_shutdown: Optional[Callable[[], None]] = None) -> None:
+                 worker_bytes: int, on_shutdown: Optional[Callable[[], None]] = None,
+                 replicated: bool = False) -> None:
         self.space = space
+        # A replicated layout's other ranks have nothing of their own to store.
+        self._skip_stores = replicated and rank > 0
+        slot = 0 if replicated else rank
         self._on_shutdown = on_shutdown
         self._finished: List[TransferResult] = []
         self._pending_gpu: Deque[Tuple[int, Any, int, float]] = deque()
@@ -95,12 +100,12 @@ class KvpoolOffloadingWorker(OffloadingWorker):
         if sum(pages) > worker_bytes:
             raise ValueError(f"kvpool worker: the KV tensors hold {sum(pages)} bytes per "
                              f"block, more than the {worker_bytes} vLLM announced")
-        if (rank + 1) * worker_bytes > info.block_bytes:
+        if (slot + 1) * worker_bytes > info.block_bytes:
             raise ValueError(f"kvpool worker: rank {rank} needs bytes up to "
-                             f"{(rank + 1) * worker_bytes} of a block, the space's blocks "
+                             f"{(slot + 1) * worker_bytes} of a block, the space's blocks "
                              f"have {info.block_bytes}: the space belongs to another "
                              "parallel layout")
-        slice_base = space.base_address + rank * worker_bytes
+        slice_base = space.base_address + slot * worker_bytes
         pool_blocks = info.nr_blocks
         self.bytes_per_block = sum(pages)
         self._plans = self._make_plans(tensors, pages, slice_base, pool_blocks,
@@ -185,8 +190,10 @@ class KvpoolOffloadingWorker(OffloadingWorker):
     def submit_store(self, job_id: int, src_spec: GPULoadStoreSpec,
                      dst_spec: LoadStoreSpec) -> bool:
         """vLLM blocks ``src_spec.block_ids`` into kvpool blocks ``dst_spec.block_ids``."""
-        return self._transfer(job_id, self._pairs(src_spec, dst_spec, True), True,
-                              self._stream())
+        pairs = self._pairs(src_spec, dst_spec, True)
+        if self._skip_stores:
+            pairs = pairs[:0]
+        return self._transfer(job_id, pairs, True, self._stream())
 
     def submit_load(self, job_id: int, src_spec: LoadStoreSpec, dst_spec: GPULoadStoreSpec,
                     expedited: bool = False) -> bool:
