@@ -65,7 +65,7 @@ module:
 		echo "no kernel headers found: run 'make deps' or set KDIR=/path/to/kernel/build" >&2; exit 1; fi
 	$(MAKE) -j$(JOBS) -C $(KDIR) M=$(SRC) modules
 
-lib:
+lib: deps-demo
 	$(MAKE) -j$(JOBS) -C libkvrt
 
 tools: lib
@@ -136,6 +136,7 @@ check-engines-vm: deps module lib
 
 check-install: deps lib tools
 	bash packaging/test-install.sh
+	bash packaging/test-python-install.sh
 
 # Each suite's log goes to $(LOGDIR); the summary sums their closing lines.
 LOGDIR ?= $(or $(TMPDIR),/tmp)/kvpool-check

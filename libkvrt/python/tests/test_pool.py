@@ -16,6 +16,15 @@ class TestLibrary(unittest.TestCase):
         self.assertRegex(kvrt.library_version(), r"^0\.\d+\.\d+$")
         self.assertTrue(kvrt.LIBRARY)
 
+    def test_package_version_is_the_library_it_wraps(self):
+        # the tests run against the tree's build: one number for both
+        from kvrt import _lib
+        major_minor = kvrt.__version__.rsplit(".", 1)[0]
+        self.assertEqual(major_minor, kvrt.library_version().rsplit(".", 1)[0])
+        newest = max(v for k, v in vars(_lib).items() if k.endswith("_VERSION_NUMBER")
+                     and k != "MIN_VERSION_NUMBER")
+        self.assertEqual(major_minor, f"0.{newest // 100}")
+
     def test_struct_sizes_match_the_header(self):
         from kvrt import _lib
         # sizeof() of each struct as gcc lays out kvrt.h on x86-64

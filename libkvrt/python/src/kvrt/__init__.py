@@ -40,7 +40,10 @@ def library_version() -> str:
     return _lib.lib.kvrt_version().decode()
 
 
-__version__ = "0.6.0"
+#: The package follows the library: kvrt 0.8 wraps every call of libkvrt
+#: 0.8.  It loads libkvrt 0.4 or newer; a call a loaded library is too old
+#: for raises NotSupportedError naming both versions.
+__version__ = "0.8.0"
 
 __all__ = [
     "AccessError", "BadAddressError", "BusyError", "ExistsError", "InterruptedCallError",

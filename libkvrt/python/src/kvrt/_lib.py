@@ -5,10 +5,12 @@ The library is looked for, in order:
 
 1. ``$KVRT_LIBRARY``: a path to the library file (nothing else is tried
    when it is set, so a wrong path is an error, not a silent fallback);
-2. the in-tree build, ``libkvrt/build/libkvrt.so.0``, when this package is
+2. the copy bundled into the installed package (``kvrt/_bundled/``), which
+   ``pip install ./libkvrt/python`` puts there from the tree's build;
+3. the in-tree build, ``libkvrt/build/libkvrt.so.0``, when this package is
    imported from the source tree (``libkvrt/python/src``);
-3. the dynamic loader, ``libkvrt.so.0`` (``LD_LIBRARY_PATH``, ld.so.cache);
-4. ``pkg-config --variable=libdir kvrt``, for an install outside the
+4. the dynamic loader, ``libkvrt.so.0`` (``LD_LIBRARY_PATH``, ld.so.cache);
+5. ``pkg-config --variable=libdir kvrt``, for an install outside the
    loader's path (``PKG_CONFIG_PATH`` finds it).
 
 The structures mirror ``kvrt.h`` field by field; their sizes are checked
@@ -307,6 +309,10 @@ _PROTOS_TIER_KEYS = {
 }
 
 
+def _bundled_candidate() -> str:
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "_bundled", SONAME)
+
+
 def _in_tree_candidate() -> str:
     # src/kvrt/_lib.py -> libkvrt/python/src/kvrt -> libkvrt/build
     here = os.path.dirname(os.path.abspath(__file__))
@@ -338,14 +344,15 @@ def find_library() -> Tuple[ctypes.CDLL, str]:
         except OSError as e:
             raise ImportError(f"kvrt: $KVRT_LIBRARY={env} does not load: {e}; "
                               "set it to the path of libkvrt.so.0 or unset it") from e
-    cand = _in_tree_candidate()
-    if os.path.exists(cand):
-        try:
-            return ctypes.CDLL(cand), f"in-tree build {cand}"
-        except OSError as e:
-            tried.append(f"{cand}: {e}")
-    else:
-        tried.append(f"{cand}: not built")
+    for cand, what in ((_bundled_candidate(), "bundled"),
+                       (_in_tree_candidate(), "in-tree build")):
+        if os.path.exists(cand):
+            try:
+                return ctypes.CDLL(cand), f"{what} {cand}"
+            except OSError as e:
+                tried.append(f"{cand}: {e}")
+        else:
+            tried.append(f"{cand}: absent")
     try:
         return ctypes.CDLL(SONAME), f"loader: {SONAME}"
     except OSError as e:
@@ -359,8 +366,9 @@ def find_library() -> Tuple[ctypes.CDLL, str]:
     else:
         tried.append("pkg-config kvrt: not found")
     raise ImportError("kvrt: libkvrt.so.0 not found (tried " + "; ".join(tried) +
-                      "); build it with `make -C libkvrt`, install it, or set "
-                      "KVRT_LIBRARY=/path/to/libkvrt.so.0")
+                      "); `make lib` at the top of the kvpool tree, then `pip install "
+                      "./libkvrt/python` bundles it, or `make install` puts it on the "
+                      "loader's path, or set KVRT_LIBRARY=/path/to/libkvrt.so.0")
 
 
 def _declare(lib: ctypes.CDLL) -> None:
