@@ -18,6 +18,8 @@
 # pip fetches numpy and the build's setuptools from the package index (its
 # cache outside the clone keeps them).  TAP-style lines, then "N passed, N
 # failed"; exits non-zero on any failure.
+# SC2016: awk's program is in single quotes on purpose.
+# shellcheck disable=SC2016
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PY=${PYTHON:-/usr/bin/python3}
@@ -63,7 +65,7 @@ sp.close()
 pool.close()
 PY
 out=$("$S/venv/bin/python" "$S/use.py" 2>&1)
-echo "$out" | sed 's/^/# /'
+printf '# %s\n' "${out//$'\n'/$'\n'# }"
 check "import kvrt outside the tree loads the bundled library" \
 	grep -qE '^where bundled .*/site-packages/kvrt/_bundled/libkvrt\.so\.0$' <<<"$out"
 v=$(sed -n 's/^versions //p' <<<"$out")
@@ -71,7 +73,7 @@ check "package and library are one version (${v:-none})" \
 	awk '{ split($1, a, "."); split($2, b, "."); exit !(NF == 2 && a[1] "." a[2] == b[1] "." b[2]) }' <<<"${v:-x}"
 check "a pool opens, a block is stored and found by its hash" \
 	grep -qx 'found 1 hello' <<<"$out"
-wheel=$(ls -d "$S"/venv/lib/python3*/site-packages/kvrt-*.dist-info 2>/dev/null | head -1)
+wheel=$(find "$S"/venv/lib -maxdepth 3 -type d -name 'kvrt-*.dist-info' | head -1)
 check "the installed wheel is not pure Python (Root-Is-Purelib: false)" \
 	grep -qx 'Root-Is-Purelib: false' "$wheel/WHEEL"
 check "the wheel's tag is this platform's (linux_x86_64)" \
