@@ -5,6 +5,10 @@
 
 SHELL := /bin/bash
 SRC := $(CURDIR)
+# make splits paths on spaces, and so would Kbuild's M=: say so up front.
+ifneq ($(word 2,$(SRC)),)
+$(error kvpool builds from a path without spaces, and '$(SRC)' has one: move or clone the tree elsewhere, e.g. git clone '$(SRC)' /tmp/kvpool)
+endif
 
 # Kernel to build against: the running kernel's build dir, else the newest
 # installed Debian linux-headers-*-amd64.

@@ -7,7 +7,8 @@
 # "hostroot" and puts its modules in /hostfs.  The first call loads them and
 # mounts the export at /host, with the guest's /dev bound over /host/dev
 # (so /dev/kvpool is there), a fresh proc and sysfs, and tmpfs on the dirs
-# a program may write (/tmp, /var/tmp, /run, /dev/shm).  Then CMD runs
+# a program may write (/tmp, /var/tmp, /run, /dev/shm; a source tree under
+# one of them, KVPOOL_HOST_ROOT, stays visible).  Then CMD runs
 # chrooted in /host with a clean environment; arguments VAR=value before
 # CMD are added to it, as env(1) does.  The exit status is CMD's, or 125
 # when /host cannot be set up.
@@ -38,9 +39,25 @@ hostrun_setup() {
 	mount -t tmpfs -o mode=1777 tmpfs "$H/dev/shm" || hostrun_fail "tmpfs on $H/dev/shm"
 	mount -t proc proc "$H/proc" || hostrun_fail "proc on $H/proc"
 	mount -t sysfs sysfs "$H/sys" || hostrun_fail "sysfs on $H/sys"
+	# A checkout under one of these (a clone in /tmp) must stay visible
+	# through the fresh tmpfs: bind it back at its own path.
+	root=
+	# shellcheck disable=SC1091
+	[ -r /etc/kvpool-vm.conf ] && . /etc/kvpool-vm.conf && root=${KVPOOL_HOST_ROOT:-}
 	for d in tmp var/tmp run; do
 		[ -d "$H/$d" ] || continue
+		keep=
+		case $root in "/$d/"*)
+			keep=/hostrun-keep
+			mkdir -p "$keep" && mount -o bind "$H$root" "$keep" ||
+				hostrun_fail "bind $root aside" ;;
+		esac
 		mount -t tmpfs -o mode=1777 tmpfs "$H/$d" || hostrun_fail "tmpfs on $H/$d"
+		if [ -n "$keep" ]; then
+			mkdir -p "$H$root" && mount -o bind "$keep" "$H$root" ||
+				hostrun_fail "bind $root back over the tmpfs on /$d"
+			umount "$keep"
+		fi
 	done
 }
 
