@@ -363,7 +363,6 @@ void kvp_tenant_unhold(struct kvp_tenant *t, u64 bytes);
 void kvp_tenants_exit(void);
 int kvp_tenant_set_limit(kuid_t uid, u64 bytes);
 ssize_t kvp_tenants_emit(char *buf);
-u64 kvp_tenant_used(const struct kvp_tenant *t);
 u64 kvp_tenant_in_spaces(const struct kvp_tenant *t);
 
 /* reclaim.c */

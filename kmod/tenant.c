@@ -187,16 +187,6 @@ u64 kvp_tenant_in_spaces(const struct kvp_tenant *t)
 	return bytes;
 }
 
-u64 kvp_tenant_used(const struct kvp_tenant *t)
-{
-	u64 used;
-
-	spin_lock(&kvp_tenants_lock);
-	used = t->used;
-	spin_unlock(&kvp_tenants_lock);
-	return used;
-}
-
 /* An explicit limit for uid (0 removes it); lowering it never takes pages away. */
 int kvp_tenant_set_limit(kuid_t uid, u64 bytes)
 {
