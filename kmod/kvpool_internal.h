@@ -1,6 +1,23 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
- * kvpool internals shared by the module's files.
+ * kvpool internals shared by the module's files.  The files, one concern each:
+ *
+ *   main.c         module glue, /dev/kvpool, the ioctl dispatcher
+ *   pool.c         the pinned chunks per NUMA node, lent to spaces
+ *   space.c        spaces: names, ids, permissions, open/close, teardown
+ *   backing.c      a space's range backed by pool chunks (grow, refill, return)
+ *   blocks.c       the mapping and its faults; ALLOC, FREE, SPACE_INFO
+ *   prefix.c       PUBLISH, LOOKUP, RELEASE, SPACE_STATS; per-fd interests
+ *   events.c       per-fd event queues (read, poll)
+ *   residency.c    which GPU blocks each host block mirrors, per fd
+ *   tenant.c       bytes and limits per owner uid
+ *   reclaim.c      the shrinker: cached blocks' pages back under pressure
+ *   sysfs.c        /sys/class/misc/kvpool: pool, nodes, tenants
+ *   sysfs_space.c  /sys/class/misc/kvpool/space/ID
+ *   debugfs.c      state dumps and the accounting check
+ *   compat.h       kernel APIs that differ between 6.1 and 6.12
+ *   core/          kvcore (blocks, prefix cache) and kvrules, shared with
+ *                  libkvrt's embedded backend
  */
 #ifndef KVPOOL_INTERNAL_H
 #define KVPOOL_INTERNAL_H
@@ -316,7 +333,15 @@ int kvp_space_drop_cached(const char *name);
 int kvp_space_set_serial(u64 serial);
 int kvp_space_set_next_owner(const char *name, u32 next);
 void kvp_spaces_exit(void);
-int kvp_space_back(struct kvp_space *space, u64 start, u64 len);
+const char *kvp_policy_name(u32 policy);
+u64 kvp_pool_node_mask(void);
+
+/* backing.c */
+long long kvp_space_grow(struct kvc_space *core, u64 want);
+int kvp_space_refill(struct kvc_space *core, u64 start, u64 len);
+void kvp_space_return_chunks(struct kvp_space *space);
+
+/* blocks.c */
 void kvp_space_emit_pressure(struct kvp_space *space, unsigned int cause, u32 evicted);
 int kvp_space_mmap(struct kvp_client *client, struct vm_area_struct *vma);
 unsigned long kvp_space_get_unmapped_area(struct kvp_client *client, struct file *file,
@@ -326,7 +351,6 @@ long kvp_ioctl_alloc(struct kvp_client *client, struct kvpool_blocks *args);
 long kvp_ioctl_free(struct kvp_client *client, struct kvpool_blocks *args);
 u32 *kvp_space_lock_with_ids(struct kvp_space *space, const struct kvpool_blocks *args);
 long kvp_ioctl_space_info(struct kvp_client *client, struct kvpool_space_info *info);
-const char *kvp_policy_name(u32 policy);
 
 /* prefix.c */
 long kvp_ioctl_publish(struct kvp_client *client, void __user *uarg);
