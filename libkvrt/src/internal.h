@@ -6,8 +6,10 @@
  * Where things live (basenames are unique across folders):
  *   kvrt.c              the handle, backend choice, the space and prefix
  *                       cache calls, made through the backend's ops table
+ *   log.c               kvrt_log(), through the caller's callback
  *   pool/               the pool backends: backend.h (the ops table),
- *                       backend_kmod.c (spaces on /dev/kvpool)
+ *                       backend_kmod.c (spaces on /dev/kvpool),
+ *                       create_args.c (the create checks both make)
  *   pool/embedded/      the embedded backend (spaces in this process, on
  *                       kmod/core's kvcore), a file per concern:
  *                       emb_{pool,space,prefix,residency,events}.c as
@@ -154,6 +156,7 @@ struct kvrt_space {
 	struct kvrt_tier *tiers;	/* tier/: searched in this order */
 };
 
+/* log.c */
 __attribute__((format(printf, 3, 4)))
 void kvrt_log(const struct kvrt *k, int level, const char *fmt, ...);
 
@@ -180,7 +183,7 @@ int kvrt_batch_ids(struct kvrt_space *s, uint32_t count, const uint32_t *ids);
  */
 uint64_t kvrt_space_backed(struct kvrt_space *s, bool refresh);
 
-/* kvrules' create checks on kvrt_space_opts: both backends, the module before API 4. */
+/* kvrules' create checks on kvrt_space_opts: both backends, the module before API 4 (pool/create_args.c). */
 int kvrt_create_args_valid(const struct kvrt_space_opts *o, uint32_t page_size,
 			   uint64_t pool_node_mask);
 

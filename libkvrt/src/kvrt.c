@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * kvrt.c: the handle, backend choice, logging, and the space and prefix
+ * kvrt.c: the handle, backend choice, and the space and prefix
  * cache calls, which call through the chosen backend's ops table
  * (pool/backend.h): kmod (pool/backend_kmod.c) or embedded
  * (pool/embedded/, its table in emb_space.c).  Arguments that never reach
@@ -8,7 +8,6 @@
  * module gives for the same mistake, so both backends fail alike.
  */
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,19 +28,6 @@ const char *kvrt_version(void)
 int kvrt_version_number(void)
 {
 	return KVRT_VERSION_NUMBER;
-}
-
-void kvrt_log(const struct kvrt *k, int level, const char *fmt, ...)
-{
-	char msg[512];
-	va_list ap;
-
-	if (!k || !k->log || level > k->log_level)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	k->log(k->log_arg, level, msg);
 }
 
 /* kvrt.h's constants are kvrules' (kmod/core/kvrules.h), which checks them. */
@@ -217,25 +203,6 @@ int kvrt_pool_info(struct kvrt *k, struct kvrt_pool_info *info)
 }
 
 /* ---- spaces --------------------------------------------------------------- */
-
-/*
- * KVPOOL_IOC_SPACE_OPEN's create checks, in its order: with CREATE they
- * apply whether the open creates or joins (kmod API 4; libkvrt makes them
- * itself for older modules and for the embedded backend).
- */
-int kvrt_create_args_valid(const struct kvrt_space_opts *o, uint32_t page_size,
-			   uint64_t pool_node_mask)
-{
-	const struct kvc_space_create create = {
-		.block_bytes = o->block_bytes,
-		.quota_bytes = o->quota_bytes,
-		.node_mask = o->node_mask,
-		.mode = o->mode,
-		.numa_policy = (uint32_t)o->numa_policy,
-	};
-
-	return kvc_space_create_check(&create, page_size, pool_node_mask);
-}
 
 int kvrt_space_open(struct kvrt *k, const struct kvrt_space_opts *o, struct kvrt_space **out)
 {
