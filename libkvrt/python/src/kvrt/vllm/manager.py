@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import logging
+import os
 from collections import defaultdict
 from typing import Callable, Collection, Dict, List, Optional, Sequence
 
@@ -18,18 +19,27 @@ from kvrt import _lib
 from kvrt._call import check
 
 _PERSON = b"kvrt.vllm.v1"  # blake2b personalisation: a domain of its own
+GENERATION_BYTES = 16  # blake2b's salt: a generation fills it
 logger = logging.getLogger("kvrt.vllm")
 
 
-def offload_hash(key: bytes) -> bytes:
-    """The kvpool hash (32 bytes) of a vLLM OffloadKey.
+def offload_hash(key: bytes, generation: bytes = b"") -> bytes:
+    """The kvpool hash (32 bytes) of a vLLM OffloadKey in ``generation``.
 
     The key is vLLM's block hash followed by the 4-byte KV group index, so
     every group gets its own kvpool hash; the derivation is deterministic
     and the same in every process (vLLM's own hashes are equal across
     processes when their root seed is: see Documentation/python.rst).
+    ``generation`` is b"" until the engine's first reset_cache (engines
+    with equal settings share), then 16 random bytes: the blake2b salt, so
+    no hash of one generation is another's.
     """
-    return hashlib.blake2b(bytes(key), digest_size=32, person=_PERSON).digest()
+    generation = bytes(generation)
+    if len(generation) not in (0, GENERATION_BYTES):
+        raise ValueError(f"generation: pass b'' or {GENERATION_BYTES} bytes, "
+                         f"not {len(generation)} bytes")
+    return hashlib.blake2b(bytes(key), digest_size=32, person=_PERSON,
+                           salt=generation).digest()
 
 
 class KvpoolLoadStoreSpec(BlockIDsLoadStoreSpec):
@@ -52,6 +62,10 @@ class KvpoolOffloadingManager(OffloadingManager):
     asks the pool, then the tiers (a tier hit comes up into the pool), and
     complete_store hands what it published to the tiers as well; a tier
     that fails costs hits, never a store.
+
+    reset_cache starts a new hash generation (:func:`offload_hash`): what
+    this engine stored before is unreachable to it, and stays for the
+    engines that share the space.
     """
 
     def __init__(self, space: kvrt.Space, priority: int = kvrt.PRIO_DEFAULT,
@@ -66,6 +80,7 @@ class KvpoolOffloadingManager(OffloadingManager):
         self._reset_free: List[int] = []
         self._reset_release: List[int] = []
         self._closed = False
+        self.generation = b""
         self.tiers = tiers
         self.tier_store_errors = 0
         # vLLM looks keys up one at a time: a direct call, no arrays per key
@@ -73,9 +88,12 @@ class KvpoolOffloadingManager(OffloadingManager):
         self._lookup_name = "kvrt_lookup_tiers" if tiers else "kvrt_lookup"
         self._one_id = ctypes.c_uint32()
 
+    def _hash(self, key: OffloadKey) -> bytes:
+        return offload_hash(key, self.generation)
+
     def _lookup_one(self, key: OffloadKey) -> Optional[int]:
         """kvrt_lookup of one key: its block (with a reader reference) or None."""
-        n = self._lookup_fn(self.space._ptr(), 1, offload_hash(key),
+        n = self._lookup_fn(self.space._ptr(), 1, self._hash(key),
                             ctypes.byref(self._one_id), None)
         if n < 0:
             check(n, self._lookup_name, f"space {self.space.name!r}")
@@ -138,7 +156,7 @@ class KvpoolOffloadingManager(OffloadingManager):
         if todo:
             # kvpool answers the longest present prefix; what lies past a gap
             # is stored again and deduplicated by publish.
-            hits = self.space.lookup([offload_hash(k) for k in todo])
+            hits = self.space.lookup([self._hash(k) for k in todo])
             if hits.size:
                 self.space.release(hits)
             todo = todo[hits.size:]
@@ -164,7 +182,7 @@ class KvpoolOffloadingManager(OffloadingManager):
         for i in range(0, len(done), kvrt.MAX_BATCH):
             part, pk = ids[i:i + kvrt.MAX_BATCH], done[i:i + kvrt.MAX_BATCH]
             if success:
-                hashes = [offload_hash(k) for k in pk]
+                hashes = [self._hash(k) for k in pk]
                 res = self.space.publish(part, hashes, [self.priority] * len(pk))
                 if self.tiers:
                     self._tier_store(res.ids, hashes)
@@ -187,7 +205,12 @@ class KvpoolOffloadingManager(OffloadingManager):
         self._release(pins)
 
     def reset_cache(self) -> None:
-        # The space is shared: only this engine's references go, not others' blocks.
+        # The space is shared: only this engine's references go, not others'
+        # blocks; a new generation makes what it stored unreachable to it.
+        self._drop_refs()
+        self.generation = os.urandom(GENERATION_BYTES)
+
+    def _drop_refs(self) -> None:
         self.on_schedule_end(None)
         self._reset_free += list(self._pending.values())
         self._reset_release += [b for ids in self._loads.values() for b in ids]
@@ -213,8 +236,7 @@ class KvpoolOffloadingManager(OffloadingManager):
             return
         self._closed = True
         if not self.space.closed:
-            self.on_schedule_end(None)
-            self.reset_cache()
+            self._drop_refs()
             self.on_reset_flushed()
         if self._on_shutdown is not None:
             self._on_shutdown()
