@@ -1,15 +1,20 @@
 # SPDX-License-Identifier: MIT
-"""The manager's reset generations through vLLM's real Scheduler and
-OffloadingConnector (on CPU)."""
+"""The manager's reset generations and KV events, through vLLM's real
+Scheduler and OffloadingConnector (on CPU)."""
 from __future__ import annotations
 
 import unittest
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Tuple
+from unittest import mock
 
 import vllm_util as vu  # sets HF_HUB_OFFLINE before vLLM is imported
+import kvrt
 from kvrt.vllm import offload_hash
 from kvrt.vllm.manager import GENERATION_BYTES
 from test_vllm_offload import cached, prompt, tenant
+from vllm.config import KVEventsConfig
+from vllm.distributed.kv_events import MEDIUM_CPU, BlockRemoved, BlockStored
+from vllm.v1.core.kv_cache_utils import maybe_convert_block_hash
 from vllm.v1.kv_offload.base import make_offload_key
 
 
@@ -23,10 +28,29 @@ class EngineCase(unittest.TestCase):
         for e in reversed(self.engines):
             e.shutdown()
 
-    def engine(self, extra: Dict[str, Any], seed: int = 0) -> vu.Engine:
-        e = vu.Engine(extra, seed=seed)
+    def engine(self, extra: Dict[str, Any], seed: int = 0, events: bool = False) -> vu.Engine:
+        if not events:
+            e = vu.Engine(extra, seed=seed)
+        else:
+            with mock.patch.object(vu, "make_vllm_config", _with_kv_events):
+                e = vu.Engine(extra, seed=seed)
         self.engines.append(e)
         return e
+
+
+_make_vllm_config = vu.make_vllm_config
+
+
+def _with_kv_events(*args: Any, **kw: Any) -> Any:
+    """vu.make_vllm_config with vLLM's KV events on (published to nowhere)."""
+    vc = _make_vllm_config(*args, **kw)
+    vc.kv_events_config = KVEventsConfig(enable_kv_cache_events=True, publisher="null")
+    return vc
+
+
+def block_hashes(req: Any) -> list:
+    """The request's full blocks' hashes as vLLM's KV events carry them."""
+    return [maybe_convert_block_hash(h) for h in req.block_hashes]
 
 
 # ---- 1. reset_cache: a new generation ---------------------------------------------
@@ -76,6 +100,76 @@ class ResetTest(EngineCase):
         self.assertEqual(len(offload_hash(k, g)), 32)
         with self.assertRaisesRegex(ValueError, "generation: pass b'' or 16 bytes, not 3"):
             offload_hash(k, b"abc")
+
+
+# ---- 2. KV events ----------------------------------------------------------------
+
+class EventsTest(EngineCase):
+    def events_engine(self, **kw: Any) -> Tuple[vu.Engine, list]:
+        e = self.engine(vu.kvpool_extra(kvpool_tenant=tenant(), **kw), events=True)
+        batches: list = []
+        e.sched.kv_event_publisher.publish = batches.append  # type: ignore[method-assign]
+        return e, batches
+
+    @staticmethod
+    def cpu_events(batches: list) -> list:
+        out = [ev for b in batches for ev in b.events
+               if isinstance(ev, (BlockStored, BlockRemoved)) and ev.medium == MEDIUM_CPU]
+        batches.clear()
+        return out
+
+    def test_stored_and_removed_under_quota(self) -> None:
+        e, batches = self.events_engine(kvpool_quota_blocks=4, self_describing_kv_events=True)
+        x, y = vu.make_request(prompt(4 * vu.BLOCK + 1, 31)), \
+            vu.make_request(prompt(4 * vu.BLOCK + 1, 32))
+        e.run(x)
+        evs = self.cpu_events(batches)
+        self.assertEqual([type(ev) for ev in evs], [BlockStored] * 4)
+        self.assertEqual([h for ev in evs for h in ev.block_hashes], block_hashes(x)[:4])
+        self.assertEqual({ev.block_size for ev in evs}, {vu.BLOCK})
+        e.run(y)  # kvpool evicts x's four blocks to make room
+        self.assertEqual(e.manager.space.stats().evictions[kvrt.EvictCause.QUOTA], 4)
+        evs = self.cpu_events(batches)
+        removed = [h for ev in evs if isinstance(ev, BlockRemoved) for h in ev.block_hashes]
+        stored = [h for ev in evs if isinstance(ev, BlockStored) for h in ev.block_hashes]
+        self.assertEqual(sorted(removed), sorted(block_hashes(x)[:4]))
+        self.assertEqual(stored, block_hashes(y)[:4])
+
+    def test_past_the_bound_evictions_go_unreported(self) -> None:
+        e, batches = self.events_engine(kvpool_quota_blocks=4)
+        e.manager.max_tracked = 2  # the two newest of x's keys are kept
+        x = vu.make_request(prompt(4 * vu.BLOCK + 1, 33))
+        e.run(x)
+        stored = [h for ev in self.cpu_events(batches) for h in ev.block_hashes]
+        self.assertEqual(sorted(stored), sorted(block_hashes(x)))
+        e.run(vu.make_request(prompt(4 * vu.BLOCK + 1, 34)))
+        removed = [h for ev in self.cpu_events(batches) if isinstance(ev, BlockRemoved)
+                   for h in ev.block_hashes]
+        # the last two that complete_store published (its order is vLLM's)
+        self.assertEqual(sorted(removed), sorted(stored[2:]))
+
+    def test_other_engine_on_the_handle_gets_its_own(self) -> None:
+        t = tenant()
+        extra = vu.kvpool_extra(kvpool_tenant=t, kvpool_quota_blocks=4)
+        a, ba = self.engine(extra, seed=1, events=True), []
+        b, bb = self.engine(extra, seed=2, events=True), []
+        self.assertIs(a.manager.space, b.manager.space)  # one handle, one queue
+        a.sched.kv_event_publisher.publish = ba.append  # type: ignore[method-assign]
+        b.sched.kv_event_publisher.publish = bb.append  # type: ignore[method-assign]
+        x = vu.make_request(prompt(4 * vu.BLOCK + 1, 35))
+        a.run(x)
+        b.run(vu.make_request(prompt(4 * vu.BLOCK + 1, 36)))  # evicts A's blocks
+        a.step()  # A's next step reads the queue B's step already drained
+        removed = [h for ev in self.cpu_events(ba) if isinstance(ev, BlockRemoved)
+                   for h in ev.block_hashes]
+        self.assertEqual(sorted(removed), sorted(block_hashes(x)[:4]))
+        self.assertFalse([ev for ev in self.cpu_events(bb) if isinstance(ev, BlockRemoved)])
+
+    def test_off_without_kv_events(self) -> None:
+        e = self.engine(vu.kvpool_extra(kvpool_tenant=tenant()))
+        e.run(vu.make_request(prompt(2 * vu.BLOCK + 1, 37)))
+        self.assertEqual(list(e.manager.take_events()), [])
+        self.assertIsNone(e.manager._hub)
 
 
 if __name__ == "__main__":

@@ -2,17 +2,19 @@
 """The scheduler side: vLLM's OffloadingManager over a kvpool space."""
 from __future__ import annotations
 
+import collections
 import ctypes
 import hashlib
 import logging
 import os
+import threading
 from collections import defaultdict
-from typing import Callable, Collection, Dict, List, Optional, Sequence
+from typing import Callable, Collection, Dict, Iterable, List, Optional, Sequence
 
 import numpy as np
-from vllm.v1.kv_offload.base import (BlockIDsLoadStoreSpec, LookupResult, OffloadingManager,
-                                     OffloadKey, PrepareStoreOutput, ReqContext,
-                                     RequestOffloadingContext)
+from vllm.v1.kv_offload.base import (BlockIDsLoadStoreSpec, Locality, LookupResult, Medium,
+                                     OffloadingEvent, OffloadingManager, OffloadKey,
+                                     PrepareStoreOutput, ReqContext, RequestOffloadingContext)
 
 import kvrt
 from kvrt import _lib
@@ -46,6 +48,66 @@ class KvpoolLoadStoreSpec(BlockIDsLoadStoreSpec):
     """kvpool block ids of a load or a store, in the order of the keys."""
 
 
+# ---- eviction events, fanned out to the managers of one space handle ----------
+
+class _EventHub:
+    """One space handle's event queue, read for every manager on that handle.
+
+    A process shares one handle per space among its engines (spec.py), and
+    a handle has one queue: a manager reading it alone would take the
+    others' evictions.  The hub reads it and gives each subscriber the
+    evicted hashes.
+    """
+
+    _hubs: Dict[int, "_EventHub"] = {}
+    _hubs_lock = threading.Lock()
+
+    def __init__(self, space: kvrt.Space) -> None:
+        self.space = space
+        self.inboxes: Dict[int, List[bytes]] = {}
+        self.failed = False
+
+    @classmethod
+    def subscribe(cls, space: kvrt.Space, who: object) -> "_EventHub":
+        with cls._hubs_lock:
+            hub = cls._hubs.get(id(space))
+            if hub is None or hub.space is not space:  # an id reused after a close
+                hub = cls._hubs[id(space)] = _EventHub(space)
+            hub.inboxes[id(who)] = []
+            return hub
+
+    def unsubscribe(self, who: object) -> None:
+        with self._hubs_lock:
+            self.inboxes.pop(id(who), None)
+            if not self.inboxes and self._hubs.get(id(self.space)) is self:
+                del self._hubs[id(self.space)]
+
+    def take(self, who: object) -> List[bytes]:
+        """The hashes evicted since ``who`` last asked."""
+        with self._hubs_lock:
+            if not self.space.closed and not self.failed:
+                try:
+                    self._read()
+                except kvrt.KvrtError as e:  # e.g. a module without KVRT_FEAT_EVENTS
+                    self.failed = True
+                    logger.warning("kvpool space %s: no eviction events (%s): removed "
+                                   "events are not reported", self.space.name, e)
+            box = self.inboxes.get(id(who))
+            if box is None:
+                return []
+            self.inboxes[id(who)] = []
+            return box
+
+    def _read(self) -> None:
+        for ev in self.space.events():
+            if ev.type == kvrt.EventType.EVICTED:
+                for box in self.inboxes.values():
+                    box.append(ev.hash)
+            elif ev.type == kvrt.EventType.OVERFLOW:
+                logger.warning("kvpool space %s: %d events lost; removed events of "
+                               "those blocks are not reported", self.space.name, ev.count)
+
+
 class KvpoolOffloadingManager(OffloadingManager):
     """lookup/prepare_*/complete_* as kvpool calls; kvpool does the eviction.
 
@@ -69,7 +131,8 @@ class KvpoolOffloadingManager(OffloadingManager):
     """
 
     def __init__(self, space: kvrt.Space, priority: int = kvrt.PRIO_DEFAULT,
-                 on_shutdown: Optional[Callable[[], None]] = None, tiers: bool = False) -> None:
+                 on_shutdown: Optional[Callable[[], None]] = None, tiers: bool = False,
+                 events: bool = False) -> None:
         self.space = space
         self.priority = priority
         self._on_shutdown = on_shutdown
@@ -87,6 +150,7 @@ class KvpoolOffloadingManager(OffloadingManager):
         self._lookup_fn = _lib.lib.kvrt_lookup_tiers if tiers else _lib.lib.kvrt_lookup
         self._lookup_name = "kvrt_lookup_tiers" if tiers else "kvrt_lookup"
         self._one_id = ctypes.c_uint32()
+        self._init_events(events)
 
     def _hash(self, key: OffloadKey) -> bytes:
         return offload_hash(key, self.generation)
@@ -169,7 +233,7 @@ class KvpoolOffloadingManager(OffloadingManager):
             return None  # everything is referenced: vLLM skips this store
         for k, bid in zip(todo, ids.tolist()):
             self._pending[k] = bid
-        # Evictions are kvpool's; vLLM only uses evicted_keys for KV events.
+        # kvpool's evictions reach take_events through the space's events.
         return PrepareStoreOutput(keys_to_store=todo, store_spec=KvpoolLoadStoreSpec(ids),
                                   evicted_keys=[])
 
@@ -182,13 +246,17 @@ class KvpoolOffloadingManager(OffloadingManager):
         for i in range(0, len(done), kvrt.MAX_BATCH):
             part, pk = ids[i:i + kvrt.MAX_BATCH], done[i:i + kvrt.MAX_BATCH]
             if success:
-                hashes = [self._hash(k) for k in pk]
-                res = self.space.publish(part, hashes, [self.priority] * len(pk))
-                if self.tiers:
-                    self._tier_store(res.ids, hashes)
-                self.space.release(res.ids)  # the cache keeps them; we need no pin
+                self._publish(part, pk)
             else:
                 self.space.free(part)
+
+    def _publish(self, ids: np.ndarray, keys: List[OffloadKey]) -> None:
+        hashes = [self._hash(k) for k in keys]
+        res = self.space.publish(ids, hashes, [self.priority] * len(keys))
+        if self.tiers:
+            self._tier_store(res.ids, hashes)
+        self.space.release(res.ids)  # the cache keeps them; we need no pin
+        self._note_stored(keys, hashes)
 
     def _tier_store(self, ids: np.ndarray, hashes: List[bytes]) -> None:
         try:
@@ -196,6 +264,40 @@ class KvpoolOffloadingManager(OffloadingManager):
         except kvrt.KvrtError as e:
             self.tier_store_errors += 1
             logger.warning("kvpool: the tiers did not take %d blocks: %s", len(hashes), e)
+
+    # ---- events ----------------------------------------------------------------
+
+    def _init_events(self, enabled: bool) -> None:
+        """Events only with enable_kv_cache_events: else nobody drains them."""
+        self._events: Optional[List[OffloadingEvent]] = [] if enabled else None
+        self._hub = _EventHub.subscribe(self.space, self) if enabled else None
+        # kvpool hash -> the key this engine stored under it, oldest first.
+        self._stored: "collections.OrderedDict[bytes, OffloadKey]" = collections.OrderedDict()
+        self.max_tracked = max(int(self.space.info().nr_blocks), 1024)
+
+    def _note_stored(self, keys: List[OffloadKey], hashes: List[bytes]) -> None:
+        if self._events is None:
+            return
+        for k, h in zip(keys, hashes):
+            self._stored[h] = k
+            self._stored.move_to_end(h)
+        # Past the bound the oldest mappings go: their evictions go unreported.
+        while len(self._stored) > self.max_tracked:
+            self._stored.popitem(last=False)
+        self._events.append(OffloadingEvent(keys=list(keys), medium=Medium.CPU,
+                                            removed=False, locality=Locality.LOCAL))
+
+    def take_events(self) -> Iterable[OffloadingEvent]:
+        """Stored: what complete_store published; removed: which of those
+        kvpool evicted since (read from the space's event queue)."""
+        if self._events is None or self._hub is None:
+            return []
+        removed = [self._stored.pop(h) for h in self._hub.take(self) if h in self._stored]
+        if removed:
+            self._events.append(OffloadingEvent(keys=removed, medium=Medium.CPU,
+                                                removed=True, locality=Locality.LOCAL))
+        events, self._events = self._events, []
+        return events
 
     # ---- step and lifetime -----------------------------------------------------
 
@@ -209,6 +311,7 @@ class KvpoolOffloadingManager(OffloadingManager):
         # blocks; a new generation makes what it stored unreachable to it.
         self._drop_refs()
         self.generation = os.urandom(GENERATION_BYTES)
+        self._stored.clear()
 
     def _drop_refs(self) -> None:
         self.on_schedule_end(None)
@@ -235,6 +338,8 @@ class KvpoolOffloadingManager(OffloadingManager):
         if self._closed:
             return
         self._closed = True
+        if self._hub is not None:
+            self._hub.unsubscribe(self)
         if not self.space.closed:
             self._drop_refs()
             self.on_reset_flushed()

@@ -319,7 +319,9 @@ class KvpoolOffloadingSpec(OffloadingSpec):
             self._manager = KvpoolOffloadingManager(self.open_space(),
                                                     priority=self.settings.priority,
                                                     on_shutdown=self.close_space,
-                                                    tiers=bool(self.settings.tiers))
+                                                    tiers=bool(self.settings.tiers),
+                                                    events=self.kv_events_config
+                                                    .enable_kv_cache_events)
             self._manager.spec = self  # type: ignore[attr-defined]
         return self._manager
 
