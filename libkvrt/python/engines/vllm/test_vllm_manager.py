@@ -1,21 +1,27 @@
 # SPDX-License-Identifier: MIT
-"""The manager's reset generations and KV events, through vLLM's real
-Scheduler and OffloadingConnector (on CPU)."""
+"""The manager's reset generations, KV events and metrics, through vLLM's
+real Scheduler and OffloadingConnector (on CPU)."""
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 import unittest
 from typing import Any, Dict, List, Tuple
 from unittest import mock
 
 import vllm_util as vu  # sets HF_HUB_OFFLINE before vLLM is imported
 import kvrt
-from kvrt.vllm import offload_hash
-from kvrt.vllm.manager import GENERATION_BYTES
+from kvrt.vllm import KvpoolOffloadingSpec, offload_hash
+from kvrt.vllm.manager import GENERATION_BYTES, KvpoolMetric, metric_definitions
 from test_vllm_offload import cached, prompt, tenant
 from vllm.config import KVEventsConfig
 from vllm.distributed.kv_events import MEDIUM_CPU, BlockRemoved, BlockStored
 from vllm.v1.core.kv_cache_utils import maybe_convert_block_hash
 from vllm.v1.kv_offload.base import make_offload_key
+from vllm.v1.metrics.cache_hit_source import CacheHitSource
+
+BLOCK_BYTES = 4096  # the test model's kvpool block (test_spec_is_loaded_from_config)
 
 
 class EngineCase(unittest.TestCase):
@@ -36,6 +42,16 @@ class EngineCase(unittest.TestCase):
                 e = vu.Engine(extra, seed=seed)
         self.engines.append(e)
         return e
+
+    def leave(self, e: vu.Engine) -> None:
+        self.engines.remove(e)
+        e.shutdown()
+
+    def tier_dir(self) -> str:
+        d = tempfile.mkdtemp(prefix="kvrt-vllm-tier.",
+                             dir=os.environ.get("KVRT_TIER_DIR") or "/var/tmp")
+        self.addCleanup(shutil.rmtree, d, True)
+        return d
 
 
 _make_vllm_config = vu.make_vllm_config
@@ -170,6 +186,81 @@ class EventsTest(EngineCase):
         e.run(vu.make_request(prompt(2 * vu.BLOCK + 1, 37)))
         self.assertEqual(list(e.manager.take_events()), [])
         self.assertIsNone(e.manager._hub)
+
+
+# ---- 3. metrics and load sources ----------------------------------------------------
+
+class Recorder:
+    """What the Scheduler took from the manager (get_stats) and asked the
+    connector (get_external_cache_hit_sources), step by step."""
+
+    def __init__(self, e: vu.Engine) -> None:
+        self.counts: Dict[Tuple[str, tuple], float] = {}
+        self.sources: List[dict] = []
+        m, conn = e.manager, e.sched.connector
+        get_stats, get_sources = m.get_stats, conn.get_external_cache_hit_sources
+
+        def stats() -> Any:
+            s = get_stats()
+            for name, by_label in s.data["data"].items():
+                for labels, v in by_label.items():
+                    self.counts[(name, labels)] = self.counts.get((name, labels), 0) + v
+            return s
+
+        def sources(req: Any, n: int) -> dict:
+            out = get_sources(req, n)
+            self.sources.append(dict(out))
+            return out
+        m.get_stats = stats  # type: ignore[method-assign]
+        conn.get_external_cache_hit_sources = sources  # type: ignore[method-assign]
+
+    def take(self) -> Dict[Tuple[str, tuple], float]:
+        out, self.counts = self.counts, {}
+        return out
+
+
+class MetricsTest(EngineCase):
+    def test_pool_hits_bytes_evictions(self) -> None:
+        extra = vu.kvpool_extra(kvpool_tenant=tenant(), kvpool_quota_blocks=4)
+        a, b = self.engine(extra, seed=1), self.engine(extra, seed=2)
+        ra, rb = Recorder(a), Recorder(b)
+        p = prompt(4 * vu.BLOCK + 1, 41)
+        a.run(vu.make_request(p))
+        # one lookup, of the first block: a miss ends the prefix
+        self.assertEqual(ra.take(), {(KvpoolMetric.MISSES, ()): 1,
+                                     (KvpoolMetric.STORED_BYTES, ()): 4 * BLOCK_BYTES})
+        b.run(vu.make_request(p))
+        self.assertEqual(rb.take(), {(KvpoolMetric.HITS, ("pool",)): 4,
+                                     (KvpoolMetric.LOADED_BYTES, ()): 4 * BLOCK_BYTES})
+        self.assertEqual(rb.sources, [{CacheHitSource.HOST: 4 * vu.BLOCK}])
+        a.run(vu.make_request(prompt(4 * vu.BLOCK + 1, 42)))  # evicts p's four
+        self.assertEqual(ra.take(), {(KvpoolMetric.MISSES, ()): 1,
+                                     (KvpoolMetric.STORED_BYTES, ()): 4 * BLOCK_BYTES,
+                                     (KvpoolMetric.EVICTIONS, ("quota",)): 4})
+
+    def test_definitions_cover_what_is_reported(self) -> None:
+        defs = KvpoolOffloadingSpec.build_metric_definitions({})
+        self.assertEqual(defs, metric_definitions())
+        names = {v for k, v in vars(KvpoolMetric).items() if k.isupper()}
+        self.assertEqual(set(defs), names)
+        self.assertEqual(defs[KvpoolMetric.HITS].labelnames, ("source",))
+        self.assertEqual(defs[KvpoolMetric.EVICTIONS].labelnames, ("cause",))
+
+    def test_ssd_tier_hits_are_disk(self) -> None:
+        extra = vu.kvpool_extra(kvpool_tenant=tenant(), kvpool_tier_ssd=self.tier_dir(),
+                                kvpool_tier_write_back=False)
+        p = prompt(3 * vu.BLOCK + 5, 43)
+        a = self.engine(extra, seed=1)
+        a.run(vu.make_request(p))
+        self.leave(a)  # the pool dies with its last handle; the SSD tier keeps p
+        b = self.engine(extra, seed=2)
+        rec = Recorder(b)
+        req = vu.make_request(p)
+        b.run(req)
+        self.assertEqual(b.external_tokens(req), 3 * vu.BLOCK)
+        self.assertEqual(rec.take(), {(KvpoolMetric.HITS, ("ssd",)): 3,
+                                      (KvpoolMetric.LOADED_BYTES, ()): 3 * BLOCK_BYTES})
+        self.assertEqual(rec.sources, [{CacheHitSource.DISK: 3 * vu.BLOCK}])
 
 
 if __name__ == "__main__":

@@ -9,16 +9,22 @@ import logging
 import os
 import threading
 from collections import defaultdict
-from typing import Callable, Collection, Dict, Iterable, List, Optional, Sequence
+from typing import (Callable, Collection, Dict, Iterable, List, Optional, Sequence, Tuple,
+                    Union)
 
 import numpy as np
+from vllm.distributed.kv_transfer.kv_connector.v1.offloading.metrics import (
+    OffloadingConnectorStats)
 from vllm.v1.kv_offload.base import (BlockIDsLoadStoreSpec, Locality, LookupResult, Medium,
-                                     OffloadingEvent, OffloadingManager, OffloadKey,
+                                     OffloadingCounterMetadata, OffloadingEvent,
+                                     OffloadingManager, OffloadingMetricMetadata, OffloadKey,
                                      PrepareStoreOutput, ReqContext, RequestOffloadingContext)
+from vllm.v1.metrics.cache_hit_source import CacheHitSource
 
 import kvrt
 from kvrt import _lib
 from kvrt._call import check
+from kvrt.tiers import TierConfig
 
 _PERSON = b"kvrt.vllm.v1"  # blake2b personalisation: a domain of its own
 GENERATION_BYTES = 16  # blake2b's salt: a generation fills it
@@ -46,6 +52,38 @@ def offload_hash(key: bytes, generation: bytes = b"") -> bytes:
 
 class KvpoolLoadStoreSpec(BlockIDsLoadStoreSpec):
     """kvpool block ids of a load or a store, in the order of the keys."""
+
+
+# ---- metrics ------------------------------------------------------------------
+
+class KvpoolMetric:
+    """The manager's metric names (declared by KvpoolOffloadingSpec)."""
+
+    HITS = "vllm:kv_offload_kvpool_hits"
+    MISSES = "vllm:kv_offload_kvpool_misses"
+    LOADED_BYTES = "vllm:kv_offload_kvpool_loaded_bytes"
+    STORED_BYTES = "vllm:kv_offload_kvpool_stored_bytes"
+    EVICTIONS = "vllm:kv_offload_kvpool_evictions"
+
+
+# The ``source`` label of HITS (where a lookup found the block) -> vLLM's.
+_CACHE_HIT_SOURCE = {"pool": CacheHitSource.HOST, "ssd": CacheHitSource.DISK,
+                     "redis": CacheHitSource.EXTERNAL_UNSPECIFIED}
+_CAUSES = tuple(c.name.lower() for c in kvrt.EvictCause)
+
+
+def metric_definitions() -> Dict[str, OffloadingMetricMetadata]:
+    """Prometheus definitions of what :meth:`KvpoolOffloadingManager.get_stats` reports."""
+    c = OffloadingCounterMetadata
+    return {
+        KvpoolMetric.HITS: c("kvpool blocks that lookups found, by where: the pool, or "
+                             "read up from the SSD or Redis tier", labelnames=("source",)),
+        KvpoolMetric.MISSES: c("kvpool lookups that found no block"),
+        KvpoolMetric.LOADED_BYTES: c("bytes of kvpool blocks this engine loaded"),
+        KvpoolMetric.STORED_BYTES: c("bytes of kvpool blocks this engine stored"),
+        KvpoolMetric.EVICTIONS: c("blocks kvpool evicted from the space (every engine "
+                                  "sharing it), by cause", labelnames=("cause",))
+    }
 
 
 # ---- eviction events, fanned out to the managers of one space handle ----------
@@ -130,9 +168,12 @@ class KvpoolOffloadingManager(OffloadingManager):
     engines that share the space.
     """
 
+    #: Where the last hits came from, for get_load_source: keys kept at most.
+    MAX_SOURCES = 4096
+
     def __init__(self, space: kvrt.Space, priority: int = kvrt.PRIO_DEFAULT,
-                 on_shutdown: Optional[Callable[[], None]] = None, tiers: bool = False,
-                 events: bool = False) -> None:
+                 on_shutdown: Optional[Callable[[], None]] = None,
+                 tiers: Union[bool, TierConfig] = False, events: bool = False) -> None:
         self.space = space
         self.priority = priority
         self._on_shutdown = on_shutdown
@@ -144,24 +185,41 @@ class KvpoolOffloadingManager(OffloadingManager):
         self._reset_release: List[int] = []
         self._closed = False
         self.generation = b""
-        self.tiers = tiers
+        self.tiers = bool(tiers)
+        self.tier_sources = _tier_sources(tiers)
         self.tier_store_errors = 0
-        # vLLM looks keys up one at a time: a direct call, no arrays per key
-        self._lookup_fn = _lib.lib.kvrt_lookup_tiers if tiers else _lib.lib.kvrt_lookup
-        self._lookup_name = "kvrt_lookup_tiers" if tiers else "kvrt_lookup"
         self._one_id = ctypes.c_uint32()
+        self._one_where = ctypes.c_uint8()
+        self._block_bytes = space.info().block_bytes
+        self._counts: Dict[Tuple[str, Tuple[str, ...]], int] = defaultdict(int)
+        self._evictions_seen = space.stats().evictions
+        self._sources: "collections.OrderedDict[OffloadKey, str]" = collections.OrderedDict()
         self._init_events(events)
+
+    # ---- hashes and kvrt calls ---------------------------------------------------
 
     def _hash(self, key: OffloadKey) -> bytes:
         return offload_hash(key, self.generation)
 
-    def _lookup_one(self, key: OffloadKey) -> Optional[int]:
-        """kvrt_lookup of one key: its block (with a reader reference) or None."""
-        n = self._lookup_fn(self.space._ptr(), 1, self._hash(key),
-                            ctypes.byref(self._one_id), None)
+    def _lookup_one(self, key: OffloadKey, tiers: bool = False) -> Optional[Tuple[int, int]]:
+        """kvrt_lookup (or _tiers) of one key: (block, where) with a reader
+        reference, or None.  A direct call: vLLM looks keys up one at a time."""
+        fn = _lib.lib.kvrt_lookup_tiers if tiers else _lib.lib.kvrt_lookup
+        where = ctypes.byref(self._one_where) if tiers else None
+        self._one_where.value = 0
+        n = fn(self.space._ptr(), 1, self._hash(key), ctypes.byref(self._one_id), where)
         if n < 0:
-            check(n, self._lookup_name, f"space {self.space.name!r}")
-        return self._one_id.value if n else None
+            check(n, "kvrt_lookup_tiers" if tiers else "kvrt_lookup",
+                  f"space {self.space.name!r}")
+        return (self._one_id.value, self._one_where.value) if n else None
+
+    def _source(self, where: int) -> str:
+        """The source label of ``where`` (0 the pool, n the n-th tier)."""
+        if where == 0:
+            return "pool"
+        if where <= len(self.tier_sources):
+            return self.tier_sources[where - 1]
+        return self.tier_sources[-1] if self.tier_sources else "pool"
 
     # ---- lookups and loads ---------------------------------------------------
 
@@ -173,17 +231,43 @@ class KvpoolOffloadingManager(OffloadingManager):
             return LookupResult.HIT
         if key in self._pending:
             return LookupResult.HIT_PENDING
-        bid = self._lookup_one(key)
-        if bid is None:
-            return LookupResult.MISS
+        return self._lookup_now(key, tiers=self.tiers)
+
+    def _lookup_now(self, key: OffloadKey, tiers: bool,
+                    where: Optional[int] = None) -> LookupResult:
+        got = self._lookup_one(key, tiers)
+        if got is None:
+            return self._miss()
+        return self._hit(key, got[0], got[1] if where is None else where)
+
+    def _hit(self, key: OffloadKey, bid: int, where: int) -> LookupResult:
         self._step_pins[key].append(bid)
+        source = self._source(where)
+        self._counts[(KvpoolMetric.HITS, (source,))] += 1
+        self._sources[key] = source
+        self._sources.move_to_end(key)
+        while len(self._sources) > self.MAX_SOURCES:
+            self._sources.popitem(last=False)
         return LookupResult.HIT
+
+    def _miss(self) -> LookupResult:
+        self._counts[(KvpoolMetric.MISSES, ())] += 1
+        return LookupResult.MISS
+
+    def get_load_source(self, key: OffloadKey, req_context: ReqContext) -> CacheHitSource:
+        """HOST for a pool hit, DISK for the SSD tier; Redis, a remote store,
+        is EXTERNAL_UNSPECIFIED (vLLM has no member for it)."""
+        source = self._sources.get(key)
+        if source is None:
+            return CacheHitSource.EXTERNAL_UNSPECIFIED
+        return _CACHE_HIT_SOURCE[source]
 
     def _take(self, key: OffloadKey) -> Optional[int]:
         pins = self._step_pins.get(key)
         if pins:
             return pins.pop()
-        return self._lookup_one(key)
+        got = self._lookup_one(key)
+        return got[0] if got else None
 
     def prepare_load(self, keys: Collection[OffloadKey],
                      req_context: ReqContext) -> KvpoolLoadStoreSpec:
@@ -206,6 +290,7 @@ class KvpoolOffloadingManager(OffloadingManager):
         for k in keys:
             if k in self._loads and not self._loads[k]:
                 del self._loads[k]
+        self._counts[(KvpoolMetric.LOADED_BYTES, ())] += len(ids) * self._block_bytes
         self._release(ids)
 
     def _release(self, ids: Sequence[int]) -> None:
@@ -256,6 +341,7 @@ class KvpoolOffloadingManager(OffloadingManager):
         if self.tiers:
             self._tier_store(res.ids, hashes)
         self.space.release(res.ids)  # the cache keeps them; we need no pin
+        self._counts[(KvpoolMetric.STORED_BYTES, ())] += len(keys) * self._block_bytes
         self._note_stored(keys, hashes)
 
     def _tier_store(self, ids: np.ndarray, hashes: List[bytes]) -> None:
@@ -299,6 +385,22 @@ class KvpoolOffloadingManager(OffloadingManager):
         events, self._events = self._events, []
         return events
 
+    # ---- stats -------------------------------------------------------------------
+
+    def get_stats(self) -> Optional[OffloadingConnectorStats]:
+        """Counters since the last call (see :func:`metric_definitions`)."""
+        stats = OffloadingConnectorStats()
+        for (name, labels), n in self._counts.items():
+            stats.increase_counter(name, n, labels)
+        self._counts.clear()
+        if not self.space.closed:
+            now = self.space.stats().evictions
+            for cause, (a, b) in enumerate(zip(self._evictions_seen, now)):
+                if b > a:
+                    stats.increase_counter(KvpoolMetric.EVICTIONS, b - a, (_CAUSES[cause],))
+            self._evictions_seen = now
+        return stats
+
     # ---- step and lifetime -----------------------------------------------------
 
     def on_schedule_end(self, context: object) -> None:
@@ -311,6 +413,7 @@ class KvpoolOffloadingManager(OffloadingManager):
         # blocks; a new generation makes what it stored unreachable to it.
         self._drop_refs()
         self.generation = os.urandom(GENERATION_BYTES)
+        self._sources.clear()
         self._stored.clear()
 
     def _drop_refs(self) -> None:
@@ -345,3 +448,14 @@ class KvpoolOffloadingManager(OffloadingManager):
             self.on_reset_flushed()
         if self._on_shutdown is not None:
             self._on_shutdown()
+
+
+def _tier_sources(tiers: Union[bool, TierConfig]) -> Tuple[str, ...]:
+    """Source labels of the tiers in the order spec.py opens them (SSD first).
+
+    An SSD tier left out (another process has it open, EBUSY) shifts the
+    order: Redis hits are then labelled 'ssd'.  A bare True: all 'ssd'.
+    """
+    if isinstance(tiers, TierConfig):
+        return tuple(n for n, on in (("ssd", tiers.ssd), ("redis", tiers.redis)) if on)
+    return ("ssd",) if tiers else ()
