@@ -1,11 +1,12 @@
 # SPDX-License-Identifier: MIT
-"""The manager's reset generations, KV events and metrics, through vLLM's
-real Scheduler and OffloadingConnector (on CPU)."""
+"""The manager's reset generations, KV events, metrics and tier reads,
+through vLLM's real Scheduler and OffloadingConnector (on CPU)."""
 from __future__ import annotations
 
 import os
 import shutil
 import tempfile
+import threading
 import unittest
 from typing import Any, Dict, List, Tuple
 from unittest import mock
@@ -13,12 +14,13 @@ from unittest import mock
 import vllm_util as vu  # sets HF_HUB_OFFLINE before vLLM is imported
 import kvrt
 from kvrt.vllm import KvpoolOffloadingSpec, offload_hash
-from kvrt.vllm.manager import GENERATION_BYTES, KvpoolMetric, metric_definitions
-from test_vllm_offload import cached, prompt, tenant
+from kvrt.vllm.manager import (GENERATION_BYTES, KvpoolMetric, KvpoolOffloadingManager,
+                               metric_definitions)
+from test_vllm_offload import cached, prompt, run_with_tier_reads, tenant
 from vllm.config import KVEventsConfig
 from vllm.distributed.kv_events import MEDIUM_CPU, BlockRemoved, BlockStored
 from vllm.v1.core.kv_cache_utils import maybe_convert_block_hash
-from vllm.v1.kv_offload.base import make_offload_key
+from vllm.v1.kv_offload.base import LookupResult, make_offload_key
 from vllm.v1.metrics.cache_hit_source import CacheHitSource
 
 BLOCK_BYTES = 4096  # the test model's kvpool block (test_spec_is_loaded_from_config)
@@ -251,16 +253,135 @@ class MetricsTest(EngineCase):
                                 kvpool_tier_write_back=False)
         p = prompt(3 * vu.BLOCK + 5, 43)
         a = self.engine(extra, seed=1)
-        a.run(vu.make_request(p))
+        run_with_tier_reads(a, vu.make_request(p))
         self.leave(a)  # the pool dies with its last handle; the SSD tier keeps p
         b = self.engine(extra, seed=2)
         rec = Recorder(b)
         req = vu.make_request(p)
-        b.run(req)
+        run_with_tier_reads(b, req)
         self.assertEqual(b.external_tokens(req), 3 * vu.BLOCK)
         self.assertEqual(rec.take(), {(KvpoolMetric.HITS, ("ssd",)): 3,
                                       (KvpoolMetric.LOADED_BYTES, ()): 3 * BLOCK_BYTES})
         self.assertEqual(rec.sources, [{CacheHitSource.DISK: 3 * vu.BLOCK}])
+
+
+# ---- 4. tier reads off the scheduler thread ----------------------------------------
+
+class Gate:
+    """Holds the manager's tier reads until opened: a read 'in flight'."""
+
+    def __init__(self, m: KvpoolOffloadingManager) -> None:
+        self.started, self.go = threading.Event(), threading.Event()
+        self.reads = 0
+        reader = m._reader
+        assert reader is not None
+        real = reader._read_one
+
+        def gated(h: bytes) -> Any:
+            self.reads += 1
+            self.started.set()
+            self.go.wait(30)
+            return real(h)
+        reader._read_one = gated  # type: ignore[method-assign]
+
+
+def record_lookups(m: KvpoolOffloadingManager) -> list:
+    seen: list = []
+    real = m.lookup
+
+    def lookup(key: Any, ctx: Any) -> LookupResult:
+        r = real(key, ctx)
+        seen.append(r)
+        return r
+    m.lookup = lookup  # type: ignore[method-assign]
+    return seen
+
+
+class TierReadTest(EngineCase):
+    def stored_on_ssd(self, seed: int) -> Tuple[Dict[str, Any], list]:
+        """An engine stored a prompt (3 blocks) in an SSD tier keyed by a
+        tier key file, and left: the pool is gone, the tier keeps them."""
+        d = self.tier_dir()
+        key = os.path.join(d, "tenant.key")
+        kvrt.create_tier_key(key)
+        extra = vu.kvpool_extra(kvpool_tenant=tenant(), kvpool_tier_ssd=os.path.join(d, "t"),
+                                kvpool_tier_key_file=key, kvpool_tier_write_back=False)
+        p = prompt(3 * vu.BLOCK + 5, seed)
+        a = self.engine(extra, seed=1)
+        run_with_tier_reads(a, vu.make_request(p))
+        self.leave(a)
+        return extra, p
+
+    def test_retry_then_hit_as_the_synchronous_path(self) -> None:
+        extra, p = self.stored_on_ssd(51)
+        with mock.patch.object(KvpoolOffloadingManager, "ASYNC_TIER_READS", False):
+            s = self.engine(extra, seed=2)
+        sync_seen = record_lookups(s.manager)
+        rs = s.run(vu.make_request(p))
+        self.assertEqual(sync_seen, [LookupResult.HIT] * 3)
+        self.leave(s)  # the pool goes again; the tier still has p
+        b = self.engine(extra, seed=3)
+        gate, seen = Gate(b.manager), record_lookups(b.manager)
+        req = vu.make_request(p)
+        b.sched.add_request(req)
+        out = b.step()  # returns while the read is held: nothing waits for it
+        self.assertTrue(gate.started.wait(10))
+        self.assertEqual(seen, [LookupResult.RETRY] * 3)  # a read queued per block
+        self.assertEqual(dict(out.num_scheduled_tokens), {})  # the request waits
+        self.assertTrue(b.manager.has_pending_work())
+        gate.go.set()
+        self.assertTrue(b.manager.wait_tier_reads(10))
+        self.assertEqual(gate.reads, 3)
+        self.assertEqual(cached(b.manager.space), 3)  # read up into the pool
+        seen.clear()
+        self.finish(b, req)  # added above: Engine.run would add it again
+        self.assertEqual(seen, [LookupResult.HIT] * 3)
+        self.assertEqual(b.external_tokens(req), s.external_tokens(rs))
+        self.assertEqual(b.external_tokens(req), 3 * vu.BLOCK)
+        self.assertEqual(len(b.loaded_blocks), 3)
+
+    @staticmethod
+    def finish(e: vu.Engine, req: Any) -> None:
+        for _ in range(20):
+            e.step()
+            if not e.sched.has_unfinished_requests() and not e.manager.held_blocks()["loads"]:
+                return
+        raise AssertionError(f"request {req.request_id} not done in 20 steps")
+
+    def test_shutdown_during_a_read_holds_nothing(self) -> None:
+        extra, p = self.stored_on_ssd(52)
+        keep = self.engine(extra, seed=4)  # keeps the space open after B leaves
+        b = self.engine(extra, seed=5)
+        self.assertIs(b.manager.space, keep.manager.space)
+        gate = Gate(b.manager)
+        b.sched.add_request(vu.make_request(p))
+        b.step()
+        self.assertTrue(gate.started.wait(10))
+        opener = threading.Timer(0.2, gate.go.set)
+        opener.start()
+        self.leave(b)  # waits for the read in flight, drops the queued two
+        opener.join()
+        self.assertFalse(b.manager._reader.thread.is_alive())
+        self.assertEqual(gate.reads, 1)
+        sp = keep.manager.space
+        st = sp.stats()
+        self.assertEqual((st.my_refs, st.readers), (0, 0), st)
+        self.assertEqual(cached(sp), 1)  # the one read that was in flight, unpinned
+        self.assertEqual(b.manager.held_blocks(), {"pins": 0, "loads": 0, "pending": 0})
+
+    def test_reset_drops_queued_reads(self) -> None:
+        extra, p = self.stored_on_ssd(53)
+        b = self.engine(extra, seed=6)
+        gate = Gate(b.manager)
+        b.sched.add_request(vu.make_request(p))
+        b.step()
+        self.assertTrue(gate.started.wait(10))
+        b.manager.reset_cache()  # the read in flight is of the old generation
+        gate.go.set()
+        self.assertTrue(b.manager.wait_tier_reads(10))
+        self.assertEqual(gate.reads, 1)
+        self.assertEqual(b.manager._reader.done, {})  # its result was dropped
+        self.assertEqual(b.manager.space.stats().my_refs, 0)
 
 
 if __name__ == "__main__":

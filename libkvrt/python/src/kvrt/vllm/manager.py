@@ -9,8 +9,8 @@ import logging
 import os
 import threading
 from collections import defaultdict
-from typing import (Callable, Collection, Dict, Iterable, List, Optional, Sequence, Tuple,
-                    Union)
+from typing import (Callable, Collection, Deque, Dict, Iterable, List, Optional, Sequence,
+                    Tuple, Union)
 
 import numpy as np
 from vllm.distributed.kv_transfer.kv_connector.v1.offloading.metrics import (
@@ -64,6 +64,7 @@ class KvpoolMetric:
     LOADED_BYTES = "vllm:kv_offload_kvpool_loaded_bytes"
     STORED_BYTES = "vllm:kv_offload_kvpool_stored_bytes"
     EVICTIONS = "vllm:kv_offload_kvpool_evictions"
+    TIER_READS_DROPPED = "vllm:kv_offload_kvpool_tier_reads_dropped"
 
 
 # The ``source`` label of HITS (where a lookup found the block) -> vLLM's.
@@ -82,7 +83,9 @@ def metric_definitions() -> Dict[str, OffloadingMetricMetadata]:
         KvpoolMetric.LOADED_BYTES: c("bytes of kvpool blocks this engine loaded"),
         KvpoolMetric.STORED_BYTES: c("bytes of kvpool blocks this engine stored"),
         KvpoolMetric.EVICTIONS: c("blocks kvpool evicted from the space (every engine "
-                                  "sharing it), by cause", labelnames=("cause",))
+                                  "sharing it), by cause", labelnames=("cause",)),
+        KvpoolMetric.TIER_READS_DROPPED: c("tier reads not queued (the queue was full): "
+                                           "those lookups were misses"),
     }
 
 
@@ -146,6 +149,124 @@ class _EventHub:
                                "those blocks are not reported", self.space.name, ev.count)
 
 
+# ---- reads from the tiers, off the scheduler thread ----------------------------
+
+_Read = Tuple[OffloadKey, bytes, bytes]  # key, kvpool hash, generation
+
+
+class _TierReader:
+    """One thread that reads keys up from the tiers into the pool.
+
+    Each read is kvrt_lookup_tiers of one hash; the reference it leaves is
+    dropped at once: the block stays cached in the pool, where the
+    scheduler's next lookup finds it (or, evicted in between, a MISS).
+    Results are ``where`` (0 pool, n the n-th tier) or None (not found).
+    """
+
+    def __init__(self, space: kvrt.Space, max_queue: int) -> None:
+        self.space = space
+        self.max_queue = max_queue
+        self.cv = threading.Condition()
+        self.queue: Deque[_Read] = collections.deque()
+        self.busy: Dict[OffloadKey, bytes] = {}  # queued or in flight -> generation
+        self.done: "collections.OrderedDict[OffloadKey, Optional[int]]" = \
+            collections.OrderedDict()
+        self.generation = b""
+        self.stopping = False
+        self.thread: Optional[threading.Thread] = None
+
+    def submit(self, key: OffloadKey, h: bytes) -> bool:
+        """Queue a read; False when the queue is full."""
+        with self.cv:
+            if key in self.busy:
+                return True
+            if len(self.queue) >= self.max_queue or self.stopping:
+                return False
+            self.queue.append((key, h, self.generation))
+            self.busy[key] = self.generation
+            if self.thread is None:
+                self.thread = threading.Thread(target=self._run, name="kvrt-tier-read",
+                                               daemon=True)
+                self.thread.start()
+            self.cv.notify()
+            return True
+
+    def state(self, key: OffloadKey) -> Tuple[bool, Optional[int], bool]:
+        """(reading, where, resolved): resolved results are taken once."""
+        with self.cv:
+            if key in self.busy:
+                return True, None, False
+            if key in self.done:
+                return False, self.done.pop(key), True
+            return False, None, False
+
+    def pending(self) -> int:
+        with self.cv:
+            return len(self.busy)
+
+    def wait(self, timeout: float) -> bool:
+        """Wait until nothing is queued or in flight; False on timeout."""
+        with self.cv:
+            return self.cv.wait_for(lambda: not self.busy, timeout)
+
+    def new_generation(self, generation: bytes) -> None:
+        """reset_cache: drop what is queued and every result; the read in
+        flight finishes, and its result is dropped (another generation)."""
+        with self.cv:
+            self.generation = generation
+            for key, _, _ in self.queue:
+                self.busy.pop(key, None)
+            self.queue.clear()
+            self.done.clear()
+            self.cv.notify_all()
+
+    def stop(self) -> None:
+        """Drop the queue, wait for the read in flight; the space may close then."""
+        with self.cv:
+            self.stopping = True
+            self.queue.clear()
+            self.cv.notify_all()
+            t = self.thread
+        if t is not None:
+            t.join()
+        with self.cv:
+            self.busy.clear()
+            self.done.clear()
+
+    def _next(self) -> Optional[_Read]:
+        with self.cv:
+            self.cv.wait_for(lambda: self.queue or self.stopping)
+            if self.stopping:
+                return None
+            return self.queue.popleft()
+
+    def _run(self) -> None:
+        while (item := self._next()) is not None:
+            key, h, gen = item
+            where = self._read_one(h)
+            with self.cv:
+                if self.busy.get(key) == gen and gen == self.generation:
+                    del self.busy[key]
+                    self.done[key] = where
+                    while len(self.done) > self.max_queue:  # never asked again
+                        self.done.popitem(last=False)
+                elif self.busy.get(key) == gen:
+                    del self.busy[key]
+                self.cv.notify_all()
+
+    def _read_one(self, h: bytes) -> Optional[int]:
+        """kvrt_lookup_tiers of one hash; the reference goes at once."""
+        try:
+            ids, where = self.space.lookup_tiers([h])
+        except Exception as e:  # noqa: BLE001 - the thread must live on: a miss
+            logger.warning("kvpool: a tier read failed: %s", e)
+            return None
+        if not ids.size:
+            return None
+        self.space.release(ids)
+        return int(where[0])
+
+
 class KvpoolOffloadingManager(OffloadingManager):
     """lookup/prepare_*/complete_* as kvpool calls; kvpool does the eviction.
 
@@ -159,9 +280,10 @@ class KvpoolOffloadingManager(OffloadingManager):
       publishes them (and drops the reference publish leaves) or frees them.
 
     With tiers (kvpool_tier_ssd, kvpool_tier_redis) on the space, a lookup
-    asks the pool, then the tiers (a tier hit comes up into the pool), and
-    complete_store hands what it published to the tiers as well; a tier
-    that fails costs hits, never a store.
+    asks the pool only; a pool miss is RETRY while one background thread
+    reads the key up from the tiers into the pool, and the lookup after is
+    a pool HIT or a MISS.  complete_store hands what it published to the
+    tiers as well; a tier that fails costs hits, never a store.
 
     reset_cache starts a new hash generation (:func:`offload_hash`): what
     this engine stored before is unreachable to it, and stays for the
@@ -170,10 +292,15 @@ class KvpoolOffloadingManager(OffloadingManager):
 
     #: Where the last hits came from, for get_load_source: keys kept at most.
     MAX_SOURCES = 4096
+    #: Tier reads queued or in flight at most; a pool miss past it is a MISS.
+    MAX_TIER_READS = 256
+    #: False: a pool miss reads the tiers in the lookup (the scheduler waits).
+    ASYNC_TIER_READS = True
 
     def __init__(self, space: kvrt.Space, priority: int = kvrt.PRIO_DEFAULT,
                  on_shutdown: Optional[Callable[[], None]] = None,
-                 tiers: Union[bool, TierConfig] = False, events: bool = False) -> None:
+                 tiers: Union[bool, TierConfig] = False, events: bool = False,
+                 async_tier_reads: Optional[bool] = None) -> None:
         self.space = space
         self.priority = priority
         self._on_shutdown = on_shutdown
@@ -190,6 +317,9 @@ class KvpoolOffloadingManager(OffloadingManager):
         self.tier_store_errors = 0
         self._one_id = ctypes.c_uint32()
         self._one_where = ctypes.c_uint8()
+        self._reader = (_TierReader(space, self.MAX_TIER_READS)
+                        if self.tiers and _either(async_tier_reads, self.ASYNC_TIER_READS)
+                        else None)
         self._block_bytes = space.info().block_bytes
         self._counts: Dict[Tuple[str, Tuple[str, ...]], int] = defaultdict(int)
         self._evictions_seen = space.stats().evictions
@@ -231,7 +361,22 @@ class KvpoolOffloadingManager(OffloadingManager):
             return LookupResult.HIT
         if key in self._pending:
             return LookupResult.HIT_PENDING
-        return self._lookup_now(key, tiers=self.tiers)
+        if self._reader is None:
+            return self._lookup_now(key, tiers=self.tiers)
+        reading, where, resolved = self._reader.state(key)
+        if reading:
+            return LookupResult.RETRY
+        if resolved:
+            # The read is over: the pool has the block now (maybe stored since
+            # a result of None), or it is a MISS; the tiers are not asked again.
+            return self._lookup_now(key, False, where or 0)
+        got = self._lookup_one(key)
+        if got is not None:
+            return self._hit(key, *got)
+        if self._reader.submit(key, self._hash(key)):
+            return LookupResult.RETRY
+        self._counts[(KvpoolMetric.TIER_READS_DROPPED, ())] += 1
+        return self._miss()
 
     def _lookup_now(self, key: OffloadKey, tiers: bool,
                     where: Optional[int] = None) -> LookupResult:
@@ -408,11 +553,21 @@ class KvpoolOffloadingManager(OffloadingManager):
         self._step_pins.clear()
         self._release(pins)
 
+    def has_pending_work(self) -> bool:
+        """Tier reads queued or in flight: keep stepping to take their results."""
+        return self._reader is not None and self._reader.pending() > 0
+
+    def wait_tier_reads(self, timeout: float = 10.0) -> bool:
+        """Wait for the tier reads queued or in flight (tests, tools); False on timeout."""
+        return self._reader is None or self._reader.wait(timeout)
+
     def reset_cache(self) -> None:
         # The space is shared: only this engine's references go, not others'
         # blocks; a new generation makes what it stored unreachable to it.
         self._drop_refs()
         self.generation = os.urandom(GENERATION_BYTES)
+        if self._reader is not None:
+            self._reader.new_generation(self.generation)
         self._sources.clear()
         self._stored.clear()
 
@@ -441,6 +596,8 @@ class KvpoolOffloadingManager(OffloadingManager):
         if self._closed:
             return
         self._closed = True
+        if self._reader is not None:
+            self._reader.stop()  # before the space can close under its read
         if self._hub is not None:
             self._hub.unsubscribe(self)
         if not self.space.closed:
@@ -448,6 +605,10 @@ class KvpoolOffloadingManager(OffloadingManager):
             self.on_reset_flushed()
         if self._on_shutdown is not None:
             self._on_shutdown()
+
+
+def _either(value: Optional[bool], default: bool) -> bool:
+    return default if value is None else value
 
 
 def _tier_sources(tiers: Union[bool, TierConfig]) -> Tuple[str, ...]:
