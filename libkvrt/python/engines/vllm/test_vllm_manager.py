@@ -348,6 +348,34 @@ class TierReadTest(EngineCase):
                 return
         raise AssertionError(f"request {req.request_id} not done in 20 steps")
 
+    def test_full_queue_is_a_miss_then_read_later(self) -> None:
+        extra, p = self.stored_on_ssd(54)
+        with mock.patch.object(KvpoolOffloadingManager, "MAX_TIER_READS", 2):
+            b = self.engine(extra, seed=7)
+        gate, seen, rec = Gate(b.manager), record_lookups(b.manager), Recorder(b)
+        req = vu.make_request(p)
+        b.sched.add_request(req)
+        b.step()
+        self.assertEqual(seen, [LookupResult.RETRY] * 2 + [LookupResult.MISS])
+        gate.go.set()
+        self.assertTrue(b.manager.wait_tier_reads(10))
+        seen.clear()
+        b.step()  # the first two are in the pool now; the third is queued
+        self.assertEqual(seen, [LookupResult.HIT] * 2 + [LookupResult.RETRY])
+        self.assertTrue(b.manager.wait_tier_reads(10))
+        seen.clear()
+        self.finish(b, req)
+        self.assertEqual(seen, [LookupResult.HIT] * 3)
+        self.assertEqual(gate.reads, 3)
+        self.assertEqual(b.external_tokens(req), 3 * vu.BLOCK)
+        # hits by where each lookup found the block; sources by where it came from
+        self.assertEqual(rec.take(), {(KvpoolMetric.HITS, ("ssd",)): 3,
+                                      (KvpoolMetric.HITS, ("pool",)): 2,
+                                      (KvpoolMetric.MISSES, ()): 1,
+                                      (KvpoolMetric.TIER_READS_DROPPED, ()): 1,
+                                      (KvpoolMetric.LOADED_BYTES, ()): 3 * BLOCK_BYTES})
+        self.assertEqual(rec.sources, [{CacheHitSource.DISK: 3 * vu.BLOCK}])
+
     def test_shutdown_during_a_read_holds_nothing(self) -> None:
         extra, p = self.stored_on_ssd(52)
         keep = self.engine(extra, seed=4)  # keeps the space open after B leaves

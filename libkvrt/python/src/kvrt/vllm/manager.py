@@ -2,6 +2,7 @@
 """The scheduler side: vLLM's OffloadingManager over a kvpool space."""
 from __future__ import annotations
 
+import atexit
 import collections
 import ctypes
 import hashlib
@@ -176,11 +177,11 @@ class _TierReader:
         self.thread: Optional[threading.Thread] = None
 
     def submit(self, key: OffloadKey, h: bytes) -> bool:
-        """Queue a read; False when the queue is full."""
+        """Queue a read; False when max_queue reads are queued or in flight."""
         with self.cv:
             if key in self.busy:
                 return True
-            if len(self.queue) >= self.max_queue or self.stopping:
+            if len(self.busy) >= self.max_queue or self.stopping:
                 return False
             self.queue.append((key, h, self.generation))
             self.busy[key] = self.generation
@@ -188,6 +189,8 @@ class _TierReader:
                 self.thread = threading.Thread(target=self._run, name="kvrt-tier-read",
                                                daemon=True)
                 self.thread.start()
+                # Before the Space's own exit hook closes it under a read.
+                atexit.register(self.stop)
             self.cv.notify()
             return True
 
@@ -229,6 +232,7 @@ class _TierReader:
             t = self.thread
         if t is not None:
             t.join()
+            atexit.unregister(self.stop)
         with self.cv:
             self.busy.clear()
             self.done.clear()
@@ -258,13 +262,13 @@ class _TierReader:
         """kvrt_lookup_tiers of one hash; the reference goes at once."""
         try:
             ids, where = self.space.lookup_tiers([h])
+            if not ids.size:
+                return None
+            self.space.release(ids)
+            return int(where[0])
         except Exception as e:  # noqa: BLE001 - the thread must live on: a miss
             logger.warning("kvpool: a tier read failed: %s", e)
             return None
-        if not ids.size:
-            return None
-        self.space.release(ids)
-        return int(where[0])
 
 
 class KvpoolOffloadingManager(OffloadingManager):
@@ -389,7 +393,8 @@ class KvpoolOffloadingManager(OffloadingManager):
         self._step_pins[key].append(bid)
         source = self._source(where)
         self._counts[(KvpoolMetric.HITS, (source,))] += 1
-        self._sources[key] = source
+        if where or key not in self._sources:  # a tier's block keeps its origin in the pool
+            self._sources[key] = source
         self._sources.move_to_end(key)
         while len(self._sources) > self.MAX_SOURCES:
             self._sources.popitem(last=False)
@@ -401,7 +406,8 @@ class KvpoolOffloadingManager(OffloadingManager):
 
     def get_load_source(self, key: OffloadKey, req_context: ReqContext) -> CacheHitSource:
         """HOST for a pool hit, DISK for the SSD tier; Redis, a remote store,
-        is EXTERNAL_UNSPECIFIED (vLLM has no member for it)."""
+        is EXTERNAL_UNSPECIFIED (vLLM has no member for it).  A block a tier
+        read brought into the pool keeps the tier as its source."""
         source = self._sources.get(key)
         if source is None:
             return CacheHitSource.EXTERNAL_UNSPECIFIED
@@ -482,6 +488,8 @@ class KvpoolOffloadingManager(OffloadingManager):
 
     def _publish(self, ids: np.ndarray, keys: List[OffloadKey]) -> None:
         hashes = [self._hash(k) for k in keys]
+        for k in keys:
+            self._sources.pop(k, None)  # computed here now, not read from a tier
         res = self.space.publish(ids, hashes, [self.priority] * len(keys))
         if self.tiers:
             self._tier_store(res.ids, hashes)
