@@ -40,6 +40,20 @@ def prompt(n_tokens: int, seed: int) -> list:
     return [rnd.randrange(1, 1000) for _ in range(n_tokens)]
 
 
+def run_with_tier_reads(e: vu.Engine, req, max_steps: int = 40):
+    """Engine.run, waiting after each step for the tier reads it queued: with
+    tiers, a pool miss is RETRY until the manager's thread has read the key."""
+    e.sched.add_request(req)
+    for _ in range(max_steps):
+        e.step()
+        if not e.manager.wait_tier_reads(10):
+            raise AssertionError("the tier reads did not end in 10 s")
+        held = e.manager.held_blocks()
+        if not e.sched.has_unfinished_requests() and not held["pending"] and not held["loads"]:
+            return req
+    raise AssertionError(f"request {req.request_id} not done in {max_steps} steps")
+
+
 class SchedulerTest(unittest.TestCase):
     """Store, hit, partial hit, eviction and sharing through vLLM's Scheduler."""
 
@@ -194,14 +208,14 @@ class TierTest(unittest.TestCase):
         extra = vu.kvpool_extra(kvpool_tenant=tenant(), **tiers)
         p = prompt(3 * vu.BLOCK + 5, 11)
         a = vu.Engine(extra, seed=1)
-        a.run(vu.make_request(p))
+        run_with_tier_reads(a, vu.make_request(p))
         stored, a_tensors = list(a.stored_blocks), a.tensors
         a.shutdown()  # the last handle: the space goes, the tier is drained and closed
         b = vu.Engine(extra, seed=2)
         try:
             self.assertEqual(cached(b.manager.space), 0)  # nothing left in the pool
             req = vu.make_request(p)
-            b.run(req)
+            run_with_tier_reads(b, req)
             loaded = list(b.loaded_blocks)
             # bytes: block i that B loaded is what A's tensors held for block i
             for (_, src), (_, dst) in zip(stored, loaded):

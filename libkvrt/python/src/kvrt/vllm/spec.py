@@ -358,6 +358,11 @@ class KvpoolOffloadingSpec(OffloadingSpec):
     bytes ``[r * W, (r + 1) * W)``, W = worker_kv_bytes_per_block).
     """
 
+    @classmethod
+    def build_metric_definitions(cls, extra_config: Dict[str, Any]) -> Dict[str, Any]:
+        from .manager import metric_definitions
+        return metric_definitions()
+
     def __init__(self, config: OffloadingConfig) -> None:
         super().__init__(config)
         self.settings = KvpoolSettings.from_extra_config(self.extra_config)
@@ -410,7 +415,9 @@ class KvpoolOffloadingSpec(OffloadingSpec):
             self._manager = KvpoolOffloadingManager(sp,
                                                     priority=self.settings.priority,
                                                     on_shutdown=self.close_space,
-                                                    tiers=bool(self.settings.tiers))
+                                                    tiers=self.settings.tiers,
+                                                    events=self.kv_events_config
+                                                    .enable_kv_cache_events)
             self._manager.spec = self  # type: ignore[attr-defined]
         return self._manager
 
