@@ -466,6 +466,104 @@ class TestHostile(Case):
         self.assertIn("page_unified", str(cm.exception))
 
 
+class TestClear(Case):
+    """clear() (SGLang's /clear_hicache_storage_backend): this instance hits
+    nothing stored before it, and no other engine loses a page."""
+
+    def test_clear_hides_this_instances_pages_only(self):
+        a_host, b_host = host_pool(), host_pool()
+        a, b = self.storage(a_host), self.storage(b_host)
+        ks = keys(3, seed=13)
+        want = [fill(a_host, p, 130 + p) for p in range(3)]
+        self.assertEqual(a.batch_set_v1(ks, indices(a_host, range(3))), [True] * 3)
+        self.assertEqual(a.batch_exists(ks), 3)
+        self.assertIs(a.clear(), True)
+        self.assertEqual(a.batch_exists(ks), 0)
+        self.assertFalse(a.exists(ks[0]))
+        sentinel = [fill(a_host, p, 150 + p) for p in (4, 5, 6)]
+        self.assertEqual(a.batch_get_v1(ks, indices(a_host, [4, 5, 6])), [False] * 3)
+        for p, w in zip((4, 5, 6), sentinel):
+            self.assertTrue(torch.equal(page_bytes(a_host, p), w))   # nothing loaded
+        # the other engine of the space keeps the pages, nothing was evicted
+        self.assertEqual(b.batch_exists(ks), 3)
+        self.assertEqual(b.batch_get_v1(ks, indices(b_host, [7, 8, 9])), [True] * 3)
+        for p, w in zip((7, 8, 9), want):
+            self.assertTrue(torch.equal(page_bytes(b_host, p), w))
+        self.assertEqual(sum(a.space_stats().evictions), 0)
+        # what the cleared instance stores next it hits again (and b does not)
+        new = [fill(a_host, p, 170 + p) for p in (0, 1)]
+        self.assertEqual(a.batch_set_v1(ks[:2], indices(a_host, [0, 1])), [True] * 2)
+        self.assertEqual(a.batch_exists(ks), 2)
+        self.assertEqual(a.batch_get_v1(ks[:2], indices(a_host, [4, 5])), [True] * 2)
+        self.assertTrue(torch.equal(page_bytes(a_host, 4), new[0]))
+        self.assertTrue(torch.equal(page_bytes(a_host, 5), new[1]))
+        self.assertEqual(b.batch_get_v1(ks[:1], indices(b_host, [7])), [True])
+        self.assertTrue(torch.equal(page_bytes(b_host, 7), want[0]))
+        # a second clear fences those as well
+        a.clear()
+        self.assertEqual(a.batch_exists(ks), 0)
+
+    def test_clear_reaches_the_tiers(self):
+        d = tempfile.mkdtemp(prefix="kvrt-sgl-clear.",
+                             dir=os.environ.get("KVRT_TIER_DIR") or "/var/tmp")
+        self.addCleanup(shutil.rmtree, d, True)
+        host = host_pool()
+        st = self.storage(host, kvpool_tier_ssd=d, kvpool_tier_write_back=False)
+        ks = keys(2, seed=14)
+        st.batch_set_v1(ks, indices(host, [0, 1]))
+        st.clear()
+        self.assertEqual(st.batch_exists(ks), 0)
+        self.assertEqual(st.batch_get_v1(ks, indices(host, [2, 3])), [False, False])
+
+    def test_clear_of_a_closed_instance_fails(self):
+        st = self.storage(host_pool())
+        st.close()
+        with self.assertRaisesRegex(ValueError, "closed"):
+            st.clear()
+
+
+class TestRevision(Case):
+    """The weights' revision is part of the space identity."""
+
+    def model_dir(self):
+        d = tempfile.mkdtemp(prefix="kvrt-sgl-model.")
+        self.addCleanup(shutil.rmtree, d, True)
+        for name in ("config.json", "model.safetensors"):
+            with open(os.path.join(d, name), "wb") as f:
+                f.write(b"x" * 16)
+            os.utime(os.path.join(d, name), ns=(10**18, 10**18))
+        return d
+
+    def name(self, model, **extra):
+        st = self.storage(host_pool(), cfg=config(model=model, kvpool_tenant=self.tenant,
+                                                  **extra))
+        name = st.space_name
+        st.close()
+        return name
+
+    def test_weights_replaced_in_place_get_another_space(self):
+        d = self.model_dir()
+        before = self.name(d)
+        self.assertEqual(self.name(d), before)
+        os.utime(os.path.join(d, "model.safetensors"), ns=(10**18, 10**18 + 1))
+        self.assertNotEqual(self.name(d), before)
+
+    def test_kvpool_model_revision_decides(self):
+        d = self.model_dir()
+        pinned = self.name(d, kvpool_model_revision="r1")
+        os.utime(os.path.join(d, "model.safetensors"), ns=(10**18, 10**18 + 1))
+        self.assertEqual(self.name(d, kvpool_model_revision="r1"), pinned)
+        self.assertNotEqual(self.name(d, kvpool_model_revision="r2"), pinned)
+        self.assertNotEqual(self.name(d, kvpool_model_revision=""), pinned)
+        with self.assertRaisesRegex(TypeError, "kvpool_model_revision"):
+            KvpoolStorage(config(kvpool_model_revision=5))
+
+    def test_revision_module_is_engine_free(self):
+        code = ("import sys, kvrt.revision; bad = [m for m in sys.modules if m.startswith"
+                "(('sglang', 'vllm', 'torch'))]; assert not bad, bad")
+        subprocess.run([sys.executable, "-c", code], check=True)
+
+
 class TestStats(Case):
     def test_get_stats_counts_pages(self):
         host = host_pool()

@@ -33,6 +33,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import re
 import threading
 import time
@@ -46,6 +47,7 @@ from sglang.srt.mem_cache.hicache_storage import (HiCacheStorage, HiCacheStorage
 import kvrt
 from kvrt import process_pool
 from kvrt.layout import DType, Layout, LayoutKind
+from kvrt.revision import model_revision
 from kvrt.tiers import CONFIG_KEYS as TIER_KEYS
 from kvrt.tiers import TierConfig
 
@@ -64,6 +66,10 @@ CONFIG_KEYS: Dict[str, str] = {
                      "different space (default '')",
     "kvpool_space_prefix": "first part of the space name, [A-Za-z0-9._-]{1,16} "
                            "(default 'sgl')",
+    "kvpool_model_revision": "the weights' revision in the space identity (default: from "
+                             "the model directory's weight and config files' names, sizes "
+                             "and mtimes, or a Hugging Face cache's commit; '' for the name "
+                             "only)",
     "kvpool_mode": "permission bits of a space this instance creates, an int (default "
                    "0o600 = 384; 0o660 = 432 lets the group's engines join)",
     **TIER_KEYS,
@@ -193,18 +199,18 @@ def _host_geometry(host: Any) -> Tuple[_Geometry, int, Dict[str, int]]:
 
 
 def space_name(config: HiCacheStorageConfig, identity: Dict[str, Any], tenant: str = "",
-               prefix: str = "sgl") -> str:
+               prefix: str = "sgl", revision: str = "") -> str:
     """The kvpool space of one model shard and page geometry.
 
     ``prefix-model-digest``: the model's last path part (sanitised, at most
     24 characters) for people, and 16 hex digits of SHA-256 over everything
     that decides a page's bytes (model, tenant, page geometry and dtype, TP
-    rank and size, PP stage, attention CP rank) so that incompatible pages
-    never meet.  The host layout is not part of it: blocks are block-major
+    rank and size, PP stage, attention CP rank, the weights' ``revision``)
+    so that incompatible pages never meet.  The host layout is not part of it: blocks are block-major
     whatever the host layout.  Fits kvpool's 63 characters [A-Za-z0-9._-].
     """
     model = config.model_name or ""
-    ident = dict(identity, v=1, model=model, tenant=tenant,
+    ident = dict(identity, v=2, model=model, tenant=tenant, revision=revision,
                  tp=[config.tp_rank, config.tp_size], pp=[config.pp_rank, config.pp_size],
                  cp=[config.attn_cp_rank, config.attn_cp_size])
     digest = hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
@@ -263,6 +269,10 @@ class KvpoolStorage(HiCacheStorage):
         self._tenant = _opt(extra, "kvpool_tenant", str, "")
         self._prefix = _opt(extra, "kvpool_space_prefix", str, "sgl")
         self._mode = _opt(extra, "kvpool_mode", int, 0o600)
+        self._revision = _opt(extra, "kvpool_model_revision", str, None)
+        if self._revision is not None and len(self._revision) > 256:
+            raise ValueError("extra_config kvpool_model_revision: pass at most 256 "
+                             "characters (a commit, a tag, a checksum)")
         if self._pool_bytes < 0:
             raise ValueError(f"extra_config kvpool_pool_bytes {self._pool_bytes}: pass >= 0")
         if self._quota <= 0:
@@ -280,6 +290,8 @@ class KvpoolStorage(HiCacheStorage):
         self._pool: Optional[kvrt.Pool] = process_pool.acquire(self._backend, self._device,
                                                             self._pool_bytes)
         self._space: Optional[kvrt.Space] = None
+        # mixed into every page hash; b"" until clear() (see _hashes)
+        self._generation = b""
         self._metrics: Dict[str, List[float]] = {"get": [], "set": [], "get_bw": [],
                                                  "set_bw": []}
 
@@ -288,7 +300,10 @@ class KvpoolStorage(HiCacheStorage):
     def register_mem_pool_host(self, mem_pool_host: Any) -> None:
         """Take SGLang's host pool and open (or create) the space its pages go to."""
         geo, pages, st = _host_geometry(mem_pool_host)
-        name = space_name(self.config, geo.identity(), self._tenant, self._prefix)
+        revision = self._revision
+        if revision is None:
+            revision = model_revision(self.config.model_name or "")
+        name = space_name(self.config, geo.identity(), self._tenant, self._prefix, revision)
         with self._lock:
             pool = self._need_pool()
             block = geo.layout(1)
@@ -357,8 +372,9 @@ class KvpoolStorage(HiCacheStorage):
 
     # ---- argument checks ------------------------------------------------
 
-    @staticmethod
-    def _hashes(keys: Sequence[str]) -> np.ndarray:
+    def _hashes(self, keys: Sequence[str]) -> np.ndarray:
+        """kvpool hashes of SGLang's page keys: the keys themselves, or after
+        a clear() SHA-256(generation, key), which nothing stored before can match."""
         if isinstance(keys, (str, bytes)):
             raise TypeError("keys: pass a list of page hashes (hex str), not one "
                             f"{type(keys).__name__}")
@@ -371,6 +387,9 @@ class KvpoolStorage(HiCacheStorage):
                 raise ValueError(f"keys[{i}] {k[:80]!r}: pass SGLang's page hash, 64 hex "
                                  "digits (a SHA-256 digest)")
             rows.append(bytes.fromhex(k))
+        gen = self._generation
+        if gen:
+            rows = [hashlib.sha256(gen + r).digest() for r in rows]
         return np.frombuffer(b"".join(rows), dtype=np.uint8).reshape(-1, kvrt.HASH_BYTES)
 
     def _pages(self, host_indices: Any, n: int, distinct: bool) -> np.ndarray:
@@ -575,13 +594,19 @@ class KvpoolStorage(HiCacheStorage):
 
     # ---- the rest -------------------------------------------------------
 
-    def clear(self) -> None:
-        """Leaves the space alone: it is shared with every engine of this
-        geometry, and kvpool drops pages by its quota.  To empty it, destroy
-        the space (``kvrt.Pool().destroy_space(name)``) with the engines stopped."""
-        logger.warning("kvpool storage: clear() keeps the shared space %s; destroy it "
-                       "with the engines stopped to empty it",
-                       getattr(self, "space_name", "(none)"))
+    def clear(self) -> bool:
+        """Make every page stored so far unreachable for this instance: a
+        fresh random generation enters every later page hash (pool and
+        tiers alike).  Other engines sharing the space keep their pages and
+        hits; the old pages leave by the quota.  True when done; raises
+        (SGLang then reports failure) on a closed instance."""
+        with self._lock:
+            self._need_pool()
+            self._generation = os.urandom(16)
+        logger.info("kvpool storage: clear(): pages stored before are no longer hit by this "
+                    "instance (new generation in space %s; other engines keep theirs)",
+                    getattr(self, "space_name", "(none)"))
+        return True
 
     def _account(self, op: str, pages: int, t0: float) -> None:
         dt = time.perf_counter() - t0
