@@ -15,10 +15,13 @@ What needs a GPU and is not run here: the L1<->L2 copies,
 pool_host/mha.py:60-88 imports only on CUDA/HIP/XPU (on the CPU
 mha.py:677 raises NameError).  The test writes the host pages itself,
 where ``write`` would have put them.  The prefetch stop policies
-(best_effort, wait_complete, timeout) and assume_stored are decided in the
-tree cache (unified_radix_cache.py:2296-2310, 2115-2228 and the hybrid
-controller), not in HiCacheController: here the controller's mechanisms
-they use are driven (terminate_prefetch, draining until completed_req).
+(best_effort, wait_complete, timeout) are decided in the tree cache
+(unified_radix_cache.py:2294-2310), not in a controller: here the
+controller mechanisms they use are driven (terminate_prefetch; draining
+the acks until completed_req).  The write policies likewise act in the
+tree cache; a controller only checks the name.  Both controllers run:
+HiCacheController and HybridCacheController (the one the server builds,
+with clear_storage_backend and assume_stored).
 """
 import itertools
 import os
@@ -33,7 +36,12 @@ import torch.distributed as dist
 
 from sglang.srt.managers.cache_controller import HiCacheController
 from sglang.srt.mem_cache.allocator.paged import PagedTokenToKVPoolAllocator
+from sglang.srt.mem_cache.base_prefix_cache import CacheRequestHandle
+from sglang.srt.mem_cache.hicache_storage import PoolName
+from sglang.srt.mem_cache.hybrid_cache.hybrid_cache_controller import HybridCacheController
+from sglang.srt.mem_cache.hybrid_cache.hybrid_pool_assembler import build_pool_entry
 from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool
+from sglang.srt.mem_cache.pool_host import HostPoolGroup
 from sglang.srt.mem_cache.pool_host.mha import MHATokenToKVPoolHost
 from sglang.srt.mem_cache.utils import get_storage_hash_str
 from sglang.srt.runtime_context import get_parallel
@@ -70,7 +78,7 @@ class Engine:
     """One engine's memory and SGLang controller, with kvpool as L3."""
 
     def __init__(self, case, tenant, write_policy="write_through", layout="layer_first",
-                 tokens=64):
+                 tokens=64, hybrid=False):
         self.device = MHATokenToKVPool(
             size=tokens, page_size=PAGE, dtype=torch.bfloat16, head_num=HEADS,
             head_dim=DIM, layer_num=LAYERS, device="cpu", enable_memory_saver=False,
@@ -85,10 +93,22 @@ class Engine:
                  "class_name": "KvpoolStorage", "interface_v1": 1,
                  "kvpool_backend": "embedded", "kvpool_tenant": tenant,
                  "kvpool_quota_bytes": 1 << 20}
-        self.cc = HiCacheController(
-            self.allocator, self.host, PAGE, dist.group.WORLD, threading.Event(),
-            write_policy=write_policy, io_backend="direct", storage_backend="dynamic",
-            model_name="org/Tiny-Model", storage_backend_extra_config=extra)
+        args = dict(write_policy=write_policy, io_backend="direct", storage_backend="dynamic",
+                    model_name="org/Tiny-Model", storage_backend_extra_config=extra)
+        self.hybrid = hybrid
+        if hybrid:
+            # the server's controller: a host pool group of one KV entry, as
+            # hybrid_pool_assembler.build_kv_only_stack builds for MHA models
+            group = HostPoolGroup([build_pool_entry(
+                name=PoolName.KV, host_pool=self.host, device_pool=self.device,
+                layer_mapping={i: i for i in range(LAYERS)}, transfer_layer_id_max=LAYERS,
+                is_anchor=True)])
+            self.cc = HybridCacheController(self.allocator, group, PAGE, dist.group.WORLD,
+                                            threading.Event(), transfer_layer_id_max=LAYERS,
+                                            **args)
+        else:
+            self.cc = HiCacheController(self.allocator, self.host, PAGE, dist.group.WORLD,
+                                        threading.Event(), **args)
         case.addCleanup(self.cc.detach_storage_backend)
         case.assertIs(type(self.cc.storage_backend), KvpoolStorage)
         # interface_v1: the controller moves pages with batch_get_v1/batch_set_v1
@@ -108,9 +128,9 @@ class Engine:
         assert op.id == op_id
         return op.completed_tokens
 
-    def query(self, rid, tokens):
+    def query(self, rid, tokens, **kw):
         """SGLang's prefetch thread: the hit query (batch_exists), rank-reduced."""
-        op = self.cc.prefetch(rid, tokens)
+        op = self.cc.prefetch(CacheRequestHandle(rid, 0) if self.hybrid else rid, tokens, **kw)
         hit = self.cc.prefetch_hit_queue.get(timeout=WAIT)
         assert hit is op
         return op
@@ -218,6 +238,57 @@ class TestPrefetch(Case):
         self.assertEqual(eng.query("before", toks).storage_hit_count, 2 * PAGE)
         self.assertIs(eng.cc.storage_backend.clear(), True)
         self.assertEqual(eng.query("after", toks).storage_hit_count, 0)
+
+
+class TestHybridController(Case):
+    """HybridCacheController: the controller SGLang's server builds for the
+    tree cache (hybrid_pool_assembler.py:547), with clear and assume_stored."""
+
+    def stored(self, eng, n, seed):
+        src = eng.host_pages(n)
+        want = [fill(eng.host, p, seed * 10 + i) for i, p in enumerate(host_page_numbers(src))]
+        toks = self.tokens(n, seed)
+        self.assertEqual(eng.backup(src, toks), n * PAGE)
+        return toks, want
+
+    def test_each_write_policy(self):
+        for seed, policy in enumerate(POLICIES, start=21):
+            with self.subTest(write_policy=policy):
+                writer = Engine(self, self.tenant, policy, hybrid=True)
+                reader = Engine(self, self.tenant, policy, "page_head", hybrid=True)
+                toks, want = self.stored(writer, 3, seed)
+                op = reader.query(f"h{seed}", toks)
+                self.assertEqual(op.storage_hit_count, 3 * PAGE)
+                self.assertEqual(reader.transfer(op), [3 * PAGE])
+                for p, w in zip(host_page_numbers(op.host_indices), want):
+                    self.assertTrue(torch.equal(page_bytes(reader.host, p), w), p)
+
+    def test_clear_storage_backend(self):
+        # SGLang's clear endpoint: clear_storage_backend, then no hit
+        a = Engine(self, self.tenant, hybrid=True)
+        b = Engine(self, self.tenant, hybrid=True)
+        toks, want = self.stored(a, 3, 31)
+        self.assertEqual(a.query("before", toks).storage_hit_count, 3 * PAGE)
+        self.assertIs(a.cc.clear_storage_backend(), True)
+        self.assertEqual(a.query("after", toks).storage_hit_count, 0)
+        # the other engine of the space keeps its hits and the bytes
+        op = b.query("other", toks)
+        self.assertEqual(op.storage_hit_count, 3 * PAGE)
+        self.assertEqual(b.transfer(op), [3 * PAGE])
+        for p, w in zip(host_page_numbers(op.host_indices), want):
+            self.assertTrue(torch.equal(page_bytes(b.host, p), w), p)
+
+    def test_assume_stored_loads_what_is_there(self):
+        # assume_stored skips batch_exists; batch_get_v1 then reports the
+        # stored prefix (2 of 4 pages) and the prefetch completes that much
+        eng = Engine(self, self.tenant, hybrid=True)
+        toks, want = self.stored(eng, 2, 32)
+        longer = toks + self.tokens(2, 33)
+        op = eng.query("assumed", longer, assume_stored=True)
+        self.assertEqual(op.storage_hit_count, 4 * PAGE)      # not verified
+        self.assertEqual(eng.transfer(op), [2 * PAGE])
+        for p, w in zip(host_page_numbers(op.host_indices)[:2], want):
+            self.assertTrue(torch.equal(page_bytes(eng.host, p), w), p)
 
 
 class TestController(Case):
