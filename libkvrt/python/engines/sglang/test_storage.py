@@ -32,7 +32,7 @@ _tenants = itertools.count()
 
 
 def host_pool(layout="layer_first", layers=2, heads=2, head_dim=8, dtype=torch.bfloat16,
-              page=PAGE, device_tokens=32):
+              page=PAGE, device_tokens=32, cls=MHATokenToKVPoolHost):
     """SGLang's MHA host pool on CPU tensors (device pool stand-in: CPU K/V)."""
     def bufs():
         return tuple(torch.zeros(device_tokens + page, heads, head_dim, dtype=dtype)
@@ -44,7 +44,7 @@ def host_pool(layout="layer_first", layers=2, heads=2, head_dim=8, dtype=torch.b
                           layout=KVBufferLayout.NHD),
         page_size=page, head_num=heads, head_dim=head_dim, v_head_dim=head_dim,
         dtype=dtype, device=torch.device("cpu"))
-    return MHATokenToKVPoolHost(info, host_to_device_ratio=2.0, host_size=0, page_size=page,
+    return cls(info, host_to_device_ratio=2.0, host_size=0, page_size=page,
                                 layout=layout, pin_memory=False, device="cpu",
                                 device_capacity_tokens=device_tokens, start_layer=0,
                                 end_layer=layers - 1)
@@ -453,6 +453,40 @@ class TestHostile(Case):
         with self.assertRaises(ValueError) as cm:
             st.register_mem_pool_host(host_pool())
         self.assertIn("closed", str(cm.exception))
+
+    def test_host_pool_with_bytes_outside_kv_buffer(self):
+        # a host pool that sizes its tokens as MXFP8's does: payload plus
+        # per-page scales kept in tensors of their own
+        class ScaledHost(MHATokenToKVPoolHost):
+            def get_size_per_token(self):
+                return super().get_size_per_token() + 2 * self.layer_num
+
+        st = KvpoolStorage(config(kvpool_tenant=self.tenant))
+        self.addCleanup(st.close)
+        with self.assertRaises(ValueError) as cm:
+            st.register_mem_pool_host(host_pool(cls=ScaledHost))
+        self.assertIn("outside kv_buffer", str(cm.exception))
+        self.assertIn("ScaledHost: 132 bytes per token, kv_buffer holds 128", str(cm.exception))
+        self.assertRaises(ValueError, st.batch_exists, keys(1))   # nothing registered
+
+    def test_mxfp8_host_pool_is_refused(self):
+        from sglang.srt.mem_cache.pool_host.mha_mxfp8 import MHATokenToKVPoolMXFP8Host
+        # Its constructor needs the CUDA/HIP write-back kernel (mha_mxfp8.py:103):
+        # an instance of the class holding a CPU page_first pool's state and
+        # the scale tensors the constructor would add.
+        plain = host_pool("page_first", dtype=torch.float8_e4m3fn)
+        mx = MHATokenToKVPoolMXFP8Host.__new__(MHATokenToKVPoolMXFP8Host)
+        mx.__dict__.update(plain.__dict__)
+        mx.k_scale_host = torch.zeros(plain.page_num, plain.layer_num, 4, dtype=torch.uint8)
+        mx.v_scale_host = torch.zeros(plain.page_num, plain.layer_num, 4, dtype=torch.uint8)
+        st = KvpoolStorage(config(kvpool_tenant=self.tenant))
+        self.addCleanup(st.close)
+        with self.assertRaises(ValueError) as cm:
+            st.register_mem_pool_host(mx)
+        self.assertIn("MHATokenToKVPoolMXFP8Host", str(cm.exception))
+        self.assertIn("k_scale_host, v_scale_host", str(cm.exception))
+        # the same pool without the scales is taken
+        st.register_mem_pool_host(plain)
 
     def test_unsupported_host_layout(self):
         try:

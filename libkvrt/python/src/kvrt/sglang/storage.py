@@ -188,6 +188,7 @@ def _host_geometry(host: Any) -> Tuple[_Geometry, int, Dict[str, int]]:
                          f"{', '.join(_LAYOUTS)} (pass --hicache-mem-layout with one)")
     geo = _Geometry(int(host.layer_num), int(host.head_num), int(host.head_dim),
                     int(host.page_size), buf.dtype)
+    _check_whole(host, geo)
     if buf.dim() < 5 or buf.shape[0] != 2 or buf.shape[-1] != geo.head_dim \
             or buf.stride(-1) != 1:
         raise ValueError(f"host pool kv_buffer shape {tuple(buf.shape)} strides "
@@ -196,6 +197,24 @@ def _host_geometry(host: Any) -> Tuple[_Geometry, int, Dict[str, int]]:
     pages, st = _axes(host.layout, tuple(buf.shape), [x * es for x in buf.stride()],
                       geo.page_size)
     return geo, pages, st
+
+
+def _check_whole(host: Any, geo: _Geometry) -> None:
+    """Refuse a host pool whose pages have bytes outside ``kv_buffer`` (such as
+    MXFP8's scales): kvpool storage copies kv_buffer only, so it would store
+    pages that load back without them."""
+    kind = type(host).__name__
+    in_buffer = 2 * geo.layers * geo.heads * geo.head_dim * geo.itemsize
+    per_token = getattr(host, "size_per_token", in_buffer)
+    outside = [a for a in ("k_scale_host", "v_scale_host")
+               if getattr(host, a, None) is not None]
+    if outside or "MXFP8" in kind or per_token != in_buffer:
+        what = ", ".join(outside) or "tensors besides kv_buffer"
+        raise ValueError(f"host pool {kind}: {per_token} bytes per token, kv_buffer holds "
+                         f"{in_buffer}; the rest ({what}) lives outside kv_buffer, which is "
+                         "all kvpool storage copies. Use a KV cache dtype whose host pool "
+                         "is MHATokenToKVPoolHost alone (bf16, fp16, fp8_e4m3 without "
+                         "MXFP8 scales), or another HiCache storage backend")
 
 
 def space_name(config: HiCacheStorageConfig, identity: Dict[str, Any], tenant: str = "",
