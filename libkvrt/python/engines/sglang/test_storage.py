@@ -332,7 +332,12 @@ class TestTiers(Case):
         b_host = host_pool()
         b = self.storage(b_host, **tiers)
         n = b.batch_exists(ks)
+        # asking moved nothing: no block allocated or published in the pool
+        st = b.space_stats()
+        self.assertEqual((st.allocs, st.inserts, st.my_refs), (0, 0, 0))
+        self.assertEqual(b.batch_exists(ks[1:]), n - 1 if n else 0)
         got = b.batch_get_v1(ks, indices(b_host, [5, 6, 7]))
+        self.assertEqual(b.space_stats().inserts, sum(got))   # the get brought them up
         for p, w in zip((5, 6, 7)[:n], want):
             self.assertTrue(torch.equal(page_bytes(b_host, p), w), p)
         return n, got

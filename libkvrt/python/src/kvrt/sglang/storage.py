@@ -23,10 +23,12 @@ Call pattern (SGLang's cache controller): the prefetch thread asks
 ``batch_exists`` for the longest stored prefix, the ranks agree on the
 minimum, and later ``batch_get_v1`` loads that prefix; a request may be
 cancelled between the two, with no call back to the backend.  So
-``batch_exists`` releases every reference it took, and ``batch_get_v1``
-looks the pages up again, holding them only while it copies; a page
-evicted in between is reported False (SGLang then loads the shorter
-prefix).
+``batch_exists`` moves no data and keeps no reference: it asks the pool
+(a lookup whose references it drops at once) and the tiers
+(``kvrt_tier_contains``: the SSD index, Redis EXISTS).  ``batch_get_v1``
+looks the pages up again, bringing up what only a tier has, and holds them
+only while it copies; a page evicted (or failing its check) in between is
+reported False (SGLang then loads the shorter prefix).
 """
 from __future__ import annotations
 
@@ -45,7 +47,7 @@ from sglang.srt.mem_cache.hicache_storage import (HiCacheStorage, HiCacheStorage
                                                   HiCacheStorageExtraInfo)
 
 import kvrt
-from kvrt import process_pool
+from kvrt import _lib, process_pool
 from kvrt.layout import DType, Layout, LayoutKind
 from kvrt.revision import model_revision
 from kvrt.tiers import CONFIG_KEYS as TIER_KEYS
@@ -534,16 +536,36 @@ class KvpoolStorage(HiCacheStorage):
 
     def batch_exists(self, keys: List[str],
                      extra_info: Optional[HiCacheStorageExtraInfo] = None) -> int:
-        """How many leading ``keys`` are stored (no reference is kept); with
-        tiers, pages only a tier has come up into the pool for the get."""
+        """How many leading ``keys`` are stored, in the pool or a tier; nothing
+        is read, brought up or kept referenced (see the module's docstring)."""
         h = self._hashes(keys)
         if len(h) == 0:
             return 0
         with self._lock:
-            ids = self._lookup(h, tiers=True)
+            if self._tiers and _lib.tier_contains_missing:
+                # libkvrt before 0.9 cannot ask a tier without reading it
+                ids = self._lookup(h, tiers=True)
+                if len(ids):
+                    self._release(ids)
+                return len(ids)
+            return self._stored_prefix(h)
+
+    def _stored_prefix(self, h: np.ndarray) -> int:
+        """Runs from the pool and from the tiers, in turn, until neither has the next."""
+        sp = self._need_space()
+        n = 0
+        while n < len(h):
+            part = h[n:n + kvrt.MAX_BATCH]
+            ids = sp.lookup(part)
             if len(ids):
                 self._release(ids)
-        return len(ids)
+            step = len(ids)
+            if not step and self._tiers:
+                step = sp.tier_contains(part)[0]
+            if not step:
+                break
+            n += step
+        return n
 
     def batch_get_v1(self, keys: List[str], host_indices: torch.Tensor,
                      extra_info: Optional[HiCacheStorageExtraInfo] = None) -> List[bool]:
