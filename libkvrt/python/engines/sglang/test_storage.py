@@ -363,6 +363,49 @@ class TestTiers(Case):
             self.storage(host, kvpool_tier_ssd="/proc/kvpool-nope")
 
 
+class TestRedisTier(TestTiers):
+    """kvpool_tier_redis against three real redis-server masters
+    (selftests/redis/cluster.sh, named by check.sh): batch_exists after a
+    restart answers with EXISTS, no value fetched, and the get loads them."""
+
+    @classmethod
+    def setUpClass(cls):
+        script = os.environ.get("KVRT_REDIS_CLUSTER_SH")
+        if not script:
+            raise unittest.SkipTest("KVRT_REDIS_CLUSTER_SH not set (check.sh sets it)")
+        cls.dir = tempfile.mkdtemp(prefix="kvrt-sgl-redis.")
+        r = subprocess.run(["bash", script, "start", cls.dir], capture_output=True, text=True,
+                           timeout=120, check=False)
+        if r.returncode:
+            subprocess.run(["bash", script, "stop", cls.dir], check=False, timeout=60)
+            shutil.rmtree(cls.dir, True)
+            raise AssertionError(f"cluster.sh start failed: {r.stderr.strip()}")
+        cls.script, cls.seeds = script, r.stdout.strip().splitlines()[-1]
+        cls.env = {k: os.environ.get(k) for k in ("KVRT_REDIS_USER", "KVRT_REDIS_PASSWORD")}
+        os.environ.update(KVRT_REDIS_USER="alice", KVRT_REDIS_PASSWORD="alice-pw")
+
+    @classmethod
+    def tearDownClass(cls):
+        for k, v in cls.env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        subprocess.run(["bash", cls.script, "stop", cls.dir], check=False, timeout=60)
+        shutil.rmtree(cls.dir, True)
+
+    def test_a_restart_loads_from_the_redis_tier(self):
+        n, got = self.restart(kvpool_tier_redis=self.seeds,
+                              kvpool_tier_redis_prefix=f"tenA:{self.tenant}:",
+                              kvpool_tier_write_back=False)
+        self.assertEqual((n, got), (3, [True] * 3))
+
+    # the SSD cases run once, in TestTiers
+    test_a_restart_loads_from_the_ssd_tier = None
+    test_without_a_tier_a_restart_finds_nothing = None
+    test_tier_config_errors = None
+
+
 class TestHostile(Case):
     def test_bad_keys(self):
         host = host_pool()
