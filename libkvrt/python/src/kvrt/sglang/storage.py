@@ -227,8 +227,9 @@ def space_name(config: HiCacheStorageConfig, identity: Dict[str, Any], tenant: s
     24 characters) for people, and 16 hex digits of SHA-256 over everything
     that decides a page's bytes (model, tenant, page geometry and dtype, TP
     rank and size, PP stage, attention CP rank, the weights' ``revision``)
-    so that incompatible pages never meet.  The host layout is not part of it: blocks are block-major
-    whatever the host layout.  Fits kvpool's 63 characters [A-Za-z0-9._-].
+    so that incompatible pages never meet.  The host layout is not part of
+    it: blocks are block-major whatever the host layout.  Fits kvpool's 63
+    characters [A-Za-z0-9._-].
     """
     model = config.model_name or ""
     ident = dict(identity, v=2, model=model, tenant=tenant, revision=revision,
