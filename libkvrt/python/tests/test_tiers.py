@@ -303,7 +303,7 @@ class TestOldLibrary(unittest.TestCase):
         out = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, KVRT_LIBRARY=so),
                              capture_output=True, text=True, timeout=60)
         self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
-        self.assertIn("libkvrt 0.8.0; tier_contains need 0.9 or newer", out.stdout)
+        self.assertIn("libkvrt 0.8.0; tier queries that read nothing (tier_contains) need 0.9 or newer", out.stdout)
 
     def test_0_5_has_no_tiers(self):
         from kvrt import _lib

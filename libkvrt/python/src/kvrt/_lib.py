@@ -417,4 +417,5 @@ tier_keys_missing = _declare_since(lib, _PROTOS_TIER_KEYS, TIER_KEYS_VERSION_NUM
                                    "tier keys")
 #: None when Space.tier_contains can ask the tiers without reading, else why not.
 tier_contains_missing = _declare_since(lib, _PROTOS_TIER_CONTAINS,
-                                       TIER_CONTAINS_VERSION_NUMBER, "tier_contains")
+                                       TIER_CONTAINS_VERSION_NUMBER,
+                                       "tier queries that read nothing (tier_contains)")
