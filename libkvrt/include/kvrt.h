@@ -54,10 +54,11 @@ extern "C" {
  * 0.6: tiers below the pool (a local SSD tier).
  * 0.7: write-back tiers (KVRT_TIER_WRITE_BACK, kvrt_tier_flush).
  * 0.8: tiers trust only what the tenant's key wrote (kvrt_tier_*_opts.key_file).
+ * 0.9: asking the tiers what they hold without reading it (kvrt_tier_contains).
  */
 
 #define KVRT_VERSION_MAJOR 0
-#define KVRT_VERSION_MINOR 8
+#define KVRT_VERSION_MINOR 9
 #define KVRT_VERSION_PATCH 0
 /* MAJOR * 10000 + MINOR * 100 + PATCH, comparable with kvrt_version_number() */
 #define KVRT_VERSION_NUMBER \
@@ -1463,6 +1464,23 @@ int kvrt_tier_stats(struct kvrt_tier *tier, struct kvrt_tier_stats *stats);
  */
 int kvrt_lookup_tiers(struct kvrt_space *space, uint32_t count,
 		      const uint8_t (*hashes)[KVRT_HASH_BYTES], uint32_t *ids, uint8_t *where);
+
+/*
+ * How many of hashes[0..count), from the first, this handle's tiers hold
+ * (since 0.9), each hash in the first tier, in the order opened, that
+ * holds the run it starts; the pool is not asked.  Nothing is read,
+ * allocated or published: the SSD tier answers from its index, Redis with
+ * EXISTS (a round trip per node involved).  A block found here can still
+ * fail its check when kvrt_lookup_tiers() reads it, and a tier can evict
+ * it meanwhile: kvrt_lookup_tiers() has the last word.  where (may be
+ * NULL) gets, per hash held, n for the n-th tier opened.  Returns the
+ * count, 0 with no tier open, or kvrt_lookup()'s argument errors
+ * (-EINVAL NULL space or count 0, -E2BIG count > KVRT_MAX_BATCH, -EFAULT
+ * hashes NULL).  Each tier counts a miss when it lacks the first hash it
+ * is asked about, as for a lookup.
+ */
+int kvrt_tier_contains(struct kvrt_space *space, uint32_t count,
+		       const uint8_t (*hashes)[KVRT_HASH_BYTES], uint8_t *where);
 
 /*
  * Write blocks ids[i] (holding the data of hashes[i]) to every tier of

@@ -462,6 +462,47 @@ TEST(another_host_finds_the_blocks)
 	host_close(&b);
 }
 
+/*
+ * kvrt_tier_contains (0.9) on Redis: EXISTS only, so another host learns
+ * the stored prefix with no value read and nothing in its pool; a gap
+ * ends it.
+ */
+TEST(contains_asks_exists_and_reads_nothing)
+{
+	struct kvrt_tier_stats st0, st1;
+	struct kvrt_space_stats ps0, ps1;
+	uint8_t hs[NB][H], w[NB];
+	struct host a, b;
+	uint32_t i;
+	int bad;
+
+	REQUIRE(host_open(&a, "alice", "alice-pw", "tenA:") == 0);
+	REQUIRE(host_open(&b, "alice", "alice-pw", "tenA:") == 0);
+	CHECK_EQ(store(&a, 40, 5), 5);
+	for (i = 0; i < NB; i++)
+		tier_hash(hs[i], 40, i);
+	st0 = stats(&b);
+	REQUIRE(kvrt_space_stats(b.s, &ps0) == 0);
+	memset(w, 0xee, sizeof(w));
+	CHECK_EQ(kvrt_tier_contains(b.s, NB, (const uint8_t (*)[H])hs, w), 5);
+	CHECK(w[0] == 1 && w[4] == 1 && w[5] == 0xee);
+	st1 = stats(&b);
+	REQUIRE(kvrt_space_stats(b.s, &ps1) == 0);
+	CHECK_EQ(st1.read_bytes, st0.read_bytes);
+	CHECK_EQ(st1.hits, st0.hits);
+	CHECK_EQ(ps1.allocs, ps0.allocs);
+	CHECK_EQ(ps1.inserts, ps0.inserts);
+	/* A gap (40:5 never stored) ends the prefix; a tag never stored: 0. */
+	tier_hash(hs[5], 41, 0);
+	CHECK_EQ(kvrt_tier_contains(b.s, 7, (const uint8_t (*)[H])hs, NULL), 5);
+	CHECK_EQ(kvrt_tier_contains(b.s, 3, (const uint8_t (*)[H])(hs + 5), NULL), 0);
+	/* The lookup then reads those five, whole. */
+	CHECK_EQ(lookup(&b, 40, 7, &bad, NULL), 5);
+	CHECK_EQ(bad, 0);
+	host_close(&a);
+	host_close(&b);
+}
+
 TEST(arguments_and_credentials)
 {
 	struct kvrt_tier_redis_opts ro = { .nodes = seeds };
@@ -1449,6 +1490,7 @@ int main(int argc, char **argv)
 	}
 	RUN(another_host_finds_the_blocks);
 	RUN(arguments_and_credentials);
+	RUN(contains_asks_exists_and_reads_nothing);
 	RUN(blocks_expire_after_ttl);
 	RUN(a_tenant_cannot_reach_another_tenants_keys);
 	RUN(a_corrupted_or_truncated_value_is_a_miss);

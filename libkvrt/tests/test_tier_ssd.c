@@ -182,6 +182,68 @@ static struct kvrt_tier_stats stats(struct env *e)
 	return st;
 }
 
+/* kvrt_tier_contains over tag:[0, n); where[] out. */
+static int contains_run(struct env *e, uint32_t tag, uint32_t n, uint8_t *where)
+{
+	uint8_t h[MAXB][H];
+	uint32_t i;
+
+	for (i = 0; i < n; i++)
+		tier_hash(h[i], tag, i);
+	return kvrt_tier_contains(e->s, n, (const uint8_t (*)[H])h, where);
+}
+
+/*
+ * kvrt_tier_contains (0.9) answers from the index: the stored prefix, a
+ * gap ends it, nothing read, allocated or published; kvrt_lookup_tiers
+ * then reads exactly that prefix.
+ */
+TEST(contains_answers_from_the_index_without_reading)
+{
+	struct kvrt_space_stats ps0, ps1;
+	struct kvrt_tier_stats st0, st1;
+	uint8_t h[2][H] = { { 0 } }, w[MAXB];
+	uint32_t ids[MAXB];
+	struct env e;
+	int bad;
+
+	new_dir(&e);
+	REQUIRE(env_open(&e, "contains", BB, 16, NULL) == 0);
+	CHECK_EQ(kvrt_tier_contains(NULL, 1, (const uint8_t (*)[H])h, NULL), -EINVAL);
+	CHECK_EQ(kvrt_tier_contains(e.s, 0, (const uint8_t (*)[H])h, NULL), -EINVAL);
+	CHECK_EQ(kvrt_tier_contains(e.s, KVRT_MAX_BATCH + 1, (const uint8_t (*)[H])h, NULL),
+		 -E2BIG);
+	CHECK_EQ(kvrt_tier_contains(e.s, 1, NULL, NULL), -EFAULT);
+	CHECK_EQ(contains_run(&e, 3, 4, NULL), 0);
+	CHECK_EQ(store_run(&e, 3, 0, 3, KVRT_PRIO_DEFAULT), 3);
+	CHECK_EQ(store_run(&e, 3, 4, 1, KVRT_PRIO_DEFAULT), 1);	/* tag 3:3 is a gap */
+	st0 = stats(&e);
+	REQUIRE(kvrt_space_stats(e.s, &ps0) == 0);
+	memset(w, 0xee, sizeof(w));
+	CHECK_EQ(contains_run(&e, 3, 6, w), 3);
+	CHECK(w[0] == 1 && w[1] == 1 && w[2] == 1 && w[3] == 0xee);
+	CHECK_EQ(contains_run(&e, 3, 2, NULL), 2);
+	st1 = stats(&e);
+	REQUIRE(kvrt_space_stats(e.s, &ps1) == 0);
+	CHECK_EQ(st1.read_bytes, st0.read_bytes);
+	CHECK_EQ(st1.hits, st0.hits);
+	CHECK_EQ(ps1.inserts, ps0.inserts);	/* nothing published */
+	CHECK_EQ(ps1.allocs, ps0.allocs);	/* nothing allocated */
+	tier_hash(h[0], 3, 0);
+	CHECK_EQ(kvrt_lookup(e.s, 1, (const uint8_t (*)[H])h, ids, NULL), 0);	/* not in the pool */
+	/* A hash it lacks is a miss, as for a lookup. */
+	CHECK_EQ(contains_run(&e, 4, 2, NULL), 0);
+	CHECK_EQ(stats(&e).misses, st1.misses + 1);
+	/* The lookup reads what contains promised. */
+	CHECK_EQ(lookup_run(&e, 3, 6, NULL, &bad), 3);
+	CHECK_EQ(bad, 0);
+	/* No tier open: nothing held. */
+	kvrt_tier_close(e.t);
+	e.t = NULL;
+	CHECK_EQ(contains_run(&e, 3, 3, NULL), 0);
+	env_close(&e);
+}
+
 TEST(arguments_refused)
 {
 	struct env e;
@@ -1397,6 +1459,7 @@ int main(void)
 	/* Another uid must be able to reach the test's directories to be refused below them. */
 	chmod(root, 0755);
 	RUN(arguments_refused);
+	RUN(contains_answers_from_the_index_without_reading);
 	RUN(store_then_lookup_across_pool_and_tier);
 	RUN(blocks_survive_a_restart_in_their_identity_only);
 	RUN(a_corrupted_block_is_a_miss_and_is_dropped);

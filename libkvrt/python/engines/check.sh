@@ -35,6 +35,8 @@ export KVRT_LIBRARY="$LIB" HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE
 export PYTHONHASHSEED=${PYTHONHASHSEED:-0}
 # the tests that every config key is documented read it
 export KVRT_PYTHON_RST="$PYSRC/../../Documentation/python.rst"
+# the Redis tier tests start a cluster with it
+export KVRT_REDIS_CLUSTER_SH="$PYSRC/../../selftests/redis/cluster.sh"
 "$PY" -c 'import kvrt, sys
 assert "site-packages" in kvrt.__file__, kvrt.__file__
 assert sys.argv[1] not in sys.modules, "import kvrt imported " + sys.argv[1]

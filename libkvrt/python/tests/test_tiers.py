@@ -110,6 +110,30 @@ class TestSsdTier(TierCase):
         other.open_ssd_tier(self.root, 64 * BLOCK)
         self.check_hits(other, hs + hs3, 1)
 
+    def test_tier_contains_reads_nothing(self):
+        nm = name("has")
+        sp = self.pool.create_space(nm, block_bytes=BLOCK, quota_bytes=64 * BLOCK)
+        self.addCleanup(sp.close)
+        sp.open_ssd_tier(self.root, 32 * BLOCK)
+        ids, hs = self.fill_publish(sp, 6, 4)
+        sp.tier_store(ids[:3], hs[:3])           # hs[3] only in this pool
+        sp.release(ids)
+        sp.close()
+        other = self.new_host(nm)
+        tier = other.open_ssd_tier(self.root, 32 * BLOCK)
+        before, pool_before = tier.stats(), other.stats()
+        n, where = other.tier_contains(hs)
+        self.assertEqual((n, where.tolist()), (3, [1, 1, 1]))
+        self.assertEqual(other.tier_contains(hashes(7, 2))[0], 0)
+        after, pool_after = tier.stats(), other.stats()
+        self.assertEqual((after.read_bytes, after.hits), (before.read_bytes, before.hits))
+        self.assertEqual((pool_after.allocs, pool_after.inserts),
+                         (pool_before.allocs, pool_before.inserts))
+        self.assertEqual(len(other.lookup(hs[:1])), 0)    # nothing brought up
+        self.check_hits(other, hs[:3], 1)
+        with self.assertRaisesRegex(ValueError, "pass at least one hash"):
+            other.tier_contains([])
+
     def test_errors_say_what_to_do(self):
         sp = self.space(blocks=16)
         tier = sp.open_ssd_tier(self.root, 8 * BLOCK)
@@ -266,6 +290,20 @@ class TestOldLibrary(unittest.TestCase):
         protos = {**_lib._PROTOS, **_lib._PROTOS_SEQS, **_lib._PROTOS_TIERS}
         msg = self.refusal(600, "0.6.0", protos, True)
         self.assertIn("libkvrt 0.6.0; write-back tiers need 0.7 or newer", msg)
+
+    def test_0_8_has_no_tier_contains(self):
+        from kvrt import _lib
+        protos = {**_lib._PROTOS, **_lib._PROTOS_SEQS, **_lib._PROTOS_TIERS,
+                  **_lib._PROTOS_WRITE_BACK, **_lib._PROTOS_TIER_KEYS}
+        so = stand_in_library(self, 800, "0.8.0", protos)
+        code = ("import kvrt\n"
+                "from kvrt import _lib\n"
+                "assert _lib.tiers_missing is None\n"
+                "print(_lib.tier_contains_missing)\n")
+        out = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, KVRT_LIBRARY=so),
+                             capture_output=True, text=True, timeout=60)
+        self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
+        self.assertIn("libkvrt 0.8.0; tier queries that read nothing (tier_contains) need 0.9 or newer", out.stdout)
 
     def test_0_5_has_no_tiers(self):
         from kvrt import _lib

@@ -276,6 +276,32 @@ int kvrt_lookup_tiers(struct kvrt_space *s, uint32_t count,
 	return (int)hits;
 }
 
+int kvrt_tier_contains(struct kvrt_space *s, uint32_t count,
+		       const uint8_t (*hashes)[KVRT_HASH_BYTES], uint8_t *where)
+{
+	uint32_t held = 0, run = 0, depth;
+	struct kvrt_tier *t;
+	int ret;
+
+	ret = kvrt_batch_args(s, count, hashes);
+	if (ret)
+		return ret;
+	/* As kvrt_lookup_tiers walks them, minus the pool: the first tier with a run. */
+	while (held < count) {
+		for (t = s->tiers, depth = 1; t; t = t->next, depth++) {
+			run = t->ops->present(t, count - held, hashes + held);
+			if (run)
+				break;
+		}
+		if (!t)
+			break;
+		if (where)
+			memset(where + held, (int)depth, run);
+		held += run;
+	}
+	return (int)held;
+}
+
 /* A write-back tier of this handle whose thread is a fork()ing parent's. */
 static bool parents_queue(const struct kvrt_space *s)
 {

@@ -32,7 +32,7 @@ _tenants = itertools.count()
 
 
 def host_pool(layout="layer_first", layers=2, heads=2, head_dim=8, dtype=torch.bfloat16,
-              page=PAGE, device_tokens=32):
+              page=PAGE, device_tokens=32, cls=MHATokenToKVPoolHost):
     """SGLang's MHA host pool on CPU tensors (device pool stand-in: CPU K/V)."""
     def bufs():
         return tuple(torch.zeros(device_tokens + page, heads, head_dim, dtype=dtype)
@@ -44,7 +44,7 @@ def host_pool(layout="layer_first", layers=2, heads=2, head_dim=8, dtype=torch.b
                           layout=KVBufferLayout.NHD),
         page_size=page, head_num=heads, head_dim=head_dim, v_head_dim=head_dim,
         dtype=dtype, device=torch.device("cpu"))
-    return MHATokenToKVPoolHost(info, host_to_device_ratio=2.0, host_size=0, page_size=page,
+    return cls(info, host_to_device_ratio=2.0, host_size=0, page_size=page,
                                 layout=layout, pin_memory=False, device="cpu",
                                 device_capacity_tokens=device_tokens, start_layer=0,
                                 end_layer=layers - 1)
@@ -332,7 +332,12 @@ class TestTiers(Case):
         b_host = host_pool()
         b = self.storage(b_host, **tiers)
         n = b.batch_exists(ks)
+        # asking moved nothing: no block allocated or published in the pool
+        st = b.space_stats()
+        self.assertEqual((st.allocs, st.inserts, st.my_refs), (0, 0, 0))
+        self.assertEqual(b.batch_exists(ks[1:]), n - 1 if n else 0)
         got = b.batch_get_v1(ks, indices(b_host, [5, 6, 7]))
+        self.assertEqual(b.space_stats().inserts, sum(got))   # the get brought them up
         for p, w in zip((5, 6, 7)[:n], want):
             self.assertTrue(torch.equal(page_bytes(b_host, p), w), p)
         return n, got
@@ -356,6 +361,49 @@ class TestTiers(Case):
             self.storage(host, kvpool_tier_ssd="/var/tmp", kvpool_tier_write_back=2)
         with self.assertRaisesRegex(kvrt.KvrtError, "kvpool_tier_ssd '/proc/kvpool-nope'"):
             self.storage(host, kvpool_tier_ssd="/proc/kvpool-nope")
+
+
+class TestRedisTier(TestTiers):
+    """kvpool_tier_redis against three real redis-server masters
+    (selftests/redis/cluster.sh, named by check.sh): batch_exists after a
+    restart answers with EXISTS, no value fetched, and the get loads them."""
+
+    @classmethod
+    def setUpClass(cls):
+        script = os.environ.get("KVRT_REDIS_CLUSTER_SH")
+        if not script:
+            raise unittest.SkipTest("KVRT_REDIS_CLUSTER_SH not set (check.sh sets it)")
+        cls.dir = tempfile.mkdtemp(prefix="kvrt-sgl-redis.")
+        r = subprocess.run(["bash", script, "start", cls.dir], capture_output=True, text=True,
+                           timeout=120, check=False)
+        if r.returncode:
+            subprocess.run(["bash", script, "stop", cls.dir], check=False, timeout=60)
+            shutil.rmtree(cls.dir, True)
+            raise AssertionError(f"cluster.sh start failed: {r.stderr.strip()}")
+        cls.script, cls.seeds = script, r.stdout.strip().splitlines()[-1]
+        cls.env = {k: os.environ.get(k) for k in ("KVRT_REDIS_USER", "KVRT_REDIS_PASSWORD")}
+        os.environ.update(KVRT_REDIS_USER="alice", KVRT_REDIS_PASSWORD="alice-pw")
+
+    @classmethod
+    def tearDownClass(cls):
+        for k, v in cls.env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        subprocess.run(["bash", cls.script, "stop", cls.dir], check=False, timeout=60)
+        shutil.rmtree(cls.dir, True)
+
+    def test_a_restart_loads_from_the_redis_tier(self):
+        n, got = self.restart(kvpool_tier_redis=self.seeds,
+                              kvpool_tier_redis_prefix=f"tenA:{self.tenant}:",
+                              kvpool_tier_write_back=False)
+        self.assertEqual((n, got), (3, [True] * 3))
+
+    # the SSD cases run once, in TestTiers
+    test_a_restart_loads_from_the_ssd_tier = None
+    test_without_a_tier_a_restart_finds_nothing = None
+    test_tier_config_errors = None
 
 
 class TestHostile(Case):
@@ -454,6 +502,40 @@ class TestHostile(Case):
             st.register_mem_pool_host(host_pool())
         self.assertIn("closed", str(cm.exception))
 
+    def test_host_pool_with_bytes_outside_kv_buffer(self):
+        # a host pool that sizes its tokens as MXFP8's does: payload plus
+        # per-page scales kept in tensors of their own
+        class ScaledHost(MHATokenToKVPoolHost):
+            def get_size_per_token(self):
+                return super().get_size_per_token() + 2 * self.layer_num
+
+        st = KvpoolStorage(config(kvpool_tenant=self.tenant))
+        self.addCleanup(st.close)
+        with self.assertRaises(ValueError) as cm:
+            st.register_mem_pool_host(host_pool(cls=ScaledHost))
+        self.assertIn("outside kv_buffer", str(cm.exception))
+        self.assertIn("ScaledHost: 132 bytes per token, kv_buffer holds 128", str(cm.exception))
+        self.assertRaises(ValueError, st.batch_exists, keys(1))   # nothing registered
+
+    def test_mxfp8_host_pool_is_refused(self):
+        from sglang.srt.mem_cache.pool_host.mha_mxfp8 import MHATokenToKVPoolMXFP8Host
+        # Its constructor needs the CUDA/HIP write-back kernel (mha_mxfp8.py:103):
+        # an instance of the class holding a CPU page_first pool's state and
+        # the scale tensors the constructor would add.
+        plain = host_pool("page_first", dtype=torch.float8_e4m3fn)
+        mx = MHATokenToKVPoolMXFP8Host.__new__(MHATokenToKVPoolMXFP8Host)
+        mx.__dict__.update(plain.__dict__)
+        mx.k_scale_host = torch.zeros(plain.page_num, plain.layer_num, 4, dtype=torch.uint8)
+        mx.v_scale_host = torch.zeros(plain.page_num, plain.layer_num, 4, dtype=torch.uint8)
+        st = KvpoolStorage(config(kvpool_tenant=self.tenant))
+        self.addCleanup(st.close)
+        with self.assertRaises(ValueError) as cm:
+            st.register_mem_pool_host(mx)
+        self.assertIn("MHATokenToKVPoolMXFP8Host", str(cm.exception))
+        self.assertIn("k_scale_host, v_scale_host", str(cm.exception))
+        # the same pool without the scales is taken
+        st.register_mem_pool_host(plain)
+
     def test_unsupported_host_layout(self):
         try:
             host = host_pool("page_unified")
@@ -464,6 +546,104 @@ class TestHostile(Case):
         with self.assertRaises(ValueError) as cm:
             st.register_mem_pool_host(host)
         self.assertIn("page_unified", str(cm.exception))
+
+
+class TestClear(Case):
+    """clear() (SGLang's /clear_hicache_storage_backend): this instance hits
+    nothing stored before it, and no other engine loses a page."""
+
+    def test_clear_hides_this_instances_pages_only(self):
+        a_host, b_host = host_pool(), host_pool()
+        a, b = self.storage(a_host), self.storage(b_host)
+        ks = keys(3, seed=13)
+        want = [fill(a_host, p, 130 + p) for p in range(3)]
+        self.assertEqual(a.batch_set_v1(ks, indices(a_host, range(3))), [True] * 3)
+        self.assertEqual(a.batch_exists(ks), 3)
+        self.assertIs(a.clear(), True)
+        self.assertEqual(a.batch_exists(ks), 0)
+        self.assertFalse(a.exists(ks[0]))
+        sentinel = [fill(a_host, p, 150 + p) for p in (4, 5, 6)]
+        self.assertEqual(a.batch_get_v1(ks, indices(a_host, [4, 5, 6])), [False] * 3)
+        for p, w in zip((4, 5, 6), sentinel):
+            self.assertTrue(torch.equal(page_bytes(a_host, p), w))   # nothing loaded
+        # the other engine of the space keeps the pages, nothing was evicted
+        self.assertEqual(b.batch_exists(ks), 3)
+        self.assertEqual(b.batch_get_v1(ks, indices(b_host, [7, 8, 9])), [True] * 3)
+        for p, w in zip((7, 8, 9), want):
+            self.assertTrue(torch.equal(page_bytes(b_host, p), w))
+        self.assertEqual(sum(a.space_stats().evictions), 0)
+        # what the cleared instance stores next it hits again (and b does not)
+        new = [fill(a_host, p, 170 + p) for p in (0, 1)]
+        self.assertEqual(a.batch_set_v1(ks[:2], indices(a_host, [0, 1])), [True] * 2)
+        self.assertEqual(a.batch_exists(ks), 2)
+        self.assertEqual(a.batch_get_v1(ks[:2], indices(a_host, [4, 5])), [True] * 2)
+        self.assertTrue(torch.equal(page_bytes(a_host, 4), new[0]))
+        self.assertTrue(torch.equal(page_bytes(a_host, 5), new[1]))
+        self.assertEqual(b.batch_get_v1(ks[:1], indices(b_host, [7])), [True])
+        self.assertTrue(torch.equal(page_bytes(b_host, 7), want[0]))
+        # a second clear fences those as well
+        a.clear()
+        self.assertEqual(a.batch_exists(ks), 0)
+
+    def test_clear_reaches_the_tiers(self):
+        d = tempfile.mkdtemp(prefix="kvrt-sgl-clear.",
+                             dir=os.environ.get("KVRT_TIER_DIR") or "/var/tmp")
+        self.addCleanup(shutil.rmtree, d, True)
+        host = host_pool()
+        st = self.storage(host, kvpool_tier_ssd=d, kvpool_tier_write_back=False)
+        ks = keys(2, seed=14)
+        st.batch_set_v1(ks, indices(host, [0, 1]))
+        st.clear()
+        self.assertEqual(st.batch_exists(ks), 0)
+        self.assertEqual(st.batch_get_v1(ks, indices(host, [2, 3])), [False, False])
+
+    def test_clear_of_a_closed_instance_fails(self):
+        st = self.storage(host_pool())
+        st.close()
+        with self.assertRaisesRegex(ValueError, "closed"):
+            st.clear()
+
+
+class TestRevision(Case):
+    """The weights' revision is part of the space identity."""
+
+    def model_dir(self):
+        d = tempfile.mkdtemp(prefix="kvrt-sgl-model.")
+        self.addCleanup(shutil.rmtree, d, True)
+        for name in ("config.json", "model.safetensors"):
+            with open(os.path.join(d, name), "wb") as f:
+                f.write(b"x" * 16)
+            os.utime(os.path.join(d, name), ns=(10**18, 10**18))
+        return d
+
+    def name(self, model, **extra):
+        st = self.storage(host_pool(), cfg=config(model=model, kvpool_tenant=self.tenant,
+                                                  **extra))
+        name = st.space_name
+        st.close()
+        return name
+
+    def test_weights_replaced_in_place_get_another_space(self):
+        d = self.model_dir()
+        before = self.name(d)
+        self.assertEqual(self.name(d), before)
+        os.utime(os.path.join(d, "model.safetensors"), ns=(10**18, 10**18 + 1))
+        self.assertNotEqual(self.name(d), before)
+
+    def test_kvpool_model_revision_decides(self):
+        d = self.model_dir()
+        pinned = self.name(d, kvpool_model_revision="r1")
+        os.utime(os.path.join(d, "model.safetensors"), ns=(10**18, 10**18 + 1))
+        self.assertEqual(self.name(d, kvpool_model_revision="r1"), pinned)
+        self.assertNotEqual(self.name(d, kvpool_model_revision="r2"), pinned)
+        self.assertNotEqual(self.name(d, kvpool_model_revision=""), pinned)
+        with self.assertRaisesRegex(TypeError, "kvpool_model_revision"):
+            KvpoolStorage(config(kvpool_model_revision=5))
+
+    def test_revision_module_is_engine_free(self):
+        code = ("import sys, kvrt.revision; bad = [m for m in sys.modules if m.startswith"
+                "(('sglang', 'vllm', 'torch'))]; assert not bad, bad")
+        subprocess.run([sys.executable, "-c", code], check=True)
 
 
 class TestStats(Case):

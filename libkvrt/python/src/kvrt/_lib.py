@@ -289,10 +289,12 @@ _PROTOS_SEQS = {
 }
 
 
-#: 0.6 (KVRT_0.6): tiers below the pool; 0.7 (KVRT_0.7): write-back; 0.8 (KVRT_0.8): keys.
+#: 0.6 (KVRT_0.6): tiers below the pool; 0.7 (KVRT_0.7): write-back; 0.8 (KVRT_0.8): keys;
+#: 0.9 (KVRT_0.9): asking the tiers what they hold.
 TIERS_VERSION_NUMBER = 600
 WRITE_BACK_VERSION_NUMBER = 700
 TIER_KEYS_VERSION_NUMBER = 800
+TIER_CONTAINS_VERSION_NUMBER = 900
 _PROTOS_TIERS = {
     "kvrt_tier_open_ssd": (c_int, [P, POINTER(TierSsdOptsC), POINTER(P)]),
     "kvrt_tier_open_redis": (c_int, [P, POINTER(TierRedisOptsC), POINTER(P)]),
@@ -306,6 +308,9 @@ _PROTOS_WRITE_BACK = {
 }
 _PROTOS_TIER_KEYS = {
     "kvrt_tier_key_create": (c_int, [c_char_p]),
+}
+_PROTOS_TIER_CONTAINS = {
+    "kvrt_tier_contains": (c_int, [P, c_uint32, P, P]),
 }
 
 
@@ -418,3 +423,7 @@ write_back_missing = _declare_since(lib, _PROTOS_WRITE_BACK, WRITE_BACK_VERSION_
 #: None when tier keys can be created (and given as key_file), else why not.
 tier_keys_missing = _declare_since(lib, _PROTOS_TIER_KEYS, TIER_KEYS_VERSION_NUMBER,
                                    "tier keys")
+#: None when Space.tier_contains can ask the tiers without reading, else why not.
+tier_contains_missing = _declare_since(lib, _PROTOS_TIER_CONTAINS,
+                                       TIER_CONTAINS_VERSION_NUMBER,
+                                       "tier queries that read nothing (tier_contains)")

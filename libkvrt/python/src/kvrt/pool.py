@@ -632,6 +632,14 @@ class Space(_Closable):
         from .tiers import lookup
         return lookup(self, hashes)
 
+    def tier_contains(self, hashes: HashesLike) -> Tuple[int, np.ndarray]:
+        """``kvrt_tier_contains`` (libkvrt 0.9): how many leading ``hashes`` this
+        handle's tiers hold, and which tier (n: the n-th opened) holds each; the
+        pool is not asked, nothing is read or allocated (the SSD tier's index;
+        Redis EXISTS).  :meth:`lookup_tiers` has the last word."""
+        from .tiers import contains
+        return contains(self, hashes)
+
     def tier_store(self, ids: IdsLike, hashes: HashesLike,
                    priorities: Optional[Sequence[int]] = None) -> int:
         """``kvrt_tier_store``: write (or queue, write-back) blocks to every tier that

@@ -280,6 +280,20 @@ def lookup(space: "Space", hashes: "HashesLike") -> Tuple[np.ndarray, np.ndarray
     return ids[:n].copy(), where[:n].copy()
 
 
+def contains(space: "Space", hashes: "HashesLike") -> Tuple[int, np.ndarray]:
+    from .pool import hashes_array
+    _need_support("kvrt_tier_contains", False)
+    if _lib.tier_contains_missing:
+        raise too_old("kvrt_tier_contains", _lib.tier_contains_missing)
+    h = hashes_array(hashes)
+    if h.shape[0] == 0:
+        raise ValueError("hashes: pass at least one hash")
+    where = np.zeros(h.shape[0], dtype=np.uint8)
+    n = call("kvrt_tier_contains", space._ptr(), h.shape[0], h.ctypes.data,
+             where.ctypes.data)
+    return n, where[:n].copy()
+
+
 def store(space: "Space", ids: "IdsLike", hashes: "HashesLike",
           priorities: Optional[Sequence[int]] = None) -> int:
     from .pool import batch_arrays

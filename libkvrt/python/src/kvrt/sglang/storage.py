@@ -23,16 +23,19 @@ Call pattern (SGLang's cache controller): the prefetch thread asks
 ``batch_exists`` for the longest stored prefix, the ranks agree on the
 minimum, and later ``batch_get_v1`` loads that prefix; a request may be
 cancelled between the two, with no call back to the backend.  So
-``batch_exists`` releases every reference it took, and ``batch_get_v1``
-looks the pages up again, holding them only while it copies; a page
-evicted in between is reported False (SGLang then loads the shorter
-prefix).
+``batch_exists`` moves no data and keeps no reference: it asks the pool
+(a lookup whose references it drops at once) and the tiers
+(``kvrt_tier_contains``: the SSD index, Redis EXISTS).  ``batch_get_v1``
+looks the pages up again, bringing up what only a tier has, and holds them
+only while it copies; a page evicted (or failing its check) in between is
+reported False (SGLang then loads the shorter prefix).
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import logging
+import os
 import re
 import threading
 import time
@@ -44,8 +47,9 @@ from sglang.srt.mem_cache.hicache_storage import (HiCacheStorage, HiCacheStorage
                                                   HiCacheStorageExtraInfo)
 
 import kvrt
-from kvrt import process_pool
+from kvrt import _lib, process_pool
 from kvrt.layout import DType, Layout, LayoutKind
+from kvrt.revision import model_revision
 from kvrt.tiers import CONFIG_KEYS as TIER_KEYS
 from kvrt.tiers import TierConfig
 
@@ -64,6 +68,10 @@ CONFIG_KEYS: Dict[str, str] = {
                      "different space (default '')",
     "kvpool_space_prefix": "first part of the space name, [A-Za-z0-9._-]{1,16} "
                            "(default 'sgl')",
+    "kvpool_model_revision": "the weights' revision in the space identity (default: from "
+                             "the model directory's weight and config files' names, sizes "
+                             "and mtimes, or a Hugging Face cache's commit; '' for the name "
+                             "only)",
     "kvpool_mode": "permission bits of a space this instance creates, an int (default "
                    "0o600 = 384; 0o660 = 432 lets the group's engines join)",
     **TIER_KEYS,
@@ -182,6 +190,7 @@ def _host_geometry(host: Any) -> Tuple[_Geometry, int, Dict[str, int]]:
                          f"{', '.join(_LAYOUTS)} (pass --hicache-mem-layout with one)")
     geo = _Geometry(int(host.layer_num), int(host.head_num), int(host.head_dim),
                     int(host.page_size), buf.dtype)
+    _check_whole(host, geo)
     if buf.dim() < 5 or buf.shape[0] != 2 or buf.shape[-1] != geo.head_dim \
             or buf.stride(-1) != 1:
         raise ValueError(f"host pool kv_buffer shape {tuple(buf.shape)} strides "
@@ -192,19 +201,38 @@ def _host_geometry(host: Any) -> Tuple[_Geometry, int, Dict[str, int]]:
     return geo, pages, st
 
 
+def _check_whole(host: Any, geo: _Geometry) -> None:
+    """Refuse a host pool whose pages have bytes outside ``kv_buffer`` (such as
+    MXFP8's scales): kvpool storage copies kv_buffer only, so it would store
+    pages that load back without them."""
+    kind = type(host).__name__
+    in_buffer = 2 * geo.layers * geo.heads * geo.head_dim * geo.itemsize
+    per_token = getattr(host, "size_per_token", in_buffer)
+    outside = [a for a in ("k_scale_host", "v_scale_host")
+               if getattr(host, a, None) is not None]
+    if outside or "MXFP8" in kind or per_token != in_buffer:
+        what = ", ".join(outside) or "tensors besides kv_buffer"
+        raise ValueError(f"host pool {kind}: {per_token} bytes per token, kv_buffer holds "
+                         f"{in_buffer}; the rest ({what}) lives outside kv_buffer, which is "
+                         "all kvpool storage copies. Use a KV cache dtype whose host pool "
+                         "is MHATokenToKVPoolHost alone (bf16, fp16, fp8_e4m3 without "
+                         "MXFP8 scales), or another HiCache storage backend")
+
+
 def space_name(config: HiCacheStorageConfig, identity: Dict[str, Any], tenant: str = "",
-               prefix: str = "sgl") -> str:
+               prefix: str = "sgl", revision: str = "") -> str:
     """The kvpool space of one model shard and page geometry.
 
     ``prefix-model-digest``: the model's last path part (sanitised, at most
     24 characters) for people, and 16 hex digits of SHA-256 over everything
     that decides a page's bytes (model, tenant, page geometry and dtype, TP
-    rank and size, PP stage, attention CP rank) so that incompatible pages
-    never meet.  The host layout is not part of it: blocks are block-major
-    whatever the host layout.  Fits kvpool's 63 characters [A-Za-z0-9._-].
+    rank and size, PP stage, attention CP rank, the weights' ``revision``)
+    so that incompatible pages never meet.  The host layout is not part of
+    it: blocks are block-major whatever the host layout.  Fits kvpool's 63
+    characters [A-Za-z0-9._-].
     """
     model = config.model_name or ""
-    ident = dict(identity, v=1, model=model, tenant=tenant,
+    ident = dict(identity, v=2, model=model, tenant=tenant, revision=revision,
                  tp=[config.tp_rank, config.tp_size], pp=[config.pp_rank, config.pp_size],
                  cp=[config.attn_cp_rank, config.attn_cp_size])
     digest = hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
@@ -263,6 +291,10 @@ class KvpoolStorage(HiCacheStorage):
         self._tenant = _opt(extra, "kvpool_tenant", str, "")
         self._prefix = _opt(extra, "kvpool_space_prefix", str, "sgl")
         self._mode = _opt(extra, "kvpool_mode", int, 0o600)
+        self._revision = _opt(extra, "kvpool_model_revision", str, None)
+        if self._revision is not None and len(self._revision) > 256:
+            raise ValueError("extra_config kvpool_model_revision: pass at most 256 "
+                             "characters (a commit, a tag, a checksum)")
         if self._pool_bytes < 0:
             raise ValueError(f"extra_config kvpool_pool_bytes {self._pool_bytes}: pass >= 0")
         if self._quota <= 0:
@@ -280,6 +312,8 @@ class KvpoolStorage(HiCacheStorage):
         self._pool: Optional[kvrt.Pool] = process_pool.acquire(self._backend, self._device,
                                                             self._pool_bytes)
         self._space: Optional[kvrt.Space] = None
+        # mixed into every page hash; b"" until clear() (see _hashes)
+        self._generation = b""
         self._metrics: Dict[str, List[float]] = {"get": [], "set": [], "get_bw": [],
                                                  "set_bw": []}
 
@@ -288,7 +322,10 @@ class KvpoolStorage(HiCacheStorage):
     def register_mem_pool_host(self, mem_pool_host: Any) -> None:
         """Take SGLang's host pool and open (or create) the space its pages go to."""
         geo, pages, st = _host_geometry(mem_pool_host)
-        name = space_name(self.config, geo.identity(), self._tenant, self._prefix)
+        revision = self._revision
+        if revision is None:
+            revision = model_revision(self.config.model_name or "")
+        name = space_name(self.config, geo.identity(), self._tenant, self._prefix, revision)
         with self._lock:
             pool = self._need_pool()
             block = geo.layout(1)
@@ -357,8 +394,9 @@ class KvpoolStorage(HiCacheStorage):
 
     # ---- argument checks ------------------------------------------------
 
-    @staticmethod
-    def _hashes(keys: Sequence[str]) -> np.ndarray:
+    def _hashes(self, keys: Sequence[str]) -> np.ndarray:
+        """kvpool hashes of SGLang's page keys: the keys themselves, or after
+        a clear() SHA-256(generation, key), which nothing stored before can match."""
         if isinstance(keys, (str, bytes)):
             raise TypeError("keys: pass a list of page hashes (hex str), not one "
                             f"{type(keys).__name__}")
@@ -371,6 +409,9 @@ class KvpoolStorage(HiCacheStorage):
                 raise ValueError(f"keys[{i}] {k[:80]!r}: pass SGLang's page hash, 64 hex "
                                  "digits (a SHA-256 digest)")
             rows.append(bytes.fromhex(k))
+        gen = self._generation
+        if gen:
+            rows = [hashlib.sha256(gen + r).digest() for r in rows]
         return np.frombuffer(b"".join(rows), dtype=np.uint8).reshape(-1, kvrt.HASH_BYTES)
 
     def _pages(self, host_indices: Any, n: int, distinct: bool) -> np.ndarray:
@@ -496,16 +537,36 @@ class KvpoolStorage(HiCacheStorage):
 
     def batch_exists(self, keys: List[str],
                      extra_info: Optional[HiCacheStorageExtraInfo] = None) -> int:
-        """How many leading ``keys`` are stored (no reference is kept); with
-        tiers, pages only a tier has come up into the pool for the get."""
+        """How many leading ``keys`` are stored, in the pool or a tier; nothing
+        is read, brought up or kept referenced (see the module's docstring)."""
         h = self._hashes(keys)
         if len(h) == 0:
             return 0
         with self._lock:
-            ids = self._lookup(h, tiers=True)
+            if self._tiers and _lib.tier_contains_missing:
+                # libkvrt before 0.9 cannot ask a tier without reading it
+                ids = self._lookup(h, tiers=True)
+                if len(ids):
+                    self._release(ids)
+                return len(ids)
+            return self._stored_prefix(h)
+
+    def _stored_prefix(self, h: np.ndarray) -> int:
+        """Runs from the pool and from the tiers, in turn, until neither has the next."""
+        sp = self._need_space()
+        n = 0
+        while n < len(h):
+            part = h[n:n + kvrt.MAX_BATCH]
+            ids = sp.lookup(part)
             if len(ids):
                 self._release(ids)
-        return len(ids)
+            step = len(ids)
+            if not step and self._tiers:
+                step = sp.tier_contains(part)[0]
+            if not step:
+                break
+            n += step
+        return n
 
     def batch_get_v1(self, keys: List[str], host_indices: torch.Tensor,
                      extra_info: Optional[HiCacheStorageExtraInfo] = None) -> List[bool]:
@@ -575,13 +636,19 @@ class KvpoolStorage(HiCacheStorage):
 
     # ---- the rest -------------------------------------------------------
 
-    def clear(self) -> None:
-        """Leaves the space alone: it is shared with every engine of this
-        geometry, and kvpool drops pages by its quota.  To empty it, destroy
-        the space (``kvrt.Pool().destroy_space(name)``) with the engines stopped."""
-        logger.warning("kvpool storage: clear() keeps the shared space %s; destroy it "
-                       "with the engines stopped to empty it",
-                       getattr(self, "space_name", "(none)"))
+    def clear(self) -> bool:
+        """Make every page stored so far unreachable for this instance: a
+        fresh random generation enters every later page hash (pool and
+        tiers alike).  Other engines sharing the space keep their pages and
+        hits; the old pages leave by the quota.  True when done; raises
+        (SGLang then reports failure) on a closed instance."""
+        with self._lock:
+            self._need_pool()
+            self._generation = os.urandom(16)
+        logger.info("kvpool storage: clear(): pages stored before are no longer hit by this "
+                    "instance (new generation in space %s; other engines keep theirs)",
+                    getattr(self, "space_name", "(none)"))
+        return True
 
     def _account(self, op: str, pages: int, t0: float) -> None:
         dt = time.perf_counter() - t0
