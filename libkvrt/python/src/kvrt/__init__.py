@@ -40,10 +40,10 @@ def library_version() -> str:
     return _lib.lib.kvrt_version().decode()
 
 
-#: The package follows the library: kvrt 0.8 wraps every call of libkvrt
-#: 0.8.  It loads libkvrt 0.4 or newer; a call a loaded library is too old
+#: The package follows the library: kvrt 0.9 wraps every call of libkvrt
+#: 0.9.  It loads libkvrt 0.4 or newer; a call a loaded library is too old
 #: for raises NotSupportedError naming both versions.
-__version__ = "0.8.0"
+__version__ = "0.9.0"
 
 __all__ = [
     "AccessError", "BadAddressError", "BusyError", "ExistsError", "InterruptedCallError",

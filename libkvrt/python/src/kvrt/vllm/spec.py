@@ -16,6 +16,7 @@ from vllm.v1.kv_offload.config import OffloadingConfig
 
 import kvrt
 from kvrt import process_pool
+from kvrt.revision import model_revision  # noqa: F401 (kvrt.vllm.spec.model_revision)
 from kvrt.tiers import CONFIG_KEYS as TIER_KEYS
 from kvrt.tiers import TierConfig
 
@@ -149,43 +150,6 @@ def geometry_fingerprint(config: OffloadingConfig, revision: str = "") -> Dict[s
         "kv_cache_layout": config.kv_cache_layout,
         "canonical_layout": config.canonical_layout,
     }
-
-
-# Files whose change means other weights (or another way to read them).
-_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".json")
-
-
-def model_revision(model: str) -> str:
-    """What identifies the weights of ``model``, without reading them.
-
-    A local directory: SHA-256 of each top-level weight or config file's
-    name, size and modification time (a model replaced in place, even with
-    the same name, gets another revision).  A Hugging Face id: the commit
-    its cache's ``refs/main`` names.  Otherwise "" (only the name counts:
-    pass kvpool_model_revision).
-    """
-    if os.path.isdir(model):
-        h = hashlib.sha256()
-        for entry in sorted(os.scandir(model), key=lambda e: e.name):
-            if entry.name.endswith(_WEIGHT_SUFFIXES) and entry.is_file():
-                st = entry.stat()
-                h.update(f"{entry.name}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
-        return "files:" + h.hexdigest()[:32]
-    return _hf_cache_commit(model)
-
-
-def _hf_cache_commit(repo_id: str) -> str:
-    if repo_id.count("/") != 1 or ".." in repo_id:
-        return ""
-    hub = os.environ.get("HF_HUB_CACHE") or os.path.join(
-        os.environ.get("HF_HOME") or os.path.expanduser("~/.cache/huggingface"), "hub")
-    ref = os.path.join(hub, "models--" + repo_id.replace("/", "--"), "refs", "main")
-    try:
-        with open(ref, encoding="ascii") as f:
-            commit = f.read().strip()
-    except (OSError, UnicodeDecodeError):
-        return ""
-    return "hf:" + commit if re.fullmatch(r"[0-9a-f]{40}", commit) else ""
 
 
 def space_name_for(settings: KvpoolSettings, fingerprint: Mapping[str, Any]) -> str:
