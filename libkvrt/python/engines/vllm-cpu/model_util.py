@@ -72,8 +72,9 @@ def gemma2_sliding(window: int = 64, seed: int = 0) -> str:
                        sliding_window=window, query_pre_attn_scalar=32,
                        attn_logit_softcapping=None, final_logit_softcapping=None,
                        # tied (vLLM's Gemma2 has no lm_head of its own); smaller weights, as
-                       # Gemma2 scales embeddings by sqrt(hidden): 0.5 saturates the logits
-                       **_common(seed, tie=True, init=0.2))
+                       # Gemma2 scales embeddings by sqrt(hidden): from 0.2 up the logits
+                       # saturate (log-probs all 0); at 0.1 they depend on the context
+                       **_common(seed, tie=True, init=0.1))
     return _save(Gemma2ForCausalLM(cfg).eval(), cfg)
 
 
