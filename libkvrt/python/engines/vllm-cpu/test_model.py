@@ -48,6 +48,7 @@ class _ModelCase(unittest.TestCase):
     llm: Any
     ref: Any
     counter: mu.LoadCounter
+    EXTRA: Dict[str, Any] = {}  # more kv_connector_extra_config
 
     @classmethod
     def make_model(cls) -> str:
@@ -57,7 +58,7 @@ class _ModelCase(unittest.TestCase):
     def setUpClass(cls) -> None:
         cls.model = cls.make_model()
         cls.ref = mu.make_llm(cls.model)
-        cls.llm = mu.make_llm(cls.model, mu.kvpool_config())
+        cls.llm = mu.make_llm(cls.model, mu.kvpool_config(**cls.EXTRA))
         w = mu.kvpool_worker(cls.llm)
         assert type(w).__name__ == "KvpoolOffloadingWorker", type(w)
         cls.counter = mu.LoadCounter(w)
@@ -109,6 +110,10 @@ class _ModelCase(unittest.TestCase):
 class LlamaTest(_ModelCase):
     """Full attention: hits on shared prefixes, multi-turn, perturbation, reset."""
 
+    # vLLM offloads only prompt blocks by default; a second turn wants the
+    # blocks the first turn's output filled as well
+    EXTRA = {"offload_prompt_only": False}
+
     def test_engine_runs_the_worker_in_this_process(self) -> None:
         from vllm.v1.executor.uniproc_executor import UniProcExecutor
         ex = mu.engine_core(self.llm).model_executor
@@ -131,12 +136,14 @@ class LlamaTest(_ModelCase):
 
     def test_multi_turn_loads_turn_one(self) -> None:
         turn1 = mu.prompt(300, 10)
-        out1 = self.run_both([turn1], max_tokens=20)[0]
+        out1 = self.run_both([turn1], max_tokens=40)[0]
         turn2 = turn1 + out1["tokens"] + mu.prompt(30, 11)
         out2 = self.run_both([turn2])[0]
-        # turn 1 stored its prompt and the generated tokens' full blocks
-        # (the last generated token has no KV yet)
-        self.assert_loaded(out2, (len(turn1) + len(out1["tokens"]) - 1) // mu.BLOCK * mu.BLOCK)
+        # turn 1 stored its prompt's full blocks and those the generated tokens
+        # filled (the last generated token has no KV yet): 10 blocks, not 9
+        n = (len(turn1) + len(out1["tokens"]) - 1) // mu.BLOCK * mu.BLOCK
+        self.assertGreater(n, len(turn1) // mu.BLOCK * mu.BLOCK)
+        self.assert_loaded(out2, n)
 
     def test_perturbed_space_changes_output(self) -> None:
         p = mu.prompt(400, 20)
