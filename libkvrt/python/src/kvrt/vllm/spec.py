@@ -210,7 +210,7 @@ def check_workers_here(space: kvrt.Space, settings: KvpoolSettings, name: str) -
         if _workers.get((_pool_key(settings), name)):
             return
     how = ("found no kvpool module (/dev/kvpool), so the pool is embedded"
-           if settings.backend == "auto" else "is 'embedded'")
+           if settings.backend == "auto" else "puts the pool in this process")
     raise ValueError(
         f"kvpool: vLLM runs this engine's workers in other processes (its "
         f"multiprocess executor: the default on CPU, and --distributed-executor-backend "
