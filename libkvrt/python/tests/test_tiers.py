@@ -240,6 +240,16 @@ class TestSsdTier(TierCase):
         os.chmod(shared, 0o1777)
         sp.open_ssd_tier(shared, 8 * BLOCK).close()
 
+    def test_config_ssd_bytes_as_text(self):
+        # JSON from a command line gives strings; the quota keys take them too
+        cfg = kvrt.tiers.TierConfig.from_extra({"kvpool_tier_ssd": self.root,
+                                                "kvpool_tier_ssd_bytes": "1048576"})
+        self.assertEqual(cfg.ssd_bytes, 1 << 20)
+        for bad in ("1e6", "-1", "", str((1 << 50) + 1), 1.5, True):
+            with self.assertRaisesRegex(ValueError, "kvpool_tier_ssd_bytes: .*byte count"):
+                kvrt.tiers.TierConfig.from_extra({"kvpool_tier_ssd": self.root,
+                                                  "kvpool_tier_ssd_bytes": bad})
+
     def test_config_key_file(self):
         kf = self.key(b"k" * 32)
         cfg = kvrt.tiers.TierConfig.from_extra({"kvpool_tier_ssd": self.root,

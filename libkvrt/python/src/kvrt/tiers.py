@@ -360,6 +360,9 @@ class TierConfig:
         if not isinstance(wb, bool):
             raise TypeError(f"kvpool_tier_write_back: pass true or false, not {wb!r}")
         nb = extra.get("kvpool_tier_ssd_bytes", 0)
+        # Decimal strings too, as the quota keys take them (JSON from a CLI).
+        if isinstance(nb, str) and nb.strip().isdigit():
+            nb = int(nb)
         if isinstance(nb, bool) or not isinstance(nb, int) or not 0 <= nb <= 1 << 50:
             raise ValueError(f"kvpool_tier_ssd_bytes: {nb!r}; pass a byte count up to 2**50")
         ssd, redis, prefix = (_str("kvpool_tier_ssd"), _str("kvpool_tier_redis"),
