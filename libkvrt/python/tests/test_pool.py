@@ -178,6 +178,23 @@ class TestSpaces(PoolCase):
 
 
 class TestPrefixCache(PoolCase):
+    def test_lookup_one(self):
+        sp = self.space(blocks=8)
+        self.assertIs(sp.pool, self.pool)
+        hashes = kvrt.hash_prompt(list(range(32)), 16)
+        ids = sp.alloc(2)
+        sp.release(sp.publish(ids, hashes).ids)
+        self.assertEqual(sp.stats().my_refs, 0)
+        self.assertEqual(sp.lookup_one(bytes(hashes[1])), (int(ids[1]), 0))
+        self.assertEqual(sp.stats().my_refs, 1)  # a reader reference, as lookup()
+        sp.release([int(ids[1])])
+        self.assertIsNone(sp.lookup_one(b"\x07" * 32))
+        self.assertIsNone(sp.lookup_one(b"\x07" * 32, tiers=True))  # no tier: a miss
+        for bad in (b"short", "x" * 32, None):
+            with self.assertRaisesRegex(TypeError, "hash: pass 32 bytes"):
+                sp.lookup_one(bad)
+        self.assertEqual(sp.stats().my_refs, 0)
+
     def test_publish_lookup_release_stats(self):
         sp = self.space(blocks=8)
         hashes = kvrt.hash_prompt(list(range(64)), 16)

@@ -12,7 +12,7 @@ from typing import (TYPE_CHECKING, Any, Iterator, List, Optional, Sequence, Tupl
 import numpy as np
 
 from . import _handles, _lib
-from ._call import LOG_CALLBACK, LOG_WARNING, call, need_int, need_uint
+from ._call import LOG_CALLBACK, LOG_WARNING, call, check, need_int, need_uint
 from .blocks import BlockArray, Copy, PairsLike, check_copy, pairs_pointer
 from .layout import DType, Layout, LayoutKind
 
@@ -534,6 +534,11 @@ class Space(_Closable):
         return SpaceStats(**d)
 
     @property
+    def pool(self) -> "Pool":
+        """The :class:`Pool` this space was opened in."""
+        return self._pool
+
+    @property
     def base_address(self) -> int:
         """``kvrt_space_base`` as an int (for C code; prefer the views)."""
         return int(_lib.lib.kvrt_space_base(self._ptr()) or 0)
@@ -580,6 +585,27 @@ class Space(_Closable):
         # devices NULL: the library then skips gathering residency bits
         n = call("kvrt_lookup", self._ptr(), h.shape[0], _ptr(h), _ptr(ids), None)
         return ids[:n].copy()
+
+    def lookup_one(self, hash: bytes, tiers: bool = False) -> Optional[Tuple[int, int]]:
+        """One 32-byte hash, for schedulers that look keys up one at a time:
+        ``(id, where)`` with a reader reference (where: 0 the pool, n the
+        n-th tier opened; with ``tiers`` a miss in the pool is read up from
+        the tiers, as :meth:`lookup_tiers`), or None.  No arrays: one call."""
+        if not isinstance(hash, (bytes, bytearray)) or len(hash) != HASH_BYTES:
+            raise TypeError(f"hash: pass {HASH_BYTES} bytes, not {type(hash).__name__}"
+                            + (f" of {len(hash)}" if isinstance(hash, (bytes, bytearray))
+                               else ""))
+        one, where = ctypes.c_uint32(), ctypes.c_uint8()
+        if tiers:
+            from .tiers import _need_support
+            _need_support("kvrt_lookup_tiers", False)
+            n = _lib.lib.kvrt_lookup_tiers(self._ptr(), 1, bytes(hash), ctypes.byref(one),
+                                           ctypes.byref(where))
+        else:
+            n = _lib.lib.kvrt_lookup(self._ptr(), 1, bytes(hash), ctypes.byref(one), None)
+        if n < 0:
+            check(n, "kvrt_lookup_tiers" if tiers else "kvrt_lookup", f"space {self.name!r}")
+        return (one.value, where.value) if n else None
 
     def lookup_with_devices(self, hashes: HashesLike) -> Tuple[np.ndarray, np.ndarray]:
         """:meth:`lookup`, plus each hit's residency device bits (uint64)."""

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import atexit
 import collections
-import ctypes
 import hashlib
 import logging
 import os
@@ -23,8 +22,6 @@ from vllm.v1.kv_offload.base import (BlockIDsLoadStoreSpec, Locality, LookupResu
 from vllm.v1.metrics.cache_hit_source import CacheHitSource
 
 import kvrt
-from kvrt import _lib
-from kvrt._call import check
 from kvrt.tiers import TierConfig
 
 _PERSON = b"kvrt.vllm.v1"  # blake2b personalisation: a domain of its own
@@ -319,8 +316,6 @@ class KvpoolOffloadingManager(OffloadingManager):
         self.tiers = bool(tiers)
         self.tier_sources = _tier_sources(tiers)
         self.tier_store_errors = 0
-        self._one_id = ctypes.c_uint32()
-        self._one_where = ctypes.c_uint8()
         self._reader = (_TierReader(space, self.MAX_TIER_READS)
                         if self.tiers and _either(async_tier_reads, self.ASYNC_TIER_READS)
                         else None)
@@ -337,15 +332,8 @@ class KvpoolOffloadingManager(OffloadingManager):
 
     def _lookup_one(self, key: OffloadKey, tiers: bool = False) -> Optional[Tuple[int, int]]:
         """kvrt_lookup (or _tiers) of one key: (block, where) with a reader
-        reference, or None.  A direct call: vLLM looks keys up one at a time."""
-        fn = _lib.lib.kvrt_lookup_tiers if tiers else _lib.lib.kvrt_lookup
-        where = ctypes.byref(self._one_where) if tiers else None
-        self._one_where.value = 0
-        n = fn(self.space._ptr(), 1, self._hash(key), ctypes.byref(self._one_id), where)
-        if n < 0:
-            check(n, "kvrt_lookup_tiers" if tiers else "kvrt_lookup",
-                  f"space {self.space.name!r}")
-        return (self._one_id.value, self._one_where.value) if n else None
+        reference, or None.  One call: vLLM looks keys up one at a time."""
+        return self.space.lookup_one(self._hash(key), tiers)
 
     def _source(self, where: int) -> str:
         """The source label of ``where`` (0 the pool, n the n-th tier)."""

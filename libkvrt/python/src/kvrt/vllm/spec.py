@@ -204,7 +204,7 @@ def check_workers_here(space: kvrt.Space, settings: KvpoolSettings, name: str) -
     Without this the engine would start and its worker, in a process of its
     own with a pool of its own, would copy into blocks nothing backs.
     """
-    if space._pool.backend != kvrt.Backend.EMBEDDED:
+    if space.pool.backend != kvrt.Backend.EMBEDDED:
         return
     with _lock:
         if _workers.get((_pool_key(settings), name)):

@@ -23,15 +23,10 @@ def _page_layout(layers: int, layer_stride: int, page: int, num_blocks: int,
     token of one head of ``page / 4`` f16 elements; copies move bytes, so
     the element type does not matter, only the geometry (same on both sides).
     """
-    lay = kvrt.Layout.preset(kvrt.LayoutKind.LAYER_MAJOR, layers, 1, page // 4, 1,
-                             num_blocks, kvrt.DType.F16)
-    c = lay._c
-    c.layer_stride = layer_stride
-    c.kv_stride = page // 2
-    c.block_stride = block_stride
-    c.token_stride = page // 2
-    c.head_stride = page // 2
-    return lay
+    return kvrt.Layout.custom(layers, 1, page // 4, 1, num_blocks, kvrt.DType.F16,
+                              layer_stride=layer_stride, kv_stride=page // 2,
+                              block_stride=block_stride, token_stride=page // 2,
+                              head_stride=page // 2)
 
 
 class _Plan:
@@ -80,7 +75,7 @@ class KvpoolOffloadingWorker(OffloadingWorker):
         if self.device_type == "cuda":
             from kvrt import gpu as kgpu
             dev = tensors[0].tensor.device
-            self._gpu = kgpu.Gpu(space._pool, dev.index if dev.index is not None
+            self._gpu = kgpu.Gpu(space.pool, dev.index if dev.index is not None
                                  else torch.cuda.current_device())
             # once: blocks backed later are registered by the copy that reaches them
             self._gpu.register_space(space)
@@ -168,7 +163,7 @@ class KvpoolOffloadingWorker(OffloadingWorker):
                 if self._gpu is not None:
                     self._gpu.copy_blocks(dst, src, pairs, stream=stream)
                 else:
-                    self.space._pool.copy_blocks(dst, src, pairs)
+                    self.space.pool.copy_blocks(dst, src, pairs)
         nbytes = int(pairs.shape[0]) * self.bytes_per_block
         if self._gpu is not None:
             ev = torch.cuda.Event()
