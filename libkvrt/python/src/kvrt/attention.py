@@ -15,7 +15,7 @@ import ctypes
 import enum
 import math
 import threading
-from typing import Any, Optional, Sequence, Tuple, Union
+from typing import Any, Optional, Sequence, Tuple, Union, cast
 
 import numpy as np
 
@@ -104,6 +104,7 @@ def int_array(x: IntsLike, what: str, dtype: type, length: Optional[int] = None,
     """
     name = _NP_INTS[np.dtype(dtype)]
     if is_torch_tensor(x):
+        x = cast(Any, x)  # a torch tensor: is_torch_tensor() tells, mypy cannot
         dev = device_of(x)
         if cuda:
             if not dev.startswith("cuda"):
@@ -139,7 +140,7 @@ def int_array(x: IntsLike, what: str, dtype: type, length: Optional[int] = None,
         raise ValueError(f"{what}: pass a 1-D array, not shape {a.shape}")
     if length is not None and a.shape[0] != length:
         raise ValueError(f"{what}: {a.shape[0]} entries; pass {length}")
-    info = np.iinfo(dtype)
+    info: Any = np.iinfo(dtype)
     if a.size and (int(a.min()) < info.min or int(a.max()) > info.max):
         raise ValueError(f"{what}: values must fit {name}")
     a = np.ascontiguousarray(a, dtype=dtype)
@@ -215,7 +216,8 @@ class BlockTable:
     def __init__(self, indptr: IntsLike, indices: IntsLike, seq_lens: IntsLike) -> None:
         cuda = device_of(indptr).startswith("cuda")
         self.device = device_of(indptr) if cuda else "cpu"
-        lens_len = len(seq_lens) if not is_torch_tensor(seq_lens) else int(seq_lens.shape[0])
+        lens_len = (len(seq_lens) if not is_torch_tensor(seq_lens)
+                    else int(cast(Any, seq_lens).shape[0]))
         p_ptr, p = int_array(indptr, "indptr", np.int32, lens_len + 1, cuda)
         i_ptr, i = int_array(indices, "indices", np.int32, None, cuda)
         s_ptr, s = int_array(seq_lens, "seq_lens", np.int32, None, cuda)

@@ -24,7 +24,7 @@ import dataclasses
 import enum
 import errno
 import threading
-from typing import Any, Dict, Optional, Tuple, Union
+from typing import Any, Dict, Optional, Tuple, Union, cast
 
 import numpy as np
 
@@ -270,6 +270,7 @@ class Gpu(_Closable):
                 raise TypeError("nbytes: pass the range's size with an int address")
             addr, n = need_uint(array, "address", 64), need_uint(nbytes, "nbytes", 64)
         else:
+            array = cast(Any, array)  # an ndarray or a tensor, past the int case
             if device_of(array) != "cpu":
                 raise ValueError(f"array on {device_of(array)}: register host memory only")
             addr = tensor_ptr(array, "array", tuple(array.shape), cuda=False)

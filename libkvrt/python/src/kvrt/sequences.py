@@ -26,7 +26,7 @@ import dataclasses
 import errno
 import threading
 import weakref
-from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, cast
 
 import numpy as np
 
@@ -159,7 +159,7 @@ class Sequences:
         self._ptr = p.value
         self.nr_blocks = nb
         self.block_tokens = bt
-        self._finalizer = weakref.finalize(self, _destroy, p.value, self._cfn)
+        self._finalizer = weakref.finalize(self, _destroy, cast(int, p.value), self._cfn)
 
     # ---- plumbing ----------------------------------------------------------
 

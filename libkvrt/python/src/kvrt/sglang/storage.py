@@ -359,7 +359,7 @@ class KvpoolStorage(HiCacheStorage):
             self._space, self._geo, self._host_pages = space, geo, pages
             # the host pool's tensor and the space, as libkvrt block arrays
             self._host_array = kvrt.BlockArray(geo.layout(pages, st), mem_pool_host.kv_buffer)
-            self._space_array = space.block_array(block)
+            self._space_array: Optional[kvrt.BlockArray] = space.block_array(block)
             fshape = _flat_page_shape(mem_pool_host.layout, geo.layers, geo.heads,
                                       geo.head_dim, geo.page_size)
             _n, fst = _axes(mem_pool_host.layout, fshape,
@@ -456,9 +456,12 @@ class KvpoolStorage(HiCacheStorage):
 
     # ---- copies ---------------------------------------------------------
 
-    def _copy(self, dst: kvrt.BlockArray, src: kvrt.BlockArray, pairs: np.ndarray) -> None:
+    def _copy(self, dst: Optional[kvrt.BlockArray], src: Optional[kvrt.BlockArray],
+              pairs: np.ndarray) -> None:
         """libkvrt's batched block copy; ``pairs`` rows are (src, dst) block ids."""
-        self._need_pool().copy_blocks(dst, src, pairs)
+        pool = self._need_pool()  # raises before a closed space's arrays are used
+        assert dst is not None and src is not None
+        pool.copy_blocks(dst, src, pairs)
 
     def _lookup(self, h: np.ndarray, tiers: bool = False) -> np.ndarray:
         """Ids of the longest present prefix, in the pool or (tiers) also below it,
