@@ -119,7 +119,7 @@ def main():
     ok = 0
     for b, c in cases:
         label = f"{b}x{c}"
-        q = k = v = None
+        q = k = v = call = None
         try:
             g = torch.Generator(device=dev)
             g.manual_seed(1234 + b * 7 + c)
@@ -128,7 +128,7 @@ def main():
             v = torch.randn(b, a.kv_heads, c, a.head_dim, device=dev, dtype=dtype, generator=g)
             kv_bytes = 2 * b * a.kv_heads * c * a.head_dim * esize
             if gqa == "enable_gqa":
-                def call():
+                def call(q=q, k=k, v=v):
                     return F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
                 read = kv_bytes
             else:
@@ -136,7 +136,7 @@ def main():
                     k = k.repeat_interleave(group, dim=1)
                     v = v.repeat_interleave(group, dim=1)
 
-                def call():
+                def call(q=q, k=k, v=v):
                     return F.scaled_dot_product_attention(q, k, v)
                 read = kv_bytes * group
             for _ in range(max(a.warmup, 1)):
@@ -175,7 +175,7 @@ def main():
             else:
                 emit({"case": label, "error": f"{type(e).__name__}: {msg}"})
         finally:
-            del q, k, v
+            del q, k, v, call  # the closure's defaults hold the tensors too
             torch.cuda.empty_cache()
     return 0 if ok else 1
 

@@ -1,7 +1,7 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
 #
-# lint.sh: what `make lint` runs.  Three checks, each passes or fails:
+# lint.sh: what `make lint` runs.  Four checks, each passes or fails:
 #
 #   checkpatch  scripts/checkpatch.pl --strict --no-tree -f, from Debian's
 #               linux-source-6.1, on every source file in kmod/ (core/ and
@@ -14,6 +14,8 @@
 #   userspace   tools/, selftests/core, selftests/kvpool and libkvrt/ (its
 #               default target) built in a scratch copy; every command that
 #               compiles C must carry -Wall -Wextra -Werror.
+#   python      pyflakes on every tracked .py file; mypy on the kvrt
+#               package (libkvrt/python/src/kvrt).
 #
 # The last line is "N passed, N failed"; the exit status is non-zero on any
 # failure.  checkpatch and its data files are extracted once into
@@ -262,8 +264,35 @@ check_userspace()
 	fi
 }
 
+# Python: pyflakes on every tracked .py file (undefined names, unused
+# imports), and mypy on the kvrt package, whose hints are its API's
+# documentation (the engines it imports need not be installed).
+check_python()
+{
+	local files n out
+	if ! command -v pyflakes3 >/dev/null || ! command -v mypy >/dev/null; then
+		result fail python "pyflakes3 or mypy is not installed: run 'make deps'"
+		return
+	fi
+	mapfile -t files < <(git -C "$SRC" ls-files '*.py')
+	out=$(cd "$SRC" && pyflakes3 "${files[@]}" 2>&1)
+	n=$(printf '%s' "$out" | grep -c .)
+	if [ "$n" -ne 0 ]; then
+		echo "$out"
+		result fail python "pyflakes: $n findings in ${#files[@]} files"
+		return
+	fi
+	if ! out=$(cd "$SRC/libkvrt/python" && mypy --ignore-missing-imports \
+		--cache-dir "$SCRATCH/mypy" src/kvrt 2>&1); then
+		echo "$out"
+		result fail python "mypy libkvrt/python/src/kvrt: $(echo "$out" | tail -1)"
+		return
+	fi
+	result ok python "pyflakes: ${#files[@]} files clean; mypy: $(echo "$out" | tail -1)"
+}
+
 start=$(date +%s)
-for c in checkpatch sparse userspace; do
+for c in checkpatch sparse userspace python; do
 	t=$(date +%s)
 	"check_$c"
 	echo "# $c: $(($(date +%s) - t)) s"

@@ -25,7 +25,6 @@ with clear_storage_backend and assume_stored).
 """
 import itertools
 import os
-import queue
 import shutil
 import tempfile
 import threading
