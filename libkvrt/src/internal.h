@@ -14,7 +14,9 @@
  *                       kmod/core's kvcore), a file per concern:
  *                       emb_{pool,space,prefix,residency,events}.c as
  *                       kmod/{pool,space,prefix,residency,events}.c,
- *                       plus emb_backing.c (chunks) and emb_meminfo.c;
+ *                       plus emb_backing.c (chunks), emb_blocks.c (per-block
+ *                       side state of prefix cache and residency) and
+ *                       emb_meminfo.c;
  *                       embedded.h is what they share
  *   kv/                 layouts, dtypes, append, block copies, prefix
  *                       hashing, and the bounds rule of layouts on mappings

@@ -206,13 +206,13 @@ long long emb_grow(struct kvc_space *core, kvc_u64 want)
 	if (want > room)
 		want = room;
 	while (got < want) {
-		if (!pool_take(es->k, KVRT_CHUNK_BYTES)) {
+		if (!emb_pool_take(es->k, KVRT_CHUNK_BYTES)) {
 			kvrt_log(es->k, KVRT_LOG_DEBUG, "space \"%s\": pool cap %llu reached",
 				 es->name, (unsigned long long)emb_pool_of(es->k)->cap);
 			break;
 		}
 		if (emb_map_chunk(es, es->base + es->mapped_bytes)) {
-			pool_put(es->k, KVRT_CHUNK_BYTES);
+			emb_pool_put(es->k, KVRT_CHUNK_BYTES);
 			break;
 		}
 		es->mapped_bytes += KVRT_CHUNK_BYTES;

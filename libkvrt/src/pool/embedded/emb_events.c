@@ -81,7 +81,7 @@ static void ev_flush_lost(struct emb_events *q)
  * does not fit (queue full, or no memory) is dropped and counted, and the
  * OVERFLOW that replaces the dropped ones comes before anything later.
  */
-void ev_push(struct emb_part *s, const struct kvrt_event *e)
+void emb_ev_push(struct emb_part *s, const struct kvrt_event *e)
 {
 	struct emb_events *q = &s->ev;
 	struct kvrt_event x = *e;
@@ -95,10 +95,10 @@ void ev_push(struct emb_part *s, const struct kvrt_event *e)
 	ev_signal(q);
 }
 
-void ev_broadcast(struct emb_space *es, const struct kvrt_event *e)
+void emb_ev_broadcast(struct emb_space *es, const struct kvrt_event *e)
 {
 	for (struct emb_part *s = es->sessions; s; s = s->snext)
-		ev_push(s, e);
+		emb_ev_push(s, e);
 }
 
 int emb_events_fd(struct kvrt_space *space)

@@ -69,7 +69,7 @@ void emb_pool_free(struct kvrt *k)
 }
 
 /* The embedded pool cap: an atomic, so grow never takes kvrt.lock. */
-bool pool_take(struct kvrt *k, uint64_t bytes)
+bool emb_pool_take(struct kvrt *k, uint64_t bytes)
 {
 	struct emb_pool *pool = emb_pool_of(k);
 	uint64_t used = __atomic_load_n(&pool->used, __ATOMIC_RELAXED);
@@ -82,7 +82,7 @@ bool pool_take(struct kvrt *k, uint64_t bytes)
 	return true;
 }
 
-void pool_put(struct kvrt *k, uint64_t bytes)
+void emb_pool_put(struct kvrt *k, uint64_t bytes)
 {
 	__atomic_fetch_sub(&emb_pool_of(k)->used, bytes, __ATOMIC_RELAXED);
 }

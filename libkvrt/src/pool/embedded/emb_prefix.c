@@ -80,9 +80,9 @@ void emb_evicted(struct kvc_space *core, kvc_u32 id, const kvc_u8 *hash,
 			struct emb_part *s = emb_session(es, es->bx[id].watch[i]);
 
 			if (s)
-				ev_push(s, &e);
+				emb_ev_push(s, &e);
 		}
-	blk_forget(es, id);
+	emb_blk_forget(es, id);
 }
 
 /* ---- publish, lookup, release, stats ----------------------------------------- */
@@ -110,7 +110,7 @@ int emb_publish(struct kvrt_space *space, uint32_t count, uint32_t *ids,
 
 	pthread_mutex_lock(&es->lock);
 	/* Each entry ends on its own block or on the one found (earlier in the batch or not). */
-	ret = bx_cover(es, es->core.backed_blocks);
+	ret = emb_bx_cover(es, es->core.backed_blocks);
 	for (uint32_t i = 0; !ret && i < count; i++) {
 		uint32_t found = kvc_find(&es->core, e[i].hash);
 
@@ -124,7 +124,7 @@ int emb_publish(struct kvrt_space *space, uint32_t count, uint32_t *ids,
 	if (ret >= 0)
 		for (uint32_t i = 0; i < count; i++) {
 			if (e[i].flags & KVC_PUBLISH_DEDUP)
-				blk_forget(es, ids[i]);	/* the caller's block was freed */
+				emb_blk_forget(es, ids[i]);	/* the caller's block was freed */
 			watch_add(es, e[i].id, s->owner);
 		}
 	pthread_mutex_unlock(&es->lock);
@@ -157,7 +157,7 @@ int emb_lookup(struct kvrt_space *space, uint32_t count,
 			return -ENOMEM;
 	}
 	pthread_mutex_lock(&es->lock);
-	ret = bx_cover(es, es->core.backed_blocks);
+	ret = emb_bx_cover(es, es->core.backed_blocks);
 	for (uint32_t i = 0; !ret && i < count; i++) {
 		uint32_t found = kvc_find(&es->core, hashes[i]);
 
@@ -171,7 +171,7 @@ int emb_lookup(struct kvrt_space *space, uint32_t count,
 		watch_add(es, got[i], s->owner);
 		ids[i] = got[i];
 		if (devices)
-			devices[i] = rec_mask(es, got[i]);
+			devices[i] = emb_rec_mask(es, got[i]);
 	}
 	pthread_mutex_unlock(&es->lock);
 	if (got != small)

@@ -19,12 +19,12 @@ static int rec_find(const struct emb_blk *b, uint32_t owner, uint32_t slot)
 	return -1;
 }
 
-void rec_remove(struct emb_blk *b, uint32_t i)
+void emb_rec_remove(struct emb_blk *b, uint32_t i)
 {
 	b->rec[i] = b->rec[--b->nrec];
 }
 
-uint64_t rec_mask(const struct emb_space *es, uint32_t id)
+uint64_t emb_rec_mask(const struct emb_space *es, uint32_t id)
 {
 	uint64_t mask = 0;
 
@@ -60,7 +60,7 @@ static void dev_register(struct emb_space *es, struct emb_part *s, uint32_t slot
 	}
 }
 
-void dev_unregister(struct emb_space *es, struct emb_part *s, uint32_t slot)
+void emb_dev_unregister(struct emb_space *es, struct emb_part *s, uint32_t slot)
 {
 	if (!(s->res_slots & (1ULL << slot)))
 		return;
@@ -98,7 +98,7 @@ static int emb_res_add(struct emb_part *s, const uint8_t *uuid, uint32_t count,
 	if (slot < 0 && es->dev_used == ~0ULL)
 		return -ENOSPC;
 	want = slot < 0 ? (uint32_t)__builtin_ctzll(~es->dev_used) : (uint32_t)slot;
-	ret = bx_cover(es, c->backed_blocks);
+	ret = emb_bx_cover(es, c->backed_blocks);
 	if (ret)
 		return ret;
 	/* Room for every record that is new: count them per block, then grow. */
@@ -167,7 +167,7 @@ static int emb_res_del(struct emb_part *s, const uint8_t *uuid, uint32_t count,
 		int r = rec_find(b, s->owner, (uint32_t)slot);
 
 		if (r >= 0)	/* a block listed twice went the first time */
-			rec_remove(b, (uint32_t)r);
+			emb_rec_remove(b, (uint32_t)r);
 	}
 	return slot;
 }
@@ -183,10 +183,10 @@ static int emb_res_clear(struct emb_part *s, const uint8_t *uuid)
 		int r = rec_find(&es->bx[id], s->owner, (uint32_t)slot);
 
 		if (r >= 0)
-			rec_remove(&es->bx[id], (uint32_t)r);
+			emb_rec_remove(&es->bx[id], (uint32_t)r);
 	}
 	/* This participant is done with the device: its registration goes too. */
-	dev_unregister(es, s, (uint32_t)slot);
+	emb_dev_unregister(es, s, (uint32_t)slot);
 	return slot;
 }
 

@@ -2,9 +2,8 @@
 /*
  * emb_space.c: the embedded backend's spaces, as kmod/space.c is the
  * module's: the namespace, create and join under the module's own rules
- * (kmod/core/kvrules.c), leave, destroy, info, alloc and free; the
- * per-block side state the prefix cache and residency keep beside kvcore; and the ops
- * table (pool/backend.h) that kvrt.c calls through.
+ * (kmod/core/kvrules.c), leave, destroy, info, alloc and free, and the
+ * ops table (pool/backend.h) that kvrt.c calls through.
  *
  * A space's memory is unmapped when its last participant closes (a
  * persistent space: when it is destroyed, or with its handle).
@@ -136,7 +135,7 @@ static void emb_destroy(struct emb_space *es)
 	}
 	free(es->bx);
 	munmap(es->base, es->reserve_bytes);
-	pool_put(es->k, es->mapped_bytes);
+	emb_pool_put(es->k, es->mapped_bytes);
 	kvc_space_fini(&es->core);
 	pthread_mutex_destroy(&es->lock);
 	free(es);
@@ -162,39 +161,6 @@ static void emb_put(struct kvrt *k, struct emb_space *es)
 	pthread_mutex_unlock(&k->lock);
 	if (last)
 		emb_destroy(es);
-}
-
-/* ---- per-block side state ------------------------------------------------------ */
-
-/* bx[] covers ids below n. */
-int bx_cover(struct emb_space *es, uint64_t n)
-{
-	struct emb_blk *bx;
-	uint64_t cap;
-
-	if (n <= es->nbx)
-		return 0;
-	cap = es->nbx * 2 > n ? es->nbx * 2 : n;
-	if (cap < 64)
-		cap = 64;
-	if (cap > es->core.nr_blocks)
-		cap = es->core.nr_blocks;
-	bx = realloc(es->bx, cap * sizeof(*bx));
-	if (!bx)
-		return -ENOMEM;
-	memset(bx + es->nbx, 0, (cap - es->nbx) * sizeof(*bx));
-	es->bx = bx;
-	es->nbx = cap;
-	return 0;
-}
-
-/* The block became free or was evicted: its records and watchers go. */
-void blk_forget(struct emb_space *es, uint32_t id)
-{
-	if (id < es->nbx) {
-		es->bx[id].nrec = 0;
-		es->bx[id].nwatch = 0;
-	}
 }
 
 /* ---- joining and leaving -------------------------------------------------------- */
@@ -253,7 +219,7 @@ static int emb_join(struct kvrt *k, const struct kvrt_space_opts *o, struct emb_
 		es->sessions->sprev = s;
 	es->sessions = s;
 	if (es->destroyed)
-		ev_push(s, &(struct kvrt_event){ .type = KVRT_EVENT_SPACE_DESTROYED });
+		emb_ev_push(s, &(struct kvrt_event){ .type = KVRT_EVENT_SPACE_DESTROYED });
 	pthread_mutex_unlock(&es->lock);
 	return 0;
 
@@ -296,7 +262,7 @@ static void emb_space_close(struct kvrt_space *space)
 
 		for (uint32_t i = 0; i < b->nrec;)
 			if (b->rec[i].owner == s->owner)
-				rec_remove(b, i);
+				emb_rec_remove(b, i);
 			else
 				i++;
 		for (uint32_t i = 0; i < b->nwatch; i++)
@@ -306,7 +272,7 @@ static void emb_space_close(struct kvrt_space *space)
 			}
 	}
 	for (uint32_t slot = 0; slot < KVRT_MAX_DEVICES; slot++)
-		dev_unregister(es, s, slot);
+		emb_dev_unregister(es, s, slot);
 	if (s->sprev)
 		s->sprev->snext = s->snext;
 	else
@@ -370,7 +336,7 @@ static int emb_space_destroy(struct kvrt *k, const char *name)
 
 	pthread_mutex_lock(&es->lock);
 	es->destroyed = true;
-	ev_broadcast(es, &(struct kvrt_event){ .type = KVRT_EVENT_SPACE_DESTROYED });
+	emb_ev_broadcast(es, &(struct kvrt_event){ .type = KVRT_EVENT_SPACE_DESTROYED });
 	pthread_mutex_unlock(&es->lock);
 	emb_put(k, es);
 	return 0;
@@ -432,7 +398,7 @@ static int emb_alloc(struct kvrt_space *space, uint32_t count, uint32_t *ids)
 	if (evicted || ret == -ENOSPC) {
 		e.cause = (uint32_t)es->core.stats.last_pressure_cause;
 		e.count = (uint32_t)evicted;
-		ev_broadcast(es, &e);
+		emb_ev_broadcast(es, &e);
 	}
 	pthread_mutex_unlock(&es->lock);
 	return ret;
@@ -448,7 +414,7 @@ static int emb_free(struct kvrt_space *space, uint32_t count, const uint32_t *id
 	ret = kvc_free(&es->core, s->owner, count, ids);
 	if (!ret)
 		for (uint32_t i = 0; i < count; i++)
-			blk_forget(es, ids[i]);
+			emb_blk_forget(es, ids[i]);
 	pthread_mutex_unlock(&es->lock);
 	return ret;
 }

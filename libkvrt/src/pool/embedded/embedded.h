@@ -106,7 +106,7 @@ struct emb_part {
 /* The embedded pool as a whole: k->pool. */
 struct emb_pool {
 	uint64_t cap;			/* kvrt_open_opts.pool_bytes; 0: no cap */
-	uint64_t used;			/* atomic: pool_take(), pool_put() */
+	uint64_t used;			/* atomic: emb_pool_take(), emb_pool_put() */
 	uint64_t node_mask;		/* online NUMA nodes */
 	struct emb_space *spaces;	/* the namespace (kvrt.lock) */
 	uint32_t next_space_id;		/* (kvrt.lock) */
@@ -126,15 +126,15 @@ static inline struct emb_part *to_emb(struct kvrt_space *space)
 int emb_probe(struct kvrt *k, const struct kvrt_open_opts *o, const char *device);
 void emb_pool_free(struct kvrt *k);
 int emb_pool_info(struct kvrt *k, struct kvrt_pool_info *info);
-bool pool_take(struct kvrt *k, uint64_t bytes);
-void pool_put(struct kvrt *k, uint64_t bytes);
+bool emb_pool_take(struct kvrt *k, uint64_t bytes);
+void emb_pool_put(struct kvrt *k, uint64_t bytes);
 
 /* emb_backing.c */
 long long emb_grow(struct kvc_space *core, kvc_u64 want);
 
-/* emb_space.c */
-int bx_cover(struct emb_space *es, uint64_t n);
-void blk_forget(struct emb_space *es, uint32_t id);
+/* emb_blocks.c */
+int emb_bx_cover(struct emb_space *es, uint64_t n);
+void emb_blk_forget(struct emb_space *es, uint32_t id);
 
 /* emb_prefix.c */
 void emb_evicted(struct kvc_space *core, kvc_u32 id, const kvc_u8 *hash,
@@ -147,15 +147,15 @@ int emb_release(struct kvrt_space *space, uint32_t count, const uint32_t *ids);
 int emb_space_stats(struct kvrt_space *space, struct kvrt_space_stats *st);
 
 /* emb_residency.c */
-void rec_remove(struct emb_blk *b, uint32_t i);
-uint64_t rec_mask(const struct emb_space *es, uint32_t id);
-void dev_unregister(struct emb_space *es, struct emb_part *s, uint32_t slot);
+void emb_rec_remove(struct emb_blk *b, uint32_t i);
+uint64_t emb_rec_mask(const struct emb_space *es, uint32_t id);
+void emb_dev_unregister(struct emb_space *es, struct emb_part *s, uint32_t slot);
 int emb_residency(struct kvrt_space *space, uint32_t op, const uint8_t *uuid, uint32_t count,
 		  const struct kvrt_residency_entry *entries);
 
 /* emb_events.c */
-void ev_push(struct emb_part *s, const struct kvrt_event *e);
-void ev_broadcast(struct emb_space *es, const struct kvrt_event *e);
+void emb_ev_push(struct emb_part *s, const struct kvrt_event *e);
+void emb_ev_broadcast(struct emb_space *es, const struct kvrt_event *e);
 int emb_events_fd(struct kvrt_space *space);
 int emb_read_events(struct kvrt_space *space, struct kvrt_event *ev, uint32_t max);
 
