@@ -57,9 +57,9 @@
  *   emb_space.lock    one embedded space: its kvcore state, chunks and
  *                     memory counters (the kvcore contract: the caller
  *                     serialises every call on a space), and its prefix
- *                     cache side state: the participants' references,
+ *                     cache side state: the clients' references,
  *                     residency records, who to tell of evictions, and
- *                     every participant's event queue.
+ *                     every client's event queue.
  *   emb_pool.used     an atomic, not a lock: the embedded pool cap.
  *   kvrt.qlock        the copy queue (taken alone).
  *   kvrt_copy.lock    one copy's completion (taken alone or under qlock).
@@ -134,8 +134,8 @@ struct kvrt {
 };
 
 /*
- * One participant in a space: what every backend's space has.  A backend
- * embeds it in its own (struct kmod_space, struct emb_part) and reaches
+ * One client in a space: what every backend's space has.  A backend
+ * embeds it in its own (struct kmod_space, struct emb_client) and reaches
  * that with kvrt_container_of (pool/backend.h).
  */
 struct kvrt_space {

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * emb_events.c: each participant's event queue, with the module's sequence
+ * emb_events.c: each client's event queue, with the module's sequence
  * and overflow rules (kmod/events.c), signalled through an eventfd where
  * the module's descriptor polls.  Everything runs under the space's lock.
  */
@@ -11,7 +11,7 @@
 
 #include "pool/embedded/embedded.h"
 
-/* Events a participant's queue holds at most (the module's default). */
+/* Events a client's queue holds at most (the module's default). */
 #define EMB_EVENT_MAX 65536U
 
 /* Room for one more event, growing the ring up to EMB_EVENT_MAX. */
@@ -77,11 +77,11 @@ static void ev_flush_lost(struct emb_events *q)
 }
 
 /*
- * Queue e for one participant.  Every event takes the next seq; one that
+ * Queue e for one client.  Every event takes the next seq; one that
  * does not fit (queue full, or no memory) is dropped and counted, and the
  * OVERFLOW that replaces the dropped ones comes before anything later.
  */
-void emb_ev_push(struct emb_part *s, const struct kvrt_event *e)
+void emb_ev_push(struct emb_client *s, const struct kvrt_event *e)
 {
 	struct emb_events *q = &s->ev;
 	struct kvrt_event x = *e;
@@ -97,13 +97,13 @@ void emb_ev_push(struct emb_part *s, const struct kvrt_event *e)
 
 void emb_ev_broadcast(struct emb_space *es, const struct kvrt_event *e)
 {
-	for (struct emb_part *s = es->sessions; s; s = s->snext)
+	for (struct emb_client *s = es->clients; s; s = s->cnext)
 		emb_ev_push(s, e);
 }
 
 int emb_events_fd(struct kvrt_space *space)
 {
-	struct emb_part *s = to_emb(space);
+	struct emb_client *s = to_emb(space);
 	struct emb_space *es = s->es;
 	int ret;
 
@@ -125,7 +125,7 @@ out_unlock:
 
 int emb_read_events(struct kvrt_space *space, struct kvrt_event *ev, uint32_t max)
 {
-	struct emb_part *s = to_emb(space);
+	struct emb_client *s = to_emb(space);
 	struct emb_space *es = s->es;
 	struct emb_events *q = &s->ev;
 	uint32_t n = 0;

@@ -115,7 +115,7 @@ static void snprintf_trunc(char *buf, size_t len, const char *f, ...)
 
 int emb_mem_info(struct kvrt_space *space, struct kvrt_mem_info *m)
 {
-	struct emb_part *s = to_emb(space);
+	struct emb_client *s = to_emb(space);
 	struct emb_space *es = s->es;
 	struct kvrt *k = s->space.k;
 	char h[4][32], w[4][160], mode[32];

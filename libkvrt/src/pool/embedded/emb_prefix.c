@@ -5,13 +5,13 @@
  * an eviction.
  *
  * kvcore keeps the hash index, the reader references (one struct kvc_refs
- * per participant, as the module keeps one per descriptor) and the
+ * per client, as the module keeps one per descriptor) and the
  * eviction lists; kvc_alloc evicts by itself and reports each eviction
  * through the evicted callback.  What the module keeps beside kvcore is
  * kept beside it here, under the space's mutex, per block: the residency
- * records (emb_residency.c) and the participants to tell when the block is
+ * records (emb_residency.c) and the clients to tell when the block is
  * evicted (those that published or hit it since it was last published);
- * and per participant an event queue (emb_events.c).  Everything that may
+ * and per client an event queue (emb_events.c).  Everything that may
  * need memory is reserved before kvcore is called, so the calls stay all
  * or nothing.
  */
@@ -57,11 +57,11 @@ static void watch_add(struct emb_space *es, uint32_t id, uint32_t owner)
 		b->watch[b->nwatch++] = owner;
 }
 
-static struct emb_part *emb_session(struct emb_space *es, uint32_t owner)
+static struct emb_client *emb_client_of(struct emb_space *es, uint32_t owner)
 {
-	struct emb_part *s;
+	struct emb_client *s;
 
-	for (s = es->sessions; s; s = s->snext)
+	for (s = es->clients; s; s = s->cnext)
 		if (s->owner == owner)
 			return s;
 	return NULL;
@@ -77,7 +77,7 @@ void emb_evicted(struct kvc_space *core, kvc_u32 id, const kvc_u8 *hash,
 	memcpy(e.hash, hash, KVRT_HASH_BYTES);
 	if (id < es->nbx)
 		for (uint32_t i = 0; i < es->bx[id].nwatch; i++) {
-			struct emb_part *s = emb_session(es, es->bx[id].watch[i]);
+			struct emb_client *s = emb_client_of(es, es->bx[id].watch[i]);
 
 			if (s)
 				emb_ev_push(s, &e);
@@ -90,7 +90,7 @@ void emb_evicted(struct kvc_space *core, kvc_u32 id, const kvc_u8 *hash,
 int emb_publish(struct kvrt_space *space, uint32_t count, uint32_t *ids,
 		const uint8_t (*hashes)[KVRT_HASH_BYTES], const uint32_t *prio, uint32_t *flags)
 {
-	struct emb_part *s = to_emb(space);
+	struct emb_client *s = to_emb(space);
 	struct emb_space *es = s->es;
 	struct kvc_publish_entry *e;
 	int ret = 0;
@@ -142,7 +142,7 @@ int emb_publish(struct kvrt_space *space, uint32_t count, uint32_t *ids,
 int emb_lookup(struct kvrt_space *space, uint32_t count,
 	       const uint8_t (*hashes)[KVRT_HASH_BYTES], uint32_t *ids, uint64_t *devices)
 {
-	struct emb_part *s = to_emb(space);
+	struct emb_client *s = to_emb(space);
 	struct emb_space *es = s->es;
 	uint32_t small[64], *got = small;
 	int ret;
@@ -181,7 +181,7 @@ int emb_lookup(struct kvrt_space *space, uint32_t count,
 
 int emb_release(struct kvrt_space *space, uint32_t count, const uint32_t *ids)
 {
-	struct emb_part *s = to_emb(space);
+	struct emb_client *s = to_emb(space);
 	struct emb_space *es = s->es;
 	int ret;
 
@@ -193,7 +193,7 @@ int emb_release(struct kvrt_space *space, uint32_t count, const uint32_t *ids)
 
 int emb_space_stats(struct kvrt_space *space, struct kvrt_space_stats *st)
 {
-	struct emb_part *s = to_emb(space);
+	struct emb_client *s = to_emb(space);
 	struct emb_space *es = s->es;
 	const struct kvc_space_stats *c = &es->core.stats;
 

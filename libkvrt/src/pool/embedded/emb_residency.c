@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 /*
  * emb_residency.c: residency records ("host block h holds a copy of GPU
- * block g on device slot s", per participant) and the space's device
+ * block g on device slot s", per client) and the space's device
  * table, as kmod/residency.c keeps them.  Everything runs under the
  * space's lock.
  */
@@ -36,7 +36,7 @@ uint64_t emb_rec_mask(const struct emb_space *es, uint32_t id)
 
 /*
  * The device table as the module keeps it: a slot holds a device while a
- * participant has it registered (a successful add registers it; clear and
+ * client has it registered (a successful add registers it; clear and
  * close unregister), and is free for another device once none has.
  */
 static int dev_slot(const struct emb_space *es, const uint8_t *uuid)
@@ -47,7 +47,7 @@ static int dev_slot(const struct emb_space *es, const uint8_t *uuid)
 	return -1;
 }
 
-static void dev_register(struct emb_space *es, struct emb_part *s, uint32_t slot,
+static void dev_register(struct emb_space *es, struct emb_client *s, uint32_t slot,
 			 const uint8_t *uuid)
 {
 	if (!(es->dev_used & (1ULL << slot))) {
@@ -60,7 +60,7 @@ static void dev_register(struct emb_space *es, struct emb_part *s, uint32_t slot
 	}
 }
 
-void emb_dev_unregister(struct emb_space *es, struct emb_part *s, uint32_t slot)
+void emb_dev_unregister(struct emb_space *es, struct emb_client *s, uint32_t slot)
 {
 	if (!(s->res_slots & (1ULL << slot)))
 		return;
@@ -77,7 +77,7 @@ void emb_dev_unregister(struct emb_space *es, struct emb_part *s, uint32_t slot)
  * room for every new record, and only then any change: a failed call
  * registers no device.
  */
-static int emb_res_add(struct emb_part *s, const uint8_t *uuid, uint32_t count,
+static int emb_res_add(struct emb_client *s, const uint8_t *uuid, uint32_t count,
 		       const struct kvrt_residency_entry *en)
 {
 	struct emb_space *es = s->es;
@@ -147,7 +147,7 @@ next:
 	return slot;
 }
 
-static int emb_res_del(struct emb_part *s, const uint8_t *uuid, uint32_t count,
+static int emb_res_del(struct emb_client *s, const uint8_t *uuid, uint32_t count,
 		       const struct kvrt_residency_entry *en)
 {
 	struct emb_space *es = s->es;
@@ -172,7 +172,7 @@ static int emb_res_del(struct emb_part *s, const uint8_t *uuid, uint32_t count,
 	return slot;
 }
 
-static int emb_res_clear(struct emb_part *s, const uint8_t *uuid)
+static int emb_res_clear(struct emb_client *s, const uint8_t *uuid)
 {
 	struct emb_space *es = s->es;
 	int slot = dev_slot(es, uuid);
@@ -185,7 +185,7 @@ static int emb_res_clear(struct emb_part *s, const uint8_t *uuid)
 		if (r >= 0)
 			emb_rec_remove(&es->bx[id], (uint32_t)r);
 	}
-	/* This participant is done with the device: its registration goes too. */
+	/* This client is done with the device: its registration goes too. */
 	emb_dev_unregister(es, s, (uint32_t)slot);
 	return slot;
 }
@@ -193,7 +193,7 @@ static int emb_res_clear(struct emb_part *s, const uint8_t *uuid)
 int emb_residency(struct kvrt_space *space, uint32_t op, const uint8_t *uuid, uint32_t count,
 		  const struct kvrt_residency_entry *entries)
 {
-	struct emb_part *s = to_emb(space);
+	struct emb_client *s = to_emb(space);
 	struct emb_space *es = s->es;
 	int ret;
 

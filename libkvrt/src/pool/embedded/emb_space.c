@@ -5,7 +5,7 @@
  * (kmod/core/kvrules.c), leave, destroy, info, alloc and free, and the
  * ops table (pool/backend.h) that kvrt.c calls through.
  *
- * A space's memory is unmapped when its last participant closes (a
+ * A space's memory is unmapped when its last client closes (a
  * persistent space: when it is destroyed, or with its handle).
  */
 #include <errno.h>
@@ -142,7 +142,7 @@ static void emb_destroy(struct emb_space *es)
 }
 
 /*
- * Drop one reference to es (a participant's, or destroy's): the space goes
+ * Drop one reference to es (a client's, or destroy's): the space goes
  * when none is left, unless it is persistent and still has its name.
  */
 static void emb_put(struct kvrt *k, struct emb_space *es)
@@ -165,7 +165,7 @@ static void emb_put(struct kvrt *k, struct emb_space *es)
 
 /* ---- joining and leaving -------------------------------------------------------- */
 
-static int emb_join(struct kvrt *k, const struct kvrt_space_opts *o, struct emb_part *s)
+static int emb_join(struct kvrt *k, const struct kvrt_space_opts *o, struct emb_client *s)
 {
 	struct kvc_space_open_check check = { .flags = o->flags };
 	struct emb_space *es;
@@ -212,12 +212,12 @@ static int emb_join(struct kvrt *k, const struct kvrt_space_opts *o, struct emb_
 	s->space.map_bytes = es->core.nr_blocks * es->core.block_bytes;
 	pthread_mutex_unlock(&k->lock);
 
-	/* Join the participants; a destroy that came in between is told. */
+	/* Join the clients; a destroy that came in between is told. */
 	pthread_mutex_lock(&es->lock);
-	s->snext = es->sessions;
-	if (es->sessions)
-		es->sessions->sprev = s;
-	es->sessions = s;
+	s->cnext = es->clients;
+	if (es->clients)
+		es->clients->cprev = s;
+	es->clients = s;
 	if (es->destroyed)
 		emb_ev_push(s, &(struct kvrt_event){ .type = KVRT_EVENT_SPACE_DESTROYED });
 	pthread_mutex_unlock(&es->lock);
@@ -231,7 +231,7 @@ out_unlock:
 static int emb_space_open(struct kvrt *k, const struct kvrt_space_opts *o,
 			  struct kvrt_space **out)
 {
-	struct emb_part *s = calloc(1, sizeof(*s));
+	struct emb_client *s = calloc(1, sizeof(*s));
 	int ret;
 
 	if (!s)
@@ -249,7 +249,7 @@ static int emb_space_open(struct kvrt *k, const struct kvrt_space_opts *o,
 
 static void emb_space_close(struct kvrt_space *space)
 {
-	struct emb_part *s = to_emb(space);
+	struct emb_client *s = to_emb(space);
 	struct emb_space *es = s->es;
 	struct kvrt *k = s->space.k;
 
@@ -273,12 +273,12 @@ static void emb_space_close(struct kvrt_space *space)
 	}
 	for (uint32_t slot = 0; slot < KVRT_MAX_DEVICES; slot++)
 		emb_dev_unregister(es, s, slot);
-	if (s->sprev)
-		s->sprev->snext = s->snext;
+	if (s->cprev)
+		s->cprev->cnext = s->cnext;
 	else
-		es->sessions = s->snext;
-	if (s->snext)
-		s->snext->sprev = s->sprev;
+		es->clients = s->cnext;
+	if (s->cnext)
+		s->cnext->cprev = s->cprev;
 	pthread_mutex_unlock(&es->lock);
 
 	free(s->ev.ring);
@@ -331,7 +331,7 @@ static int emb_space_destroy(struct kvrt *k, const char *name)
 		emb_destroy(es);
 		return 0;
 	}
-	es->refs++;	/* keeps it while the participants are told */
+	es->refs++;	/* keeps it while the clients are told */
 	pthread_mutex_unlock(&k->lock);
 
 	pthread_mutex_lock(&es->lock);
@@ -344,7 +344,7 @@ static int emb_space_destroy(struct kvrt *k, const char *name)
 
 static int emb_space_info(struct kvrt_space *space, struct kvrt_space_info *info)
 {
-	struct emb_part *s = to_emb(space);
+	struct emb_client *s = to_emb(space);
 	struct emb_space *es = s->es;
 
 	info->space_id = es->id;
@@ -380,12 +380,12 @@ static uint64_t emb_evictions(const struct kvc_space *c)
 
 /*
  * As the module's ALLOC: an allocation that evicted (after the EVICTED
- * events, sent from the callback) or found no room tells every participant,
+ * events, sent from the callback) or found no room tells every client,
  * with the cause kvcore found.
  */
 static int emb_alloc(struct kvrt_space *space, uint32_t count, uint32_t *ids)
 {
-	struct emb_part *s = to_emb(space);
+	struct emb_client *s = to_emb(space);
 	struct emb_space *es = s->es;
 	struct kvrt_event e = { .type = KVRT_EVENT_QUOTA_PRESSURE };
 	uint64_t evicted;
@@ -406,7 +406,7 @@ static int emb_alloc(struct kvrt_space *space, uint32_t count, uint32_t *ids)
 
 static int emb_free(struct kvrt_space *space, uint32_t count, const uint32_t *ids)
 {
-	struct emb_part *s = to_emb(space);
+	struct emb_client *s = to_emb(space);
 	struct emb_space *es = s->es;
 	int ret;
 

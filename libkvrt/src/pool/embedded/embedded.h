@@ -16,12 +16,12 @@
  *   emb_prefix.c     publish, lookup, release, stats, and who hears of
  *                    an eviction (kmod/prefix.c)
  *   emb_residency.c  residency records, the device table (kmod/residency.c)
- *   emb_events.c     each participant's event queue (kmod/events.c)
+ *   emb_events.c     each client's event queue (kmod/events.c)
  *   emb_meminfo.c    kvrt_space_mem_info()'s report
  *
  * Locks (src/internal.h has the order): kvrt.lock for the namespace,
  * emb_space.lock for everything in one space; the functions declared
- * below that take a struct emb_space or emb_part are called under its
+ * below that take a struct emb_space or emb_client are called under its
  * lock.  Nothing here is exported (-fvisibility=hidden).
  */
 #ifndef KVRT_POOL_EMBEDDED_H
@@ -30,7 +30,7 @@
 #include "internal.h"
 #include "pool/backend.h"
 
-/* A residency record: participant owner says the block mirrors gpu_block on slot. */
+/* A residency record: client owner says the block mirrors gpu_block on slot. */
 struct emb_rec {
 	uint32_t owner;
 	uint32_t slot;
@@ -50,7 +50,7 @@ struct emb_space {
 	struct emb_space *next;		/* kvrt.emb_spaces */
 	struct kvrt *k;
 	char name[KVRT_NAME_MAX];
-	unsigned int refs;		/* kvrt.lock: participants, and destroy in progress */
+	unsigned int refs;		/* kvrt.lock: clients, and destroy in progress */
 	uint32_t next_owner;		/* kvrt.lock */
 	bool persist;			/* kvrt.lock */
 	bool linked;			/* kvrt.lock: in kvrt.emb_spaces, under its name */
@@ -72,17 +72,17 @@ struct emb_space {
 	const char *hugetlb_step;	/* which call the hugetlb errno came from */
 
 	/* Prefix cache side state. */
-	struct emb_part *sessions;	/* participants joined */
+	struct emb_client *clients;	/* clients joined */
 	struct emb_blk *bx;		/* per block, nbx entries */
 	uint64_t nbx;
-	/* The residency device table: slot s is held by dev_fds[s] participants. */
+	/* The residency device table: slot s is held by dev_fds[s] clients. */
 	uint8_t dev[KVRT_MAX_DEVICES][KVRT_UUID_BYTES];
 	uint64_t dev_used;		/* bit s: slot s holds a device */
 	uint32_t dev_fds[KVRT_MAX_DEVICES];
 	bool destroyed;			/* SPACE_DESTROYED sent */
 };
 
-/* A participant's event queue: a ring, grown up to max. */
+/* A client's event queue: a ring, grown up to max. */
 struct emb_events {
 	struct kvrt_event *ring;
 	uint32_t head, len, cap;
@@ -92,14 +92,14 @@ struct emb_events {
 	bool signalled;			/* efd's counter is 1 */
 };
 
-/* One participant: a space handle joined to an emb_space (fields: es->lock). */
-struct emb_part {
+/* One client: a space handle joined to an emb_space (fields: es->lock). */
+struct emb_client {
 	struct kvrt_space space;
 	struct emb_space *es;
 	uint32_t owner;
-	struct emb_part *sprev, *snext;	/* emb_space.sessions */
+	struct emb_client *cprev, *cnext;	/* emb_space.clients */
 	struct kvc_refs refs;		/* reader references */
-	uint64_t res_slots;		/* residency slots this participant registered */
+	uint64_t res_slots;		/* residency slots this client registered */
 	struct emb_events ev;
 };
 
@@ -117,9 +117,9 @@ static inline struct emb_pool *emb_pool_of(const struct kvrt *k)
 	return k->pool;
 }
 
-static inline struct emb_part *to_emb(struct kvrt_space *space)
+static inline struct emb_client *to_emb(struct kvrt_space *space)
 {
-	return kvrt_container_of(space, struct emb_part, space);
+	return kvrt_container_of(space, struct emb_client, space);
 }
 
 /* emb_pool.c */
@@ -149,12 +149,12 @@ int emb_space_stats(struct kvrt_space *space, struct kvrt_space_stats *st);
 /* emb_residency.c */
 void emb_rec_remove(struct emb_blk *b, uint32_t i);
 uint64_t emb_rec_mask(const struct emb_space *es, uint32_t id);
-void emb_dev_unregister(struct emb_space *es, struct emb_part *s, uint32_t slot);
+void emb_dev_unregister(struct emb_space *es, struct emb_client *s, uint32_t slot);
 int emb_residency(struct kvrt_space *space, uint32_t op, const uint8_t *uuid, uint32_t count,
 		  const struct kvrt_residency_entry *entries);
 
 /* emb_events.c */
-void emb_ev_push(struct emb_part *s, const struct kvrt_event *e);
+void emb_ev_push(struct emb_client *s, const struct kvrt_event *e);
 void emb_ev_broadcast(struct emb_space *es, const struct kvrt_event *e);
 int emb_events_fd(struct kvrt_space *space);
 int emb_read_events(struct kvrt_space *space, struct kvrt_event *ev, uint32_t max);
