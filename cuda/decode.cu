@@ -162,7 +162,7 @@ KVRT_DEV void decode_item(const Ctx &c, const kvrt_gk_work &w, DecodeSmem<HD> &s
 	float m = -INFINITY, l = 0.0f;	/* for head my_h, over this lane's tokens */
 
 	const int64_t idx0 = c.indptr[w.seq];
-	const int64_t hoff = (int64_t)w.kv_head * c.hs + lig * T::kChunk;
+	const int64_t hoff = (int64_t)w.kv_head * c.head_stride + lig * T::kChunk;
 	const char *kb = c.k + hoff;
 	const char *vb = c.v + hoff;
 	float *pb = sm.p[warp];
@@ -186,7 +186,7 @@ KVRT_DEV void decode_item(const Ctx &c, const kvrt_gk_work &w, DecodeSmem<HD> &s
 
 			if (t < hi) {
 				const int slot = t - (int)fdiv(c.bdiv, (uint32_t)t) * c.bt;
-				const int64_t off = (int64_t)blk[u] * c.bs + (int64_t)slot * c.ts;
+				const int64_t off = (int64_t)blk[u] * c.block_stride + (int64_t)slot * c.token_stride;
 
 				ld_chunk<T::kChunk>(kr[u], kb + off, c.al);
 				ld_chunk<T::kChunk>(vr[u], vb + off, c.al);
@@ -206,7 +206,7 @@ KVRT_DEV void decode_item(const Ctx &c, const kvrt_gk_work &w, DecodeSmem<HD> &s
 				if (my_u == u)
 					bm = blk[u];
 			if (ts + my_u * TPW + grp < hi) {
-				const int64_t so = (int64_t)bm * c.sbs + w.kv_head;
+				const int64_t so = (int64_t)bm * c.scale_block_stride + w.kv_head;
 
 				ksc = ldg(c.ks + so) * fp8_unit();
 				vsc = ldg(c.vs + so) * fp8_unit();
@@ -236,9 +236,9 @@ KVRT_DEV void decode_item(const Ctx &c, const kvrt_gk_work &w, DecodeSmem<HD> &s
 
 		if (pf_blk >= 0 && t < hi) {
 			const int slot = t - (int)fdiv(c.bdiv, (uint32_t)t) * c.bt;
-			const char *row = ((lane / RL) & 1 ? c.v : c.k) + (int64_t)w.kv_head * c.hs;
+			const char *row = ((lane / RL) & 1 ? c.v : c.k) + (int64_t)w.kv_head * c.head_stride;
 
-			prefetch_l2(row + (int64_t)pf_blk * c.bs + (int64_t)slot * c.ts +
+			prefetch_l2(row + (int64_t)pf_blk * c.block_stride + (int64_t)slot * c.token_stride +
 				    (lane % RL) * 128);
 		}
 	};

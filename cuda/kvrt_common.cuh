@@ -509,7 +509,8 @@ struct AttnCtx {
 	char *out;
 	const char *k, *v;
 	const float *ks, *vs;
-	int64_t bs, ts, hs, sbs;
+	int64_t block_stride, token_stride, head_stride;	/* bytes */
+	int64_t scale_block_stride;			/* floats */
 	const int32_t *indices, *indptr, *seq_lens, *q_indptr;
 	float *po, *pml;
 	int num_q_heads;
@@ -531,10 +532,10 @@ KVRT_DEV AttnCtx make_attn_ctx(const kvrt_gk_attn_args &a)
 	c.v = reinterpret_cast<const char *>(a.v);
 	c.ks = reinterpret_cast<const float *>(a.k_scales);
 	c.vs = reinterpret_cast<const float *>(a.v_scales);
-	c.bs = a.block_stride;
-	c.ts = a.token_stride;
-	c.hs = a.head_stride;
-	c.sbs = a.scale_block_stride;
+	c.block_stride = a.block_stride;
+	c.token_stride = a.token_stride;
+	c.head_stride = a.head_stride;
+	c.scale_block_stride = a.scale_block_stride;
 	c.indices = reinterpret_cast<const int32_t *>(a.indices);
 	c.indptr = reinterpret_cast<const int32_t *>(a.indptr);
 	c.seq_lens = reinterpret_cast<const int32_t *>(a.seq_lens);

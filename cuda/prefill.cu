@@ -85,7 +85,7 @@ KVRT_DEV void prefill_item(const Ctx &c, const kvrt_gk_work &w, PrefillSmem<HD> 
 	const int seq_len = c.seq_lens[w.seq];
 	const int qend = c.q_indptr[w.seq + 1];
 	const int64_t idx0 = c.indptr[w.seq];
-	const int64_t hoff = (int64_t)w.kv_head * c.hs;
+	const int64_t hoff = (int64_t)w.kv_head * c.head_stride;
 
 	for (int pbase = 0; pbase < npairs; pbase += C::PB) {
 		const int pend = imin(npairs, pbase + C::PB);
@@ -154,13 +154,13 @@ KVRT_DEV void prefill_item(const Ctx &c, const kvrt_gk_work &w, PrefillSmem<HD> 
 					if (key < kn) {
 						const int bi = (int)fdiv(c.bdiv, (uint32_t)t);
 						const int64_t b = ldg(c.indices + idx0 + bi);
-						const int64_t off = b * c.bs + (int64_t)(t - bi * c.bt) * c.ts +
+						const int64_t off = b * c.block_stride + (int64_t)(t - bi * c.bt) * c.token_stride +
 								    hoff + cp * T::kChunk;
 
 						ld_chunk<T::kChunk>(kr[n], c.k + off, c.al);
 						ld_chunk<T::kChunk>(vr[n], c.v + off, c.al);
 						if constexpr (T::kFp8)
-							ksc[n] = ldg(c.ks + b * c.sbs + w.kv_head) * fp8_unit();
+							ksc[n] = ldg(c.ks + b * c.scale_block_stride + w.kv_head) * fp8_unit();
 					} else {
 #pragma unroll
 						for (int i = 0; i < W; i++)
@@ -176,7 +176,7 @@ KVRT_DEV void prefill_item(const Ctx &c, const kvrt_gk_work &w, PrefillSmem<HD> 
 							const int64_t b =
 								ldg(c.indices + idx0 + fdiv(c.bdiv, (uint32_t)t));
 
-							f = ldg(c.vs + b * c.sbs + w.kv_head) * fp8_unit();
+							f = ldg(c.vs + b * c.scale_block_stride + w.kv_head) * fp8_unit();
 						}
 						sm.vsc[key] = f;
 					}
