@@ -24,11 +24,19 @@ from sglang.srt.mem_cache.utils import get_storage_hash_str
 from sglang.srt.runtime_context import get_parallel
 
 from kvrt.sglang import KvpoolStorage
-from test_controller import (PAGE, Case, Engine, host_page_numbers, setUpModule,  # noqa: F401
-                             tearDownModule)
+import test_controller
+from test_controller import PAGE, Case, Engine, host_page_numbers
 from test_mla import fill_latent, latent_bytes
 
 LAYERS, LORA, ROPE = 2, 16, 8
+
+
+def setUpModule():
+    test_controller.setUpModule()  # SGLang's parallel state and a gloo group
+
+
+def tearDownModule():
+    test_controller.tearDownModule()
 
 
 class MLAEngine(Engine):
