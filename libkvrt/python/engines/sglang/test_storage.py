@@ -485,11 +485,6 @@ class TestHostile(Case):
         self.assertRaises(ValueError, KvpoolStorage, config(kvpool_space_prefix="a/b"))
         self.assertRaises(ValueError, KvpoolStorage, config(kvpool_backend="nfs"))
         self.assertRaises(TypeError, KvpoolStorage, {"tp_rank": 0})
-        mla = config()
-        mla.is_mla_model = True
-        with self.assertRaises(ValueError) as cm:
-            KvpoolStorage(mla)
-        self.assertIn("MLA", str(cm.exception))
 
     def test_calls_before_register_and_after_close(self):
         st = KvpoolStorage(config(kvpool_tenant=self.tenant))

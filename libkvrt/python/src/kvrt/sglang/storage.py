@@ -13,11 +13,18 @@ copy (``Pool.copy_blocks``, no staging buffer): the host tensor is one
 ``kvrt.BlockArray`` whose ``kvrt.Layout`` carries its own byte strides
 (the four MHA host layouts, ``layer_first``, ``page_first``,
 ``page_first_direct`` and ``page_head``, are all expressible), the space's
-blocks are the block-major preset.  Not taken: ``page_unified`` (K and V
-interleaved per head group inside a page, no per-element stride formula)
-and MLA pools (one latent row per token, no V).  A block therefore holds a page in one
-canonical order whatever the host layout, and engines with different host
-layouts but the same model geometry share pages.
+blocks are the block-major preset.  Not taken: MHA ``page_unified`` (K and
+V interleaved per head group inside a page, no per-element stride formula).
+A block therefore holds a page in one canonical order whatever the host
+layout, and engines with different host layouts but the same model geometry
+share pages.
+
+MLA models (``MLATokenToKVPoolHost``: one latent row of kv_lora_rank +
+qk_rope_head_dim elements per token and layer, no V) are taken too: a page's
+rows are one block, and since every TP rank holds the same rows, the space
+has no TP rank in its name and only SGLang's storage writer
+(``is_storage_writer``, TP rank 0) stores; the other ranks' sets store
+nothing and report success, and every rank reads.
 
 Call pattern (SGLang's cache controller): the prefetch thread asks
 ``batch_exists`` for the longest stored prefix, the ranks agree on the
@@ -81,6 +88,8 @@ _DEFAULT_QUOTA = 8 << 30
 _HEX64 = re.compile(r"[0-9a-fA-F]{64}")
 _NAME_PART = re.compile(r"[A-Za-z0-9._-]{1,16}")
 _LAYOUTS = ("layer_first", "page_first", "page_first_direct", "page_head")
+# MLA host layouts; page_unified is page_first_direct's bytes for MLA (pool_host/mla.py)
+_MLA_LAYOUTS = ("layer_first", "page_first", "page_first_direct", "page_unified")
 _KVRT_DTYPE = {torch.float32: DType.F32, torch.float16: DType.F16,
                torch.bfloat16: DType.BF16}
 _NAME_MAX = 63  # KVPOOL_NAME_MAX less the NUL
@@ -111,6 +120,28 @@ def _axes(host_layout: str, shape: Sequence[int], strides: Sequence[int], page_s
     return pages, st
 
 
+def _mla_axes(host_layout: str, shape: Sequence[int], strides: Sequence[int],
+              page_size: int, row_bytes: int) -> Tuple[int, Dict[str, int]]:
+    """(number of pages, byte strides) of an MLA host buffer.  kvrt's layouts
+    have K and V, MLA one latent row per token: the row's first half is
+    carried as "K" and its second half as "V" (kv stride: half a row)."""
+    s = list(strides)
+    if host_layout == "layer_first":          # [layer][token][1][row]
+        st = dict(layer=s[0], token=s[1], block=page_size * s[1])
+        pages = shape[1] // page_size
+    elif host_layout == "page_first":         # [token][layer][1][row]
+        st = dict(token=s[0], layer=s[1], block=page_size * s[0])
+        pages = shape[0] // page_size
+    elif host_layout in ("page_first_direct", "page_unified"):  # [page][layer][slot](1)[row]
+        st = dict(block=s[0], layer=s[1], token=s[2])
+        pages = shape[0]
+    else:
+        raise ValueError(f"MLA host layout {host_layout!r}: kvpool storage takes "
+                         f"{', '.join(_MLA_LAYOUTS)} (pass --hicache-mem-layout with one)")
+    st.update(kv=row_bytes // 2, head=row_bytes)
+    return pages, st
+
+
 def _flat_page_shape(host_layout: str, layers: int, heads: int, dim: int, page: int
                      ) -> Tuple[int, ...]:
     """The shape SGLang's ``get_data_page`` gives one page (before flattening)."""
@@ -118,6 +149,16 @@ def _flat_page_shape(host_layout: str, layers: int, heads: int, dim: int, page: 
             "page_first": (2, page, layers, heads, dim),
             "page_first_direct": (2, 1, layers, page, heads, dim),
             "page_head": (2, 1, heads, page, layers, dim)}[host_layout]
+
+
+def _mla_flat_page_shape(host_layout: str, layers: int, row: int, page: int
+                         ) -> Tuple[int, ...]:
+    """The shape of one MLA page as SGLang's get_data_page / set_from_flat_data_page
+    order it (page_unified, which SGLang's MLA pool does not page, as page_first_direct)."""
+    return {"layer_first": (layers, page, 1, row),
+            "page_first": (page, layers, 1, row),
+            "page_first_direct": (1, layers, page, 1, row),
+            "page_unified": (1, layers, page, row)}[host_layout]
 
 
 def _contiguous_strides(shape: Sequence[int], itemsize: int) -> List[int]:
@@ -130,13 +171,28 @@ def _contiguous_strides(shape: Sequence[int], itemsize: int) -> List[int]:
 
 class _Geometry:
     """What one page is: layers, heads, head dim, tokens, dtype; and how
-    kvrt sees it (its dtype, and head_dim in units of that dtype)."""
+    kvrt sees it (its dtype, and head_dim in units of that dtype).
+
+    MLA (``mla`` = (kv_lora_rank, qk_rope_head_dim)): one head whose
+    ``head_dim`` is the latent row, no V; kvrt sees each half of the row
+    as K and V, in 2-byte units, so a block is exactly the page's rows."""
 
     def __init__(self, layers: int, heads: int, head_dim: int, page_size: int,
-                 dtype: torch.dtype) -> None:
+                 dtype: torch.dtype, mla: Optional[Tuple[int, int]] = None) -> None:
         self.layers, self.heads, self.head_dim = layers, heads, head_dim
-        self.page_size, self.dtype = page_size, dtype
+        self.page_size, self.dtype, self.mla = page_size, dtype, mla
         self.itemsize = torch.empty((), dtype=dtype).element_size()
+        if mla is not None:
+            row = head_dim * self.itemsize
+            if row % 4:
+                raise ValueError(f"MLA latent row of {head_dim} {dtype} elements is {row} "
+                                 "bytes, not a multiple of 4: kvpool storage splits it "
+                                 "into two halves of 2-byte units; use another HiCache "
+                                 "backend for this model")
+            self.row_bytes = row
+            self.kdtype, self.kdim = DType.F16, row // 4
+            self.page_bytes = layers * row * page_size
+            return
         if dtype in _KVRT_DTYPE:
             self.kdtype, self.kdim = _KVRT_DTYPE[dtype], head_dim
         else:
@@ -161,6 +217,10 @@ class _Geometry:
                              head_stride=st["head"])
 
     def identity(self) -> Dict[str, Any]:
+        if self.mla is not None:
+            return {"mla": [self.mla[0], self.mla[1]], "layers": self.layers,
+                    "latent_row": self.head_dim, "page_size": self.page_size,
+                    "dtype": str(self.dtype).replace("torch.", "")}
         return {"layers": self.layers, "heads": self.heads, "head_dim": self.head_dim,
                 "page_size": self.page_size, "dtype": str(self.dtype).replace("torch.", "")}
 
@@ -169,8 +229,7 @@ def _host_geometry(host: Any) -> Tuple[_Geometry, int, Dict[str, int]]:
     """Check an SGLang host pool; its geometry, page count and byte strides."""
     kind = type(host).__name__
     if getattr(host, "kv_lora_rank", None) is not None or "MLA" in kind:
-        raise ValueError(f"host pool {kind}: MLA pools keep one latent row per token and "
-                         "no V; kvpool storage takes MHA host pools (MHATokenToKVPoolHost)")
+        return _mla_host_geometry(host)
     for attr in ("layout", "kv_buffer", "page_size", "layer_num", "head_num", "head_dim",
                  "dtype"):
         if not hasattr(host, attr):
@@ -201,22 +260,61 @@ def _host_geometry(host: Any) -> Tuple[_Geometry, int, Dict[str, int]]:
     return geo, pages, st
 
 
+def _mla_host_geometry(host: Any) -> Tuple[_Geometry, int, Dict[str, int]]:
+    """_host_geometry for SGLang's MLATokenToKVPoolHost."""
+    kind = type(host).__name__
+    for attr in ("layout", "kv_buffer", "page_size", "layer_num", "kv_lora_rank",
+                 "qk_rope_head_dim", "kv_cache_dim", "dtype"):
+        if not hasattr(host, attr):
+            raise TypeError(f"host pool {kind} has no {attr!r}: pass SGLang's "
+                            "MLATokenToKVPoolHost")
+    if getattr(host, "dcp_size", 1) != 1:
+        raise ValueError("host pool: decode context parallel (dcp_size > 1) is not supported")
+    if host.layout not in _MLA_LAYOUTS:
+        raise ValueError(f"MLA host layout {host.layout!r}: kvpool storage takes "
+                         f"{', '.join(_MLA_LAYOUTS)} (pass --hicache-mem-layout with one)")
+    buf = host.kv_buffer
+    if buf is None:
+        raise ValueError(f"host pool {kind} has no kv_buffer (an allocator-only or "
+                         "deduplicated MLA host pool): kvpool storage copies host pages, "
+                         "so every rank needs its own host buffer")
+    if not isinstance(buf, torch.Tensor) or buf.device.type != "cpu":
+        raise TypeError("host pool kv_buffer: expected one CPU tensor (SGLang's host pool "
+                        "memory)")
+    row = int(host.kv_cache_dim)
+    geo = _Geometry(int(host.layer_num), 1, row, int(host.page_size), buf.dtype,
+                    mla=(int(host.kv_lora_rank), int(host.qk_rope_head_dim)))
+    _check_whole(host, geo)
+    if buf.dim() != (4 if host.layout != "page_first_direct" else 5) \
+            or buf.shape[-1] != row or buf.stride(-1) != 1 \
+            or (host.layout != "page_unified" and buf.shape[-2] != 1):
+        raise ValueError(f"host pool kv_buffer shape {tuple(buf.shape)} strides "
+                         f"{tuple(buf.stride())}: not SGLang's MLA {host.layout} layout")
+    es = buf.element_size()
+    pages, st = _mla_axes(host.layout, tuple(buf.shape), [x * es for x in buf.stride()],
+                          geo.page_size, geo.row_bytes)
+    return geo, pages, st
+
+
 def _check_whole(host: Any, geo: _Geometry) -> None:
     """Refuse a host pool whose pages have bytes outside ``kv_buffer`` (such as
     MXFP8's scales): kvpool storage copies kv_buffer only, so it would store
     pages that load back without them."""
     kind = type(host).__name__
-    in_buffer = 2 * geo.layers * geo.heads * geo.head_dim * geo.itemsize
+    in_buffer = (1 if geo.mla else 2) * geo.layers * geo.heads * geo.head_dim * geo.itemsize
     per_token = getattr(host, "size_per_token", in_buffer)
     outside = [a for a in ("k_scale_host", "v_scale_host")
                if getattr(host, a, None) is not None]
     if outside or "MXFP8" in kind or per_token != in_buffer:
         what = ", ".join(outside) or "tensors besides kv_buffer"
+        use = ("an MLA model whose host pool is MLATokenToKVPoolHost's latent rows "
+               "alone (no indexer, DSA, or scale tensors)" if geo.mla else
+               "a KV cache dtype whose host pool is MHATokenToKVPoolHost alone (bf16, "
+               "fp16, fp8_e4m3 without MXFP8 scales)")
         raise ValueError(f"host pool {kind}: {per_token} bytes per token, kv_buffer holds "
                          f"{in_buffer}; the rest ({what}) lives outside kv_buffer, which is "
-                         "all kvpool storage copies. Use a KV cache dtype whose host pool "
-                         "is MHATokenToKVPoolHost alone (bf16, fp16, fp8_e4m3 without "
-                         "MXFP8 scales), or another HiCache storage backend")
+                         f"all kvpool storage copies. Use {use}, or another HiCache "
+                         "storage backend")
 
 
 def space_name(config: HiCacheStorageConfig, identity: Dict[str, Any], tenant: str = "",
@@ -230,11 +328,16 @@ def space_name(config: HiCacheStorageConfig, identity: Dict[str, Any], tenant: s
     so that incompatible pages never meet.  The host layout is not part of
     it: blocks are block-major whatever the host layout.  Fits kvpool's 63
     characters [A-Za-z0-9._-].
+
+    MLA (``identity`` has ``mla``): no TP rank or size, since every TP rank
+    holds the same latent rows whatever the TP size; one space for all.
     """
     model = config.model_name or ""
     ident = dict(identity, v=2, model=model, tenant=tenant, revision=revision,
-                 tp=[config.tp_rank, config.tp_size], pp=[config.pp_rank, config.pp_size],
+                 pp=[config.pp_rank, config.pp_size],
                  cp=[config.attn_cp_rank, config.attn_cp_size])
+    if "mla" not in identity:
+        ident["tp"] = [config.tp_rank, config.tp_size]
     digest = hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
     tail = re.sub(r"[^A-Za-z0-9._-]", "_", model.rstrip("/").rsplit("/", 1)[-1])[:24]
     name = f"{prefix}-{tail}-{digest}" if tail else f"{prefix}-{digest}"
@@ -268,9 +371,6 @@ class KvpoolStorage(HiCacheStorage):
         if not isinstance(storage_config, HiCacheStorageConfig):
             raise TypeError("storage_config: pass SGLang's HiCacheStorageConfig, not "
                             f"{type(storage_config).__name__}")
-        if storage_config.is_mla_model:
-            raise ValueError("kvpool storage takes MHA models; this one is MLA "
-                             "(is_mla_model): use another HiCache backend for it")
         if storage_config.should_split_heads:
             raise ValueError("kvpool storage does not split heads across TP sizes: "
                              "remove tp_lcm_size from the extra config")
@@ -284,6 +384,11 @@ class KvpoolStorage(HiCacheStorage):
             raise ValueError(f"extra_config: unknown key(s) {unknown}; kvpool storage "
                              f"reads {sorted(CONFIG_KEYS)}")
         self.config = storage_config
+        # MLA: all TP ranks hold the same latent rows, so one rank stores them
+        # (SGLang's HiCacheStorageConfig.is_storage_writer; rank 0 without DCP)
+        self.is_writer = bool(getattr(storage_config, "is_storage_writer",
+                                      not storage_config.is_mla_model
+                                      or storage_config.tp_rank == 0))
         self._backend = _opt(extra, "kvpool_backend", str, "auto")
         self._device = _opt(extra, "kvpool_device", str, None)
         self._pool_bytes = _opt(extra, "kvpool_pool_bytes", int, 0)
@@ -322,6 +427,11 @@ class KvpoolStorage(HiCacheStorage):
     def register_mem_pool_host(self, mem_pool_host: Any) -> None:
         """Take SGLang's host pool and open (or create) the space its pages go to."""
         geo, pages, st = _host_geometry(mem_pool_host)
+        if (geo.mla is not None) != bool(self.config.is_mla_model):
+            raise ValueError(f"host pool {type(mem_pool_host).__name__} is "
+                             f"{'MLA' if geo.mla else 'MHA'} but storage_config."
+                             f"is_mla_model is {self.config.is_mla_model}: pass the "
+                             "config SGLang made for this model")
         revision = self._revision
         if revision is None:
             revision = model_revision(self.config.model_name or "")
@@ -345,9 +455,12 @@ class KvpoolStorage(HiCacheStorage):
                 if got == block_bytes:
                     raise
             if got != block_bytes:
+                what = (f"MLA pages ({geo.layers} layers x {geo.page_size} tokens x "
+                        f"{geo.head_dim}-element latent rows) need {block_bytes}"
+                        if geo.mla else f"pages need {block_bytes}")
                 raise ValueError(f"space {name!r} holds {got}-byte blocks, this model's "
-                                 f"pages need {block_bytes}: another page geometry uses "
-                                 "the name; set kvpool_space_prefix or kvpool_tenant")
+                                 f"{what}: another page geometry uses the name; set "
+                                 "kvpool_space_prefix or kvpool_tenant")
             try:
                 self._tiers.open(space, max(self._quota, block_bytes))
             except BaseException:
@@ -360,10 +473,17 @@ class KvpoolStorage(HiCacheStorage):
             # the host pool's tensor and the space, as libkvrt block arrays
             self._host_array = kvrt.BlockArray(geo.layout(pages, st), mem_pool_host.kv_buffer)
             self._space_array: Optional[kvrt.BlockArray] = space.block_array(block)
-            fshape = _flat_page_shape(mem_pool_host.layout, geo.layers, geo.heads,
-                                      geo.head_dim, geo.page_size)
-            _n, fst = _axes(mem_pool_host.layout, fshape,
-                            _contiguous_strides(fshape, geo.itemsize), geo.page_size)
+            if geo.mla is not None:
+                fshape = _mla_flat_page_shape(mem_pool_host.layout, geo.layers,
+                                              geo.head_dim, geo.page_size)
+                _n, fst = _mla_axes(mem_pool_host.layout, fshape,
+                                    _contiguous_strides(fshape, geo.itemsize),
+                                    geo.page_size, geo.row_bytes)
+            else:
+                fshape = _flat_page_shape(mem_pool_host.layout, geo.layers, geo.heads,
+                                          geo.head_dim, geo.page_size)
+                _n, fst = _axes(mem_pool_host.layout, fshape,
+                                _contiguous_strides(fshape, geo.itemsize), geo.page_size)
             self._flat_layout = geo.layout(1, fst)
             self.space_name = name
         logger.info("kvpool storage: space %s (%s), host layout %s, %d-byte pages",
@@ -586,12 +706,16 @@ class KvpoolStorage(HiCacheStorage):
 
     def batch_set_v1(self, keys: List[str], host_indices: torch.Tensor,
                      extra_info: Optional[HiCacheStorageExtraInfo] = None) -> List[bool]:
-        """Store the host pages at ``host_indices`` under ``keys``."""
+        """Store the host pages at ``host_indices`` under ``keys``.  An MLA rank
+        that is not the writer checks the call and stores nothing: the writer
+        stores the same bytes (all True, as SGLang's other backends answer)."""
         h = self._hashes(keys)
         self._need_space()
         if len(h) == 0:
             return []
         pages = self._pages(host_indices, len(h), distinct=False)
+        if not self.is_writer:
+            return [True] * len(h)
         t0 = time.perf_counter()
         done = self._write(h, self._host_array, pages)
         self._account("set", done, t0)
@@ -628,6 +752,8 @@ class KvpoolStorage(HiCacheStorage):
         h = self._hashes([key])
         self._need_space()
         t = self._page_tensor(value, "value")
+        if not self.is_writer:
+            return True  # MLA: the writer rank stores it (see batch_set_v1)
         return self._write(h, kvrt.BlockArray(self._flat_layout, t), np.zeros(1, np.uint32)) == 1
 
     def batch_set(self, keys: List[str], values: Optional[Any] = None,
