@@ -16,6 +16,13 @@ class TestLibrary(unittest.TestCase):
         self.assertRegex(kvrt.library_version(), r"^0\.\d+\.\d+$")
         self.assertTrue(kvrt.LIBRARY)
 
+    def test_library_missing(self):
+        # the tree's build has every feature; an old library: see test_tiers
+        for f in ("sequences", "tiers", "write_back", "tier_keys", "tier_contains"):
+            self.assertIsNone(kvrt.library_missing(f), f)
+        with self.assertRaisesRegex(ValueError, "feature 'gpu': pass one of"):
+            kvrt.library_missing("gpu")
+
     def test_package_version_is_the_library_it_wraps(self):
         # the tests run against the tree's build: one number for both
         from kvrt import _lib

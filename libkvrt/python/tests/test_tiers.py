@@ -309,7 +309,9 @@ class TestOldLibrary(unittest.TestCase):
         code = ("import kvrt\n"
                 "from kvrt import _lib\n"
                 "assert _lib.tiers_missing is None\n"
-                "print(_lib.tier_contains_missing)\n")
+                "assert kvrt.library_missing('tiers') is None\n"
+                "print(_lib.tier_contains_missing)\n"
+                "assert kvrt.library_missing('tier_contains') == _lib.tier_contains_missing\n")
         out = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, KVRT_LIBRARY=so),
                              capture_output=True, text=True, timeout=60)
         self.assertEqual(out.returncode, 0, out.stdout + out.stderr)

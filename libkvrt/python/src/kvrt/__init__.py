@@ -12,6 +12,8 @@ then the in-tree build, then the loader, then pkg-config (see kvrt._lib).
 Block copies take numpy arrays, torch tensors (torch is imported only by
 the caller: ``import kvrt`` never needs it) and raw addresses.
 """
+from typing import Optional
+
 from . import _lib
 from .errors import (AccessError, BadAddressError, BusyError, ExistsError,
                      InterruptedCallError, InvalidArgumentError, KvrtError, LimitOverflowError,
@@ -40,6 +42,20 @@ def library_version() -> str:
     return _lib.lib.kvrt_version().decode()
 
 
+_FEATURES = {"sequences": "seqs_missing", "tiers": "tiers_missing",
+             "write_back": "write_back_missing", "tier_keys": "tier_keys_missing",
+             "tier_contains": "tier_contains_missing"}
+
+
+def library_missing(feature: str) -> Optional[str]:
+    """None when the loaded library has ``feature`` (one of "sequences",
+    "tiers", "write_back", "tier_keys", "tier_contains"), else why not (the
+    version found and the one needed)."""
+    if feature not in _FEATURES:
+        raise ValueError(f"feature {feature!r}: pass one of {sorted(_FEATURES)}")
+    return getattr(_lib, _FEATURES[feature])
+
+
 #: The package follows the library: kvrt 0.9 wraps every call of libkvrt
 #: 0.9.  It loads libkvrt 0.4 or newer; a call a loaded library is too old
 #: for raises NotSupportedError naming both versions.
@@ -57,5 +73,5 @@ __all__ = [
     "HASH_BYTES", "MAX_BATCH", "PRIO_DEFAULT", "PRIO_MAX", "Backend", "Event", "EventType",
     "EvictCause", "Feature", "MemInfo", "NumaPolicy", "Pool", "PoolInfo", "PublishResult",
     "Space", "SpaceInfo", "SpaceStats", "Sequences", "SeqsStats", "CopyBlock", "LIBRARY",
-    "library_version", "gpu", "Tier", "TierKind", "TierStats", "create_tier_key",
+    "library_version", "library_missing", "gpu", "Tier", "TierKind", "TierStats", "create_tier_key",
 ]

@@ -54,7 +54,7 @@ from sglang.srt.mem_cache.hicache_storage import (HiCacheStorage, HiCacheStorage
                                                   HiCacheStorageExtraInfo)
 
 import kvrt
-from kvrt import _lib, process_pool
+from kvrt import process_pool
 from kvrt.layout import DType, Layout, LayoutKind
 from kvrt.revision import model_revision
 from kvrt.tiers import CONFIG_KEYS as TIER_KEYS
@@ -666,7 +666,7 @@ class KvpoolStorage(HiCacheStorage):
         if len(h) == 0:
             return 0
         with self._lock:
-            if self._tiers and _lib.tier_contains_missing:
+            if self._tiers and kvrt.library_missing("tier_contains"):
                 # libkvrt before 0.9 cannot ask a tier without reading it
                 ids = self._lookup(h, tiers=True)
                 if len(ids):
