@@ -192,3 +192,31 @@ class TestBlockIds(CheckCase):
         self.assertKvrtError(kvrt.AccessError, errno.EPERM, sp.free, [3])
         sp.free(ids)
 
+
+class TestFreeNotOwned(CheckCase):
+    WHY = ("is not owned by this handle: free only blocks this handle allocated and has "
+           "not published")
+
+    def test_free_of_a_block_this_handle_does_not_hold(self):
+        sp = self.space(blocks=4)
+        ids = sp.alloc(2)
+        other = self.pool.join_space(sp.name)
+        self.addCleanup(other.close)
+        eperm = "kvrt_free_blocks: Operation not permitted"
+        b = int(ids[0])
+        e = self.assertKvrtError(kvrt.AccessError, errno.EPERM, other.free, [b])
+        self.assertEqual(str(e), f"[Errno 1] {eperm} (block {b} {self.WHY})")
+        self.assertIsInstance(e, PermissionError)
+        # the library does not say which of several: all are listed
+        e = self.assertKvrtError(kvrt.AccessError, errno.EPERM, other.free, ids)
+        self.assertEqual(str(e), f"[Errno 1] {eperm} (a block of [{ids[0]}, {ids[1]}] "
+                                 f"{self.WHY})")
+        # a published block is no longer this handle's to free
+        hs = kvrt.hash_prompt(list(range(16)), 16)
+        sp.publish(ids[:1], hs)
+        e = self.assertKvrtError(kvrt.AccessError, errno.EPERM, sp.free, [b])
+        self.assertIn(f"(block {b} {self.WHY})", str(e))
+        # a free block: the library's EPERM too
+        self.assertKvrtError(kvrt.AccessError, errno.EPERM, sp.free, [3])
+        sp.free(ids[1:])  # owned: freed
+        self.assertEqual(sp.info().my_blocks, 0)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import enum
+import errno
 import weakref
 from typing import (TYPE_CHECKING, Any, Iterator, List, Optional, Sequence, Tuple, TypeVar,
                     Union)
@@ -535,9 +536,21 @@ class Space(_Closable):
         return ids
 
     def free(self, ids: IdsLike) -> None:
-        """``kvrt_free_blocks``: free blocks this handle owns, all or none."""
+        """``kvrt_free_blocks``: free blocks this handle owns, all or none.
+
+        A block this handle does not own (another's, free, published or
+        cached) is AccessError (EPERM); the message names the block.
+        """
         a = _checks.block_ids(ids, nr_blocks=self._nr_blocks())
-        call("kvrt_free_blocks", self._ptr(), a.size, _ptr(a))
+        # libkvrt does not say which id it refused: one is named, more are listed
+        if a.size == 1:
+            which = f"block {int(a[0])} is"
+        else:
+            shown = ", ".join(str(int(i)) for i in a[:8]) + (", ..." if a.size > 8 else "")
+            which = f"a block of [{shown}] is"
+        call("kvrt_free_blocks", self._ptr(), a.size, _ptr(a),
+             why={errno.EPERM: f"{which} not owned by this handle: free only blocks this "
+                               "handle allocated and has not published"})
 
     # ---- prefix cache ---------------------------------------------------
 
