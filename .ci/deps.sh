@@ -11,7 +11,7 @@ DEMO_PKGS="gcc make libc6-dev libssl-dev liburing-dev libxxhash-dev libhiredis-d
 ALL_PKGS="$DEMO_PKGS clang libclang-rt-14-dev linux-headers-amd64 linux-image-amd64
 qemu-system-x86 busybox-static cpio kmod rsync dkms
 linux-source-6.1 sparse flex bison bc libelf-dev xz-utils pkgconf
-python3 python3-venv python3-pip python3-setuptools python3-numpy pyflakes3 mypy fio
+python3 python3-venv python3-pip python3-setuptools python3-numpy python3-pytest pyflakes3 mypy fio
 redis-server redis-tools"
 # Debian 12's second kernel, 6.12 (in its own archive, with no
 # metapackage): the VM suite runs on it too (selftests/vm/check-kernels.sh).

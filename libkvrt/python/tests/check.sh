@@ -4,7 +4,8 @@
 # throwaway venv that sees Debian's numpy (--system-site-packages), then
 # run its unittests against the installed copy, from outside the source
 # tree, with the library named by KVRT_LIBRARY (the in-tree build).
-# Also checks that the documentation's example runs as written.
+# Also checks that the documentation's example runs as written, and (plain
+# pass) that pytest runs the same tests.
 # Then the same again against libkvrt built with ASan+UBSan
 # (libkvrt/build/asan/libkvrt.so.0, make -C libkvrt asan-so), the runtime
 # preloaded into python; leak detection is off, as CPython keeps memory
@@ -38,7 +39,7 @@ sed -n '/^.. python-example-begin/,/^.. python-example-end/p' "$TOP/Documentatio
 
 # run_pass LABEL LIBRARY [ENV...]: the unittests and the example; one summary line
 run_pass() {
-	local label=$1 lib=$2 log="$WORK/log.$1" prc=0 ex_bad=0 ran bad skipped
+	local label=$1 lib=$2 log="$WORK/log.$1" prc=0 ex_bad=0 py_bad=0 ran bad skipped
 	shift 2
 	echo "== $label pass: $lib"
 	env KVRT_LIBRARY="$lib" "$@" "$VPY" -c 'import kvrt, sys; assert "site-packages" in kvrt.__file__, kvrt.__file__; print("kvrt", kvrt.__file__, "on", kvrt.LIBRARY)' || return 1
@@ -46,12 +47,22 @@ run_pass() {
 	env KVRT_LIBRARY="$lib" "$@" "$VPY" "$WORK/example.py" > "$WORK/example.out.$label" 2>&1 &&
 		echo "doc example: ok" ||
 		{ echo "doc example: FAILED"; cat "$WORK/example.out.$label"; ex_bad=1; prc=1; }
+	# The same tests collected by pytest, plain pass only (about 11 s): its
+	# discovery and imports must keep working; a failure counts as one.
+	if [ "$label" = plain ]; then
+		if env KVRT_LIBRARY="$lib" "$@" "$VPY" -m pytest -q -p no:cacheprovider tests \
+			> "$WORK/pytest.out" 2>&1; then
+			echo "pytest: ok, $(tail -n1 "$WORK/pytest.out")"
+		else
+			echo "pytest: FAILED"; cat "$WORK/pytest.out"; py_bad=1; prc=1
+		fi
+	fi
 	ran=$(sed -n 's/^Ran \([0-9]*\) tests\? .*/\1/p' "$log")
 	bad=$(grep -cE '\.\.\. (FAIL|ERROR)$' "$log" || true)
 	skipped=$(grep -cE '\.\.\. skipped' "$log" || true)
 	# a sanitizer report ends the process: no "Ran" line, count it as a failure
 	[ -n "$ran" ] || { bad=$((bad + 1)); prc=1; }
-	SUMMARY+="# $label pass:"$'\n'"$(( ${ran:-0} - bad - skipped + 1 - ex_bad )) passed, $(( bad + ex_bad )) failed, $skipped skipped"$'\n'
+	SUMMARY+="# $label pass:"$'\n'"$(( ${ran:-0} - bad - skipped + 1 - ex_bad )) passed, $(( bad + ex_bad + py_bad )) failed, $skipped skipped"$'\n'
 	return $prc
 }
 

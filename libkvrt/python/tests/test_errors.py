@@ -72,32 +72,18 @@ class TestLibraryErrors(PoolCase):
                              expect_uid=0)
         self.assertKvrtError(kvrt.InvalidArgumentError, errno.EINVAL, self.pool.open_space,
                              name(), exclusive=True)
-        self.assertKvrtError(kvrt.InvalidArgumentError, errno.EINVAL, self.pool.create_space,
-                             "bad name!", block_bytes=BLOCK, quota_bytes=BLOCK)
-        self.assertKvrtError(kvrt.InvalidArgumentError, errno.EINVAL, self.pool.create_space,
-                             "x" * 64, block_bytes=BLOCK, quota_bytes=BLOCK)
-        self.assertKvrtError(kvrt.InvalidArgumentError, errno.EINVAL, self.pool.create_space,
-                             name(), block_bytes=1000, quota_bytes=BLOCK)
-        self.assertKvrtError(kvrt.InvalidArgumentError, errno.EINVAL, self.pool.create_space,
-                             name(), block_bytes=BLOCK, quota_bytes=BLOCK // 2)
-        self.assertKvrtError(kvrt.TooBigError, errno.E2BIG, self.pool.create_space,
-                             name(), block_bytes=2 << 30, quota_bytes=4 << 30)
-        self.assertKvrtError(kvrt.TooBigError, errno.E2BIG, self.pool.create_space,
-                             name(), block_bytes=BLOCK, quota_bytes=2 << 40)
+        # name, block_bytes and quota rules: ValueError first (test_checks.py)
 
     def test_block_errors(self):
         sp = self.space(blocks=4)
         self.assertKvrtError(kvrt.NoSpaceError, errno.ENOSPC, sp.alloc, 5)
         ids = sp.alloc(2)
         self.assertKvrtError(kvrt.InvalidArgumentError, errno.EINVAL, sp.free, [ids[0], ids[0]])
-        self.assertKvrtError(kvrt.InvalidArgumentError, errno.EINVAL, sp.free, [1000])
         other = self.pool.join_space(sp.name)
         self.addCleanup(other.close)
         self.assertKvrtError(kvrt.AccessError, errno.EPERM, other.free, ids[:1])
         hs = kvrt.hash_prompt(list(range(32)), 16)
         self.assertKvrtError(kvrt.AccessError, errno.EPERM, other.publish, ids, hs)
-        self.assertKvrtError(kvrt.InvalidArgumentError, errno.EINVAL, sp.publish, ids, hs,
-                             priorities=[1, kvrt.PRIO_MAX + 1])
         self.assertKvrtError(kvrt.InvalidArgumentError, errno.EINVAL, sp.release, ids[:1])
         sp.publish(ids, hs)
         self.assertKvrtError(kvrt.AccessError, errno.EPERM, sp.free, ids[:1])  # published
@@ -106,8 +92,6 @@ class TestLibraryErrors(PoolCase):
 
     def test_destroy_errors(self):
         self.assertKvrtError(kvrt.NotFoundError, errno.ENOENT, self.pool.destroy_space, name())
-        self.assertKvrtError(kvrt.InvalidArgumentError, errno.EINVAL, self.pool.destroy_space,
-                             "no/slash")
 
     def test_residency_errors(self):
         sp = self.space()
@@ -119,8 +103,6 @@ class TestLibraryErrors(PoolCase):
         self.addCleanup(other.close)
         self.assertKvrtError(kvrt.AccessError, errno.EPERM, other.residency_add, uuid,
                              [(int(ids[0]), 0)])
-        self.assertKvrtError(kvrt.InvalidArgumentError, errno.EINVAL, sp.residency_add, uuid,
-                             [(10 ** 6, 0)])
         sp.residency_add(uuid, [])
         self.assertKvrtError(kvrt.NotFoundError, errno.ENOENT, sp.residency_del, uuid, ids)
 
@@ -160,7 +142,7 @@ class TestPythonArgumentErrors(PoolCase):
     def test_space_args(self):
         with self.assertRaisesRegex(TypeError, "name: pass a str"):
             self.pool.join_space(b"x")
-        with self.assertRaisesRegex(ValueError, "without NUL"):
+        with self.assertRaisesRegex(ValueError, r"pass 1\.\.63 of \[A-Za-z0-9\._-\]"):
             self.pool.join_space("a\0b")
         sp = self.space()
         with self.assertRaisesRegex(ValueError, r"count 0: pass 1\.\.65536"):

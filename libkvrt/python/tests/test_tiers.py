@@ -3,6 +3,7 @@
 write-back, across a restart in a new pool), errors with their errnos and
 hints, handle lifetimes, and the Redis Cluster tier against a real cluster
 (selftests/redis/cluster.sh) with a second "host" and another tenant."""
+import errno
 import os
 import shutil
 import subprocess
@@ -13,6 +14,8 @@ import unittest
 import numpy as np
 
 import kvrt
+from kvrt import _lib
+from kvrt.pool import hashes_array
 
 from .util import BLOCK, PoolCase, name, stand_in_library
 
@@ -153,10 +156,18 @@ class TestSsdTier(TierCase):
             sp.lookup_tiers([])
         with self.assertRaisesRegex(ValueError, "2 given for 1 ids"):
             sp.tier_store([0], hashes(4, 2))
-        # an id outside the space, a priority above PRIO_MAX: refused, nothing stored
-        self.assertKvrtError(kvrt.InvalidArgumentError, 22, sp.tier_store, [16], hashes(4, 1))
-        self.assertKvrtError(kvrt.InvalidArgumentError, 22, sp.tier_store, [0], hashes(4, 1),
-                             [kvrt.PRIO_MAX + 1])
+        # an id outside the space, a priority above PRIO_MAX: refused in words, and
+        # by the library too (asked directly), nothing stored
+        with self.assertRaisesRegex(ValueError, r"^ids: block 16 is outside the space: pass "
+                                    r"ids below its nr_blocks \(16\)$"):
+            sp.tier_store([16], hashes(4, 1))
+        with self.assertRaisesRegex(ValueError, r"^priorities\[0\] 101: pass 0\.\.100"):
+            sp.tier_store([0], hashes(4, 1), [kvrt.PRIO_MAX + 1])
+        h = hashes_array(hashes(4, 1))
+        for i, p in ((16, 50), (0, kvrt.PRIO_MAX + 1)):
+            a, pr = np.array([i], dtype=np.uint32), np.array([p], dtype=np.uint32)
+            self.assertEqual(_lib.lib.kvrt_tier_store(sp._ptr(), 1, a.ctypes.data, h.ctypes.data,
+                                                      pr.ctypes.data), -errno.EINVAL)
         self.assertEqual(tier.stats().stores, 0)
         sp.tier_flush()  # no write-back tier: nothing to wait for
         tier.close()

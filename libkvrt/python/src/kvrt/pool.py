@@ -5,13 +5,14 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import enum
+import errno
 import weakref
 from typing import (TYPE_CHECKING, Any, Iterator, List, Optional, Sequence, Tuple, TypeVar,
                     Union)
 
 import numpy as np
 
-from . import _handles, _lib
+from . import _checks, _handles, _lib
 from ._call import LOG_CALLBACK, LOG_WARNING, call, check, need_int, need_uint
 from .blocks import BlockArray, Copy, PairsLike, check_copy, pairs_pointer
 from .layout import DType, Layout, LayoutKind
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
 
 HASH_BYTES = _lib.HASH_BYTES
 MAX_BATCH = _lib.MAX_BATCH
-PRIO_MAX = 100
+PRIO_MAX = _checks.PRIO_MAX
 PRIO_DEFAULT = 50
 
 IdsLike = Union[Sequence[int], np.ndarray]
@@ -199,35 +200,6 @@ class PublishResult:
     dedups: int
 
 
-def _ids_array(ids: Any, what: str = "ids", allow_empty: bool = False) -> np.ndarray:
-    """A contiguous uint32 array from a sequence of block ids."""
-    if isinstance(ids, (bytes, str)):
-        raise TypeError(f"{what}: pass a sequence of int block ids or a uint32 array")
-    if isinstance(ids, np.ndarray):
-        if ids.ndim != 1:
-            raise ValueError(f"{what}: pass a 1-D array, not shape {ids.shape}")
-        if ids.dtype.kind not in "iu":
-            raise TypeError(f"{what}: pass an integer array, not dtype {ids.dtype}")
-        if ids.size and (ids.min() < 0 or ids.max() >= 1 << 32):
-            raise ValueError(f"{what}: block ids are in [0, 2**32)")
-        arr = np.ascontiguousarray(ids, dtype=np.uint32)
-    else:
-        try:
-            lst = [need_uint(i, f"{what}[{n}]") for n, i in enumerate(ids)]
-        except TypeError as e:
-            if "object is not iterable" in str(e):
-                raise TypeError(f"{what}: pass a sequence of int block ids, not "
-                                f"{type(ids).__name__}") from None
-            raise
-        arr = np.array(lst, dtype=np.uint32)
-    if not allow_empty and arr.size == 0:
-        raise ValueError(f"{what}: pass at least one block id")
-    if arr.size > MAX_BATCH:
-        raise ValueError(f"{what}: {arr.size} ids; pass at most {MAX_BATCH} per call "
-                         "(split the batch)")
-    return arr
-
-
 def hashes_array(hashes: HashesLike, what: str = "hashes") -> np.ndarray:
     """A contiguous (n, 32) uint8 array from hashes given as bytes or arrays."""
     if isinstance(hashes, (bytes, bytearray, memoryview)):
@@ -265,21 +237,16 @@ def _ptr(a: np.ndarray) -> int:
     return a.ctypes.data
 
 
-def batch_arrays(ids: IdsLike, hashes: HashesLike, priorities: Optional[Sequence[int]]
+def batch_arrays(ids: IdsLike, hashes: HashesLike, priorities: Optional[Sequence[int]],
+                 nr_blocks: Optional[int] = None
                  ) -> Tuple[np.ndarray, np.ndarray, Optional[np.ndarray]]:
     """A publish's (or tier store's) arrays: ids (a copy), one hash and at most
     one priority each."""
-    a = _ids_array(ids).copy()
+    a = _checks.block_ids(ids, nr_blocks=nr_blocks).copy()
     h = hashes_array(hashes)
     if h.shape[0] != a.size:
         raise ValueError(f"hashes: {h.shape[0]} given for {a.size} ids; pass one each")
-    pr = None
-    if priorities is not None:
-        pr = np.array([need_uint(p, "priorities[i]") for p in priorities], dtype=np.uint32)
-        if pr.size != a.size:
-            raise ValueError(f"priorities: {pr.size} given for {a.size} ids; pass one "
-                             "each or None")
-    return a, h, pr
+    return a, h, _checks.priorities(priorities, a.size)
 
 
 _C = TypeVar("_C", bound="_Closable")
@@ -345,6 +312,7 @@ class Pool(_Closable):
         call("kvrt_open", ctypes.byref(ptr), ctypes.byref(opts),
              detail=f"backend {backend.name.lower()}")
         self._h = _handles.PoolHandle(ptr.value)  # type: ignore[arg-type]
+        self._page: Optional[int] = None
         self._finalizer = weakref.finalize(self, self._h.request_close)
 
     def _ptr(self) -> int:
@@ -352,6 +320,12 @@ class Pool(_Closable):
         if p is None or self._h.close_requested:
             raise ValueError("the pool is closed: open a new kvrt.Pool")
         return p
+
+    def _page_size(self) -> int:
+        # what the library checks block_bytes against (fixed for the pool)
+        if self._page is None:
+            self._page = self.info().page_size
+        return self._page
 
     def close(self) -> None:
         """Close the pool and its spaces (idempotent)."""
@@ -392,13 +366,8 @@ class Pool(_Closable):
         Errors are the library's: NotFoundError, ExistsError, AccessError,
         InvalidArgumentError, TooBigError, ...
         """
-        if not isinstance(name, str):
-            raise TypeError(f"name: pass a str, not {type(name).__name__}")
-        bname = name.encode("utf-8")
-        if b"\0" in bname:
-            raise ValueError("name: pass a name without NUL bytes ([A-Za-z0-9._-]+)")
         opts = _lib.SpaceOptsC()
-        opts.name = bname
+        opts.name = _checks.space_name(name)
         flags = 0
         if create:
             flags |= _SPACE_CREATE
@@ -413,8 +382,14 @@ class Pool(_Closable):
         if mode is None:
             mode = 0o600 if create else 0
         opts.mode = need_uint(mode, "mode")
-        opts.block_bytes = need_uint(block_bytes, "block_bytes", 64)
-        opts.quota_bytes = need_uint(quota_bytes, "quota_bytes", 64)
+        if create:
+            # libkvrt checks these whenever CREATE is set, even when it joins
+            opts.block_bytes = _checks.block_bytes(block_bytes, self._page_size())
+            opts.quota_bytes = _checks.quota_bytes(quota_bytes, opts.block_bytes)
+        else:
+            # a join: 0 or the space's block_bytes, and no quota (the library says)
+            opts.block_bytes = need_uint(block_bytes, "block_bytes", 64)
+            opts.quota_bytes = need_uint(quota_bytes, "quota_bytes", 64)
         opts.node_mask = need_uint(node_mask, "node_mask", 64)
         opts.numa_policy = int(NumaPolicy(numa_policy))
         ptr = ctypes.c_void_p()
@@ -472,9 +447,8 @@ class Pool(_Closable):
 
     def destroy_space(self, name: str) -> None:
         """``kvrt_space_destroy``: unlink a space by name."""
-        if not isinstance(name, str):
-            raise TypeError(f"name: pass a str, not {type(name).__name__}")
-        call("kvrt_space_destroy", self._ptr(), name.encode("utf-8"), detail=f"space {name!r}")
+        call("kvrt_space_destroy", self._ptr(), _checks.space_name(name),
+             detail=f"space {name!r}")
 
     def __repr__(self) -> str:
         if self.closed:
@@ -494,6 +468,7 @@ class Space(_Closable):
         self.name = name
         self._finalizer = weakref.finalize(self, h.request_close)
         self._events: Optional[np.ndarray] = None
+        self._nr: Optional[int] = None
 
     def _ptr(self) -> int:
         p = self._h.ptr
@@ -501,6 +476,12 @@ class Space(_Closable):
             raise ValueError(f"space {self.name!r} is closed: open it again with "
                              "Pool.open_space")
         return p
+
+    def _nr_blocks(self) -> int:
+        # the ids the library takes are below it; fixed for the space's life
+        if self._nr is None:
+            self._nr = self.info().nr_blocks
+        return self._nr
 
     def close(self) -> None:
         """Leave the space (idempotent); the mapping stays while views exist."""
@@ -555,9 +536,21 @@ class Space(_Closable):
         return ids
 
     def free(self, ids: IdsLike) -> None:
-        """``kvrt_free_blocks``: free blocks this handle owns, all or none."""
-        a = _ids_array(ids)
-        call("kvrt_free_blocks", self._ptr(), a.size, _ptr(a))
+        """``kvrt_free_blocks``: free blocks this handle owns, all or none.
+
+        A block this handle does not own (another's, free, published or
+        cached) is AccessError (EPERM); the message names the block.
+        """
+        a = _checks.block_ids(ids, nr_blocks=self._nr_blocks())
+        # libkvrt does not say which id it refused: one is named, more are listed
+        if a.size == 1:
+            which = f"block {int(a[0])} is"
+        else:
+            shown = ", ".join(str(int(i)) for i in a[:8]) + (", ..." if a.size > 8 else "")
+            which = f"a block of [{shown}] is"
+        call("kvrt_free_blocks", self._ptr(), a.size, _ptr(a),
+             why={errno.EPERM: f"{which} not owned by this handle: free only blocks this "
+                               "handle allocated and has not published"})
 
     # ---- prefix cache ---------------------------------------------------
 
@@ -567,7 +560,7 @@ class Space(_Closable):
 
         Each entry leaves one reader reference on ``result.ids[i]``.
         """
-        a, h, pr = batch_arrays(ids, hashes, priorities)
+        a, h, pr = batch_arrays(ids, hashes, priorities, self._nr_blocks())
         flags = np.zeros(a.size, dtype=np.uint32)
         n = call("kvrt_publish", self._ptr(), a.size, _ptr(a), _ptr(h),
                  _ptr(pr) if pr is not None else None, _ptr(flags))
@@ -619,7 +612,7 @@ class Space(_Closable):
 
     def release(self, ids: IdsLike) -> None:
         """``kvrt_release``: drop one reader reference per listed id."""
-        a = _ids_array(ids)
+        a = _checks.block_ids(ids, nr_blocks=self._nr_blocks())
         call("kvrt_release", self._ptr(), a.size, _ptr(a))
 
     # ---- tiers below the pool (kvrt.tiers) -------------------------------
@@ -692,7 +685,7 @@ class Space(_Closable):
         u = self._uuid(uuid)
         arr = (_lib.ResidencyEntryC * max(len(entries), 1))()
         for i, (b, g) in enumerate(entries):
-            arr[i].block = need_uint(b, "block")
+            arr[i].block = _checks.block_id(b, f"entries[{i}] block", self._nr_blocks())
             arr[i].gpu_block = need_uint(g, "gpu_block")
         return call("kvrt_residency_add", self._ptr(), u, len(entries),
                     ctypes.cast(arr, ctypes.c_void_p) if entries else None)
@@ -700,7 +693,7 @@ class Space(_Closable):
     def residency_del(self, uuid: bytes, blocks: IdsLike) -> int:
         """``kvrt_residency_del``."""
         u = self._uuid(uuid)
-        a = _ids_array(blocks, "blocks")
+        a = _checks.block_ids(blocks, "blocks", self._nr_blocks())
         return call("kvrt_residency_del", self._ptr(), u, a.size, _ptr(a))
 
     def residency_clear(self, uuid: bytes) -> int:

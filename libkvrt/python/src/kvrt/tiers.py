@@ -298,7 +298,7 @@ def store(space: "Space", ids: "IdsLike", hashes: "HashesLike",
           priorities: Optional[Sequence[int]] = None) -> int:
     from .pool import batch_arrays
     _need_support("kvrt_tier_store", False)
-    a, h, pr = batch_arrays(ids, hashes, priorities)
+    a, h, pr = batch_arrays(ids, hashes, priorities, space._nr_blocks())
     return call("kvrt_tier_store", space._ptr(), a.size, a.ctypes.data, h.ctypes.data,
                 pr.ctypes.data if pr is not None else None, why=_STORE_HINTS)
 
