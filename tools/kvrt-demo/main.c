@@ -11,7 +11,6 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +20,7 @@
 
 #include "branch.h"
 #include "cache.h"
+#include "../common/cpus.h"
 #include "../common/opts.h"
 #include "checkpoint.h"
 #include "devgpu.h"
@@ -455,17 +455,6 @@ static int parse(int argc, char **argv, struct opts *o, const struct topt *warm)
 #undef I32
 #undef CHOICE
 #undef FLAG
-
-static uint32_t cpus(void)
-{
-	cpu_set_t set;
-	long n;
-
-	if (!sched_getaffinity(0, sizeof(set), &set) && CPU_COUNT(&set) > 0)
-		return (uint32_t)CPU_COUNT(&set);
-	n = sysconf(_SC_NPROCESSORS_ONLN);
-	return n > 0 ? (uint32_t)n : 1;
-}
 
 static const char *dtype_name(enum kvrt_dtype d)
 {
