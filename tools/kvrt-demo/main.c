@@ -5,6 +5,21 @@
  * pool: kvpool.ko or the embedded backend), and as a reference that
  * recomputes every prompt from scratch; then it prints the figures and
  * checks that both generated the same tokens.  See kvrt-demo(1).
+ *
+ * The files, one concern each:
+ *   main.c          options, then the run as a list of steps (main())
+ *   checkpoint.c    the llama2.c weights: load, save, generate from a seed
+ *   model.c         the decoder's forward pass
+ *   workload.c      the simulated request stream, from a seed
+ *   scheduler.c     the engine loop: admission, batching, sampling, finishing
+ *   cache.c         the device KV cache in host memory and the pool side
+ *   devgpu.c        the device KV cache on a GPU, each call checked on the CPU
+ *   report.c        the progress line, the closing table and the JSON
+ *   speculative.c   --speculative: a draft model's tokens checked by the model
+ *   branch.c        --n, --beam: continuations sharing their prompt's blocks
+ *   warm.c          `kvrt-demo warm`: publish a prompt file's blocks
+ *   ../common/opts.c  the tools' command-line parser
+ *   ../common/cpus.c  the default thread count
  */
 #define _GNU_SOURCE
 #include <errno.h>
