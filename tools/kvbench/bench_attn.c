@@ -431,65 +431,87 @@ static void *spawn_main(void *arg)
 	return arg;
 }
 
-static int bench_decode(const struct attn_opts *ao, unsigned int threads)
-{
-	const struct kvb_opts *o = &ao->c;
-	struct kvb_report rep = { .o = o, .ratio = KVB_RATE, .name_w = 34, .num_w = 10,
-				  .unit_w = 30, .ratio_w = 7 };
-	const char *unit = "GB/s K/V read (ratio = value/limit)";
-	const char *limit_unit = "GB/s streaming read";
-	const uint32_t bt = ao->block_tokens;
-	size_t kv_bytes = (size_t)(ao->gib * (1ULL << 30)) / (bt * TOKEN_KV_BYTES) *
-			  (bt * TOKEN_KV_BYTES);
-	uint32_t num_blocks = (uint32_t)(kv_bytes / (bt * TOKEN_KV_BYTES));
-	double vs[KVB_MAX_REPS], ls[KVB_MAX_REPS];
-	volatile uint64_t sink = 0;
-	struct kvrt_layout lm, bm;
+/* What bench_decode() sets up once for its cases. */
+struct attn_run {
+	const struct attn_opts *ao;
+	const struct kvb_opts *o;
+	struct kvb_report rep;
+	unsigned int threads, step, steps;
+	uint32_t bt;			/* tokens per block */
+	size_t kv_bytes;		/* a layer of the caches, and the stream */
+	struct kvrt_layout lm, bm;	/* layer-major, block-major (2 layers) */
 	uint8_t *stream, *cache;
 	struct read_pass streaming;
-	struct read_side stream_side;
-	unsigned int p, r, step = 0, steps = 5;	/* block-major, gather, reference, spawn, kept */
-	char name[64], sfx[16] = "";
+	struct read_side stream_side;	/* the limit: a streaming read */
+	volatile uint64_t sink;
+	char sfx[16];			/* "_btN" unless the default block size */
+};
+
+static const char stream_limit_unit[] = "GB/s streaming read";
+
+/* The layouts, the caches and the stream, filled. */
+static int decode_setup(struct attn_run *a)
+{
+	const struct kvb_opts *o = a->o;
+	uint32_t num_blocks;
+	unsigned int p;
 	int ret;
 
-	if (bt != DEFAULT_BLOCK_TOKENS)
-		snprintf(sfx, sizeof(sfx), "_bt%u", bt);
+	a->kv_bytes = (size_t)(a->ao->gib * (1ULL << 30)) / (a->bt * TOKEN_KV_BYTES) *
+		      (a->bt * TOKEN_KV_BYTES);
+	num_blocks = (uint32_t)(a->kv_bytes / (a->bt * TOKEN_KV_BYTES));
+	a->steps = 5;	/* block-major, gather, reference, spawn, kept */
+	if (a->bt != DEFAULT_BLOCK_TOKENS)
+		snprintf(a->sfx, sizeof(a->sfx), "_bt%u", a->bt);
 	for (p = 0; p < NR_POINTS; p++)
-		steps += !points[p].sweep || o->plot;
-	kvb_report_header(&rep, "value");
-	ret = kvrt_layout_init(&lm, KVRT_LAYOUT_LAYER_MAJOR, 1, KV_HEADS, HEAD_DIM, bt,
+		a->steps += !points[p].sweep || o->plot;
+	kvb_report_header(&a->rep, "value");
+	ret = kvrt_layout_init(&a->lm, KVRT_LAYOUT_LAYER_MAJOR, 1, KV_HEADS, HEAD_DIM, a->bt,
 			       num_blocks, KVRT_DTYPE_BF16);
 	if (!ret)
-		ret = kvrt_layout_init(&bm, KVRT_LAYOUT_BLOCK_MAJOR, 2, KV_HEADS, HEAD_DIM, bt,
+		ret = kvrt_layout_init(&a->bm, KVRT_LAYOUT_BLOCK_MAJOR, 2, KV_HEADS, HEAD_DIM, a->bt,
 				       num_blocks, KVRT_DTYPE_BF16);
 	if (ret) {
 		fprintf(stderr, "kvbench attn: kvrt_layout_init: %s\n", strerror(-ret));
 		return ret;
 	}
 	/* the block-major cache has 2 layers: twice the memory, the same bytes read */
-	cache = kvb_big_alloc(2 * kv_bytes);
-	stream = kvb_big_alloc(kv_bytes);
-	if (!cache || !stream) {
-		fprintf(stderr, "kvbench attn: cannot map %zu MiB\n", 3 * kv_bytes >> 20);
+	a->cache = kvb_big_alloc(2 * a->kv_bytes);
+	a->stream = kvb_big_alloc(a->kv_bytes);
+	if (!a->cache || !a->stream) {
+		fprintf(stderr, "kvbench attn: cannot map %zu MiB\n", 3 * a->kv_bytes >> 20);
 		return -ENOMEM;
 	}
 	kvb_progress(o, 0, 0, "filling the caches");
-	fill_bf16(cache, 2 * kv_bytes, 42);
-	fill_bf16(stream, kv_bytes, 43);
-	streaming = (struct read_pass){ .run = run_stream, .buf = stream, .bytes = kv_bytes };
-	stream_side = (struct read_side){ .rp = &streaming, .threads = threads, .sink = &sink };
+	fill_bf16(a->cache, 2 * a->kv_bytes, 42);
+	fill_bf16(a->stream, a->kv_bytes, 43);
+	a->streaming = (struct read_pass){ .run = run_stream, .buf = a->stream,
+					   .bytes = a->kv_bytes };
+	a->stream_side = (struct read_side){ .rp = &a->streaming, .threads = a->threads,
+					     .sink = &a->sink };
+	return 0;
+}
 
-	/* the layer-major points, then the block-major one */
+/* The layer-major points, then the block-major one, against the stream. */
+static int decode_points(struct attn_run *a)
+{
+	const struct kvb_opts *o = a->o;
+	const uint32_t bt = a->bt;
+	unsigned int p;
+	char name[64];
+	int ret = 0;
+
 	for (p = 0; p <= NR_POINTS && !ret; p++) {
 		bool block_major = p == NR_POINTS;
 		unsigned int pt = block_major ? BLOCK_MAJOR_POINT : p;
-		const struct kvrt_layout *lo = block_major ? &bm : &lm;
+		const struct kvrt_layout *lo = block_major ? &a->bm : &a->lm;
 		uint32_t batch = points[pt].batch;
-		uint32_t ctx = (uint32_t)(points[pt].ctx * ao->gib);
+		uint32_t ctx = (uint32_t)(points[pt].ctx * a->ao->gib);
 		struct decode_case c;
 		struct kvb_case m = {
 			.value = { .run = run_decode, .ctx = &c },
-			.limit = { .run = run_read, .ctx = &stream_side, .units = (double)kv_bytes },
+			.limit = { .run = run_read, .ctx = &a->stream_side,
+				   .units = (double)a->kv_bytes },
 			.per_call = true, .middle_pair = true,
 		};
 		double v, l;
@@ -500,14 +522,15 @@ static int bench_decode(const struct attn_opts *ao, unsigned int threads)
 		if (ctx < bt)
 			ctx = bt;
 		snprintf(name, sizeof(name), "decode_b%u_ctx%u%s%s", batch, ctx,
-			 block_major ? "_blockmajor" : "", sfx);
-		kvb_progress(o, ++step, steps, name);
-		ret = decode_case_init(&c, lo, cache, block_major ? 1 : 0, batch, ctx, threads,
+			 block_major ? "_blockmajor" : "", a->sfx);
+		kvb_progress(o, ++a->step, a->steps, name);
+		ret = decode_case_init(&c, lo, a->cache, block_major ? 1 : 0, batch, ctx, a->threads,
 				       1000 + pt + (block_major ? NR_POINTS : 0));
 		if (ret)
 			break;
 		m.value.units = (double)c.kv_bytes_read;
-		ret = kvb_measure_report(&rep, name, &m, unit, limit_unit, &v, &l);
+		ret = kvb_measure_report(&a->rep, name, &m, "GB/s K/V read (ratio = value/limit)",
+					 stream_limit_unit, &v, &l);
 		if (!ret) {
 			kvb_plot_point(block_major ? "decode, block-major cache (layer 1 of 2)" :
 						     "decode, layer-major cache", ctx, v);
@@ -516,118 +539,161 @@ static int bench_decode(const struct attn_opts *ao, unsigned int threads)
 		}
 		decode_case_free(&c);
 	}
+	return ret;
+}
 
-	if (!ret) {	/* the access pattern alone, as decode_b32_ctx8192 reads it */
-		const unsigned int pt = BLOCK_MAJOR_POINT;
-		uint32_t batch = points[pt].batch;
-		uint32_t ctx = (uint32_t)(points[pt].ctx * ao->gib) / bt * bt;
-		struct decode_case c;
-		const struct read_pass gather = { .run = run_gather, .c = &c };
-		struct read_side gather_side = { .rp = &gather, .threads = threads, .sink = &sink };
-		struct kvb_case m = {
-			.value = { .run = run_read, .ctx = &gather_side },
-			.limit = { .run = run_read, .ctx = &stream_side, .units = (double)kv_bytes },
-			.per_call = true, .middle_pair = true,
-		};
+/* The access pattern alone, as decode_b32_ctx8192 reads it. */
+static int gather_read(struct attn_run *a)
+{
+	const unsigned int pt = BLOCK_MAJOR_POINT;
+	const uint32_t bt = a->bt;
+	uint32_t batch = points[pt].batch;
+	uint32_t ctx = (uint32_t)(points[pt].ctx * a->ao->gib) / bt * bt;
+	struct decode_case c;
+	const struct read_pass gather = { .run = run_gather, .c = &c };
+	struct read_side gather_side = { .rp = &gather, .threads = a->threads, .sink = &a->sink };
+	struct kvb_case m = {
+		.value = { .run = run_read, .ctx = &gather_side },
+		.limit = { .run = run_read, .ctx = &a->stream_side, .units = (double)a->kv_bytes },
+		.per_call = true, .middle_pair = true,
+	};
+	char name[64];
+	int ret;
 
-		if (ctx < bt)
-			ctx = bt;
-		snprintf(name, sizeof(name), "gather_read_b%u_ctx%u%s", batch, ctx, sfx);
-		kvb_progress(o, ++step, steps, name);
-		/* the seed of that decode point: the same blocks in the same order */
-		ret = decode_case_init(&c, &lm, cache, 0, batch, ctx, threads, 1000 + pt);
-		if (!ret) {
-			m.value.units = (double)c.kv_bytes_read;
-			ret = kvb_measure_report(&rep, name, &m,
-						 "GB/s the same blocks, read only (ratio = value/limit)",
-						 limit_unit, NULL, NULL);
-		}
-		decode_case_free(&c);
+	if (ctx < bt)
+		ctx = bt;
+	snprintf(name, sizeof(name), "gather_read_b%u_ctx%u%s", batch, ctx, a->sfx);
+	kvb_progress(a->o, ++a->step, a->steps, name);
+	/* the seed of that decode point: the same blocks in the same order */
+	ret = decode_case_init(&c, &a->lm, a->cache, 0, batch, ctx, a->threads, 1000 + pt);
+	if (!ret) {
+		m.value.units = (double)c.kv_bytes_read;
+		ret = kvb_measure_report(&a->rep, name, &m,
+					 "GB/s the same blocks, read only (ratio = value/limit)",
+					 stream_limit_unit, NULL, NULL);
 	}
+	decode_case_free(&c);
+	return ret;
+}
 
-	if (!ret) {	/* fast against reference, small */
-		struct decode_case c;
-		struct kvb_case m = {
-			.value = { .run = run_decode, .ctx = &c },
-			.limit = { .run = run_decode_reference, .ctx = &c },
-			.per_call = true, .middle_pair = true,
-		};
+/* The fast path against the reference, small. */
+static int decode_vs_reference(struct attn_run *a)
+{
+	struct decode_case c;
+	struct kvb_case m = {
+		.value = { .run = run_decode, .ctx = &c },
+		.limit = { .run = run_decode_reference, .ctx = &c },
+		.per_call = true, .middle_pair = true,
+	};
+	int ret;
 
-		kvb_progress(o, ++step, steps, "decode_vs_reference_b4_ctx1024");
-		ret = decode_case_init(&c, &lm, cache, 0, 4, 1024, threads, 7);
-		if (!ret) {
-			m.value.units = m.limit.units = (double)c.kv_bytes_read;
-			ret = kvb_measure_report(&rep, "decode_vs_reference_b4_ctx1024", &m,
-						 "GB/s K/V read, fast path (ratio = value/limit = speedup)",
-						 "GB/s K/V read, reference path", NULL, NULL);
-		}
-		decode_case_free(&c);
+	kvb_progress(a->o, ++a->step, a->steps, "decode_vs_reference_b4_ctx1024");
+	ret = decode_case_init(&c, &a->lm, a->cache, 0, 4, 1024, a->threads, 7);
+	if (!ret) {
+		m.value.units = m.limit.units = (double)c.kv_bytes_read;
+		ret = kvb_measure_report(&a->rep, "decode_vs_reference_b4_ctx1024", &m,
+					 "GB/s K/V read, fast path (ratio = value/limit = speedup)",
+					 "GB/s K/V read, reference path", NULL, NULL);
 	}
+	decode_case_free(&c);
+	return ret;
+}
 
-	if (!ret) {	/* what a call pays per thread */
-		struct decode_case c;
-		struct kvb_side call = { .run = run_decode, .ctx = &c, .units = 1 };
-		double v, t0;
-		unsigned int i, n = 200;
+/* What a call pays per thread: a thread's creation and join against a call. */
+static int thread_spawn(struct attn_run *a)
+{
+	const struct kvb_opts *o = a->o;
+	double vs[KVB_MAX_REPS], ls[KVB_MAX_REPS];
+	struct decode_case c;
+	struct kvb_side call = { .run = run_decode, .ctx = &c, .units = 1 };
+	double v, t0;
+	unsigned int i, r, n = 200;
+	int ret;
 
-		kvb_progress(o, ++step, steps, "thread_spawn");
-		ret = decode_case_init(&c, &lm, cache, 0, 1, 4096, threads, 9);
-		for (r = 0; r < o->reps && !ret; r++) {
-			t0 = kvb_now_s();
-			for (i = 0; i < n; i++) {
-				pthread_t t;
+	kvb_progress(o, ++a->step, a->steps, "thread_spawn");
+	ret = decode_case_init(&c, &a->lm, a->cache, 0, 1, 4096, a->threads, 9);
+	for (r = 0; r < o->reps && !ret; r++) {
+		t0 = kvb_now_s();
+		for (i = 0; i < n; i++) {
+			pthread_t t;
 
-				if (pthread_create(&t, NULL, spawn_main, NULL)) {
-					ret = -EAGAIN;
-					break;
-				}
-				pthread_join(t, NULL);
+			if (pthread_create(&t, NULL, spawn_main, NULL)) {
+				ret = -EAGAIN;
+				break;
 			}
-			vs[r] = (kvb_now_s() - t0) / n * 1e6;
-			if (!ret)
-				ret = kvb_time_calls(&call, o->rep_time, &ls[r]);
-			ls[r] *= 1e6;
+			pthread_join(t, NULL);
 		}
-		if (!ret) {
-			v = kvb_median(vs, o->reps);
-			kvb_report(&rep, "thread_spawn", v,
-				   "us per pthread_create+join (ratio = value/limit)",
-				   kvb_median(ls, o->reps), "us per decode call b1 ctx4096");
-		}
-		decode_case_free(&c);
-	}
-
-	if (!ret) {	/* the same call on kept threads */
-		struct decode_case c;
-		struct kvb_case m = {
-			.value = { .run = run_decode, .ctx = &c, .units = 1e-6 },
-			.limit = { .run = run_decode_unkept, .ctx = &c, .units = 1e-6 },
-			.per_call = true, .middle_pair = true,
-		};
-		double v, l;
-
-		kvb_progress(o, ++step, steps, "decode_kept_b1_ctx4096");
-		ret = decode_case_init(&c, &lm, cache, 0, 1, 4096, threads, 9);
+		vs[r] = (kvb_now_s() - t0) / n * 1e6;
 		if (!ret)
-			ret = kvrt_workers_create(threads, &c.kept);
-		/* seconds per 1e-6 call: microseconds per call */
-		if (!ret)
-			ret = kvb_measure(o, &m, &v, &l);
-		if (!ret) {
-			kvb_report(&rep, "decode_kept_b1_ctx4096", v,
-				   "us per decode call on kept threads (ratio = value/limit)", l,
-				   "us per the call creating its threads");
-		}
-		kvrt_workers_destroy(c.kept);
-		decode_case_free(&c);
+			ret = kvb_time_calls(&call, o->rep_time, &ls[r]);
+		ls[r] *= 1e6;
 	}
+	if (!ret) {
+		v = kvb_median(vs, o->reps);
+		kvb_report(&a->rep, "thread_spawn", v,
+			   "us per pthread_create+join (ratio = value/limit)",
+			   kvb_median(ls, o->reps), "us per decode call b1 ctx4096");
+	}
+	decode_case_free(&c);
+	return ret;
+}
+
+/* The same call on kept threads, against the call creating its own. */
+static int decode_kept(struct attn_run *a)
+{
+	struct decode_case c;
+	struct kvb_case m = {
+		.value = { .run = run_decode, .ctx = &c, .units = 1e-6 },
+		.limit = { .run = run_decode_unkept, .ctx = &c, .units = 1e-6 },
+		.per_call = true, .middle_pair = true,
+	};
+	double v, l;
+	int ret;
+
+	kvb_progress(a->o, ++a->step, a->steps, "decode_kept_b1_ctx4096");
+	ret = decode_case_init(&c, &a->lm, a->cache, 0, 1, 4096, a->threads, 9);
+	if (!ret)
+		ret = kvrt_workers_create(a->threads, &c.kept);
+	/* seconds per 1e-6 call: microseconds per call */
+	if (!ret)
+		ret = kvb_measure(a->o, &m, &v, &l);
+	if (!ret) {
+		kvb_report(&a->rep, "decode_kept_b1_ctx4096", v,
+			   "us per decode call on kept threads (ratio = value/limit)", l,
+			   "us per the call creating its threads");
+	}
+	kvrt_workers_destroy(c.kept);
+	decode_case_free(&c);
+	return ret;
+}
+
+static int bench_decode(const struct attn_opts *ao, unsigned int threads)
+{
+	struct attn_run a = {
+		.ao = ao, .o = &ao->c, .threads = threads, .bt = ao->block_tokens,
+		.rep = { .o = &ao->c, .ratio = KVB_RATE, .name_w = 34, .num_w = 10,
+			 .unit_w = 30, .ratio_w = 7 },
+	};
+	int ret;
+
+	ret = decode_setup(&a);
+	if (ret)
+		return ret;
+	ret = decode_points(&a);
+	if (!ret)
+		ret = gather_read(&a);
+	if (!ret)
+		ret = decode_vs_reference(&a);
+	if (!ret)
+		ret = thread_spawn(&a);
+	if (!ret)
+		ret = decode_kept(&a);
 	kvb_progress_end();
 
 	if (ret)
 		fprintf(stderr, "kvbench attn: %s\n", strerror(-ret));
-	munmap(cache, 2 * kv_bytes);
-	munmap(stream, kv_bytes);
-	(void)sink;
+	munmap(a.cache, 2 * a.kv_bytes);
+	munmap(a.stream, a.kv_bytes);
 	return ret;
 }
 

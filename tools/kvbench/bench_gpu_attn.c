@@ -506,71 +506,84 @@ static int run_peer(const struct gattn_opts *o, struct peer_result *res, unsigne
 
 /* ---- the run ----------------------------------------------------------------------------- */
 
-static int bench(const struct gattn_opts *o)
-{
-	const struct kvb_opts *c = &o->c;
-	struct kvb_report rate = { .o = c, .ratio = KVB_RATE, .name_w = 30, .num_w = 10,
-				   .unit_w = 44, .ratio_w = 7 };
-	struct kvb_report cost = rate;
-	struct kvrt_open_opts oo = { .backend = KVRT_BACKEND_EMBEDDED };
-	struct gctx x = { .o = o };
+/* What bench() sets up once, and the cases it ran (for the peer). */
+struct grun {
+	struct gctx x;
+	struct kvb_report rate, cost;
 	struct kvrt_layout layout;
+	struct kvrt_gpu_plan *plan;
+	void *cache, *scales;
+	uint64_t cap_tokens, tok_bytes;	/* the cache's tokens; K+V bytes of one */
+	uint64_t seed;			/* of the copy buffer's and the cache's bytes */
+	const char *sfx;		/* the K/V type's suffix of the case names */
+	unsigned int step, steps;
 	struct peer_result peer[MAX_LIST * MAX_LIST];
-	double vs[KVB_MAX_REPS], ls[KVB_MAX_REPS], ps[KVB_MAX_REPS];
-	double dec_us[MAX_LIST * MAX_LIST];
-	uint64_t max_tokens = 0, cap_tokens, tok_bytes, seed = 0x9e3779b97f4a7c15ULL;
-	size_t esz = kvrt_dtype_size(o->kv_dtype);
-	unsigned int i, j, r, npeer = 0, step = 0, steps = o->nb * o->nc;
-	const char *sfx = o->kv_dtype == KVRT_DTYPE_BF16 ? "" :
-			  o->kv_dtype == KVRT_DTYPE_F16 ? "_f16" : "_fp8";
-	void *cache = NULL, *scales = NULL;
-	struct kvrt_gpu_plan *plan = NULL;
+	double dec_us[MAX_LIST * MAX_LIST];	/* us per decode call of peer[i]'s case */
+	unsigned int npeer;
+};
+
+/* The GPU: 0, or bench()'s exit status with nothing left open. */
+static int open_device(struct grun *g)
+{
+	const struct gattn_opts *o = g->x.o;
+	struct kvrt_open_opts oo = { .backend = KVRT_BACKEND_EMBEDDED };
+	struct gctx *x = &g->x;
 	char why[512];
 	int ret;
 
-	cost.ratio = KVB_COST;
 	ret = kvrt_gpu_probe(why, sizeof(why));
 	if (ret) {
 		fprintf(stderr, "kvbench gpu-attn: no usable GPU: %s\n", why);
 		return 1;
 	}
-	ret = kvrt_open(&x.k, &oo);
+	ret = kvrt_open(&x->k, &oo);
 	if (ret)
-		return report_gpu_error(&x, "kvrt_open", ret), 1;
-	ret = kvrt_gpu_open(x.k, o->device, &x.g);
+		return report_gpu_error(x, "kvrt_open", ret), 1;
+	ret = kvrt_gpu_open(x->k, o->device, &x->g);
 	if (ret) {
 		fprintf(stderr, "kvbench gpu-attn: kvrt_gpu_open(%d): %s\n", o->device, strerror(-ret));
-		kvrt_close(x.k);
+		kvrt_close(x->k);
 		return 1;
 	}
-	kvrt_gpu_info(x.g, &x.info);
-	kvb_note(c, "%s (compute %d.%d, %u SMs, %.1f GiB, driver %d); K/V %s", x.info.name,
-		 x.info.cc_major, x.info.cc_minor, x.info.sm_count, x.info.total_mem / 1073741824.0,
-		 x.info.driver_version, dtype_name(o->kv_dtype));
+	kvrt_gpu_info(x->g, &x->info);
+	kvb_note(&o->c, "%s (compute %d.%d, %u SMs, %.1f GiB, driver %d); K/V %s", x->info.name,
+		 x->info.cc_major, x->info.cc_minor, x->info.sm_count,
+		 x->info.total_mem / 1073741824.0, x->info.driver_version, dtype_name(o->kv_dtype));
+	return 0;
+}
 
-	/* the limit's buffers first: they are needed whatever else fits */
-	x.copy_bytes = o->copy_mib << 20;
-	ret = kvrt_gpu_alloc(x.g, x.copy_bytes, &x.copy_a);
+/* The limit's buffers first: they are needed whatever else fits. */
+static int alloc_copy_buffers(struct grun *g)
+{
+	static uint8_t pat[1 << 20];
+	struct gctx *x = &g->x;
+	unsigned int i;
+	int ret;
+
+	x->copy_bytes = x->o->copy_mib << 20;
+	ret = kvrt_gpu_alloc(x->g, x->copy_bytes, &x->copy_a);
 	if (!ret)
-		ret = kvrt_gpu_alloc(x.g, x.copy_bytes, &x.copy_b);
-	if (ret) {
-		report_gpu_error(&x, "device copy buffers", ret);
-		goto out;
-	}
-	{
-		static uint8_t pat[1 << 20];
+		ret = kvrt_gpu_alloc(x->g, x->copy_bytes, &x->copy_b);
+	if (ret)
+		return report_gpu_error(x, "device copy buffers", ret);
+	for (i = 0; i < sizeof(pat); i++)
+		pat[i] = (uint8_t)kvb_xorshift(&g->seed);
+	ret = dev_fill(x, x->copy_a, x->copy_bytes, pat, sizeof(pat));
+	if (ret)
+		report_gpu_error(x, "filling the copy buffer", ret);
+	return ret;
+}
 
-		for (i = 0; i < sizeof(pat); i++)
-			pat[i] = (uint8_t)kvb_xorshift(&seed);
-		ret = dev_fill(&x, x.copy_a, x.copy_bytes, pat, sizeof(pat));
-		if (ret) {
-			report_gpu_error(&x, "filling the copy buffer", ret);
-			goto out;
-		}
-	}
+/* One cache for all: as many tokens as the largest combination, or what fits. */
+static int alloc_cache(struct grun *g)
+{
+	const struct gattn_opts *o = g->x.o;
+	size_t esz = kvrt_dtype_size(o->kv_dtype);
+	uint64_t max_tokens = 0;
+	unsigned int i, j;
+	int ret = 0;
 
-	/* one cache for all: as many tokens as the largest combination, or what fits */
-	tok_bytes = 2ULL * KV_HEADS * HEAD_DIM * esz;
+	g->tok_bytes = 2ULL * KV_HEADS * HEAD_DIM * esz;
 	for (i = 0; i < o->nb; i++)
 		for (j = 0; j < o->nc; j++) {
 			uint64_t t = (uint64_t)o->batches[i] * ((o->contexts[j] + BLOCK - 1) / BLOCK * BLOCK);
@@ -578,232 +591,308 @@ static int bench(const struct gattn_opts *o)
 			if (t > max_tokens)
 				max_tokens = t;
 		}
-	for (cap_tokens = max_tokens; cap_tokens >= BLOCK; cap_tokens /= 2) {
-		uint32_t nblk = (uint32_t)(cap_tokens / BLOCK);
+	for (g->cap_tokens = max_tokens; g->cap_tokens >= BLOCK; g->cap_tokens /= 2) {
+		uint32_t nblk = (uint32_t)(g->cap_tokens / BLOCK);
 
-		ret = kvrt_gpu_alloc(x.g, cap_tokens * tok_bytes, &cache);
+		ret = kvrt_gpu_alloc(g->x.g, g->cap_tokens * g->tok_bytes, &g->cache);
 		if (!ret && o->kv_dtype == KVRT_DTYPE_FP8_E4M3)
-			ret = kvrt_gpu_alloc(x.g, sizeof(float) * 2 * KV_HEADS * (size_t)nblk, &scales);
+			ret = kvrt_gpu_alloc(g->x.g, sizeof(float) * 2 * KV_HEADS * (size_t)nblk,
+					     &g->scales);
 		if (!ret)
 			break;
-		kvrt_gpu_free(x.g, cache);
-		cache = NULL;
-		if (ret != -ENOMEM) {
-			report_gpu_error(&x, "the K/V cache", ret);
-			goto out;
-		}
+		kvrt_gpu_free(g->x.g, g->cache);
+		g->cache = NULL;
+		if (ret != -ENOMEM)
+			return report_gpu_error(&g->x, "the K/V cache", ret);
 	}
-	if (!cache) {
+	if (!g->cache) {
 		fprintf(stderr, "kvbench gpu-attn: no K/V cache fits on the device\n");
-		ret = -ENOMEM;
-		goto out;
+		return -ENOMEM;
 	}
-	if (cap_tokens < max_tokens)
-		kvb_note(c, "%.1f GiB of K/V did not fit: cache of %.1f GiB; larger combinations "
-			 "are skipped", max_tokens * tok_bytes / 1073741824.0,
-			 cap_tokens * tok_bytes / 1073741824.0);
-	ret = kvrt_layout_init(&layout, KVRT_LAYOUT_LAYER_MAJOR, 1, KV_HEADS, HEAD_DIM, BLOCK,
-			       (uint32_t)(cap_tokens / BLOCK), o->kv_dtype);
+	if (g->cap_tokens < max_tokens)
+		kvb_note(&o->c, "%.1f GiB of K/V did not fit: cache of %.1f GiB; larger combinations "
+			 "are skipped", max_tokens * g->tok_bytes / 1073741824.0,
+			 g->cap_tokens * g->tok_bytes / 1073741824.0);
+	ret = kvrt_layout_init(&g->layout, KVRT_LAYOUT_LAYER_MAJOR, 1, KV_HEADS, HEAD_DIM, BLOCK,
+			       (uint32_t)(g->cap_tokens / BLOCK), o->kv_dtype);
+	if (ret)
+		report_gpu_error(&g->x, "kvrt_layout_init", ret);
+	return ret;
+}
+
+/* Random finite K/V (and fp8 scales) over the whole cache. */
+static int fill_cache(struct grun *g)
+{
+	const struct gattn_opts *o = g->x.o;
+	size_t n = 64 << 20, k;
+	uint8_t *pat;
+	int ret;
+
+	kvb_progress(&o->c, 0, 0, "filling the cache");
+	pat = malloc(n);
+	if (!pat)
+		return -ENOMEM;
+	if (o->kv_dtype == KVRT_DTYPE_FP8_E4M3) {
+		for (k = 0; k < n; k++) {	/* finite e4m3 codes */
+			uint8_t b = (uint8_t)kvb_xorshift(&g->seed);
+
+			pat[k] = (b & 0x7f) == 0x7f ? b ^ 1 : b;
+		}
+	} else {
+		uint16_t *h = (uint16_t *)pat;
+
+		for (k = 0; k < n / 2; k++)
+			h[k] = o->kv_dtype == KVRT_DTYPE_BF16 ?
+			       (uint16_t)((kvb_xorshift(&g->seed) & 0x807f) | 0x3f00) :
+			       (uint16_t)((kvb_xorshift(&g->seed) & 0x83ff) | 0x3800);
+	}
+	ret = dev_fill(&g->x, g->cache, g->cap_tokens * g->tok_bytes, pat, n);
+	if (!ret && g->scales) {
+		float *s = (float *)pat;
+
+		for (k = 0; k < n / 4; k++)
+			s[k] = 1.0f / 64 + (float)(kvb_xorshift(&g->seed) % 64) / 4096;
+		ret = dev_fill(&g->x, g->scales,
+			       sizeof(float) * 2 * KV_HEADS * (g->cap_tokens / BLOCK), pat, n);
+	}
+	free(pat);
+	if (ret)
+		report_gpu_error(&g->x, "filling the cache", ret);
+	return ret;
+}
+
+/* One plan for every case: sized for the largest batch. */
+static int create_plan(struct grun *g)
+{
+	const struct gattn_opts *o = g->x.o;
+	uint32_t maxb = 0;
+	unsigned int i;
+	int ret;
+
+	for (i = 0; i < o->nb; i++)
+		if (o->batches[i] > maxb)
+			maxb = o->batches[i];
+	ret = kvrt_gpu_plan_create(g->x.g, maxb, maxb, &g->plan);
+	if (ret)
+		report_gpu_error(&g->x, "kvrt_gpu_plan_create", ret);
+	return ret;
+}
+
+/*
+ * Time one case: seconds per decode call and per plan (medians of --reps)
+ * and the copy limit in GB/s, its copy timed before each repetition's calls.
+ */
+static int time_case(struct grun *g, struct dcase *dc, double *tcall, double *tplan,
+		     double *limit)
+{
+	const struct kvb_opts *c = &g->x.o->c;
+	double vs[KVB_MAX_REPS], ls[KVB_MAX_REPS], ps[KVB_MAX_REPS], t;
+	unsigned long n = 0;
+	unsigned int r;
+	int ret;
+
+	/* warm-up: at least 3 calls and 20 ms; then N per repetition */
+	{
+		double t0 = kvb_now_s();
+
+		do {
+			ret = time_calls(&g->x, dc, 1, &t);
+			n++;
+		} while (!ret && (n < 3 || kvb_now_s() - t0 < 0.02));
+	}
+	if (!ret)
+		ret = time_calls(&g->x, dc, 10, &t);
+	n = t > 0 ? (unsigned long)ceil(c->rep_time / t) : 1000;
+	if (n < 10)
+		n = 10;
+	for (r = 0; r < c->reps && !ret; r++) {
+		ret = time_copy(&g->x, c->rep_time, &ls[r]);
+		if (!ret)
+			ret = time_calls(&g->x, dc, n, &vs[r]);
+	}
+	/* planning: as many calls as fit in a quarter of a repetition */
+	for (r = 0; r < c->reps && !ret; r++) {
+		double t0 = kvb_now_s();
+		unsigned long k = 0;
+
+		do {
+			ret = dcase_plan(dc);
+			k++;
+		} while (!ret && kvb_now_s() - t0 < c->rep_time / 4);
+		ps[r] = (kvb_now_s() - t0) / (double)k;
+	}
+	if (ret)
+		return ret;
+	*tcall = kvb_median(vs, c->reps);
+	*tplan = kvb_median(ps, c->reps);
+	/* limit: bytes read + written per second */
+	*limit = 2.0 * (double)g->x.copy_bytes / kvb_median(ls, c->reps) / 1e9;
+	return 0;
+}
+
+/* A timed case's three lines (rate, cost, planning); kept for the peer. */
+static void report_case(struct grun *g, const struct dcase *dc, double tcall, double tplan,
+			double l)
+{
+	char name[64], unit[96];
+	double v = (double)dc->kv_bytes / tcall / 1e9;
+
+	snprintf(name, sizeof(name), "decode_b%u_ctx%u%s", dc->batch, dc->ctx, g->sfx);
+	kvb_report(&g->rate, name, v, "GB/s K/V read (ratio = value/limit)", l,
+		   "GB/s device copy, read+write bytes");
+	snprintf(name, sizeof(name), "decode_b%u_ctx%u%s_us", dc->batch, dc->ctx, g->sfx);
+	kvb_report(&g->cost, name, tcall * 1e6, "us per decode call (ratio = limit/value)",
+		   (double)dc->kv_bytes / (l * 1e9) * 1e6, "us for the K/V bytes at the copy rate");
+	snprintf(name, sizeof(name), "plan_b%u_ctx%u%s", dc->batch, dc->ctx, g->sfx);
+	snprintf(unit, sizeof(unit), "us per kvrt_gpu_plan_decode (ratio = value/limit)");
+	kvb_report(&g->rate, name, tplan * 1e6, unit, tcall * 1e6, "us per decode call");
+	g->dec_us[g->npeer] = tcall * 1e6;
+	g->peer[g->npeer++] = (struct peer_result){ .batch = dc->batch, .ctx = dc->ctx };
+}
+
+/* batches[i] x contexts[j]: skipped when the cache is too small, else timed
+ * and reported.  An error is reported here and ends the run. */
+static int bench_case(struct grun *g, unsigned int i, unsigned int j)
+{
+	const struct gattn_opts *o = g->x.o;
+	const struct kvb_opts *c = &o->c;
+	struct dcase dc = {
+		.batch = o->batches[i], .ctx = o->contexts[j] / BLOCK * BLOCK,
+		.layout = &g->layout, .plan = g->plan, .cache = g->cache, .scales = g->scales,
+	};
+	struct kvrt_gpu_plan_info pi;
+	double tcall, tplan, l;
+	char name[64];
+	int ret;
+
+	if (dc.ctx < BLOCK)
+		dc.ctx = BLOCK;
+	snprintf(name, sizeof(name), "decode_b%u_ctx%u%s", dc.batch, dc.ctx, g->sfx);
+	kvb_progress(c, ++g->step, g->steps, name);
+	if ((uint64_t)dc.batch * dc.ctx > g->cap_tokens) {
+		kvb_note(c, "%s skipped: needs %.1f GiB of K/V, the device cache holds "
+			 "%.1f GiB", name, (double)dc.batch * dc.ctx * g->tok_bytes /
+			 1073741824.0, g->cap_tokens * g->tok_bytes / 1073741824.0);
+		return 0;
+	}
+	dc.params = (struct kvrt_attn_params){
+		.num_q_heads = Q_HEADS, .sm_scale = 0.08838834764831845f,
+		.window_left = -1,
+		.q_dtype = o->kv_dtype == KVRT_DTYPE_F16 ? KVRT_DTYPE_F16 : KVRT_DTYPE_BF16,
+		.o_dtype = o->kv_dtype == KVRT_DTYPE_F16 ? KVRT_DTYPE_F16 : KVRT_DTYPE_BF16,
+	};
+	dc.kv_bytes = (uint64_t)dc.batch * dc.ctx * g->tok_bytes;
+	if (g->scales)	/* the scales of every block read, K and V */
+		dc.kv_bytes += (uint64_t)dc.batch * (dc.ctx / BLOCK) * 2 * KV_HEADS * 4;
+	ret = dcase_init(&g->x, &dc, 1000 + 31 * i + j);
+	if (!ret)
+		ret = dcase_plan(&dc);
+	if (!ret) {
+		if (dc.batch == 1 && !kvrt_gpu_plan_info(g->plan, &pi))
+			kvb_note(c, "%s: plan of %u tasks, %u sequence/head groups split along "
+				 "the keys, %u keys per split, grid %u", name, pi.num_work,
+				 pi.num_split, pi.split_tokens, pi.grid);
+		ret = time_case(g, &dc, &tcall, &tplan, &l);
+	}
 	if (ret) {
-		report_gpu_error(&x, "kvrt_layout_init", ret);
-		goto out;
+		report_gpu_error(&g->x, name, ret);
+		dcase_free(&g->x, &dc);
+		return ret;
 	}
-	kvb_progress(c, 0, 0, "filling the cache");
-	{
-		size_t n = 64 << 20, k;
-		uint8_t *pat = malloc(n);
+	report_case(g, &dc, tcall, tplan, l);
+	dcase_free(&g->x, &dc);
+	return 0;
+}
 
-		if (!pat) {
-			ret = -ENOMEM;
-			goto out;
-		}
-		if (o->kv_dtype == KVRT_DTYPE_FP8_E4M3) {
-			for (k = 0; k < n; k++) {	/* finite e4m3 codes */
-				uint8_t b = (uint8_t)kvb_xorshift(&seed);
+/* Everything bench() allocated on the device; again is harmless. */
+static void free_device(struct grun *g)
+{
+	kvrt_gpu_plan_destroy(g->plan);
+	g->plan = NULL;
+	kvrt_gpu_free(g->x.g, g->cache);
+	kvrt_gpu_free(g->x.g, g->scales);
+	kvrt_gpu_free(g->x.g, g->x.copy_a);
+	kvrt_gpu_free(g->x.g, g->x.copy_b);
+	g->cache = g->scales = g->x.copy_a = g->x.copy_b = NULL;
+}
 
-				pat[k] = (b & 0x7f) == 0x7f ? b ^ 1 : b;
-			}
-		} else {
-			uint16_t *h = (uint16_t *)pat;
+/* The SDPA peer over the cases run: a line each, or notes saying why not. */
+static void compare_with_peer(struct grun *g)
+{
+	const struct gattn_opts *o = g->x.o;
+	const struct kvb_opts *c = &o->c;
+	char why[512], name[64];
+	unsigned int i;
 
-			for (k = 0; k < n / 2; k++)
-				h[k] = o->kv_dtype == KVRT_DTYPE_BF16 ?
-				       (uint16_t)((kvb_xorshift(&seed) & 0x807f) | 0x3f00) :
-				       (uint16_t)((kvb_xorshift(&seed) & 0x83ff) | 0x3800);
-		}
-		ret = dev_fill(&x, cache, cap_tokens * tok_bytes, pat, n);
-		if (!ret && scales) {
-			float *s = (float *)pat;
-
-			for (k = 0; k < n / 4; k++)
-				s[k] = 1.0f / 64 + (float)(kvb_xorshift(&seed) % 64) / 4096;
-			ret = dev_fill(&x, scales, sizeof(float) * 2 * KV_HEADS * (cap_tokens / BLOCK),
-				       pat, n);
-		}
-		free(pat);
-		if (ret) {
-			report_gpu_error(&x, "filling the cache", ret);
-			goto out;
-		}
-	}
-	{
-		uint32_t maxb = 0;
-
-		for (i = 0; i < o->nb; i++)
-			if (o->batches[i] > maxb)
-				maxb = o->batches[i];
-		ret = kvrt_gpu_plan_create(x.g, maxb, maxb, &plan);
-		if (ret) {
-			report_gpu_error(&x, "kvrt_gpu_plan_create", ret);
-			goto out;
-		}
-	}
-
-	kvb_report_header(&rate, "value");
-	for (i = 0; i < o->nb && !ret; i++)
-		for (j = 0; j < o->nc && !ret; j++) {
-			struct dcase dc = {
-				.batch = o->batches[i], .ctx = o->contexts[j] / BLOCK * BLOCK,
-				.layout = &layout, .plan = plan, .cache = cache, .scales = scales,
-			};
-			char name[64], unit[96];
-			double v, l, t, tcall, tplan;
-			unsigned long n;
-			struct kvrt_gpu_plan_info pi;
-
-			if (dc.ctx < BLOCK)
-				dc.ctx = BLOCK;
-			snprintf(name, sizeof(name), "decode_b%u_ctx%u%s", dc.batch, dc.ctx, sfx);
-			kvb_progress(c, ++step, steps, name);
-			if ((uint64_t)dc.batch * dc.ctx > cap_tokens) {
-				kvb_note(c, "%s skipped: needs %.1f GiB of K/V, the device cache holds "
-					 "%.1f GiB", name, (double)dc.batch * dc.ctx * tok_bytes /
-					 1073741824.0, cap_tokens * tok_bytes / 1073741824.0);
-				continue;
-			}
-			dc.params = (struct kvrt_attn_params){
-				.num_q_heads = Q_HEADS, .sm_scale = 0.08838834764831845f,
-				.window_left = -1,
-				.q_dtype = o->kv_dtype == KVRT_DTYPE_F16 ? KVRT_DTYPE_F16 : KVRT_DTYPE_BF16,
-				.o_dtype = o->kv_dtype == KVRT_DTYPE_F16 ? KVRT_DTYPE_F16 : KVRT_DTYPE_BF16,
-			};
-			dc.kv_bytes = (uint64_t)dc.batch * dc.ctx * tok_bytes;
-			if (scales)	/* the scales of every block read, K and V */
-				dc.kv_bytes += (uint64_t)dc.batch * (dc.ctx / BLOCK) * 2 * KV_HEADS * 4;
-			ret = dcase_init(&x, &dc, 1000 + 31 * i + j);
-			if (!ret)
-				ret = dcase_plan(&dc);
-			if (ret) {
-				report_gpu_error(&x, name, ret);
-				dcase_free(&x, &dc);
-				break;
-			}
-			if (dc.batch == 1 && !kvrt_gpu_plan_info(plan, &pi))
-				kvb_note(c, "%s: plan of %u tasks, %u sequence/head groups split along "
-					 "the keys, %u keys per split, grid %u", name, pi.num_work,
-					 pi.num_split, pi.split_tokens, pi.grid);
-			/* warm-up: at least 3 calls and 20 ms; then N per repetition */
-			n = 0;
-			{
-				double t0 = kvb_now_s();
-
-				do {
-					ret = time_calls(&x, &dc, 1, &t);
-					n++;
-				} while (!ret && (n < 3 || kvb_now_s() - t0 < 0.02));
-			}
-			if (!ret)
-				ret = time_calls(&x, &dc, 10, &t);
-			n = t > 0 ? (unsigned long)ceil(c->rep_time / t) : 1000;
-			if (n < 10)
-				n = 10;
-			for (r = 0; r < c->reps && !ret; r++) {
-				ret = time_copy(&x, c->rep_time, &ls[r]);
-				if (!ret)
-					ret = time_calls(&x, &dc, n, &vs[r]);
-			}
-			/* planning: as many calls as fit in a quarter of a repetition */
-			for (r = 0; r < c->reps && !ret; r++) {
-				double t0 = kvb_now_s();
-				unsigned long k = 0;
-
-				do {
-					ret = dcase_plan(&dc);
-					k++;
-				} while (!ret && kvb_now_s() - t0 < c->rep_time / 4);
-				ps[r] = (kvb_now_s() - t0) / (double)k;
-			}
-			if (ret) {
-				report_gpu_error(&x, name, ret);
-				dcase_free(&x, &dc);
-				break;
-			}
-			tcall = kvb_median(vs, c->reps);
-			tplan = kvb_median(ps, c->reps);
-			/* limit: bytes read + written per second */
-			l = 2.0 * (double)x.copy_bytes / kvb_median(ls, c->reps) / 1e9;
-			v = (double)dc.kv_bytes / tcall / 1e9;
-			kvb_report(&rate, name, v, "GB/s K/V read (ratio = value/limit)", l,
-				   "GB/s device copy, read+write bytes");
-			snprintf(name, sizeof(name), "decode_b%u_ctx%u%s_us", dc.batch, dc.ctx, sfx);
-			kvb_report(&cost, name, tcall * 1e6, "us per decode call (ratio = limit/value)",
-				   (double)dc.kv_bytes / (l * 1e9) * 1e6,
-				   "us for the K/V bytes at the copy rate");
-			snprintf(name, sizeof(name), "plan_b%u_ctx%u%s", dc.batch, dc.ctx, sfx);
-			snprintf(unit, sizeof(unit), "us per kvrt_gpu_plan_decode (ratio = value/limit)");
-			kvb_report(&rate, name, tplan * 1e6, unit, tcall * 1e6, "us per decode call");
-			dec_us[npeer] = tcall * 1e6;
-			peer[npeer++] = (struct peer_result){ .batch = dc.batch, .ctx = dc.ctx };
-			dcase_free(&x, &dc);
-		}
-	kvb_progress_end();
-	/* free the device before the peer needs it */
-	kvrt_gpu_plan_destroy(plan);
-	plan = NULL;
-	kvrt_gpu_free(x.g, cache);
-	kvrt_gpu_free(x.g, scales);
-	kvrt_gpu_free(x.g, x.copy_a);
-	kvrt_gpu_free(x.g, x.copy_b);
-	cache = scales = x.copy_a = x.copy_b = NULL;
-
-	if (!ret && npeer && o->kv_dtype == KVRT_DTYPE_FP8_E4M3)
+	if (o->kv_dtype == KVRT_DTYPE_FP8_E4M3) {
 		kvb_note(c, "SDPA peer: not run for fp8 K/V (SDPA has no fp8 K/V path to compare)");
-	else if (!ret && npeer && o->no_peer)
-		kvb_note(c, "SDPA peer: not run (--no-peer)");
-	else if (!ret && npeer) {
-		kvb_progress(c, 0, 0, "running the SDPA peer (python3)");
-		if (run_peer(o, peer, npeer, why, sizeof(why))) {
-			kvb_progress_end();
-			kvb_note(c, "SDPA peer absent: %s", why);
-		} else {
-			kvb_progress_end();
-			for (i = 0; i < npeer; i++) {
-				char name[64];
-				uint64_t kvb = (uint64_t)peer[i].batch * peer[i].ctx * tok_bytes;
-
-				if (!peer[i].have || peer[i].error[0] || !(peer[i].median_ms > 0)) {
-					kvb_note(c, "SDPA peer b%u ctx%u absent: %s", peer[i].batch,
-						 peer[i].ctx, peer[i].have ? peer[i].error :
-						 "the peer printed no result for it");
-					continue;
-				}
-				snprintf(name, sizeof(name), "sdpa_peer_b%u_ctx%u%s", peer[i].batch,
-					 peer[i].ctx, sfx);
-				kvb_report(&rate, name, (double)kvb / (dec_us[i] * 1e-6) / 1e9,
-					   "GB/s K/V read, kvrt paged decode (ratio = value/limit = speedup)",
-					   (double)kvb / (peer[i].median_ms * 1e-3) / 1e9,
-					   "GB/s K/V read, torch SDPA dense");
-			}
-		}
+		return;
 	}
-out:
-	kvrt_gpu_plan_destroy(plan);
-	kvrt_gpu_free(x.g, cache);
-	kvrt_gpu_free(x.g, scales);
-	kvrt_gpu_free(x.g, x.copy_a);
-	kvrt_gpu_free(x.g, x.copy_b);
-	kvrt_gpu_close(x.g);
-	kvrt_close(x.k);
+	if (o->no_peer) {
+		kvb_note(c, "SDPA peer: not run (--no-peer)");
+		return;
+	}
+	kvb_progress(c, 0, 0, "running the SDPA peer (python3)");
+	if (run_peer(o, g->peer, g->npeer, why, sizeof(why))) {
+		kvb_progress_end();
+		kvb_note(c, "SDPA peer absent: %s", why);
+		return;
+	}
+	kvb_progress_end();
+	for (i = 0; i < g->npeer; i++) {
+		const struct peer_result *p = &g->peer[i];
+		uint64_t kvb = (uint64_t)p->batch * p->ctx * g->tok_bytes;
+
+		if (!p->have || p->error[0] || !(p->median_ms > 0)) {
+			kvb_note(c, "SDPA peer b%u ctx%u absent: %s", p->batch, p->ctx,
+				 p->have ? p->error : "the peer printed no result for it");
+			continue;
+		}
+		snprintf(name, sizeof(name), "sdpa_peer_b%u_ctx%u%s", p->batch, p->ctx, g->sfx);
+		kvb_report(&g->rate, name, (double)kvb / (g->dec_us[i] * 1e-6) / 1e9,
+			   "GB/s K/V read, kvrt paged decode (ratio = value/limit = speedup)",
+			   (double)kvb / (p->median_ms * 1e-3) / 1e9, "GB/s K/V read, torch SDPA dense");
+	}
+}
+
+static int bench(const struct gattn_opts *o)
+{
+	struct grun g = {
+		.x = { .o = o },
+		.rate = { .o = &o->c, .ratio = KVB_RATE, .name_w = 30, .num_w = 10, .unit_w = 44,
+			  .ratio_w = 7 },
+		.seed = 0x9e3779b97f4a7c15ULL,
+		.sfx = o->kv_dtype == KVRT_DTYPE_BF16 ? "" :
+		       o->kv_dtype == KVRT_DTYPE_F16 ? "_f16" : "_fp8",
+		.steps = o->nb * o->nc,
+	};
+	unsigned int i, j;
+	int ret;
+
+	g.cost = g.rate;
+	g.cost.ratio = KVB_COST;
+	if (open_device(&g))
+		return 1;
+	ret = alloc_copy_buffers(&g);
+	if (!ret)
+		ret = alloc_cache(&g);
+	if (!ret)
+		ret = fill_cache(&g);
+	if (!ret)
+		ret = create_plan(&g);
+	if (!ret) {
+		kvb_report_header(&g.rate, "value");
+		for (i = 0; i < o->nb && !ret; i++)
+			for (j = 0; j < o->nc && !ret; j++)
+				ret = bench_case(&g, i, j);
+		kvb_progress_end();
+		free_device(&g);	/* before the peer needs the memory */
+		if (!ret && g.npeer)
+			compare_with_peer(&g);
+	}
+	free_device(&g);
+	kvrt_gpu_close(g.x.g);
+	kvrt_close(g.x.k);
 	return ret ? 1 : 0;
 }
 

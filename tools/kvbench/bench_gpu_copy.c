@@ -200,174 +200,204 @@ static int verify(struct gc *x, const struct copy_set *s, size_t block_bytes)
 	return ret;
 }
 
+/* One block size's pool, device array and pairs, for bench_size()'s cases. */
+struct size_run {
+	struct gc *x;
+	const struct kvb_report *rep;
+	uint32_t layers;
+	unsigned int *step, steps;
+	uint64_t block_bytes, seed;
+	uint32_t nblocks, count;	/* blocks of each side; pairs per call */
+	uint32_t *ids, *perm;
+	struct kvrt_layout pool_lo, dev_bm, dev_lm;
+	struct kvrt_block_array pool, dbm, dlm;
+	struct kvrt_block_pair *off_pairs, *fetch_pairs;
+	struct kvrt_space *sp;
+	void *dev;
+	char sname[64];
+};
+
+/* The space's blocks, allocated and filled. */
+static int size_fill_pool(struct size_run *r)
+{
+	struct gc *x = r->x;
+	uint32_t i;
+	int ret = 0;
+
+	r->ids = malloc(sizeof(*r->ids) * r->nblocks);
+	r->perm = malloc(sizeof(*r->perm) * r->nblocks);
+	r->off_pairs = malloc(sizeof(*r->off_pairs) * r->count);
+	r->fetch_pairs = malloc(sizeof(*r->fetch_pairs) * r->count);
+	if (!r->ids || !r->perm || !r->off_pairs || !r->fetch_pairs)
+		return -ENOMEM;
+	for (i = 0; i < r->nblocks && !ret; i += KVRT_MAX_BATCH) {
+		uint32_t n = r->nblocks - i < KVRT_MAX_BATCH ? r->nblocks - i : KVRT_MAX_BATCH;
+
+		ret = kvrt_alloc_blocks(r->sp, n, r->ids + i);
+	}
+	if (ret)
+		return fail_ret(x, "kvrt_alloc_blocks", ret);
+	kvb_progress(&x->o->c, *r->step, r->steps, "filling the pool");
+	for (i = 0; i < r->nblocks; i++)
+		fill_random(kvrt_block_addr(r->sp, r->ids[i]), r->block_bytes, r->seed + i);
+	return 0;
+}
+
+/* The layouts, the space registered, the device array as a copy of the pool,
+ * and the random pairs of each direction. */
+static int size_setup_device(struct size_run *r)
+{
+	struct gc *x = r->x;
+	uint32_t i, nblocks = r->nblocks;
+	uint64_t perm_seed;
+	int ret;
+
+	ret = kvrt_layout_init(&r->pool_lo, KVRT_LAYOUT_BLOCK_MAJOR, r->layers, KV_HEADS, HEAD_DIM,
+			       BLOCK_TOKENS, nblocks, KVRT_DTYPE_BF16);
+	if (!ret)
+		ret = kvrt_layout_for_space(&r->pool_lo, r->sp);
+	if (!ret)
+		ret = kvrt_layout_init(&r->dev_bm, KVRT_LAYOUT_BLOCK_MAJOR, r->layers, KV_HEADS,
+				       HEAD_DIM, BLOCK_TOKENS, nblocks, KVRT_DTYPE_BF16);
+	if (!ret)
+		ret = kvrt_layout_init(&r->dev_lm, KVRT_LAYOUT_LAYER_MAJOR, r->layers, KV_HEADS,
+				       HEAD_DIM, BLOCK_TOKENS, nblocks, KVRT_DTYPE_BF16);
+	if (ret)
+		return fail_ret(x, "layouts", ret);
+	ret = kvrt_gpu_register_space(x->g, r->sp);
+	if (ret)
+		return fail_ret(x, "kvrt_gpu_register_space", ret);
+	ret = kvrt_gpu_alloc(x->g, (size_t)r->block_bytes * nblocks, &r->dev);
+	if (ret)
+		return fail_ret(x, "device array", ret);
+	r->pool = (struct kvrt_block_array){ &r->pool_lo, kvrt_space_base(r->sp), NULL };
+	r->dbm = (struct kvrt_block_array){ &r->dev_bm, r->dev, NULL };
+	r->dlm = (struct kvrt_block_array){ &r->dev_lm, r->dev, NULL };
+	/* the device array starts as a copy of the pool, in place */
+	for (i = 0; i < nblocks && !ret; i++)
+		ret = kvrt_gpu_memcpy(x->g, (uint8_t *)r->dev + (size_t)i * r->block_bytes,
+				      kvrt_block_addr(r->sp, i), r->block_bytes);
+	/* random scattered pairs: distinct destinations, distinct sources */
+	perm_seed = r->seed * 3;
+	kvb_shuffle(r->perm, nblocks, &perm_seed);
+	for (i = 0; i < r->count; i++)
+		r->off_pairs[i] = (struct kvrt_block_pair){ .src = r->perm[i],
+							    .dst = r->ids[r->perm[nblocks - 1 - i]] };
+	perm_seed = r->seed * 5;
+	kvb_shuffle(r->perm, nblocks, &perm_seed);
+	for (i = 0; i < r->count; i++)
+		r->fetch_pairs[i] = (struct kvrt_block_pair){ .src = r->ids[r->perm[i]],
+							      .dst = r->perm[nblocks - 1 - i] };
+	return ret;
+}
+
+/*
+ * One case: method methods[mi], device to pool (dir 0) or back (1), on the
+ * block-major device array (pass 0, then verified) or the layer-major one.
+ * 0 also when skipped; an error is reported here.
+ */
+static int size_case(struct size_run *r, int pass, unsigned int mi, int dir)
+{
+	struct gc *x = r->x;
+	const struct kvb_opts *c = &x->o->c;
+	const struct kvrt_block_array *darr = pass ? &r->dlm : &r->dbm;
+	struct copy_set s = {
+		.dst = dir ? darr : &r->pool, .src = dir ? &r->pool : darr,
+		.pairs = dir ? r->fetch_pairs : r->off_pairs, .count = r->count,
+		.m = methods[mi],
+	};
+	struct copy_side vside = { .x = x, .s = &s };
+	struct copy_side lside = { .x = x, .to_host = !dir };
+	struct kvb_case m = {
+		.value = { .run = run_copies, .ctx = &vside,
+			   .units = (double)r->count * r->block_bytes },
+		.limit = { .run = run_limit, .ctx = &lside, .units = (double)x->batch_bytes },
+		.per_call = true,
+	};
+	char name[64], unit[96];
+	double v, l;
+	int ret;
+
+	snprintf(name, sizeof(name), "%s%s_block%uk_%s", dir ? "fetch" : "offload",
+		 pass ? "_lm" : "", (unsigned int)(r->block_bytes >> 10), method_name[mi]);
+	kvb_progress(c, ++*r->step, r->steps, name);
+	if (s.m == KVRT_GPU_COPY_BATCH && !x->batch_ok)
+		return 0;
+	/* warm: first use (AUTO calibrates), page tables */
+	ret = kvrt_gpu_copy_blocks(x->g, s.dst, s.src, s.pairs, s.count, s.m, NULL);
+	if (ret == -ENOTSUP && s.m == KVRT_GPU_COPY_BATCH) {
+		kvb_note(c, "batch cases skipped: kvrt_gpu_copy_blocks says -ENOTSUP "
+			 "(driver %d, cuMemcpyBatchAsync needs 12.8)", x->info.driver_version);
+		x->batch_ok = false;
+		return 0;
+	}
+	if (!ret)
+		ret = kvrt_gpu_sync(x->g, NULL);
+	if (!ret && s.m == KVRT_GPU_COPY_AUTO && !x->auto_noted) {
+		struct kvrt_gpu_info gi;
+
+		x->auto_noted = true;
+		if (!kvrt_gpu_info(x->g, &gi))
+			kvb_note(c, "auto: the copy kernel for runs up to %llu bytes (calibrated at "
+				 "first use)", (unsigned long long)gi.kernel_copy_max);
+	}
+	if (!ret)
+		ret = kvb_measure(c, &m, &v, &l);
+	if (!ret && !pass) {
+		ret = verify(x, &s, r->block_bytes);
+		if (ret == -EIO)
+			fprintf(stderr, "kvbench gpu-copy: %s: a copied block differs from its "
+				"source\n", name);
+	}
+	if (ret) {
+		if (ret != -EIO)
+			fail_ret(x, name, ret);
+		return ret;
+	}
+	v = 1 / v / 1e9;
+	l = 1 / l / 1e9;
+	snprintf(unit, sizeof(unit), "GB/s one pinned %s memcpy of %lu MiB", dir ? "H2D" : "D2H",
+		 x->o->batch_mib);
+	kvb_report(r->rep, name, v, "GB/s block bytes copied (ratio = value/limit)", l, unit);
+	return 0;
+}
+
 /* One block size: every method, both directions. */
 static int bench_size(struct gc *x, const struct kvb_report *rep, uint32_t layers, unsigned int *step,
 		      unsigned int steps)
 {
-	const struct kvb_opts *c = &x->o->c;
-	uint64_t block_bytes = layers * LAYER_BYTES, seed = 0x1234567ULL + layers, perm_seed;
-	uint32_t nblocks = (uint32_t)(((uint64_t)x->o->mib << 20) / block_bytes);
-	uint32_t count = (uint32_t)(x->batch_bytes / block_bytes), i, *ids = NULL, *perm = NULL;
-	struct kvrt_space_opts so = { .flags = KVRT_SPACE_CREATE | KVRT_SPACE_EXCL, .mode = 0600,
-				      .block_bytes = block_bytes,
-				      .quota_bytes = block_bytes * nblocks };
-	struct kvrt_layout pool_lo, dev_bm, dev_lm;
-	struct kvrt_block_array pool, dbm, dlm;
-	struct kvrt_block_pair *off_pairs = NULL, *fetch_pairs = NULL;
-	struct kvrt_space *sp = NULL;
-	void *dev = NULL;
-	char sname[64];
-	bool lm_too = layers == 64;
-	int ret, pass;
+	struct size_run r = {
+		.x = x, .rep = rep, .layers = layers, .step = step, .steps = steps,
+		.block_bytes = layers * LAYER_BYTES, .seed = 0x1234567ULL + layers,
+	};
+	struct kvrt_space_opts so = { .flags = KVRT_SPACE_CREATE | KVRT_SPACE_EXCL, .mode = 0600 };
+	unsigned int mi;
+	int ret, pass, dir;
 
-	snprintf(sname, sizeof(sname), "kvbench-gpu-copy-%u-%d", layers, (int)getpid());
-	so.name = sname;
-	ret = kvrt_space_open(x->k, &so, &sp);
+	r.nblocks = (uint32_t)(((uint64_t)x->o->mib << 20) / r.block_bytes);
+	r.count = (uint32_t)(x->batch_bytes / r.block_bytes);
+	so.block_bytes = r.block_bytes;
+	so.quota_bytes = r.block_bytes * r.nblocks;
+	snprintf(r.sname, sizeof(r.sname), "kvbench-gpu-copy-%u-%d", layers, (int)getpid());
+	so.name = r.sname;
+	ret = kvrt_space_open(x->k, &so, &r.sp);
 	if (ret)
 		return fail_ret(x, "kvrt_space_open", ret);
-	ids = malloc(sizeof(*ids) * nblocks);
-	perm = malloc(sizeof(*perm) * nblocks);
-	off_pairs = malloc(sizeof(*off_pairs) * count);
-	fetch_pairs = malloc(sizeof(*fetch_pairs) * count);
-	if (!ids || !perm || !off_pairs || !fetch_pairs) {
-		ret = -ENOMEM;
-		goto out;
-	}
-	for (i = 0; i < nblocks && !ret; i += KVRT_MAX_BATCH) {
-		uint32_t n = nblocks - i < KVRT_MAX_BATCH ? nblocks - i : KVRT_MAX_BATCH;
-
-		ret = kvrt_alloc_blocks(sp, n, ids + i);
-	}
-	if (ret) {
-		fail_ret(x, "kvrt_alloc_blocks", ret);
-		goto out;
-	}
-	kvb_progress(c, *step, steps, "filling the pool");
-	for (i = 0; i < nblocks; i++)
-		fill_random(kvrt_block_addr(sp, ids[i]), block_bytes, seed + i);
-	ret = kvrt_layout_init(&pool_lo, KVRT_LAYOUT_BLOCK_MAJOR, layers, KV_HEADS, HEAD_DIM,
-			       BLOCK_TOKENS, nblocks, KVRT_DTYPE_BF16);
+	ret = size_fill_pool(&r);
 	if (!ret)
-		ret = kvrt_layout_for_space(&pool_lo, sp);
-	if (!ret)
-		ret = kvrt_layout_init(&dev_bm, KVRT_LAYOUT_BLOCK_MAJOR, layers, KV_HEADS, HEAD_DIM,
-				       BLOCK_TOKENS, nblocks, KVRT_DTYPE_BF16);
-	if (!ret)
-		ret = kvrt_layout_init(&dev_lm, KVRT_LAYOUT_LAYER_MAJOR, layers, KV_HEADS, HEAD_DIM,
-				       BLOCK_TOKENS, nblocks, KVRT_DTYPE_BF16);
-	if (ret) {
-		fail_ret(x, "layouts", ret);
-		goto out;
-	}
-	ret = kvrt_gpu_register_space(x->g, sp);
-	if (ret) {
-		fail_ret(x, "kvrt_gpu_register_space", ret);
-		goto out;
-	}
-	ret = kvrt_gpu_alloc(x->g, (size_t)block_bytes * nblocks, &dev);
-	if (ret) {
-		fail_ret(x, "device array", ret);
-		goto out;
-	}
-	pool = (struct kvrt_block_array){ &pool_lo, kvrt_space_base(sp), NULL };
-	dbm = (struct kvrt_block_array){ &dev_bm, dev, NULL };
-	dlm = (struct kvrt_block_array){ &dev_lm, dev, NULL };
-	/* the device array starts as a copy of the pool, in place */
-	for (i = 0; i < nblocks && !ret; i++)
-		ret = kvrt_gpu_memcpy(x->g, (uint8_t *)dev + (size_t)i * block_bytes,
-				      kvrt_block_addr(sp, i), block_bytes);
-	/* random scattered pairs: distinct destinations, distinct sources */
-	perm_seed = seed * 3;
-	kvb_shuffle(perm, nblocks, &perm_seed);
-	for (i = 0; i < count; i++)
-		off_pairs[i] = (struct kvrt_block_pair){ .src = perm[i], .dst = ids[perm[nblocks - 1 - i]] };
-	perm_seed = seed * 5;
-	kvb_shuffle(perm, nblocks, &perm_seed);
-	for (i = 0; i < count; i++)
-		fetch_pairs[i] = (struct kvrt_block_pair){ .src = ids[perm[i]], .dst = perm[nblocks - 1 - i] };
-
-	for (pass = 0; pass < (lm_too ? 2 : 1) && !ret; pass++) {
-		const struct kvrt_block_array *darr = pass ? &dlm : &dbm;
-		unsigned int mi;
-		int dir;
-
+		ret = size_setup_device(&r);
+	/* the layer-major device array only for the largest blocks */
+	for (pass = 0; pass < (layers == 64 ? 2 : 1) && !ret; pass++)
 		for (mi = 0; mi < 4 && !ret; mi++)
-			for (dir = 0; dir < 2 && !ret; dir++) {
-				struct copy_set s = {
-					.dst = dir ? darr : &pool, .src = dir ? &pool : darr,
-					.pairs = dir ? fetch_pairs : off_pairs, .count = count,
-					.m = methods[mi],
-				};
-				struct copy_side vside = { .x = x, .s = &s };
-				struct copy_side lside = { .x = x, .to_host = !dir };
-				struct kvb_case m = {
-					.value = { .run = run_copies, .ctx = &vside,
-						   .units = (double)count * block_bytes },
-					.limit = { .run = run_limit, .ctx = &lside,
-						   .units = (double)x->batch_bytes },
-					.per_call = true,
-				};
-				char name[64], unit[96];
-				double v, l;
-
-				snprintf(name, sizeof(name), "%s%s_block%uk_%s", dir ? "fetch" : "offload",
-					 pass ? "_lm" : "", (unsigned int)(block_bytes >> 10),
-					 method_name[mi]);
-				kvb_progress(c, ++*step, steps, name);
-				if (s.m == KVRT_GPU_COPY_BATCH && !x->batch_ok)
-					continue;
-				/* warm: first use (AUTO calibrates), page tables */
-				ret = kvrt_gpu_copy_blocks(x->g, s.dst, s.src, s.pairs, s.count, s.m, NULL);
-				if (ret == -ENOTSUP && s.m == KVRT_GPU_COPY_BATCH) {
-					kvb_note(c, "batch cases skipped: kvrt_gpu_copy_blocks says -ENOTSUP "
-						 "(driver %d, cuMemcpyBatchAsync needs 12.8)",
-						 x->info.driver_version);
-					x->batch_ok = false;
-					ret = 0;
-					continue;
-				}
-				if (!ret)
-					ret = kvrt_gpu_sync(x->g, NULL);
-				if (!ret && s.m == KVRT_GPU_COPY_AUTO && !x->auto_noted) {
-					struct kvrt_gpu_info gi;
-
-					x->auto_noted = true;
-					if (!kvrt_gpu_info(x->g, &gi))
-						kvb_note(c, "auto: the copy kernel for runs up to %llu "
-							 "bytes (calibrated at first use)",
-							 (unsigned long long)gi.kernel_copy_max);
-				}
-				if (!ret)
-					ret = kvb_measure(c, &m, &v, &l);
-				if (!ret && !pass) {
-					ret = verify(x, &s, block_bytes);
-					if (ret == -EIO)
-						fprintf(stderr, "kvbench gpu-copy: %s: a copied block differs "
-							"from its source\n", name);
-				}
-				if (ret) {
-					if (ret != -EIO)
-						fail_ret(x, name, ret);
-					break;
-				}
-				v = 1 / v / 1e9;
-				l = 1 / l / 1e9;
-				snprintf(unit, sizeof(unit), "GB/s one pinned %s memcpy of %lu MiB",
-					 dir ? "H2D" : "D2H", x->o->batch_mib);
-				kvb_report(rep, name, v, "GB/s block bytes copied (ratio = value/limit)", l,
-					   unit);
-			}
-	}
-out:
-	kvrt_gpu_free(x->g, dev);
-	if (sp) {
-		kvrt_gpu_unregister_space(x->g, sp);
-		kvrt_space_close(sp);
-	}
-	free(ids);
-	free(perm);
-	free(off_pairs);
-	free(fetch_pairs);
+			for (dir = 0; dir < 2 && !ret; dir++)
+				ret = size_case(&r, pass, mi, dir);
+	kvrt_gpu_free(x->g, r.dev);
+	kvrt_gpu_unregister_space(x->g, r.sp);
+	kvrt_space_close(r.sp);
+	free(r.ids);
+	free(r.perm);
+	free(r.off_pairs);
+	free(r.fetch_pairs);
 	return ret;
 }
 

@@ -5,13 +5,27 @@
  * pool: kvpool.ko or the embedded backend), and as a reference that
  * recomputes every prompt from scratch; then it prints the figures and
  * checks that both generated the same tokens.  See kvrt-demo(1).
+ *
+ * The files, one concern each:
+ *   main.c          options, then the run as a list of steps (main())
+ *   checkpoint.c    the llama2.c weights: load, save, generate from a seed
+ *   model.c         the decoder's forward pass
+ *   workload.c      the simulated request stream, from a seed
+ *   scheduler.c     the engine loop: admission, batching, sampling, finishing
+ *   cache.c         the device KV cache in host memory and the pool side
+ *   devgpu.c        the device KV cache on a GPU, each call checked on the CPU
+ *   report.c        the progress line, the closing table and the JSON
+ *   speculative.c   --speculative: a draft model's tokens checked by the model
+ *   branch.c        --n, --beam: continuations sharing their prompt's blocks
+ *   warm.c          `kvrt-demo warm`: publish a prompt file's blocks
+ *   ../common/opts.c  the tools' command-line parser
+ *   ../common/cpus.c  the default thread count
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +35,7 @@
 
 #include "branch.h"
 #include "cache.h"
+#include "../common/cpus.h"
 #include "../common/opts.h"
 #include "checkpoint.h"
 #include "devgpu.h"
@@ -456,17 +471,6 @@ static int parse(int argc, char **argv, struct opts *o, const struct topt *warm)
 #undef CHOICE
 #undef FLAG
 
-static uint32_t cpus(void)
-{
-	cpu_set_t set;
-	long n;
-
-	if (!sched_getaffinity(0, sizeof(set), &set) && CPU_COUNT(&set) > 0)
-		return (uint32_t)CPU_COUNT(&set);
-	n = sysconf(_SC_NPROCESSORS_ONLN);
-	return n > 0 ? (uint32_t)n : 1;
-}
-
 static const char *dtype_name(enum kvrt_dtype d)
 {
 	return d == KVRT_DTYPE_F32 ? "f32" : d == KVRT_DTYPE_F16 ? "f16" : "bf16";
@@ -592,428 +596,606 @@ static void print_gpu(const struct devgpu *g, int check, int both_passes)
 		       g->st.worst, g->st.worst_call);
 }
 
-int main(int argc, char **argv)
-{
+/*
+ * A run's state, from the options to the figures, shared by the steps of
+ * main() below; the have_* flags say what teardown() must undo.
+ */
+struct demo {
 	struct opts o;
 	struct checkpoint ck;
 	struct model m;
 	struct workload wl;
-	struct devcache dev, gdev, *run_dev = &dev;
+	struct devcache dev, gdev, *run_dev;	/* run_dev: dev, or gdev on the GPU */
 	struct devgpu g;
 	struct pcache pc;
-	struct pass_result cached = { 0 }, ref = { 0 };
-	struct kvrt *k = NULL;
-	struct kvrt_open_opts oo = { 0 };
-	struct kvrt_space_stats ss;
+	struct pool_opts po;
+	struct pass_result cached, ref;
+	struct kvrt *k;
 	struct kvrt_mem_info mi;
-	struct kvrt_space_info si;
-	struct engine_opts eo;
-	struct pool_opts po = { 0 };
-	char err[512], space_name[KVRT_NAME_MAX], model_id[160], b1[32], b2[32];
-	uint32_t hd, max_blocks, joined_cached = 0, n_multi = 0, c;
-	uint64_t fp;
-	int rc, ret, have_pc = 0, created = 0, have_mi = 0, destroyed = 0;
-	int use_gpu = 0, have_g = 0, have_gdev = 0, gpu_bad = 0;
-	char device_why[300] = "";
-	uint32_t owner = 0;
-	struct equivalence eq = { 0 };
+	struct equivalence eq;
+	char space_name[KVRT_NAME_MAX];
+	char device_why[300];		/* auto: why not the GPU */
+	uint32_t hd;			/* head dim */
+	uint64_t fp;			/* the weights' fingerprint */
+	uint32_t joined_cached, n_multi, owner;
+	int created, destroyed, use_gpu;
+	int have_ck, have_wl, have_model, have_dev, have_k, have_g, have_gdev, have_pc, have_mi;
+};
 
-	setvbuf(stdout, NULL, _IOLBF, 0);
-	if (argc > 1 && !strcmp(argv[1], "warm")) {
-		struct warm_opts wo;
-		struct topt rows[WARM_ROWS];
+/* A step's return: go on to the next step; anything else is the exit status. */
+#define STEP_NEXT (-1)
 
-		warm_rows(&wo, rows);
-		rc = parse(argc - 1, argv + 1, &o, rows);
-		if (rc >= 0)
-			return rc;
-		return warm_main(&wo, &(struct warm_setup){
-			.checkpoint = o.checkpoint, .cfg = &o.cfg, .model_seed = o.model_seed,
-			.wl = &o.wl, .block_tokens = o.block_tokens, .batch_tokens = o.batch_tokens,
-			.threads = o.threads ? o.threads : cpus(), .kv_dtype = o.kv_dtype,
-			.backend = o.backend, .space = o.space, .pool_bytes = o.pool_bytes,
-			.json = o.json, .quiet = o.quiet });
-	}
-	rc = parse(argc, argv, &o, NULL);
-	if (rc >= 0)
-		return rc;
+/* --- the model ------------------------------------------------------------ */
 
-	/* --- the model ---------------------------------------------------------- */
-	if (o.checkpoint)
-		ret = ckpt_load(&ck, o.checkpoint, err, sizeof(err));
+/* Load or generate the weights; --gen-checkpoint writes them and stops. */
+static int load_model(struct demo *d)
+{
+	struct opts *o = &d->o;
+	struct checkpoint *ck = &d->ck;
+	char err[512];
+	int ret;
+
+	if (o->checkpoint)
+		ret = ckpt_load(ck, o->checkpoint, err, sizeof(err));
 	else
-		ret = ckpt_generate(&ck, &o.cfg, o.model_seed, err, sizeof(err));
+		ret = ckpt_generate(ck, &o->cfg, o->model_seed, err, sizeof(err));
 	if (ret) {
 		fprintf(stderr, "kvrt-demo: %s\n", err);
-		return !o.checkpoint && ret == -EINVAL ? EXIT_USAGE : EXIT_RUNTIME;
+		return !o->checkpoint && ret == -EINVAL ? EXIT_USAGE : EXIT_RUNTIME;
 	}
-	if (o.gen_checkpoint) {
-		ret = ckpt_save(&ck, o.gen_checkpoint, err, sizeof(err));
+	d->have_ck = 1;
+	if (o->gen_checkpoint) {
+		ret = ckpt_save(ck, o->gen_checkpoint, err, sizeof(err));
 		if (ret) {
 			fprintf(stderr, "kvrt-demo: %s\n", err);
-			ckpt_free(&ck);
 			return EXIT_RUNTIME;
 		}
 		printf("wrote %s: llama2.c checkpoint, dim %d, hidden %d, %d layers, %d heads "
 		       "(%d KV), vocab %d, seq_len %d, seed %" PRIu64 ", %zu bytes\n",
-		       o.gen_checkpoint, ck.cfg.dim, ck.cfg.hidden_dim, ck.cfg.n_layers,
-		       ck.cfg.n_heads, ck.cfg.n_kv_heads, ck.cfg.vocab_size, ck.cfg.seq_len,
-		       o.model_seed, CKPT_HEADER_BYTES + ck.n_floats * sizeof(float));
-		ckpt_free(&ck);
+		       o->gen_checkpoint, ck->cfg.dim, ck->cfg.hidden_dim, ck->cfg.n_layers,
+		       ck->cfg.n_heads, ck->cfg.n_kv_heads, ck->cfg.vocab_size, ck->cfg.seq_len,
+		       o->model_seed, CKPT_HEADER_BYTES + ck->n_floats * sizeof(float));
 		return EXIT_OK;
 	}
-	o.cfg = ck.cfg;
-	o.wl.vocab = (uint32_t)ck.cfg.vocab_size;
-	hd = (uint32_t)(ck.cfg.dim / ck.cfg.n_heads);
-	fp = ckpt_fingerprint(&ck);
+	o->cfg = ck->cfg;
+	o->wl.vocab = (uint32_t)ck->cfg.vocab_size;
+	d->hd = (uint32_t)(ck->cfg.dim / ck->cfg.n_heads);
+	d->fp = ckpt_fingerprint(ck);
+	return STEP_NEXT;
+}
 
-	rc = EXIT_RUNTIME;
-	ret = workload_make(&wl, &o.wl);
+/* The request stream, and the sizes that follow from it when not given. */
+static int make_workload(struct demo *d)
+{
+	struct opts *o = &d->o;
+	uint32_t max_blocks;
+	int ret;
+
+	ret = workload_make(&d->wl, &o->wl);
 	if (ret) {
 		fprintf(stderr, "kvrt-demo: workload: %s\n", strerror(-ret));
-		goto out_ckpt;
+		return EXIT_RUNTIME;
 	}
-	if (wl.max_conv_tokens > (uint32_t)ck.cfg.seq_len) {
+	d->have_wl = 1;
+	if (d->wl.max_conv_tokens > (uint32_t)d->ck.cfg.seq_len) {
 		fprintf(stderr, "kvrt-demo: the longest conversation has %u tokens, more than the "
 			"model's seq_len %d: lower --system-tokens, --user-tokens, --gen-tokens or "
-			"--max-turns\n", wl.max_conv_tokens, ck.cfg.seq_len);
-		rc = EXIT_USAGE;
-		goto out_wl;
+			"--max-turns\n", d->wl.max_conv_tokens, d->ck.cfg.seq_len);
+		return EXIT_USAGE;
 	}
-	max_blocks = (wl.max_request_tokens + o.block_tokens - 1) / o.block_tokens;
-	if (!o.device_blocks)
-		o.device_blocks = o.max_seqs * max_blocks;
-	if (!o.threads)
-		o.threads = cpus();
-	if (o.spec.k || o.spec.gen_draft) {
-		o.spec.block_tokens = o.block_tokens;
-		o.spec.batch_tokens = o.batch_tokens;
-		o.spec.threads = o.threads;
-		o.spec.kv_dtype = o.kv_dtype;
-		o.spec.decode_kernel = o.decode_kernel;
-		o.spec.json = o.json;
-		o.spec.quiet = o.quiet;
-		o.spec.inject_fault = o.inject_spec_fault;
-		rc = spec_main(&ck, o.checkpoint, o.model_seed, &wl, &o.spec);
-		goto out_wl;
-	}
-	ret = model_init(&m, &ck, o.batch_tokens, o.threads, o.decode_kernel);
+	max_blocks = (d->wl.max_request_tokens + o->block_tokens - 1) / o->block_tokens;
+	if (!o->device_blocks)
+		o->device_blocks = o->max_seqs * max_blocks;
+	if (!o->threads)
+		o->threads = cpus();
+	return STEP_NEXT;
+}
+
+/* --speculative, --gen-draft-checkpoint: spec_main serves the workload its own way. */
+static int run_speculative(struct demo *d)
+{
+	struct opts *o = &d->o;
+
+	if (!o->spec.k && !o->spec.gen_draft)
+		return STEP_NEXT;
+	o->spec.block_tokens = o->block_tokens;
+	o->spec.batch_tokens = o->batch_tokens;
+	o->spec.threads = o->threads;
+	o->spec.kv_dtype = o->kv_dtype;
+	o->spec.decode_kernel = o->decode_kernel;
+	o->spec.json = o->json;
+	o->spec.quiet = o->quiet;
+	o->spec.inject_fault = o->inject_spec_fault;
+	return spec_main(&d->ck, o->checkpoint, o->model_seed, &d->wl, &o->spec);
+}
+
+/* The forward pass and the device KV cache in host memory. */
+static int init_model(struct demo *d)
+{
+	struct opts *o = &d->o;
+	int ret;
+
+	ret = model_init(&d->m, &d->ck, o->batch_tokens, o->threads, o->decode_kernel);
 	if (ret) {
 		fprintf(stderr, "kvrt-demo: model: %s\n", strerror(-ret));
-		goto out_wl;
+		return EXIT_RUNTIME;
 	}
-	ret = devcache_init(&dev, (uint32_t)ck.cfg.n_layers, (uint32_t)ck.cfg.n_kv_heads, hd,
-			    o.block_tokens, o.device_blocks, o.kv_dtype, NULL);
+	d->have_model = 1;
+	ret = devcache_init(&d->dev, (uint32_t)d->ck.cfg.n_layers, (uint32_t)d->ck.cfg.n_kv_heads,
+			    d->hd, o->block_tokens, o->device_blocks, o->kv_dtype, NULL);
 	if (ret) {
-		fprintf(stderr, "kvrt-demo: device KV cache of %u blocks: %s\n", o.device_blocks,
+		fprintf(stderr, "kvrt-demo: device KV cache of %u blocks: %s\n", o->device_blocks,
 			strerror(-ret));
-		goto out_model;
+		return EXIT_RUNTIME;
 	}
+	d->have_dev = 1;
+	d->run_dev = &d->dev;
+	return STEP_NEXT;
+}
 
-	/* --- the pool ------------------------------------------------------------- */
-	oo.backend = o.backend;
-	ret = kvrt_open(&k, &oo);
+/* --- the pool ------------------------------------------------------------- */
+
+static int open_kvrt(struct demo *d)
+{
+	struct kvrt_open_opts oo = { 0 };
+	int ret;
+
+	oo.backend = d->o.backend;
+	ret = kvrt_open(&d->k, &oo);
 	if (ret) {
 		fprintf(stderr, "kvrt-demo: kvrt_open: %s%s\n", strerror(-ret),
 			ret == -ENODEV ? " (is kvpool.ko loaded? --backend embedded runs without)" :
 			"");
-		goto out_dev;
+		return EXIT_RUNTIME;
 	}
-	/* --- the device ------------------------------------------------------------ */
-	if (o.device != DEVICE_CPU) {
-		const char *unfit = gpu_unfit(&o, hd);
+	d->have_k = 1;
+	return STEP_NEXT;
+}
 
-		if (unfit && o.device == DEVICE_GPU) {
-			fprintf(stderr, "kvrt-demo: --device gpu: %s\n", unfit);
-			rc = EXIT_USAGE;
-			goto out_kvrt;
-		}
-		if (unfit) {
-			snprintf(device_why, sizeof(device_why), "%s", unfit);
-		} else if (kvrt_gpu_probe(device_why, sizeof(device_why))) {
-			if (o.device == DEVICE_GPU) {
-				fprintf(stderr, "kvrt-demo: --device gpu: no usable GPU: %s\n",
-					device_why);
-				goto out_kvrt;
-			}
-		} else {
-			use_gpu = 1;
-		}
-	}
-	if (use_gpu) {
-		struct kvrt_attn_params ap = {
-			.num_q_heads = (uint32_t)ck.cfg.n_heads,
-			.sm_scale = 1.0f / sqrtf((float)hd),	/* as model.c's attention */
-			.window_left = -1,
-			.q_dtype = KVRT_DTYPE_F32,
-			.o_dtype = KVRT_DTYPE_F32,
-			.num_threads = o.threads,
-		};
+/* --- the device ----------------------------------------------------------- */
 
-		ret = devgpu_open(&g, k, 0, &ap, (uint32_t)ck.cfg.n_layers,
-				  (uint32_t)ck.cfg.n_kv_heads, hd, o.batch_tokens, o.max_seqs,
-				  o.device_blocks, o.gpu_check, err, sizeof(err));
-		if (ret) {
-			fprintf(stderr, "kvrt-demo: %s\n", err);
-			goto out_kvrt;
-		}
-		have_g = 1;
-		g.inject_fault = o.inject_gpu_fault;
-		ret = devcache_init(&gdev, (uint32_t)ck.cfg.n_layers, (uint32_t)ck.cfg.n_kv_heads,
-				    hd, o.block_tokens, o.device_blocks, o.kv_dtype, &g);
-		if (ret) {
-			fprintf(stderr, "kvrt-demo: device KV cache of %u blocks on the GPU: %s\n",
-				o.device_blocks, strerror(-ret));
-			goto out_kvrt;
-		}
-		have_gdev = 1;
-		run_dev = &gdev;
-	}
+/* --device: the GPU when asked, or (auto) when it is there and fits. */
+static int choose_device(struct demo *d)
+{
+	const struct opts *o = &d->o;
+	const char *unfit;
 
-	if (branch_enabled(&o.br)) {
-		struct branch_env be = {
-			.m = &m, .ck = &ck, .dev = run_dev, .k = k, .gpu = use_gpu ? &g : NULL,
-			.wl = &wl, .gen_tokens = o.wl.gen_tokens, .max_seqs = o.max_seqs,
-			.strict = !use_gpu && o.decode_kernel == DECODE_WITH_PREFILL,
-			.json = o.json, .quiet = o.quiet, .inject_fault = o.inject_fault,
-			.gpu_check = o.gpu_check, .version = DEMO_VERSION,
-			.kv_dtype = dtype_name(o.kv_dtype), .threads = o.threads,
-			.decode_kernel = o.decode_kernel == DECODE_WITH_DECODE ? "decode" : "prefill",
-			.model_name = o.checkpoint ? o.checkpoint : "random weights",
-		};
+	if (o->device == DEVICE_CPU)
+		return STEP_NEXT;
+	unfit = gpu_unfit(o, d->hd);
+	if (unfit && o->device == DEVICE_GPU) {
+		fprintf(stderr, "kvrt-demo: --device gpu: %s\n", unfit);
+		return EXIT_USAGE;
+	}
+	if (unfit) {
+		snprintf(d->device_why, sizeof(d->device_why), "%s", unfit);
+	} else if (kvrt_gpu_probe(d->device_why, sizeof(d->device_why))) {
+		if (o->device == DEVICE_GPU) {
+			fprintf(stderr, "kvrt-demo: --device gpu: no usable GPU: %s\n",
+				d->device_why);
+			return EXIT_RUNTIME;
+		}
+	} else {
+		d->use_gpu = 1;
+	}
+	return STEP_NEXT;
+}
 
-		rc = branch_run(&o.br, &be);
-		goto out_kvrt;
-	}
-	if (o.space)
-		snprintf(space_name, sizeof(space_name), "%s", o.space);
-	else if (o.tier_dir || o.tier_redis)
-		snprintf(space_name, sizeof(space_name), "kvrt-demo");	/* the tier's identity */
-	else
-		snprintf(space_name, sizeof(space_name), "kvrt-demo-%d", (int)getpid());
-	po.space_name = space_name;
-	po.mode = 0600;
-	po.quota_bytes = o.pool_bytes;
-	po.tier_dir = o.tier_dir;
-	po.tier_redis = o.tier_redis;
-	po.tier_prefix = o.tier_prefix;
-	po.tier_bytes = o.tier_bytes ? o.tier_bytes : 1ULL << 30;
-	po.tier_write_back = o.tier_write_back;
-	po.space_flags = o.role == ROLE_SECOND ? 0 :
-			 o.role == ROLE_FIRST ? KVRT_SPACE_CREATE | KVRT_SPACE_PERSIST :
-			 KVRT_SPACE_CREATE;
-	if (o.foreign) {
-		po.space_flags = KVRT_SPACE_FOREIGN;
-		po.space_owner = o.space_owner;
-	}
-	pcache_model_id(model_id, sizeof(model_id), fp, o.kv_dtype, o.block_tokens);
-	ret = pcache_open(&pc, k, run_dev, &po, model_id, strlen(model_id), err, sizeof(err));
+/* On the GPU: its attention and a device KV cache in its memory. */
+static int open_gpu(struct demo *d)
+{
+	const struct opts *o = &d->o;
+	const struct model_config *cfg = &d->ck.cfg;
+	struct kvrt_attn_params ap = {
+		.num_q_heads = (uint32_t)cfg->n_heads,
+		.sm_scale = 1.0f / sqrtf((float)d->hd),	/* as model.c's attention */
+		.window_left = -1,
+		.q_dtype = KVRT_DTYPE_F32,
+		.o_dtype = KVRT_DTYPE_F32,
+		.num_threads = o->threads,
+	};
+	char err[512];
+	int ret;
+
+	if (!d->use_gpu)
+		return STEP_NEXT;
+	ret = devgpu_open(&d->g, d->k, 0, &ap, (uint32_t)cfg->n_layers, (uint32_t)cfg->n_kv_heads,
+			  d->hd, o->batch_tokens, o->max_seqs, o->device_blocks, o->gpu_check,
+			  err, sizeof(err));
 	if (ret) {
 		fprintf(stderr, "kvrt-demo: %s\n", err);
-		if (ret == -ENOENT && kvrt_backend(k) == KVRT_BACKEND_EMBEDDED)
+		return EXIT_RUNTIME;
+	}
+	d->have_g = 1;
+	d->g.inject_fault = o->inject_gpu_fault;
+	ret = devcache_init(&d->gdev, (uint32_t)cfg->n_layers, (uint32_t)cfg->n_kv_heads, d->hd,
+			    o->block_tokens, o->device_blocks, o->kv_dtype, &d->g);
+	if (ret) {
+		fprintf(stderr, "kvrt-demo: device KV cache of %u blocks on the GPU: %s\n",
+			o->device_blocks, strerror(-ret));
+		return EXIT_RUNTIME;
+	}
+	d->have_gdev = 1;
+	d->run_dev = &d->gdev;
+	return STEP_NEXT;
+}
+
+/* --n, --beam: branch.c serves its prompts instead of the workload. */
+static int run_branches(struct demo *d)
+{
+	const struct opts *o = &d->o;
+	struct branch_env be = {
+		.m = &d->m, .ck = &d->ck, .dev = d->run_dev, .k = d->k,
+		.gpu = d->use_gpu ? &d->g : NULL, .wl = &d->wl, .gen_tokens = o->wl.gen_tokens,
+		.max_seqs = o->max_seqs,
+		.strict = !d->use_gpu && o->decode_kernel == DECODE_WITH_PREFILL,
+		.json = o->json, .quiet = o->quiet, .inject_fault = o->inject_fault,
+		.gpu_check = o->gpu_check, .version = DEMO_VERSION,
+		.kv_dtype = dtype_name(o->kv_dtype), .threads = o->threads,
+		.decode_kernel = o->decode_kernel == DECODE_WITH_DECODE ? "decode" : "prefill",
+		.model_name = o->checkpoint ? o->checkpoint : "random weights",
+	};
+
+	if (!branch_enabled(&o->br))
+		return STEP_NEXT;
+	return branch_run(&o->br, &be);
+}
+
+/* Create or join the space (--role, --space-owner) with its tiers. */
+static int open_space(struct demo *d)
+{
+	const struct opts *o = &d->o;
+	struct pool_opts *po = &d->po;
+	struct kvrt_space_stats ss;
+	struct kvrt_space_info si;
+	char err[512], model_id[160];
+	int ret;
+
+	if (o->space)
+		snprintf(d->space_name, sizeof(d->space_name), "%s", o->space);
+	else if (o->tier_dir || o->tier_redis)
+		snprintf(d->space_name, sizeof(d->space_name), "kvrt-demo");	/* the tier's identity */
+	else
+		snprintf(d->space_name, sizeof(d->space_name), "kvrt-demo-%d", (int)getpid());
+	po->space_name = d->space_name;
+	po->mode = 0600;
+	po->quota_bytes = o->pool_bytes;
+	po->tier_dir = o->tier_dir;
+	po->tier_redis = o->tier_redis;
+	po->tier_prefix = o->tier_prefix;
+	po->tier_bytes = o->tier_bytes ? o->tier_bytes : 1ULL << 30;
+	po->tier_write_back = o->tier_write_back;
+	po->space_flags = o->role == ROLE_SECOND ? 0 :
+			  o->role == ROLE_FIRST ? KVRT_SPACE_CREATE | KVRT_SPACE_PERSIST :
+			  KVRT_SPACE_CREATE;
+	if (o->foreign) {
+		po->space_flags = KVRT_SPACE_FOREIGN;
+		po->space_owner = o->space_owner;
+	}
+	pcache_model_id(model_id, sizeof(model_id), d->fp, o->kv_dtype, o->block_tokens);
+	ret = pcache_open(&d->pc, d->k, d->run_dev, po, model_id, strlen(model_id), err,
+			  sizeof(err));
+	if (ret) {
+		fprintf(stderr, "kvrt-demo: %s\n", err);
+		if (ret == -ENOENT && kvrt_backend(d->k) == KVRT_BACKEND_EMBEDDED)
 			fprintf(stderr, "kvrt-demo: (%s: embedded spaces live inside one process; "
 				"two processes share only through kvpool.ko, --backend kmod)\n",
-				kvrt_backend_info(k));
-		goto out_kvrt;
+				kvrt_backend_info(d->k));
+		return EXIT_RUNTIME;
 	}
-	have_pc = 1;
-	pc.inject_fault = o.inject_fault;
-	if (!kvrt_space_stats(pc.space, &ss))
-		joined_cached = (uint32_t)(ss.published_blocks + ss.cached_blocks);
-	if (!kvrt_space_info(pc.space, &si)) {
-		created = si.created;
-		owner = si.uid;
+	d->have_pc = 1;
+	d->pc.inject_fault = o->inject_fault;
+	if (!kvrt_space_stats(d->pc.space, &ss))
+		d->joined_cached = (uint32_t)(ss.published_blocks + ss.cached_blocks);
+	if (!kvrt_space_info(d->pc.space, &si)) {
+		d->created = si.created;
+		d->owner = si.uid;
 	}
+	return STEP_NEXT;
+}
 
-	/* --- what runs ------------------------------------------------------------- */
-	for (c = 0; c < wl.n_convs; c++)
-		n_multi += wl.convs[c].n_turns > 1;
-	if (!o.json && !o.quiet) {
-		printf("kvrt-demo %s: a Llama decoder serving simulated requests on libkvrt %s\n",
-		       DEMO_VERSION, kvrt_version());
-		printf("model     %s: dim %d, hidden %d, %d layers, %d heads / %d KV heads (head "
-		       "dim %u), vocab %d, seq_len %d, %.1fM parameters\n",
-		       o.checkpoint ? o.checkpoint : "random weights", ck.cfg.dim,
-		       ck.cfg.hidden_dim, ck.cfg.n_layers, ck.cfg.n_heads, ck.cfg.n_kv_heads, hd,
-		       ck.cfg.vocab_size, ck.cfg.seq_len, (double)ckpt_param_count(&ck.cfg) / 1e6);
-		if (!o.checkpoint)
-			printf("          (seed %" PRIu64 "; fingerprint %016" PRIx64 ")\n",
-			       o.model_seed, fp);
-		printf("backend   %s\n", kvrt_backend_info(k));
-		if (use_gpu)
-			printf("device    gpu %s (compute %d.%d, %u SMs): the device KV cache is GPU "
-			       "memory, layer-major %s, %u blocks of %u tokens (%s); append and "
-			       "attention on the GPU (one plan per step, one run per layer; the "
-			       "dense math stays on the CPU); pool copies by kvrt_gpu_copy_blocks to "
-			       "the registered space; %s\n", g.info.name, g.info.cc_major,
-			       g.info.cc_minor, g.info.sm_count, dtype_name(o.kv_dtype),
-			       o.device_blocks, o.block_tokens,
-			       fmt_bytes(b1, sizeof(b1), gdev.bytes), o.gpu_check ?
-			       "each attention call held to the CPU's (--no-gpu-check skips)" :
-			       "no check of the calls (--no-gpu-check)");
-		else
-			printf("device    cpu: the device KV cache is a host array, layer-major %s, "
-			       "%u blocks of %u tokens (%s)%s%s%s\n", dtype_name(o.kv_dtype),
-			       o.device_blocks, o.block_tokens, fmt_bytes(b1, sizeof(b1), dev.bytes),
-			       *device_why ? " (auto: not the GPU: " : "", device_why,
-			       *device_why ? ")" : "");
-		printf("pool      space %s (%s%s, owner uid %u): %u blocks of %s, block-major; %u "
-		       "blocks cached there already\n", space_name, created ? "created" : "joined",
-		       po.space_flags & KVRT_SPACE_PERSIST && created ? ", persistent" : "", owner,
-		       pc.layout.num_blocks,
-		       fmt_bytes(b2, sizeof(b2), (uint64_t)pc.layout.block_stride), joined_cached);
-		printf("workload  %u requests in %u conversations (%u multi-turn) arriving at %.3g/s; "
-		       "system prompt %u tokens, user messages ~%u, %u tokens generated each\n",
-		       wl.n_requests, wl.n_convs, n_multi, o.wl.rate, wl.n_system,
-		       o.wl.user_tokens, o.wl.gen_tokens);
-		printf("engine    continuous batching, %u tokens per step, up to %u sequences, %u "
-		       "threads; attention on kept libkvrt workers: %s\n", o.batch_tokens,
-		       o.max_seqs, o.threads, o.decode_kernel == DECODE_WITH_DECODE ?
-		       "kvrt_attn_decode for decoding rows, kvrt_attn_prefill for prompt chunks" :
-		       "kvrt_attn_prefill for every row (decoding rows are 1-token chunks)");
-		if (o.role != ROLE_NONE && kvrt_backend(k) != KVRT_BACKEND_KMOD)
-			printf("note      --role with the embedded backend: the pool lives in this "
-			       "process, so no other process can share it\n");
-	}
+/* --- what runs ------------------------------------------------------------ */
 
-	/* --- the passes ------------------------------------------------------------- */
-	eo = (struct engine_opts){ .max_batch_tokens = o.batch_tokens, .max_seqs = o.max_seqs,
-				   .progress = o.progress, .label = "prefix cache + offload" };
-	m.gpu = use_gpu ? &g : NULL;
-	ret = engine_run(&m, run_dev, &pc, &wl, &eo, &cached, err, sizeof(err));
-	m.gpu = NULL;
+static int print_setup(struct demo *d)
+{
+	const struct opts *o = &d->o;
+	const struct model_config *cfg = &d->ck.cfg;
+	char b1[32], b2[32];
+	uint32_t c;
+
+	for (c = 0; c < d->wl.n_convs; c++)
+		d->n_multi += d->wl.convs[c].n_turns > 1;
+	if (o->json || o->quiet)
+		return STEP_NEXT;
+	printf("kvrt-demo %s: a Llama decoder serving simulated requests on libkvrt %s\n",
+	       DEMO_VERSION, kvrt_version());
+	printf("model     %s: dim %d, hidden %d, %d layers, %d heads / %d KV heads (head "
+	       "dim %u), vocab %d, seq_len %d, %.1fM parameters\n",
+	       o->checkpoint ? o->checkpoint : "random weights", cfg->dim,
+	       cfg->hidden_dim, cfg->n_layers, cfg->n_heads, cfg->n_kv_heads, d->hd,
+	       cfg->vocab_size, cfg->seq_len, (double)ckpt_param_count(cfg) / 1e6);
+	if (!o->checkpoint)
+		printf("          (seed %" PRIu64 "; fingerprint %016" PRIx64 ")\n",
+		       o->model_seed, d->fp);
+	printf("backend   %s\n", kvrt_backend_info(d->k));
+	if (d->use_gpu)
+		printf("device    gpu %s (compute %d.%d, %u SMs): the device KV cache is GPU "
+		       "memory, layer-major %s, %u blocks of %u tokens (%s); append and "
+		       "attention on the GPU (one plan per step, one run per layer; the "
+		       "dense math stays on the CPU); pool copies by kvrt_gpu_copy_blocks to "
+		       "the registered space; %s\n", d->g.info.name, d->g.info.cc_major,
+		       d->g.info.cc_minor, d->g.info.sm_count, dtype_name(o->kv_dtype),
+		       o->device_blocks, o->block_tokens,
+		       fmt_bytes(b1, sizeof(b1), d->gdev.bytes), o->gpu_check ?
+		       "each attention call held to the CPU's (--no-gpu-check skips)" :
+		       "no check of the calls (--no-gpu-check)");
+	else
+		printf("device    cpu: the device KV cache is a host array, layer-major %s, "
+		       "%u blocks of %u tokens (%s)%s%s%s\n", dtype_name(o->kv_dtype),
+		       o->device_blocks, o->block_tokens, fmt_bytes(b1, sizeof(b1), d->dev.bytes),
+		       *d->device_why ? " (auto: not the GPU: " : "", d->device_why,
+		       *d->device_why ? ")" : "");
+	printf("pool      space %s (%s%s, owner uid %u): %u blocks of %s, block-major; %u "
+	       "blocks cached there already\n", d->space_name, d->created ? "created" : "joined",
+	       d->po.space_flags & KVRT_SPACE_PERSIST && d->created ? ", persistent" : "",
+	       d->owner, d->pc.layout.num_blocks,
+	       fmt_bytes(b2, sizeof(b2), (uint64_t)d->pc.layout.block_stride), d->joined_cached);
+	printf("workload  %u requests in %u conversations (%u multi-turn) arriving at %.3g/s; "
+	       "system prompt %u tokens, user messages ~%u, %u tokens generated each\n",
+	       d->wl.n_requests, d->wl.n_convs, d->n_multi, o->wl.rate, d->wl.n_system,
+	       o->wl.user_tokens, o->wl.gen_tokens);
+	printf("engine    continuous batching, %u tokens per step, up to %u sequences, %u "
+	       "threads; attention on kept libkvrt workers: %s\n", o->batch_tokens,
+	       o->max_seqs, o->threads, o->decode_kernel == DECODE_WITH_DECODE ?
+	       "kvrt_attn_decode for decoding rows, kvrt_attn_prefill for prompt chunks" :
+	       "kvrt_attn_prefill for every row (decoding rows are 1-token chunks)");
+	if (o->role != ROLE_NONE && kvrt_backend(d->k) != KVRT_BACKEND_KMOD)
+		printf("note      --role with the embedded backend: the pool lives in this "
+		       "process, so no other process can share it\n");
+	return STEP_NEXT;
+}
+
+/* --- the passes ----------------------------------------------------------- */
+
+/* With the prefix cache and offload, then (unless --no-reference) without. */
+static int run_passes(struct demo *d)
+{
+	const struct opts *o = &d->o;
+	struct engine_opts eo;
+	char err[512];
+	int ret;
+
+	eo = (struct engine_opts){ .max_batch_tokens = o->batch_tokens, .max_seqs = o->max_seqs,
+				   .progress = o->progress, .label = "prefix cache + offload" };
+	d->m.gpu = d->use_gpu ? &d->g : NULL;
+	ret = engine_run(&d->m, d->run_dev, &d->pc, &d->wl, &eo, &d->cached, err, sizeof(err));
+	d->m.gpu = NULL;
 	if (ret) {
 		fprintf(stderr, "kvrt-demo: %s\n", err);
-		goto out_pass;
+		return EXIT_RUNTIME;
 	}
-	if (o.reference) {
-		eo.label = "reference (no cache)";
-		/* on the CPU unless asked: the GPU pass against an independent one */
-		if (use_gpu && o.reference_on_gpu) {
-			m.gpu = &g;
-			eo.label = "reference (no cache, GPU)";
-		}
-		ret = engine_run(&m, m.gpu ? &gdev : &dev, NULL, &wl, &eo, &ref, err, sizeof(err));
-		m.gpu = NULL;
-		if (ret) {
-			fprintf(stderr, "kvrt-demo: %s\n", err);
-			goto out_pass;
-		}
-		/* GPU and CPU attention round differently: tokens must agree, logits may not */
-		equivalence(&cached, &ref, !use_gpu && o.decode_kernel == DECODE_WITH_PREFILL, &eq);
+	if (!o->reference)
+		return STEP_NEXT;
+	eo.label = "reference (no cache)";
+	/* on the CPU unless asked: the GPU pass against an independent one */
+	if (d->use_gpu && o->reference_on_gpu) {
+		d->m.gpu = &d->g;
+		eo.label = "reference (no cache, GPU)";
 	}
-	have_mi = !kvrt_space_mem_info(pc.space, &mi);
-	pcache_close(&pc);
-	have_pc = 0;
-	if (o.role == ROLE_SECOND && !o.keep_space) {
-		ret = kvrt_space_destroy(k, space_name);
+	ret = engine_run(&d->m, d->m.gpu ? &d->gdev : &d->dev, NULL, &d->wl, &eo, &d->ref, err,
+			 sizeof(err));
+	d->m.gpu = NULL;
+	if (ret) {
+		fprintf(stderr, "kvrt-demo: %s\n", err);
+		return EXIT_RUNTIME;
+	}
+	/* GPU and CPU attention round differently: tokens must agree, logits may not */
+	equivalence(&d->cached, &d->ref, !d->use_gpu && o->decode_kernel == DECODE_WITH_PREFILL,
+		    &d->eq);
+	return STEP_NEXT;
+}
+
+/* The pool's figures, then leave the space; --role second destroys it. */
+static int close_space(struct demo *d)
+{
+	const struct opts *o = &d->o;
+	int ret;
+
+	d->have_mi = !kvrt_space_mem_info(d->pc.space, &d->mi);
+	pcache_close(&d->pc);
+	d->have_pc = 0;
+	if (o->role == ROLE_SECOND && !o->keep_space) {
+		ret = kvrt_space_destroy(d->k, d->space_name);
 		if (ret && ret != -ENOENT)
-			fprintf(stderr, "kvrt-demo: kvrt_space_destroy(%s): %s\n", space_name,
+			fprintf(stderr, "kvrt-demo: kvrt_space_destroy(%s): %s\n", d->space_name,
 				strerror(-ret));
-		destroyed = !ret;
-		ret = 0;
+		d->destroyed = !ret;
 	}
+	return STEP_NEXT;
+}
 
-	/* --- the report ---------------------------------------------------------------- */
-	rc = eq.checked && !eq.ok ? EXIT_MISMATCH : EXIT_OK;
-	gpu_bad = use_gpu && o.gpu_check && !(g.st.worst <= 1);
-	if (gpu_bad)
+/* --- the report ----------------------------------------------------------- */
+
+static void print_json(const struct demo *d)
+{
+	const struct opts *o = &d->o;
+	const struct equivalence *eq = &d->eq;
+	struct json_info ji = {
+		.version = DEMO_VERSION, .backend = kvrt_backend(d->k) == KVRT_BACKEND_KMOD ?
+			"kmod" : "embedded", .backend_info = kvrt_backend_info(d->k),
+		.space = d->space_name, .space_created = d->created,
+		.space_destroyed = d->destroyed,
+		.space_persistent = !!(d->po.space_flags & KVRT_SPACE_PERSIST),
+		.cfg = &d->ck.cfg, .params = ckpt_param_count(&d->ck.cfg), .wl = &d->wl,
+		.n_multi = d->n_multi, .block_tokens = o->block_tokens,
+		.kv_dtype = dtype_name(o->kv_dtype), .threads = o->threads,
+		.decode_kernel = o->decode_kernel == DECODE_WITH_DECODE ? "decode" : "prefill",
+		.equivalence = !eq->checked ? "skipped" : eq->ok ? "pass" : "fail",
+		.eq_requests = eq->requests, .eq_tokens = eq->tokens,
+		.eq_same_logits = eq->same_logits, .eq_why = eq->why,
+		.tokens_digest = token_digest(&d->cached),
+		.device = d->use_gpu ? "gpu" : "cpu", .gpu = d->use_gpu ? &d->g.st : NULL,
+		.gpu_name = d->use_gpu ? d->g.info.name : NULL, .gpu_check = o->gpu_check,
+		.reference_on_gpu = o->reference_on_gpu,
+	};
+
+	report_json(stdout, &ji, &d->cached, o->reference ? &d->ref : NULL);
+}
+
+static void print_text(const struct demo *d)
+{
+	const struct opts *o = &d->o;
+	const struct pool_stats *p = &d->cached.pool;
+	const struct equivalence *eq = &d->eq;
+
+	report_table(stdout, &d->cached, o->reference ? &d->ref : NULL);
+	if (d->have_mi)
+		printf("\npool memory: %s\n", d->mi.summary);
+	printf("\n");
+	if (o->role != ROLE_NONE || p->shared_hits)
+		printf("sharing: %" PRIu64 " of %" PRIu64 " block hits (%" PRIu64 " distinct "
+		       "blocks) were published by another process; this process inserted %"
+		       PRIu64 " blocks\n", p->shared_hits, p->hits, p->shared_distinct,
+		       p->inserted);
+	if (o->tier_dir || o->tier_redis)
+		printf("tiers: %" PRIu64 " of %" PRIu64 " block hits came from %s%s%s%s; %" PRIu64
+		       " blocks %s\n", p->tier_hits, p->hits,
+		       o->tier_dir ? "ssd:" : "", o->tier_dir ? o->tier_dir : "",
+		       o->tier_dir && o->tier_redis ? " and redis:" : o->tier_redis ? "redis:" : "",
+		       o->tier_redis ? o->tier_redis : "", p->tier_stores,
+		       o->tier_write_back ? "queued for write-back" : "written through");
+	/* the first arrival: only a warmed or shared space can serve it */
+	if (d->cached.n_requests && d->cached.req[0].hit_blocks)
+		printf("first request: %u of its %u prompt blocks found in the pool\n",
+		       d->cached.req[0].hit_blocks, d->cached.req[0].lookup_blocks);
+	if (d->destroyed)
+		printf("space %s destroyed (--keep-space keeps it)\n", d->space_name);
+	else if (o->role == ROLE_FIRST)
+		printf("space %s persists for a --role second process\n", d->space_name);
+	print_equivalence(eq);
+	if (d->use_gpu)
+		print_gpu(&d->g, o->gpu_check, o->reference && o->reference_on_gpu);
+	printf("summary: backend=%s hits=%" PRIu64 " lookups=%" PRIu64 " shared_hits=%"
+	       PRIu64 " shared_blocks=%" PRIu64 " inserted=%" PRIu64 " offloaded_bytes=%"
+	       PRIu64 " fetched_bytes=%" PRIu64 " tokens=%016" PRIx64 " equivalence=%s\n",
+	       kvrt_backend(d->k) == KVRT_BACKEND_KMOD ? "kmod" : "embedded",
+	       p->hits, p->lookups, p->shared_hits, p->shared_distinct, p->inserted,
+	       p->offload_bytes + p->publish_bytes, p->fetch_hit_bytes + p->fetch_resume_bytes,
+	       token_digest(&d->cached), !eq->checked ? "skipped" : eq->ok ? "pass" : "fail");
+}
+
+static int print_report(struct demo *d)
+{
+	if (d->o.json)
+		print_json(d);
+	else
+		print_text(d);
+	return STEP_NEXT;
+}
+
+/* The exit status: the checks first, then --expect-* (their messages go to
+ * stderr, after the report: stdout may be JSON). */
+static int verdict(struct demo *d)
+{
+	const struct opts *o = &d->o;
+	const struct pool_stats *p = &d->cached.pool;
+	int rc;
+
+	rc = d->eq.checked && !d->eq.ok ? EXIT_MISMATCH : EXIT_OK;
+	if (d->use_gpu && o->gpu_check && !(d->g.st.worst <= 1))
 		rc = EXIT_MISMATCH;
-	if (o.json) {
-		struct json_info ji = {
-			.version = DEMO_VERSION, .backend = kvrt_backend(k) == KVRT_BACKEND_KMOD ?
-				"kmod" : "embedded", .backend_info = kvrt_backend_info(k),
-			.space = space_name, .space_created = created, .space_destroyed = destroyed,
-			.space_persistent = !!(po.space_flags & KVRT_SPACE_PERSIST),
-			.cfg = &ck.cfg, .params = ckpt_param_count(&ck.cfg), .wl = &wl,
-			.n_multi = n_multi, .block_tokens = o.block_tokens,
-			.kv_dtype = dtype_name(o.kv_dtype), .threads = o.threads,
-			.decode_kernel = o.decode_kernel == DECODE_WITH_DECODE ? "decode" : "prefill",
-			.equivalence = !eq.checked ? "skipped" : eq.ok ? "pass" : "fail",
-			.eq_requests = eq.requests, .eq_tokens = eq.tokens,
-			.eq_same_logits = eq.same_logits, .eq_why = eq.why,
-			.tokens_digest = token_digest(&cached),
-			.device = use_gpu ? "gpu" : "cpu", .gpu = use_gpu ? &g.st : NULL,
-			.gpu_name = use_gpu ? g.info.name : NULL, .gpu_check = o.gpu_check,
-			.reference_on_gpu = o.reference_on_gpu,
-		};
-
-		report_json(stdout, &ji, &cached, o.reference ? &ref : NULL);
-	} else {
-		report_table(stdout, &cached, o.reference ? &ref : NULL);
-		if (have_mi)
-			printf("\npool memory: %s\n", mi.summary);
-		printf("\n");
-		if (o.role != ROLE_NONE || cached.pool.shared_hits)
-			printf("sharing: %" PRIu64 " of %" PRIu64 " block hits (%" PRIu64 " distinct "
-			       "blocks) were published by another process; this process inserted %"
-			       PRIu64 " blocks\n", cached.pool.shared_hits, cached.pool.hits,
-			       cached.pool.shared_distinct, cached.pool.inserted);
-		if (o.tier_dir || o.tier_redis)
-			printf("tiers: %" PRIu64 " of %" PRIu64 " block hits came from %s%s%s%s; %" PRIu64
-			       " blocks %s\n", cached.pool.tier_hits, cached.pool.hits,
-			       o.tier_dir ? "ssd:" : "", o.tier_dir ? o.tier_dir : "",
-			       o.tier_dir && o.tier_redis ? " and redis:" : o.tier_redis ? "redis:" : "",
-			       o.tier_redis ? o.tier_redis : "", cached.pool.tier_stores,
-			       o.tier_write_back ? "queued for write-back" : "written through");
-		/* the first arrival: only a warmed or shared space can serve it */
-		if (cached.n_requests && cached.req[0].hit_blocks)
-			printf("first request: %u of its %u prompt blocks found in the pool\n",
-			       cached.req[0].hit_blocks, cached.req[0].lookup_blocks);
-		if (destroyed)
-			printf("space %s destroyed (--keep-space keeps it)\n", space_name);
-		else if (o.role == ROLE_FIRST)
-			printf("space %s persists for a --role second process\n", space_name);
-		print_equivalence(&eq);
-		if (use_gpu)
-			print_gpu(&g, o.gpu_check, o.reference && o.reference_on_gpu);
-		printf("summary: backend=%s hits=%" PRIu64 " lookups=%" PRIu64 " shared_hits=%"
-		       PRIu64 " shared_blocks=%" PRIu64 " inserted=%" PRIu64 " offloaded_bytes=%"
-		       PRIu64 " fetched_bytes=%" PRIu64 " tokens=%016" PRIx64 " equivalence=%s\n",
-		       kvrt_backend(k) == KVRT_BACKEND_KMOD ? "kmod" : "embedded",
-		       cached.pool.hits, cached.pool.lookups, cached.pool.shared_hits,
-		       cached.pool.shared_distinct, cached.pool.inserted,
-		       cached.pool.offload_bytes + cached.pool.publish_bytes,
-		       cached.pool.fetch_hit_bytes + cached.pool.fetch_resume_bytes,
-		       token_digest(&cached), !eq.checked ? "skipped" : eq.ok ? "pass" : "fail");
-	}
-	/* diagnostics of unmet expectations go to stderr: stdout may be JSON */
-	if (rc == EXIT_OK && o.expect_hits && !cached.pool.hits) {
+	if (rc == EXIT_OK && o->expect_hits && !p->hits) {
 		fprintf(stderr, "kvrt-demo: expectation failed: no prefix block was hit "
 			"(--expect-hits)\n");
 		rc = EXIT_EXPECT;
 	}
-	if (rc == EXIT_OK && o.expect_tier_hits && !cached.pool.tier_hits) {
+	if (rc == EXIT_OK && o->expect_tier_hits && !p->tier_hits) {
 		fprintf(stderr, "kvrt-demo: expectation failed: no hit came from a tier "
 			"(--expect-tier-hits)\n");
 		rc = EXIT_EXPECT;
 	}
-	if (rc == EXIT_OK && o.expect_shared && !cached.pool.shared_hits) {
+	if (rc == EXIT_OK && o->expect_shared && !p->shared_hits) {
 		fprintf(stderr, "kvrt-demo: expectation failed: no hit came from another process "
 			"(--expect-shared-hits)\n");
 		rc = EXIT_EXPECT;
 	}
+	return rc;
+}
 
-out_pass:
-	if (ret)
-		rc = EXIT_RUNTIME;
-	pass_result_free(&cached);
-	pass_result_free(&ref);
-	if (have_pc)
-		pcache_close(&pc);
-out_kvrt:
-	if (have_gdev)
-		devcache_fini(&gdev);
-	if (have_g)
-		devgpu_close(&g);
-	kvrt_close(k);
-out_dev:
-	devcache_fini(&dev);
-out_model:
-	model_fini(&m);
-out_wl:
-	workload_free(&wl);
-out_ckpt:
-	ckpt_free(&ck);
+/* Undo what the steps set up, last first. */
+static void teardown(struct demo *d)
+{
+	pass_result_free(&d->cached);
+	pass_result_free(&d->ref);
+	if (d->have_pc)
+		pcache_close(&d->pc);
+	if (d->have_gdev)
+		devcache_fini(&d->gdev);
+	if (d->have_g)
+		devgpu_close(&d->g);
+	if (d->have_k)
+		kvrt_close(d->k);
+	if (d->have_dev)
+		devcache_fini(&d->dev);
+	if (d->have_model)
+		model_fini(&d->m);
+	if (d->have_wl)
+		workload_free(&d->wl);
+	if (d->have_ck)
+		ckpt_free(&d->ck);
+}
+
+/* `kvrt-demo warm ...`: warm.c, with the model and pool options of ours it keeps. */
+static int warm_command(int argc, char **argv)
+{
+	struct opts o;
+	struct warm_opts wo;
+	struct topt rows[WARM_ROWS];
+	int rc;
+
+	warm_rows(&wo, rows);
+	rc = parse(argc, argv, &o, rows);
+	if (rc >= 0)
+		return rc;
+	return warm_main(&wo, &(struct warm_setup){
+		.checkpoint = o.checkpoint, .cfg = &o.cfg, .model_seed = o.model_seed,
+		.wl = &o.wl, .block_tokens = o.block_tokens, .batch_tokens = o.batch_tokens,
+		.threads = o.threads ? o.threads : cpus(), .kv_dtype = o.kv_dtype,
+		.backend = o.backend, .space = o.space, .pool_bytes = o.pool_bytes,
+		.json = o.json, .quiet = o.quiet });
+}
+
+int main(int argc, char **argv)
+{
+	/* in order; each returns STEP_NEXT or the exit status, which ends the run */
+	static int (*const steps[])(struct demo *) = {
+		load_model,		/* --gen-checkpoint ends here */
+		make_workload,
+		run_speculative,	/* --speculative ends here */
+		init_model,
+		open_kvrt,
+		choose_device,
+		open_gpu,
+		run_branches,		/* --n, --beam end here */
+		open_space,
+		print_setup,
+		run_passes,
+		close_space,
+		print_report,
+		verdict,		/* always ends the run */
+	};
+	struct demo d = { 0 };
+	size_t i;
+	int rc;
+
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	if (argc > 1 && !strcmp(argv[1], "warm"))
+		return warm_command(argc - 1, argv + 1);
+	rc = parse(argc, argv, &d.o, NULL);
+	if (rc >= 0)
+		return rc;
+	for (i = 0; rc == STEP_NEXT && i < sizeof(steps) / sizeof(steps[0]); i++)
+		rc = steps[i](&d);
+	teardown(&d);
 	return rc;
 }
