@@ -6,12 +6,35 @@ sidecar (what hybrid_pool_assembler builds for SWA models: a second MHA host
 pool of the SWA layers' geometry), PoolName / PoolTransfer / PoolHitPolicy
 as SGLang's HybridCacheController passes them, and its page hashes.  Bytes
 are compared per pool through test_storage's views of each kv_buffer.
+
+TestController drives SGLang's HybridCacheController (CPU device pools, a
+host pool group of KV + SWA, gloo of one rank): its attach registers the
+pools, its backup thread calls batch_set_v2, its prefetch thread
+batch_exists_v2 and its I/O thread batch_get_v2.  Not built here: a
+MambaPoolHost (its conv and temporal states are separate tensors,
+pool_host/mamba.py:246-340 returns a list of them, not one K/V buffer); kvpool
+refuses the kind by name, which is what the refusal tests check.
 """
+import threading
+
 import torch
+import torch.distributed as dist
 
+from sglang.srt.mem_cache.allocator.paged import PagedTokenToKVPoolAllocator
+from sglang.srt.mem_cache.base_prefix_cache import CacheRequestHandle
 from sglang.srt.mem_cache.hicache_storage import PoolHitPolicy, PoolName, PoolTransfer
+from sglang.srt.mem_cache.hybrid_cache.hybrid_cache_controller import HybridCacheController
+from sglang.srt.mem_cache.hybrid_cache.hybrid_pool_assembler import build_pool_entry
+from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool
+from sglang.srt.mem_cache.pool_host import HostPoolGroup
+from sglang.srt.mem_cache.pool_host.mha import MHATokenToKVPoolHost
+from sglang.srt.mem_cache.utils import get_storage_hash_str
 
-from test_storage import Case, fill, host_pool, indices, keys, page_bytes
+import test_controller
+from test_storage import PAGE, Case, fill, host_pool, indices, keys, page_bytes
+
+# the controller's gloo group of one rank and parallel widths, as test_controller's
+setUpModule, tearDownModule = test_controller.setUpModule, test_controller.tearDownModule
 
 N = 4
 
@@ -148,3 +171,116 @@ class TestSpaces(Case):
         self.assertEqual((res.kv_hit_pages, res.extra_pool_hit_pages), (0, {"kv": N}))
         self.assertEqual(st.batch_get_v2([swa_transfer(swa, range(N), ks)]),
                          {"swa": [False] * N})
+
+
+WAIT = 20
+
+
+class SwaEngine:
+    """An engine of a hybrid SWA model: KV and SWA device and host pools on the
+    CPU, SGLang's HybridCacheController with kvpool as L3."""
+
+    def __init__(self, case, layout="layer_first", extra_entry=None):
+        def device(layers, dim):
+            return MHATokenToKVPool(size=64, page_size=PAGE, dtype=torch.bfloat16, head_num=2,
+                                    head_dim=dim, layer_num=layers, device="cpu",
+                                    enable_memory_saver=False, start_layer=0,
+                                    end_layer=layers - 1, enable_alt_stream=False)
+
+        def host(dev, layers):
+            return MHATokenToKVPoolHost(
+                dev.get_device_pool_infos()[0].buffer_info, host_to_device_ratio=2.0,
+                host_size=0, page_size=PAGE, layout=layout, pin_memory=False, device="cpu",
+                device_capacity_tokens=64, start_layer=0, end_layer=layers - 1)
+        kv_dev, swa_dev = device(2, 8), device(1, 4)
+        self.kv, self.swa = host(kv_dev, 2), host(swa_dev, 1)
+        alloc = PagedTokenToKVPoolAllocator(64, PAGE, torch.bfloat16, "cpu", kv_dev,
+                                            need_sort=False)
+        entries = [build_pool_entry(name=PoolName.KV, host_pool=self.kv, device_pool=kv_dev,
+                                    layer_mapping={0: 0, 1: 1}, transfer_layer_id_max=2,
+                                    is_anchor=True),
+                   build_pool_entry(name=PoolName.SWA, host_pool=self.swa,
+                                    device_pool=swa_dev, layer_mapping={0: 0},
+                                    transfer_layer_id_max=2)]
+        if extra_entry is not None:
+            entries.append(build_pool_entry(name=extra_entry, host_pool=host(swa_dev, 1),
+                                            device_pool=swa_dev, layer_mapping={0: 0},
+                                            transfer_layer_id_max=2))
+        extra = {"backend_name": "kvpool", "module_path": "kvrt.sglang",
+                 "class_name": "KvpoolStorage", "interface_v1": 1,
+                 "kvpool_backend": "embedded", "kvpool_tenant": case.tenant,
+                 "kvpool_quota_bytes": 1 << 20}
+        self.cc = HybridCacheController(
+            alloc, HostPoolGroup(entries), PAGE, dist.group.WORLD, threading.Event(),
+            transfer_layer_id_max=2, write_policy="write_through", io_backend="direct",
+            storage_backend="dynamic", model_name="org/Tiny-Model",
+            storage_backend_extra_config=extra)
+        case.addCleanup(self.cc.detach_storage_backend)
+
+    def backup(self, toks, swa_pages):
+        """Fill and back up len(toks)/PAGE pages; SWA only for the first swa_pages."""
+        n = len(toks) // PAGE
+        kvi, swi = self.kv.alloc(n * PAGE), self.swa.alloc(n * PAGE)
+        want = []
+        for i in range(n):
+            fill(self.kv, int(kvi[i * PAGE]) // PAGE, i)
+            fill(self.swa, int(swi[i * PAGE]) // PAGE, 100 + i)
+            want.append((page_bytes(self.kv, int(kvi[i * PAGE]) // PAGE),
+                         page_bytes(self.swa, int(swi[i * PAGE]) // PAGE)))
+        hashes = get_storage_hash_str(toks, None, page_size=PAGE)
+        side = PoolTransfer(name=PoolName.SWA, host_indices=swi[:swa_pages * PAGE],
+                            keys=hashes[:swa_pages], hit_policy=PoolHitPolicy.TRAILING_PAGES)
+        op_id = self.cc.write_storage(kvi, toks, hash_value=hashes, extra_pools=[side])
+        op = self.cc.ack_backup_queue.get(timeout=WAIT)
+        assert op.id == op_id
+        return op, want
+
+    def prefetch(self, rid, toks, window):
+        """Query (batch_exists_v2), then load the hit (batch_get_v1 + batch_get_v2)."""
+        side = PoolTransfer(name=PoolName.SWA, keys=[""] * window,
+                            hit_policy=PoolHitPolicy.TRAILING_PAGES)
+        op = self.cc.prefetch(CacheRequestHandle(rid, 0), toks, extra_pools=[side])
+        assert self.cc.prefetch_hit_queue.get(timeout=WAIT) is op
+        if not op.storage_hit_count:
+            return op, side, {}
+        op.host_indices = self.cc.alloc_prefetch_host_buffers(op, op.storage_hit_count)
+        side.host_indices = self.swa.alloc(len(side.keys) * PAGE)
+        self.cc.prefetch_buffer.put(op)
+        hits = {}
+        while True:
+            ack = self.cc.ack_prefetch_queue.get(timeout=WAIT)
+            if ack.completed_req:
+                return op, side, hits
+            hits.update({k: v for k, v in (ack.pool_hits or {}).items() if v})
+
+
+class TestController(Case):
+    def test_backup_in_one_engine_prefetch_in_another(self):
+        writer, reader = SwaEngine(self), SwaEngine(self, "page_first")
+        toks = list(range(3 * PAGE))
+        op, want = writer.backup(toks, swa_pages=3)
+        self.assertEqual(op.completed_tokens, 3 * PAGE)
+        self.assertEqual(op.pool_storage_result.extra_pool_hit_pages, {"swa": 3})
+        op, side, hits = reader.prefetch("r", toks, window=2)
+        self.assertEqual(op.storage_hit_count, 3 * PAGE)
+        self.assertEqual(hits, {"swa": 2})
+        pages = [int(i) // PAGE for i in op.host_indices[::PAGE]]
+        for p, (kv, _) in zip(pages, want):
+            self.assertTrue(torch.equal(page_bytes(reader.kv, p), kv), p)
+        # the window: the last two pages' SWA parts
+        swa_pages = [int(i) // PAGE for i in side.host_indices[::PAGE]]
+        for p, (_, swa) in zip(swa_pages, want[1:]):
+            self.assertTrue(torch.equal(page_bytes(reader.swa, p), swa), p)
+
+    def test_a_page_without_its_swa_part_is_not_a_hit(self):
+        writer, reader = SwaEngine(self), SwaEngine(self)
+        toks = list(range(5000, 5000 + 3 * PAGE))
+        writer.backup(toks, swa_pages=2)
+        # window 2: prefix 3 needs pages 1 and 2's SWA parts, page 2 has none
+        op, side, hits = reader.prefetch("r", toks, window=2)
+        self.assertEqual(op.storage_hit_count, 2 * PAGE)
+        self.assertEqual(hits, {"swa": 2})
+
+    def test_attach_refuses_a_pool_kvpool_cannot_keep(self):
+        with self.assertRaisesRegex(ValueError, "pool 'mamba'.*--hicache-storage-backend"):
+            SwaEngine(self, extra_entry=PoolName.MAMBA)
