@@ -145,8 +145,8 @@ class TestRefusals(Case):
         st.register_mem_host_pool_v2(host_pool(layers=1), PoolName.SWA)
         with self.assertRaisesRegex(ValueError, "pass keys and host_indices"):
             st.batch_set_v2([PoolTransfer(name=PoolName.SWA, keys=ks)])
+        st.batch_set_v1(ks, indices(kv, [0, 1]))  # a KV prefix, so the policy is read
         with self.assertRaisesRegex(ValueError, "hit policy"):
-            st.batch_set_v1(ks, indices(kv, [0, 1]))
             st.batch_exists_v2(ks, [PoolTransfer(name=PoolName.SWA, keys=ks,
                                                  hit_policy=PoolHitPolicy.BLOCK_GROUPS)])
 
