@@ -654,7 +654,7 @@ class KvpoolStorage(HiCacheStorage):
     def _release(self, ids: np.ndarray, side: Optional["_Side"] = None) -> None:
         sp = self._need_space() if side is None else side.need_space()
         for i in range(0, len(ids), kvrt.MAX_BATCH):
-            sp.release(ids[i:i + kvrt.MAX_BATCH])  # type: ignore[union-attr]
+            sp.release(ids[i:i + kvrt.MAX_BATCH])
 
     def _read(self, h: np.ndarray, dst: kvrt.BlockArray, dst_blocks: np.ndarray,
               side: Optional["_Side"] = None) -> int:
