@@ -36,6 +36,17 @@ cancelled between the two, with no call back to the backend.  So
 looks the pages up again, bringing up what only a tier has, and holds them
 only while it copies; a page evicted (or failing its check) in between is
 reported False (SGLang then loads the shorter prefix).
+
+Hybrid models (SGLang's v2 calls, ``HybridCacheController``): the host pool
+group's ``kv`` pool is the one above; an ``swa`` sidecar (an MHA host pool
+of the sliding-window layers) keeps its pages in a space of its own, named
+like the main one with the pool kind in its identity, under the same keys.
+Sidecar spaces are in the pool only (no tiers): a page a tier brings back
+without its SWA part is a miss, not a wrong hit.  ``batch_exists_v2`` folds
+the pools' presence (each pool's hit policy) without moving data; a
+``batch_get_v2`` page counts only where every transfer carrying its key
+loaded it.  Mamba state, indexer, DeepSeek V4 and draft pools are refused
+at registration: their bytes are not one K/V tensor of fixed bytes per page.
 """
 from __future__ import annotations
 
@@ -51,7 +62,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 from sglang.srt.mem_cache.hicache_storage import (HiCacheStorage, HiCacheStorageConfig,
-                                                  HiCacheStorageExtraInfo)
+                                                  HiCacheStorageExtraInfo, PoolHitPolicy,
+                                                  PoolName, PoolTransferResult)
 
 import kvrt
 from kvrt import process_pool
@@ -347,6 +359,32 @@ def space_name(config: HiCacheStorageConfig, identity: Dict[str, Any], tenant: s
 
 # ---- the backend --------------------------------------------------------------
 
+#: Sidecar pools (v2) whose host pool is an MHA K/V pool of fixed bytes per page.
+_SIDECARS = (PoolName.SWA.value,)
+
+
+class _Side:
+    """One sidecar host pool of a hybrid model and the space its pages go to."""
+
+    def __init__(self, kind: str, host: Any, geo: _Geometry, pages: int,
+                 st: Dict[str, int], space: kvrt.Space) -> None:
+        self.kind, self.host, self._geo, self._host_pages = kind, host, geo, pages
+        self.space: Optional[kvrt.Space] = space
+        self.host_array = kvrt.BlockArray(geo.layout(pages, st), host.kv_buffer)
+        self.space_array: Optional[kvrt.BlockArray] = space.block_array(geo.layout(1))
+
+    def need_space(self) -> kvrt.Space:
+        if self.space is None:
+            raise ValueError(f"kvpool storage: the {self.kind} pool's space is closed")
+        return self.space
+
+    def close(self) -> None:
+        self.space_array = None  # it keeps the space mapped
+        if self.space is not None:
+            self.space.close()
+            self.space = None
+
+
 def _opt(extra: Dict[str, Any], key: str, kind: type, default: Any) -> Any:
     v = extra.get(key, default)
     if v is None or (kind is int and isinstance(v, bool)) or not isinstance(v, kind):
@@ -417,6 +455,7 @@ class KvpoolStorage(HiCacheStorage):
         self._pool: Optional[kvrt.Pool] = process_pool.acquire(self._backend, self._device,
                                                             self._pool_bytes)
         self._space: Optional[kvrt.Space] = None
+        self._sides: Dict[str, _Side] = {}
         # mixed into every page hash; b"" until clear() (see _hashes)
         self._generation = b""
         self._metrics: Dict[str, List[float]] = {"get": [], "set": [], "get_bw": [],
@@ -435,37 +474,12 @@ class KvpoolStorage(HiCacheStorage):
         revision = self._revision
         if revision is None:
             revision = model_revision(self.config.model_name or "")
+        self._revision_used = revision
         name = space_name(self.config, geo.identity(), self._tenant, self._prefix, revision)
         with self._lock:
             pool = self._need_pool()
             block = geo.layout(1)
-            page = pool.info().page_size or 4096
-            block_bytes = -(-block.block_bytes // page) * page
-            try:
-                space = pool.create_space(name, block_bytes=block_bytes,
-                                          quota_bytes=max(self._quota, block_bytes),
-                                          mode=self._mode)
-                got = space.info().block_bytes
-                if got != block_bytes:
-                    space.close()
-            except kvrt.InvalidArgumentError:
-                # a join with other block_bytes is EINVAL: say which and why
-                with pool.join_space(name) as other:
-                    got = other.info().block_bytes
-                if got == block_bytes:
-                    raise
-            if got != block_bytes:
-                what = (f"MLA pages ({geo.layers} layers x {geo.page_size} tokens x "
-                        f"{geo.head_dim}-element latent rows) need {block_bytes}"
-                        if geo.mla else f"pages need {block_bytes}")
-                raise ValueError(f"space {name!r} holds {got}-byte blocks, this model's "
-                                 f"{what}: another page geometry uses the name; set "
-                                 "kvpool_space_prefix or kvpool_tenant")
-            try:
-                self._tiers.open(space, max(self._quota, block_bytes))
-            except BaseException:
-                space.close()
-                raise
+            space = self._open_space(name, geo, tiers=True)
             if self._space is not None:
                 self._space.close()
             super().register_mem_pool_host(mem_pool_host)
@@ -489,6 +503,40 @@ class KvpoolStorage(HiCacheStorage):
         logger.info("kvpool storage: space %s (%s), host layout %s, %d-byte pages",
                     name, pool.backend_info, mem_pool_host.layout, geo.page_bytes)
 
+    def _open_space(self, name: str, geo: _Geometry, tiers: bool) -> kvrt.Space:
+        """Create or join space ``name`` for pages of ``geo`` (and open the tiers)."""
+        pool = self._need_pool()
+        block = geo.layout(1)
+        page = pool.info().page_size or 4096
+        block_bytes = -(-block.block_bytes // page) * page
+        try:
+            space = pool.create_space(name, block_bytes=block_bytes,
+                                      quota_bytes=max(self._quota, block_bytes),
+                                      mode=self._mode)
+            got = space.info().block_bytes
+            if got != block_bytes:
+                space.close()
+        except kvrt.InvalidArgumentError:
+            # a join with other block_bytes is EINVAL: say which and why
+            with pool.join_space(name) as other:
+                got = other.info().block_bytes
+            if got == block_bytes:
+                raise
+        if got != block_bytes:
+            what = (f"MLA pages ({geo.layers} layers x {geo.page_size} tokens x "
+                    f"{geo.head_dim}-element latent rows) need {block_bytes}"
+                    if geo.mla else f"pages need {block_bytes}")
+            raise ValueError(f"space {name!r} holds {got}-byte blocks, this model's "
+                             f"{what}: another page geometry uses the name; set "
+                             "kvpool_space_prefix or kvpool_tenant")
+        if tiers:
+            try:
+                self._tiers.open(space, max(self._quota, block_bytes))
+            except BaseException:
+                space.close()
+                raise
+        return space
+
     def _need_pool(self) -> kvrt.Pool:
         if self._pool is None:
             raise ValueError("kvpool storage is closed: construct a new KvpoolStorage")
@@ -504,6 +552,9 @@ class KvpoolStorage(HiCacheStorage):
     def close(self) -> None:
         """Leave the space and drop this instance's pool reference (idempotent)."""
         with self._lock:
+            for side in self._sides.values():
+                side.close()
+            self._sides = {}
             if self._space is not None:
                 self._space_array = None  # it keeps the space mapped
                 self._space.close()
@@ -534,12 +585,14 @@ class KvpoolStorage(HiCacheStorage):
             rows = [hashlib.sha256(gen + r).digest() for r in rows]
         return np.frombuffer(b"".join(rows), dtype=np.uint8).reshape(-1, kvrt.HASH_BYTES)
 
-    def _pages(self, host_indices: Any, n: int, distinct: bool) -> np.ndarray:
+    def _pages(self, host_indices: Any, n: int, distinct: bool,
+               side: Optional["_Side"] = None) -> np.ndarray:
         """Host page numbers of ``n`` pages from SGLang's token indices."""
         if not isinstance(host_indices, torch.Tensor):
             raise TypeError("host_indices: pass a torch tensor of host token indices, not "
                             f"{type(host_indices).__name__}")
-        ps = self._geo.page_size
+        ps = (side or self)._geo.page_size
+        host_pages = (side or self)._host_pages
         if host_indices.dtype.is_floating_point or host_indices.dtype == torch.bool:
             raise TypeError(f"host_indices: dtype {host_indices.dtype}; pass integer indices")
         idx = host_indices.detach().reshape(-1).to("cpu", torch.int64)
@@ -548,11 +601,11 @@ class KvpoolStorage(HiCacheStorage):
                              f"page_size ({ps}) token indices per key")
         rows = idx.view(n, ps)
         first = rows[:, 0]
-        bad = (first < 0) | (first % ps != 0) | (first >= self._host_pages * ps)
+        bad = (first < 0) | (first % ps != 0) | (first >= host_pages * ps)
         if bool(bad.any()):
             i = int(bad.nonzero()[0, 0])
             raise ValueError(f"host_indices: page {i} starts at token {int(first[i])}; pass "
-                             f"page-aligned indices below {self._host_pages * ps}")
+                             f"page-aligned indices below {host_pages * ps}")
         if ps > 1 and not torch.equal(rows - first[:, None],
                                       torch.arange(ps).expand(n, ps)):
             raise ValueError("host_indices: a page's token indices are not consecutive; "
@@ -583,44 +636,50 @@ class KvpoolStorage(HiCacheStorage):
         assert dst is not None and src is not None
         pool.copy_blocks(dst, src, pairs)
 
-    def _lookup(self, h: np.ndarray, tiers: bool = False) -> np.ndarray:
+    def _lookup(self, h: np.ndarray, tiers: bool = False,
+                side: Optional["_Side"] = None) -> np.ndarray:
         """Ids of the longest present prefix, in the pool or (tiers) also below it,
-        brought up; the caller releases them."""
-        sp = self._need_space()
+        brought up; the caller releases them.  Sidecar spaces have no tiers."""
+        sp = self._need_space() if side is None else side.need_space()
+        tiers = bool(tiers and self._tiers and side is None)
         out: List[np.ndarray] = []
         for i in range(0, len(h), kvrt.MAX_BATCH):
             part = h[i:i + kvrt.MAX_BATCH]
-            ids = sp.lookup_tiers(part)[0] if tiers and self._tiers else sp.lookup(part)
+            ids = sp.lookup_tiers(part)[0] if tiers else sp.lookup(part)
             out.append(ids)
             if len(ids) < len(part):
                 break
         return np.concatenate(out) if out else np.zeros(0, np.uint32)
 
-    def _release(self, ids: np.ndarray) -> None:
+    def _release(self, ids: np.ndarray, side: Optional["_Side"] = None) -> None:
+        sp = self._need_space() if side is None else side.need_space()
         for i in range(0, len(ids), kvrt.MAX_BATCH):
-            self._space.release(ids[i:i + kvrt.MAX_BATCH])  # type: ignore[union-attr]
+            sp.release(ids[i:i + kvrt.MAX_BATCH])
 
-    def _read(self, h: np.ndarray, dst: kvrt.BlockArray, dst_blocks: np.ndarray) -> int:
+    def _read(self, h: np.ndarray, dst: kvrt.BlockArray, dst_blocks: np.ndarray,
+              side: Optional["_Side"] = None) -> int:
         """Copy the stored prefix of ``h`` into dst's blocks; how many pages."""
         with self._lock:
-            ids = self._lookup(h, tiers=True)
+            ids = self._lookup(h, tiers=True, side=side)
             try:
                 if len(ids):
                     pairs = np.stack([ids, dst_blocks[:len(ids)]], axis=1)
-                    self._copy(dst, self._space_array, pairs)
+                    self._copy(dst, self._space_array if side is None else side.space_array,
+                               pairs)
             finally:
                 if len(ids):
-                    self._release(ids)
+                    self._release(ids, side)
         return len(ids)
 
-    def _write(self, h: np.ndarray, src: kvrt.BlockArray, src_blocks: np.ndarray) -> int:
+    def _write(self, h: np.ndarray, src: kvrt.BlockArray, src_blocks: np.ndarray,
+               side: Optional["_Side"] = None) -> int:
         """Store src's blocks under ``h``; how many (a prefix) are stored."""
         n = len(h)
         with self._lock:
-            sp = self._need_space()
-            have = self._lookup(h)
+            sp = self._need_space() if side is None else side.need_space()
+            have = self._lookup(h, side=side)
             if len(have):
-                self._release(have)
+                self._release(have, side)
             k = len(have)
             if k == n:
                 return n
@@ -633,17 +692,17 @@ class KvpoolStorage(HiCacheStorage):
                 except kvrt.NoSpaceError:
                     if m == 1:
                         logger.warning("kvpool storage: space %s is full (quota or pool); "
-                                       "%d page(s) not stored", self.space_name, n - k)
+                                       "%d page(s) not stored", sp.name, n - k)
                         return k
                     m //= 2
             try:
-                self._copy(self._space_array, src,
+                self._copy(self._space_array if side is None else side.space_array, src,
                            np.stack([src_blocks[k:k + m], ids], axis=1))
                 res = sp.publish(ids, h[k:k + m])
             except BaseException:
                 sp.free(ids)
                 raise
-            if self._tiers:
+            if self._tiers and side is None:
                 self._tier_store(res.ids, h[k:k + m])
             sp.release(res.ids)
             return k + m
@@ -674,17 +733,17 @@ class KvpoolStorage(HiCacheStorage):
                 return len(ids)
             return self._stored_prefix(h)
 
-    def _stored_prefix(self, h: np.ndarray) -> int:
+    def _stored_prefix(self, h: np.ndarray, side: Optional["_Side"] = None) -> int:
         """Runs from the pool and from the tiers, in turn, until neither has the next."""
-        sp = self._need_space()
+        sp = self._need_space() if side is None else side.need_space()
         n = 0
         while n < len(h):
             part = h[n:n + kvrt.MAX_BATCH]
             ids = sp.lookup(part)
             if len(ids):
-                self._release(ids)
+                self._release(ids, side)
             step = len(ids)
-            if not step and self._tiers:
+            if not step and self._tiers and side is None:
                 step = sp.tier_contains(part)[0]
             if not step:
                 break
@@ -720,6 +779,164 @@ class KvpoolStorage(HiCacheStorage):
         done = self._write(h, self._host_array, pages)
         self._account("set", done, t0)
         return [i < done for i in range(len(h))]
+
+    # ---- HiCacheStorage: hybrid models' pools (v2) -----------------------
+
+    def register_mem_host_pool_v2(self, host_pool: Any, host_pool_name: Any) -> None:
+        """Take one pool of SGLang's host pool group.  ``kv`` is the pool
+        :meth:`register_mem_pool_host` took; ``swa`` (an MHA K/V host pool of
+        its own geometry) gets a space of its own, named like the main one
+        with the pool kind in its identity.  Any other kind is refused: its
+        bytes are not one plain K/V tensor of fixed bytes per page."""
+        kind = str(getattr(host_pool_name, "value", host_pool_name))
+        if kind == PoolName.KV.value:
+            if host_pool is not getattr(self, "mem_pool_host", None):
+                raise ValueError("pool kv: not the host pool given to register_mem_pool_host;"
+                                 " pass the host pool group's anchor KV pool")
+            return
+        if kind not in _SIDECARS:
+            raise ValueError(
+                f"pool {kind!r} ({type(host_pool).__name__}): kvpool storage keeps the KV "
+                f"pool and the {', '.join(_SIDECARS)} sidecar, not this kind (Mamba state, "
+                "indexer and DeepSeek V4 pools are not one K/V tensor with fixed bytes per "
+                "page); use --hicache-storage-backend file or mooncake for this model")
+        try:
+            geo, pages, st = _host_geometry(host_pool)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"pool {kind!r} ({type(host_pool).__name__}): {e}; kvpool "
+                             "storage keeps an SWA pool that is SGLang's "
+                             "MHATokenToKVPoolHost; use --hicache-storage-backend file "
+                             "for this model") from None
+        if geo.mla is not None:
+            raise ValueError(f"pool {kind!r}: an MLA host pool as a sidecar; kvpool storage "
+                             "keeps MHA SWA pools; use --hicache-storage-backend file")
+        self._need_space()
+        ident = dict(geo.identity(), pool=kind)
+        # sidecar state is per TP rank even where the KV pool is MLA
+        cfg = self.config
+        name = space_name(cfg, ident, self._tenant, self._prefix, self._revision_used)
+        with self._lock:
+            # no tiers: a sidecar lives in the pool only (see the module's docstring)
+            space = self._open_space(name, geo, tiers=False)
+            try:
+                side = _Side(kind, host_pool, geo, pages, st, space)
+            except BaseException:
+                space.close()
+                raise
+            old = self._sides.pop(kind, None)
+            if old is not None:
+                old.close()
+            self._sides[kind] = side
+            super().register_mem_host_pool_v2(host_pool, host_pool_name)
+        logger.info("kvpool storage: %s pool in space %s, %d-byte pages", kind, name,
+                    geo.page_bytes)
+
+    def on_host_pools_registered(self) -> None:
+        self._need_space()  # the KV pool must be there; sidecars were checked one by one
+
+    def _side(self, name: Any) -> Optional[_Side]:
+        """The sidecar of a transfer's pool name; None for the KV pool."""
+        kind = str(getattr(name, "value", name))
+        if kind == PoolName.KV.value:
+            return None
+        side = self._sides.get(kind)
+        if side is None:
+            raise ValueError(f"pool {kind!r}: not registered; call "
+                             "register_mem_host_pool_v2 with it first (SGLang's controller "
+                             "does on attach)")
+        return side
+
+    def _present(self, h: np.ndarray, side: Optional[_Side]) -> List[bool]:
+        """Which of ``h`` are stored, page by page (a lookup per run or gap)."""
+        out: List[bool] = []
+        while len(out) < len(h):
+            run = self._stored_prefix(h[len(out):], side)
+            out += [True] * run
+            if len(out) < len(h):
+                out.append(False)
+        return out
+
+    def batch_exists_v2(self, keys: List[str], pool_transfers: Optional[List[Any]] = None,
+                        extra_info: Optional[HiCacheStorageExtraInfo] = None) -> Any:
+        """The usable prefix of ``keys``: the KV prefix, cut where a pool the
+        transfers name lacks what that prefix length needs (every page for
+        ALL_PAGES, the last ``len(keys)`` pages of the transfer for
+        TRAILING_PAGES).  Nothing is read or kept referenced."""
+        h = self._hashes(keys)
+        transfers = list(pool_transfers or [])
+        sides = [self._side(t.name) for t in transfers]
+        with self._lock:
+            kv = self.batch_exists(keys) if len(h) else 0
+            hits: Dict[str, int] = {PoolName.KV.value: kv} if kv else {}
+            ok = set(range(1, kv + 1))
+            for t, side in zip(transfers, sides):
+                if not ok:
+                    break
+                have = self._present(h[:kv], side)
+                if t.hit_policy == PoolHitPolicy.ALL_PAGES:
+                    lead = have.index(False) if False in have else kv
+                    mine = set(range(1, lead + 1))
+                elif t.hit_policy == PoolHitPolicy.TRAILING_PAGES:
+                    w = max(1, len(t.keys or ()))
+                    mine = {n for n in range(1, kv + 1) if all(have[max(0, n - w):n])}
+                else:
+                    raise ValueError(f"pool {t.name}: hit policy {t.hit_policy}; kvpool "
+                                     "storage answers all_pages and trailing_pages")
+                if mine:
+                    hits[str(getattr(t.name, "value", t.name))] = max(mine)
+                ok &= mine
+        restorable = sorted(ok)
+        return PoolTransferResult(restorable[-1] if restorable else 0, hits, restorable)
+
+    def _transfer_pages(self, t: Any, side: Optional[_Side], distinct: bool
+                        ) -> Tuple[np.ndarray, np.ndarray]:
+        if t.keys is None or t.host_indices is None:
+            raise ValueError(f"pool {t.name}: pass keys and host_indices (host<->storage)")
+        h = self._hashes(t.keys)
+        return h, (self._pages(t.host_indices, len(h), distinct, side) if len(h)
+                   else np.zeros(0, np.uint32))
+
+    def batch_get_v2(self, transfers: List[Any],
+                     extra_info: Optional[HiCacheStorageExtraInfo] = None
+                     ) -> Dict[str, List[bool]]:
+        """Load each transfer's stored prefix into its pool's host pages.  A
+        key that several transfers carry counts only where every one of them
+        loaded it, and each list stays a prefix: a page never hits with a
+        part missing."""
+        got: Dict[str, Tuple[List[str], int]] = {}
+        for t in transfers:
+            side = self._side(t.name)
+            h, pages = self._transfer_pages(t, side, distinct=True)
+            n = 0
+            if len(h):
+                dst = self._host_array if side is None else side.host_array
+                n = self._read(h, dst, pages, side)
+            got[str(getattr(t.name, "value", t.name))] = (list(t.keys), n)
+        missing = {k for ks, n in got.values() for k in ks[n:]}
+        out: Dict[str, List[bool]] = {}
+        for name, (ks, n) in got.items():
+            lead = next((i for i, k in enumerate(ks[:n]) if k in missing), n)
+            out[name] = [i < lead for i in range(len(ks))]
+        return out
+
+    def batch_set_v2(self, transfers: List[Any],
+                     extra_info: Optional[HiCacheStorageExtraInfo] = None
+                     ) -> Dict[str, List[bool]]:
+        """Store each transfer's host pages under its keys, in its pool's space."""
+        out: Dict[str, List[bool]] = {}
+        for t in transfers:
+            side = self._side(t.name)
+            h, pages = self._transfer_pages(t, side, distinct=False)
+            name = str(getattr(t.name, "value", t.name))
+            if side is None and not self.is_writer:
+                out[name] = [True] * len(h)  # MLA: the writer rank stores it
+                continue
+            n = 0
+            if len(h):
+                src = self._host_array if side is None else side.host_array
+                n = self._write(h, src, pages, side)
+            out[name] = [i < n for i in range(len(h))]
+        return out
 
     # ---- HiCacheStorage: one page at a time (without interface_v1) ---------
 
