@@ -446,12 +446,4 @@ KVRT_DEV void decode_kernel(const kvrt_gk_attn_args &a)
 		kvgpu::dec::decode_kernel<hd, kv>(a);                                          \
 	}
 
-KVRT_DECODE(64, f16, KVRT_GK_F16)
-KVRT_DECODE(64, bf16, KVRT_GK_BF16)
-KVRT_DECODE(64, fp8, KVRT_GK_FP8_E4M3)
-KVRT_DECODE(128, f16, KVRT_GK_F16)
-KVRT_DECODE(128, bf16, KVRT_GK_BF16)
-KVRT_DECODE(128, fp8, KVRT_GK_FP8_E4M3)
-KVRT_DECODE(256, f16, KVRT_GK_F16)
-KVRT_DECODE(256, bf16, KVRT_GK_BF16)
-KVRT_DECODE(256, fp8, KVRT_GK_FP8_E4M3)
+KVRT_GK_ATTN_VARIANTS(KVRT_DECODE)

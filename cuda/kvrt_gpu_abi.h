@@ -28,6 +28,20 @@
 #define KVRT_GK_BF16 2
 #define KVRT_GK_FP8_E4M3 3
 
+/*
+ * The attention kernels built, one per (head dim, KV dtype): X(hd, name,
+ * dtype) gives kvrt_decode_hd<hd>_<name> and kvrt_prefill_hd<hd>_<name>,
+ * the names the host looks up (gpu.c).  One list for every place that
+ * names them.
+ */
+#define KVRT_GK_ATTN_VARIANTS(X)                                               \
+	X(64, f16, KVRT_GK_F16) X(64, bf16, KVRT_GK_BF16)                        \
+	X(64, fp8, KVRT_GK_FP8_E4M3)                                           \
+	X(128, f16, KVRT_GK_F16) X(128, bf16, KVRT_GK_BF16)                      \
+	X(128, fp8, KVRT_GK_FP8_E4M3)                                          \
+	X(256, f16, KVRT_GK_F16) X(256, bf16, KVRT_GK_BF16)                      \
+	X(256, fp8, KVRT_GK_FP8_E4M3)
+
 /* Launch shapes the host uses; the kernels are written for them. */
 #define KVRT_GK_DECODE_THREADS 128
 #define KVRT_GK_PREFILL_THREADS 128

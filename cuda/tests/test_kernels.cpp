@@ -42,25 +42,11 @@ extern "C" {
 
 /* ---- the kernels --------------------------------------------------------- */
 
-#define ATTN(name) extern "C" void name(const kvrt_gk_attn_args a);
-ATTN(kvrt_decode_hd64_f16)
-ATTN(kvrt_decode_hd64_bf16)
-ATTN(kvrt_decode_hd64_fp8)
-ATTN(kvrt_decode_hd128_f16)
-ATTN(kvrt_decode_hd128_bf16)
-ATTN(kvrt_decode_hd128_fp8)
-ATTN(kvrt_decode_hd256_f16)
-ATTN(kvrt_decode_hd256_bf16)
-ATTN(kvrt_decode_hd256_fp8)
-ATTN(kvrt_prefill_hd64_f16)
-ATTN(kvrt_prefill_hd64_bf16)
-ATTN(kvrt_prefill_hd64_fp8)
-ATTN(kvrt_prefill_hd128_f16)
-ATTN(kvrt_prefill_hd128_bf16)
-ATTN(kvrt_prefill_hd128_fp8)
-ATTN(kvrt_prefill_hd256_f16)
-ATTN(kvrt_prefill_hd256_bf16)
-ATTN(kvrt_prefill_hd256_fp8)
+#define ATTN(hd, name, kv)                                                     \
+	extern "C" void kvrt_decode_hd##hd##_##name(const kvrt_gk_attn_args a);  \
+	extern "C" void kvrt_prefill_hd##hd##_##name(const kvrt_gk_attn_args a);
+KVRT_GK_ATTN_VARIANTS(ATTN)
+#undef ATTN
 extern "C" void kvrt_attn_merge(const kvrt_gk_merge_args a);
 extern "C" void kvrt_append_f16(const kvrt_gk_append_args a);
 extern "C" void kvrt_append_bf16(const kvrt_gk_append_args a);
