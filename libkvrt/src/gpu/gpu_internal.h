@@ -120,4 +120,10 @@ static inline struct gpu_layer_planes gpu_layer_planes(const struct kvrt_kv_cach
 	return lp;
 }
 
+/* The fields of a layer's cache that the append and attention kernels both take. */
+#define GPU_CACHE_ARGS(lp, l)                                                        \
+	.k = (lp).k, .v = (lp).v, .k_scales = (lp).k_scales, .v_scales = (lp).v_scales, \
+	.block_stride = (l)->block_stride, .token_stride = (l)->token_stride,        \
+	.head_stride = (l)->head_stride, .scale_block_stride = (l)->scale_block_stride
+
 #endif /* KVRT_GPU_INTERNAL_H */
