@@ -258,11 +258,11 @@ class _TierReader:
     def _read_one(self, h: bytes) -> Optional[int]:
         """kvrt_lookup_tiers of one hash; the reference goes at once."""
         try:
-            ids, where = self.space.lookup_tiers([h])
-            if not ids.size:
+            got = self.space.lookup_one(h, tiers=True)
+            if got is None:
                 return None
-            self.space.release(ids)
-            return int(where[0])
+            self.space.release([got[0]])
+            return got[1]
         except Exception as e:  # noqa: BLE001 - the thread must live on: a miss
             logger.warning("kvpool: a tier read failed: %s", e)
             return None
