@@ -82,6 +82,34 @@ class TestSpaceName(CheckCase):
             self.pool.destroy_space(3)
 
 
+class TestPublicNameChecks(CheckCase):
+    """kvrt.check_space_name / check_name_part: what the integrations build
+    names with; the same rule as create_space, so a name they pass opens."""
+
+    def test_check_space_name_is_the_create_rule(self):
+        for nm in TestSpaceName.BAD:
+            with self.subTest(name=nm):
+                self.refused(f"kvpool_space_name {nm!r}: {NAME_RULE}", kvrt.check_space_name,
+                             nm, "kvpool_space_name")
+        for nm in TestSpaceName.GOOD:
+            with self.subTest(name=nm):
+                self.assertEqual(kvrt.check_space_name(nm), nm)
+                self.assertEqual(self.c_open(nm), 0)
+        self.assertEqual(kvrt.SPACE_NAME_MAX, 63)
+
+    def test_name_part(self):
+        self.assertEqual(kvrt.check_name_part("x" * 16, "prefix"), "x" * 16)
+        self.assertEqual(kvrt.check_name_part("", "tenant", empty_ok=True), "")
+        self.refused("prefix '': pass 1..16 of [A-Za-z0-9._-]", kvrt.check_name_part, "",
+                     "prefix")
+        self.refused(f"tenant {'x' * 17!r}: pass 0..16 of [A-Za-z0-9._-]",
+                     kvrt.check_name_part, "x" * 17, "tenant", empty_ok=True)
+        self.refused("prefix 'a/b': pass 1..8 of [A-Za-z0-9._-]", kvrt.check_name_part, "a/b",
+                     "prefix", 8)
+        with self.assertRaisesRegex(TypeError, "^tenant: pass a str, not int$"):
+            kvrt.check_name_part(5, "tenant")
+
+
 class TestBlockAndQuota(CheckCase):
     def setUp(self):
         super().setUp()

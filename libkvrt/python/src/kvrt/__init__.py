@@ -32,6 +32,23 @@ from .pool import (HASH_BYTES, MAX_BATCH, PRIO_DEFAULT, PRIO_MAX, Backend, Event
                    Space, SpaceInfo, SpaceStats)
 
 from . import gpu  # noqa: E402 - kvrt.gpu.probe() etc.; imports no torch
+from . import _checks
+
+#: The longest space name libkvrt takes (KVRT_NAME_MAX less the NUL).
+SPACE_NAME_MAX = _checks.NAME_MAX - 1
+
+
+def check_space_name(name: str, what: str = "name") -> str:
+    """``name`` when libkvrt would take it as a space name, else ValueError
+    (or TypeError) saying the rule; ``what`` names the argument in the message."""
+    _checks.space_name(name, what)
+    return name
+
+
+def check_name_part(value: str, what: str, max_len: int = 16, empty_ok: bool = False) -> str:
+    """``value`` when it is 1..max_len (0.. with ``empty_ok``) space-name
+    characters, for the parts an integration joins into a space name."""
+    return _checks.name_part(value, what, max_len, empty_ok)
 
 #: Where libkvrt was loaded from, e.g. "$KVRT_LIBRARY=/path/libkvrt.so.0".
 LIBRARY = _lib.where
@@ -73,5 +90,6 @@ __all__ = [
     "HASH_BYTES", "MAX_BATCH", "PRIO_DEFAULT", "PRIO_MAX", "Backend", "Event", "EventType",
     "EvictCause", "Feature", "MemInfo", "NumaPolicy", "Pool", "PoolInfo", "PublishResult",
     "Space", "SpaceInfo", "SpaceStats", "Sequences", "SeqsStats", "CopyBlock", "LIBRARY",
-    "library_version", "library_missing", "gpu", "Tier", "TierKind", "TierStats", "create_tier_key",
+    "library_version", "library_missing", "SPACE_NAME_MAX", "check_space_name",
+    "check_name_part", "gpu", "Tier", "TierKind", "TierStats", "create_tier_key",
 ]

@@ -25,13 +25,24 @@ PRIO_MAX = 100                    # KVRT_PRIO_MAX
 _NAME_CHARS = frozenset(string.ascii_letters + string.digits + "._-")
 
 
-def space_name(name: Any) -> bytes:
+def space_name(name: Any, what: str = "name") -> bytes:
     """A space name as libkvrt takes it (kvc_space_name_valid's rule)."""
     if not isinstance(name, str):
-        raise TypeError(f"name: pass a str, not {type(name).__name__}")
+        raise TypeError(f"{what}: pass a str, not {type(name).__name__}")
     if not 0 < len(name) < NAME_MAX or not _NAME_CHARS.issuperset(name):
-        raise ValueError(f"name {name!r}: pass 1..{NAME_MAX - 1} of [A-Za-z0-9._-]")
+        raise ValueError(f"{what} {name!r}: pass 1..{NAME_MAX - 1} of [A-Za-z0-9._-]")
     return name.encode("ascii")
+
+
+def name_part(value: Any, what: str, max_len: int = 16, empty_ok: bool = False) -> str:
+    """A piece an integration builds a space name from (prefix, tenant):
+    the space-name characters, short enough to leave room for the rest."""
+    if not isinstance(value, str):
+        raise TypeError(f"{what}: pass a str, not {type(value).__name__}")
+    least = 0 if empty_ok else 1
+    if not least <= len(value) <= max_len or not _NAME_CHARS.issuperset(value):
+        raise ValueError(f"{what} {value!r}: pass {least}..{max_len} of [A-Za-z0-9._-]")
+    return value
 
 
 def block_bytes(value: Any, page_size: int) -> int:

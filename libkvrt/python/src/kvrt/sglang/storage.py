@@ -98,13 +98,11 @@ CONFIG_KEYS: Dict[str, str] = {
 
 _DEFAULT_QUOTA = 8 << 30
 _HEX64 = re.compile(r"[0-9a-fA-F]{64}")
-_NAME_PART = re.compile(r"[A-Za-z0-9._-]{1,16}")
 _LAYOUTS = ("layer_first", "page_first", "page_first_direct", "page_head")
 # MLA host layouts; page_unified is page_first_direct's bytes for MLA (pool_host/mla.py)
 _MLA_LAYOUTS = ("layer_first", "page_first", "page_first_direct", "page_unified")
 _KVRT_DTYPE = {torch.float32: DType.F32, torch.float16: DType.F16,
                torch.bfloat16: DType.BF16}
-_NAME_MAX = 63  # KVPOOL_NAME_MAX less the NUL
 
 
 # ---- layouts ----------------------------------------------------------------
@@ -353,8 +351,7 @@ def space_name(config: HiCacheStorageConfig, identity: Dict[str, Any], tenant: s
     digest = hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
     tail = re.sub(r"[^A-Za-z0-9._-]", "_", model.rstrip("/").rsplit("/", 1)[-1])[:24]
     name = f"{prefix}-{tail}-{digest}" if tail else f"{prefix}-{digest}"
-    assert len(name) <= _NAME_MAX
-    return name
+    return kvrt.check_space_name(name)
 
 
 # ---- the backend --------------------------------------------------------------
@@ -443,9 +440,7 @@ class KvpoolStorage(HiCacheStorage):
         if self._quota <= 0:
             raise ValueError(f"extra_config kvpool_quota_bytes {self._quota}: pass a "
                              "positive byte count")
-        if not _NAME_PART.fullmatch(self._prefix):
-            raise ValueError(f"extra_config kvpool_space_prefix {self._prefix!r}: pass 1-16 "
-                             "characters of [A-Za-z0-9._-]")
+        kvrt.check_name_part(self._prefix, "extra_config kvpool_space_prefix")
         if not 0 <= self._mode <= 0o777:
             raise ValueError(f"extra_config kvpool_mode {self._mode:#o}: pass permission "
                              "bits, 0 to 0o777")

@@ -6,7 +6,6 @@ import dataclasses
 import hashlib
 import json
 import os
-import re
 import threading
 from typing import Any, Dict, Mapping, Optional, Tuple
 
@@ -21,9 +20,7 @@ from kvrt.tiers import CONFIG_KEYS as TIER_KEYS
 from kvrt.tiers import TierConfig
 
 PAGE_BYTES = 4096
-NAME_MAX = 63  # KVRT_NAME_MAX (64) less the NUL
-_NAME_OK = re.compile(r"^[A-Za-z0-9._-]+$")
-_PART_OK = re.compile(r"^[A-Za-z0-9._-]*$")
+NAME_MAX = kvrt.SPACE_NAME_MAX
 
 #: The kvpool keys of kv_connector_extra_config, with their meaning.
 KEYS: Dict[str, str] = {
@@ -95,8 +92,7 @@ class KvpoolSettings:
         prefix = _str("kvpool_space_prefix", "vllm") or ""
         tenant = _str("kvpool_tenant", "") or ""
         for key, v in (("kvpool_space_prefix", prefix), ("kvpool_tenant", tenant)):
-            if not _PART_OK.match(v) or len(v) > 16:
-                raise ValueError(f"{key}: {v!r}; pass at most 16 of [A-Za-z0-9._-]")
+            kvrt.check_name_part(v, key, empty_ok=True)
         if not prefix:
             raise ValueError("kvpool_space_prefix: pass a non-empty prefix, e.g. 'vllm'")
         qb = _int("kvpool_quota_bytes", 0, 0, 1 << 40)
@@ -108,9 +104,8 @@ class KvpoolSettings:
                              "kvpool_quota_blocks): the size of the space this engine "
                              "creates")
         name = _str("kvpool_space_name", None)
-        if name is not None and (not _NAME_OK.match(name) or len(name) > NAME_MAX):
-            raise ValueError(f"kvpool_space_name: {name!r}; pass 1..{NAME_MAX} of "
-                             "[A-Za-z0-9._-]")
+        if name is not None:
+            kvrt.check_space_name(name, "kvpool_space_name")
         revision = _str("kvpool_model_revision", None)
         if revision is not None and not 0 < len(revision) <= 256:
             raise ValueError(f"kvpool_model_revision: pass 1..256 characters (a commit, a "
@@ -164,8 +159,7 @@ def space_name_for(settings: KvpoolSettings, fingerprint: Mapping[str, Any]) -> 
                       sort_keys=True, separators=(",", ":")).encode()
     digest = hashlib.sha256(blob).hexdigest()[:24]
     name = f"{settings.space_prefix}-{settings.tenant}-{digest}"
-    assert len(name) <= NAME_MAX and _NAME_OK.match(name)
-    return name
+    return kvrt.check_space_name(name)
 
 
 # ---- one Space per name in this process, counted --------------------------------
