@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import unittest
+from unittest import mock
 
 import torch
 
@@ -353,6 +354,28 @@ class TestTiers(Case):
     def test_without_a_tier_a_restart_finds_nothing(self):
         self.assertEqual(self.restart(), (0, [False] * 3))
 
+    def test_a_library_before_0_9_answers_by_reading_up(self):
+        """libkvrt 0.8 has no kvrt_tier_contains: batch_exists falls back to a
+        lookup that reads the tier's pages up and drops their references.
+        The loaded library is 0.9, so its flag is set as an 0.8 one would
+        set it; tier_contains then raises, so the new path cannot be taken."""
+        from kvrt import _lib
+        old = "libkvrt 0.8.0 is loaded; kvrt_tier_contains needs 0.9"
+        ks = keys(3, seed=11)
+        a_host = host_pool()
+        tier = dict(kvpool_tier_ssd=self.tier_dir(), kvpool_tier_write_back=False)
+        a = self.storage(a_host, **tier)
+        self.assertEqual(a.batch_set_v1(ks, indices(a_host, range(3))), [True] * 3)
+        a.close()
+        b = self.storage(host_pool(), **tier)
+        with mock.patch.object(_lib, "tier_contains_missing", old):
+            self.assertEqual(kvrt.library_missing("tier_contains"), old)
+            self.assertEqual(b.batch_exists(ks), 3)
+        st = b.space_stats()
+        # the old answer moved the pages up, and holds no reference to them
+        self.assertEqual((st.inserts, st.my_refs), (3, 0))
+        self.assertEqual(b.batch_exists(ks), 3)   # 0.9 again: the pool has them now
+
     def test_tier_config_errors(self):
         host = host_pool()
         with self.assertRaisesRegex(ValueError, "pass kvpool_tier_ssd"):
@@ -404,6 +427,7 @@ class TestRedisTier(TestTiers):
     test_a_restart_loads_from_the_ssd_tier = None
     test_without_a_tier_a_restart_finds_nothing = None
     test_tier_config_errors = None
+    test_a_library_before_0_9_answers_by_reading_up = None
 
 
 class TestHostile(Case):
