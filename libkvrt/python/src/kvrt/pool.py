@@ -15,6 +15,7 @@ import numpy as np
 from . import _checks, _handles, _lib
 from ._call import LOG_CALLBACK, LOG_WARNING, call, check, need_int, need_uint
 from .blocks import BlockArray, Copy, PairsLike, check_copy, pairs_pointer
+from ._arrays import HashesLike, IdsLike, batch_arrays, hashes_array
 from .layout import DType, Layout, LayoutKind
 
 if TYPE_CHECKING:
@@ -25,8 +26,6 @@ MAX_BATCH = _lib.MAX_BATCH
 PRIO_MAX = _checks.PRIO_MAX
 PRIO_DEFAULT = 50
 
-IdsLike = Union[Sequence[int], np.ndarray]
-HashesLike = Union[bytes, bytearray, memoryview, Sequence[bytes], np.ndarray]
 
 
 class Backend(enum.IntEnum):
@@ -200,53 +199,8 @@ class PublishResult:
     dedups: int
 
 
-def hashes_array(hashes: HashesLike, what: str = "hashes") -> np.ndarray:
-    """A contiguous (n, 32) uint8 array from hashes given as bytes or arrays."""
-    if isinstance(hashes, (bytes, bytearray, memoryview)):
-        b = bytes(hashes)
-        if len(b) % HASH_BYTES:
-            raise ValueError(f"{what}: {len(b)} bytes is not a multiple of {HASH_BYTES}: "
-                             "pass concatenated 32-byte digests or a list of them")
-        arr = np.frombuffer(b, dtype=np.uint8).reshape(-1, HASH_BYTES).copy()
-    elif isinstance(hashes, np.ndarray):
-        if hashes.dtype != np.uint8:
-            raise TypeError(f"{what}: pass a uint8 array of shape (n, 32), not {hashes.dtype}")
-        if hashes.ndim == 1 and hashes.size == HASH_BYTES:
-            hashes = hashes.reshape(1, HASH_BYTES)
-        if hashes.ndim != 2 or hashes.shape[1] != HASH_BYTES:
-            raise ValueError(f"{what}: pass shape (n, 32), not {hashes.shape}")
-        arr = np.ascontiguousarray(hashes)
-    elif isinstance(hashes, str):
-        raise TypeError(f"{what}: pass 32-byte bytes digests, not str")
-    else:
-        rows = []
-        for n, h in enumerate(hashes):
-            if not isinstance(h, (bytes, bytearray, memoryview)):
-                raise TypeError(f"{what}[{n}]: pass a 32-byte bytes digest, not "
-                                f"{type(h).__name__}")
-            if len(h) != HASH_BYTES:
-                raise ValueError(f"{what}[{n}]: {len(h)} bytes; a digest is {HASH_BYTES}")
-            rows.append(bytes(h))
-        arr = np.frombuffer(b"".join(rows), dtype=np.uint8).reshape(-1, HASH_BYTES).copy()
-    if arr.shape[0] > MAX_BATCH:
-        raise ValueError(f"{what}: {arr.shape[0]} hashes; pass at most {MAX_BATCH} per call")
-    return arr
-
-
 def _ptr(a: np.ndarray) -> int:
     return a.ctypes.data
-
-
-def batch_arrays(ids: IdsLike, hashes: HashesLike, priorities: Optional[Sequence[int]],
-                 nr_blocks: Optional[int] = None
-                 ) -> Tuple[np.ndarray, np.ndarray, Optional[np.ndarray]]:
-    """A publish's (or tier store's) arrays: ids (a copy), one hash and at most
-    one priority each."""
-    a = _checks.block_ids(ids, nr_blocks=nr_blocks).copy()
-    h = hashes_array(hashes)
-    if h.shape[0] != a.size:
-        raise ValueError(f"hashes: {h.shape[0]} given for {a.size} ids; pass one each")
-    return a, h, _checks.priorities(priorities, a.size)
 
 
 _C = TypeVar("_C", bound="_Closable")

@@ -27,12 +27,13 @@ from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, 
 import numpy as np
 
 from . import _lib
+from ._arrays import HashesLike, IdsLike, batch_arrays, hashes_array
 from ._call import call, need_uint
 from .errors import make_error, too_old
 from .layout import Layout
 
 if TYPE_CHECKING:
-    from .pool import HashesLike, IdsLike, Space
+    from .pool import Space
 
 WRITE_BACK = 0x1  # KVRT_TIER_WRITE_BACK
 logger = logging.getLogger("kvrt")
@@ -268,7 +269,6 @@ def open_redis(space: "Space", nodes: str, *, user: Optional[str] = None,
 
 
 def lookup(space: "Space", hashes: "HashesLike") -> Tuple[np.ndarray, np.ndarray]:
-    from .pool import hashes_array
     _need_support("kvrt_lookup_tiers", False)
     h = hashes_array(hashes)
     if h.shape[0] == 0:
@@ -281,7 +281,6 @@ def lookup(space: "Space", hashes: "HashesLike") -> Tuple[np.ndarray, np.ndarray
 
 
 def contains(space: "Space", hashes: "HashesLike") -> Tuple[int, np.ndarray]:
-    from .pool import hashes_array
     _need_support("kvrt_tier_contains", False)
     if _lib.tier_contains_missing:
         raise too_old("kvrt_tier_contains", _lib.tier_contains_missing)
@@ -296,7 +295,6 @@ def contains(space: "Space", hashes: "HashesLike") -> Tuple[int, np.ndarray]:
 
 def store(space: "Space", ids: "IdsLike", hashes: "HashesLike",
           priorities: Optional[Sequence[int]] = None) -> int:
-    from .pool import batch_arrays
     _need_support("kvrt_tier_store", False)
     a, h, pr = batch_arrays(ids, hashes, priorities, space._nr_blocks())
     return call("kvrt_tier_store", space._ptr(), a.size, a.ctypes.data, h.ctypes.data,
