@@ -248,17 +248,7 @@ void op_alloc(struct worker *w, struct rng *r, int bad)
 		ik = P_KVOWN;
 		break;
 	}
-	switch (rn(r, 20)) {
-	case 0:
-		sk = P_RO;
-		break;
-	case 1:
-		sk = P_KVOWN;
-		break;
-	case 2:
-		sk = P_MISALIGN;
-		break;
-	}
+	sk = odd_struct_kind(r, 20, sk);
 	for (n = bad ? 1 + rn(r, 3) : 0; n > 0; n--) {
 		switch (rn(r, 7)) {
 		case 0:
@@ -284,12 +274,8 @@ void op_alloc(struct worker *w, struct rng *r, int bad)
 			break;
 		}
 	}
-	if (unjoined) {
-		struct ofile *u = of_pick(w, rnd(r), PICK_UNJOINED | PICK_WRITE);
-
-		if (u)
-			of = u;
-	}
+	if (unjoined)
+		of = of_unjoined_or(w, r, of);
 	at = place_ids(w, r, &ik, NULL, b.count <= FZ_IDS_MAX ? b.count : 1);
 	b.ids = (u64)(uintptr_t)at;
 	arg = place_struct(w, r, &sk, &b, sizeof(b));
@@ -303,7 +289,7 @@ void op_alloc(struct worker *w, struct rng *r, int bad)
 	     of_index(w, of), fd, of->joined ? "" : " (unjoined)", of->space_id,
 	     b.count, b.flags, (unsigned long long)b.reserved[0],
 	     (unsigned long long)b.reserved[1], p_name[ik], at, p_name[sk]);
-	ret = fz_ioctl(fd, KVPOOL_IOC_ALLOC, arg);
+	ret = kv_ioctl(fd, KVPOOL_IOC_ALLOC, arg);
 	fz_expect(w, ret, &e);
 	if (!ret)
 		alloc_took(w, of, at, b.count);
@@ -459,12 +445,8 @@ void op_free(struct worker *w, struct rng *r, int bad)
 			break;
 		}
 	}
-	if (unjoined) {
-		struct ofile *u = of_pick(w, rnd(r), PICK_UNJOINED | PICK_WRITE);
-
-		if (u)
-			of = u;
-	}
+	if (unjoined)
+		of = of_unjoined_or(w, r, of);
 	at = place_ids(w, r, &ik, w->tmp, cnt);
 	b.ids = (u64)(uintptr_t)at;
 	arg = place_struct(w, r, &sk, &b, sizeof(b));
@@ -484,7 +466,7 @@ void op_free(struct worker *w, struct rng *r, int bad)
 	if (mine)
 		for (i = 0; i < cnt; i++)
 			unclaim(w, of, w->tmp[i]);
-	ret = fz_ioctl(fd, KVPOOL_IOC_FREE, arg);
+	ret = kv_ioctl(fd, KVPOOL_IOC_FREE, arg);
 	fz_expect(w, ret, &e);
 	if (!ret) {
 		for (i = 0; i < cnt; i++)

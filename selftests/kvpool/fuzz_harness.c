@@ -260,11 +260,6 @@ int fz_expect(struct worker *w, int ret, const struct fz_exp *e)
 	return ret;
 }
 
-int fz_ioctl(int fd, unsigned long cmd, void *arg)
-{
-	return ioctl(fd, cmd, arg) ? -errno : 0;
-}
-
 /* ---- memory probes --------------------------------------------------------- */
 
 static sigjmp_buf fz_env;
@@ -691,6 +686,14 @@ struct ofile *of_any(struct worker *w, u64 r, int how)
 	return of;
 }
 
+/* The unjoined-file defect: a writable unjoined file instead of @of, if any. */
+struct ofile *of_unjoined_or(struct worker *w, struct rng *r, struct ofile *of)
+{
+	struct ofile *u = of_pick(w, rnd(r), PICK_UNJOINED | PICK_WRITE);
+
+	return u ? u : of;
+}
+
 u64 kb_get(struct worker *w, u32 id)
 {
 	unsigned int i;
@@ -782,6 +785,20 @@ int p_fault_kind(struct rng *r)
 				 P_PARTIAL };
 
 	return k[rn(r, 6)];
+}
+
+/* One draw in @n: a struct in read-only, own-block or misaligned memory. */
+int odd_struct_kind(struct rng *r, unsigned int n, int k)
+{
+	switch (rn(r, n)) {
+	case 0:
+		return P_RO;
+	case 1:
+		return P_KVOWN;
+	case 2:
+		return P_MISALIGN;
+	}
+	return k;
 }
 
 /* A bogus pointer of kind @k for an object of @len bytes. */

@@ -292,7 +292,6 @@ void skip(struct worker *w, const char *why);
 void ex_add(struct fz_exp *e, int err);
 void ex_defect(struct fz_exp *e, int err);
 int fz_expect(struct worker *w, int ret, const struct fz_exp *e);
-int fz_ioctl(int fd, unsigned long cmd, void *arg);
 void fz_install_handlers(void);
 u64 pat_base(u32 pat, u32 blk, u64 pg);
 __attribute__((noinline)) void fill_words(volatile u64 *p, size_t n,
@@ -322,6 +321,7 @@ struct ofile *of_new_as(struct worker *w, int acc, uid_t uid, gid_t gid);
 void of_unclaim_all(struct worker *w, struct ofile *of);
 void of_close_fd(struct worker *w, struct ofile *of, int idx);
 struct ofile *of_any(struct worker *w, u64 r, int how);
+struct ofile *of_unjoined_or(struct worker *w, struct rng *r, struct ofile *of);
 u64 kb_get(struct worker *w, u32 id);
 void kb_raise(struct worker *w, u32 id, u64 bytes);
 struct kmap *map_new(struct worker *w);
@@ -333,6 +333,7 @@ extern const char *const p_name[P_NR];
 int p_readable(int k);
 int p_writable(int k);
 int p_fault_kind(struct rng *r);
+int odd_struct_kind(struct rng *r, unsigned int n, int k);
 char *bogus(struct worker *w, struct rng *r, int k, size_t len);
 char *place_struct(struct worker *w, struct rng *r, int *k,
 		   const void *src, size_t len);

@@ -90,7 +90,7 @@ void op_info(struct worker *w, struct rng *r)
 			ex_defect(&e, EFAULT);
 	}
 	note(w, " fd %d flags %#x ptr %s", fd, in.flags, p_name[sk]);
-	ret = fz_ioctl(fd, KVPOOL_IOC_INFO, arg);
+	ret = kv_ioctl(fd, KVPOOL_IOC_INFO, arg);
 	fz_expect(w, ret, &e);
 	if (!ret) {
 		if (probe_copy(&out, arg, sizeof(out)))
@@ -203,7 +203,7 @@ void op_space_info(struct worker *w, struct rng *r)
 	}
 	note(w, " file %d fd %d%s flags %#x ptr %s", of_index(w, of), fd,
 	     of->joined ? "" : " (unjoined)", in.flags, p_name[sk]);
-	ret = fz_ioctl(fd, KVPOOL_IOC_SPACE_INFO, arg);
+	ret = kv_ioctl(fd, KVPOOL_IOC_SPACE_INFO, arg);
 	fz_expect(w, ret, &e);
 	if (!ret) {
 		if (probe_copy(&out, arg, sizeof(out)))
@@ -358,7 +358,7 @@ void op_ioctl_rand(struct worker *w, struct rng *r)
 		k = P_GOOD;
 		arg = place_struct(w, r, &k, &u, _IOC_SIZE(cmd));
 		note(w, " fd %d %s with random bytes", fd, fz_cmd_names[nr]);
-		ret = fz_ioctl(fd, cmd, arg);
+		ret = kv_ioctl(fd, cmd, arg);
 		fz_expect(w, ret, &e);
 		return;
 	}
@@ -376,7 +376,7 @@ void op_ioctl_rand(struct worker *w, struct rng *r)
 	}
 	ex_defect(&e, ENOTTY);
 	note(w, " fd %d cmd %#x arg %p", fd, cmd, arg);
-	ret = fz_ioctl(fd, cmd, arg);
+	ret = kv_ioctl(fd, cmd, arg);
 	fz_expect(w, ret, &e);
 }
 
@@ -397,7 +397,7 @@ void op_badfd(struct worker *w, struct rng *r)
 	}
 	if (chance(r, 2)) {
 		note(w, " ioctl(fd %d, INFO)", fd);
-		ret = fz_ioctl(fd, KVPOOL_IOC_INFO, &info);
+		ret = kv_ioctl(fd, KVPOOL_IOC_INFO, &info);
 	} else {
 		note(w, " mmap(fd %d)", fd);
 		p = mmap(NULL, w->ps, PROT_READ, MAP_SHARED, fd, 0);

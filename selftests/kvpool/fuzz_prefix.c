@@ -394,12 +394,8 @@ void op_publish(struct worker *w, struct rng *r, int bad)
 			break;
 		}
 	}
-	if (unjoined) {
-		struct ofile *u = of_pick(w, rnd(r), PICK_UNJOINED | PICK_WRITE);
-
-		if (u)
-			of = u;
-	}
+	if (unjoined)
+		of = of_unjoined_or(w, r, of);
 	at = place_buf(w, r, ek, ents, (size_t)cnt * sizeof(ents[0]), 0);
 	p.entries = (u64)(uintptr_t)at;
 	arg = place_struct(w, r, &sk, &p, sizeof(p));
@@ -419,7 +415,7 @@ void op_publish(struct worker *w, struct rng *r, int bad)
 	if (mine)
 		for (i = 0; i < cnt; i++)
 			unclaim(w, of, ents[i].id);
-	ret = fz_ioctl(fd, KVPOOL_IOC_PUBLISH, arg);
+	ret = kv_ioctl(fd, KVPOOL_IOC_PUBLISH, arg);
 	fz_expect(w, ret, &e);
 	if (ret) {
 		if (mine)	/* still ours */
@@ -511,12 +507,8 @@ void op_lookup(struct worker *w, struct rng *r, int bad)
 			break;
 		}
 	}
-	if (unjoined) {
-		struct ofile *u = of_pick(w, rnd(r), PICK_UNJOINED | PICK_WRITE);
-
-		if (u)
-			of = u;
-	}
+	if (unjoined)
+		of = of_unjoined_or(w, r, of);
 	hp = place_buf(w, r, hk, hs, (size_t)cnt * KVPOOL_HASH_BYTES, 1);
 	ip = place_buf(w, r, ik, NULL, (size_t)cnt * 4, 2);
 	dp = with_dev ? place_buf(w, r, dk, NULL, (size_t)cnt * 8, 3) : NULL;
@@ -558,7 +550,7 @@ void op_lookup(struct worker *w, struct rng *r, int bad)
 	     l.count, hn[0], cnt > 1 ? ",..." : "", l.flags, l.pad,
 	     (unsigned long long)l.reserved[0], (unsigned long long)l.reserved[1],
 	     p_name[hk], p_name[ik], with_dev ? p_name[dk] : "none", p_name[sk]);
-	ret = fz_ioctl(fd, KVPOOL_IOC_LOOKUP, arg);
+	ret = kv_ioctl(fd, KVPOOL_IOC_LOOKUP, arg);
 	fz_expect(w, ret, &e);
 	if (ret) {
 		/* No reference is taken by a failed LOOKUP. */
@@ -691,12 +683,8 @@ void op_release(struct worker *w, struct rng *r, int bad)
 			break;
 		}
 	}
-	if (unjoined) {
-		struct ofile *u = of_pick(w, rnd(r), PICK_UNJOINED | PICK_WRITE);
-
-		if (u)
-			of = u;
-	}
+	if (unjoined)
+		of = of_unjoined_or(w, r, of);
 	at = place_buf(w, r, ik, ids, (size_t)cnt * 4, 4);
 	b.ids = (u64)(uintptr_t)at;
 	arg = place_struct(w, r, &sk, &b, sizeof(b));
@@ -735,7 +723,7 @@ void op_release(struct worker *w, struct rng *r, int bad)
 	     b.count, cnt, ids[0], cnt > 1 ? ",..." : "", b.flags,
 	     (unsigned long long)b.reserved[0], (unsigned long long)b.reserved[1],
 	     p_name[ik], p_name[sk]);
-	ret = fz_ioctl(fd, KVPOOL_IOC_RELEASE, arg);
+	ret = kv_ioctl(fd, KVPOOL_IOC_RELEASE, arg);
 	fz_expect(w, ret, &e);
 	if (!ret)
 		for (i = 0; i < cnt; i++)

@@ -501,17 +501,7 @@ void op_join(struct worker *w, struct rng *r, int bad)
 		uid = 1000 + rn(r, 2);
 		gid = chance(r, 3) ? 0 : 1000 + rn(r, 2);
 	}
-	switch (rn(r, 25)) {
-	case 0:
-		sk = P_RO;
-		break;
-	case 1:
-		sk = P_KVOWN;
-		break;
-	case 2:
-		sk = P_MISALIGN;
-		break;
-	}
+	sk = odd_struct_kind(r, 25, sk);
 	for (n = bad ? 1 + rn(r, 3) : 0; n > 0; n--) {
 		switch (rn(r, 10)) {
 		case 8:
@@ -603,7 +593,7 @@ void op_join(struct worker *w, struct rng *r, int bad)
 	     p_name[sk]);
 	if (as_user)
 		note(w, " (opened as %u:%u)", uid, gid);
-	ret = fz_ioctl(fd, KVPOOL_IOC_SPACE_OPEN, arg);
+	ret = kv_ioctl(fd, KVPOOL_IOC_SPACE_OPEN, arg);
 	if (!ret && probe_copy(&out, arg, sizeof(out)))
 		fz_fail(w, "fault reading back the struct at %p", arg);
 	fz_expect(w, ret, &e);
