@@ -45,7 +45,14 @@
  */
 #pragma GCC diagnostic ignored "-Wsign-compare"
 #pragma GCC diagnostic ignored "-Wunused-parameter"
+/*
+ * The harness defines globals: a program of several files (fuzz_test)
+ * includes it in the one that holds its tests, and defines
+ * KVPOOL_UTIL_NO_HARNESS in the others (their helpers use no harness macro).
+ */
+#ifndef KVPOOL_UTIL_NO_HARNESS
 #include "kselftest_harness.h"
+#endif
 
 #define KV_DEV		"/dev/kvpool"
 #define KV_SYSFS	"/sys/class/misc/kvpool"
