@@ -574,6 +574,14 @@ TEST(the_stats_file_says_what_the_tier_did)
 		tap_diag("stats: %s", buf);
 }
 
+/* Publish and store n blocks of tag, flush the queue: the tier's stats then. */
+static struct kvrt_tier_stats publish_flush(struct env *e, uint32_t tag, uint32_t n)
+{
+	CHECK_EQ(publish_store_run(e, tag, 0, n), n);
+	CHECK_EQ(kvrt_tier_flush(e->s), 0);
+	return stats(e);
+}
+
 /*
  * Write-back: published blocks are queued and written by the tier's
  * thread (flush waits for them); unpublished ones are written before the
@@ -589,9 +597,7 @@ TEST(write_back_writes_every_block_by_flush)
 
 	new_dir(&e);
 	REQUIRE(env_open_policy(&e, "wb", BB, 128, NULL, KVRT_TIER_WRITE_BACK, 0) == 0);
-	CHECK_EQ(publish_store_run(&e, 7, 0, 32), 32);
-	CHECK_EQ(kvrt_tier_flush(e.s), 0);
-	st = stats(&e);
+	st = publish_flush(&e, 7, 32);
 	CHECK_EQ(st.deferred, 32);
 	CHECK_EQ(st.queued, 0);
 	CHECK_EQ(st.stores, 32);
@@ -604,9 +610,7 @@ TEST(write_back_writes_every_block_by_flush)
 
 	/* A queue of 4: 4 queued, the other 60 written at once. */
 	REQUIRE(env_open_policy(&e, "wb", BB, 128, NULL, KVRT_TIER_WRITE_BACK, 4) == 0);
-	CHECK_EQ(publish_store_run(&e, 9, 0, 64), 64);
-	CHECK_EQ(kvrt_tier_flush(e.s), 0);
-	st = stats(&e);
+	st = publish_flush(&e, 9, 64);
 	CHECK_EQ(st.deferred, 4);
 	CHECK_EQ(st.stores, 64);
 	env_close(&e);
@@ -920,6 +924,36 @@ static void private_root(char *out, size_t len, uid_t uid)
 		tap_diag("chown %s: %s", out, strerror(errno));
 }
 
+/* The squatting tests' roots, and where the victim's identity directory goes in shared. */
+struct squat {
+	char shared[4200], priv[4200], id[4400], dir[4600];
+	struct seen *seen;	/* NULL: skipped or failed, the test is over */
+};
+
+/*
+ * As root: a shared 1777 root and a private root of the victim's, where
+ * its tier opens (and stores a block when store) to name its identity.
+ */
+static void squat_setup(struct squat *sq, bool store)
+{
+	struct seen *seen;
+
+	sq->seen = NULL;
+	if (geteuid() != 0) {
+		tap_skip("not root: cannot become two other uids");
+		return;
+	}
+	seen = mmap(NULL, sizeof(*seen), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	REQUIRE(seen != MAP_FAILED);
+	shared_root(sq->shared, sizeof(sq->shared));
+	private_root(sq->priv, sizeof(sq->priv), VICTIM);
+	REQUIRE(run_as(VICTIM, sq->priv, store, false, seen) == 0);
+	REQUIRE(seen->open_ret == 0);
+	REQUIRE(identity_of(sq->priv, sq->id, sizeof(sq->id)));
+	snprintf(sq->dir, sizeof(sq->dir), "%s/%s", sq->shared, strrchr(sq->id, '/') + 1);
+	sq->seen = seen;
+}
+
 /*
  * Another uid makes the victim's identity directory in a shared 1777 root
  * before the victim first opens its tier there: a directory of its own,
@@ -928,38 +962,28 @@ static void private_root(char *out, size_t len, uid_t uid)
  */
 TEST(another_tenant_cannot_prepare_the_identity_directory)
 {
-	char shared[4200], priv[4200], id[4400], squat[4600], path[4700], before[512], after[512];
-	struct seen *seen;
+	char path[4700], before[512], after[512];
+	struct squat sq;
 	struct stat st;
 
-	if (geteuid() != 0) {
-		tap_skip("not root: cannot become two other uids");
+	squat_setup(&sq, false);
+	if (!sq.seen)
 		return;
-	}
-	seen = mmap(NULL, sizeof(*seen), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-	REQUIRE(seen != MAP_FAILED);
-	shared_root(shared, sizeof(shared));
-	private_root(priv, sizeof(priv), VICTIM);
-	/* The identity's name: the victim's tier in a root of its own. */
-	REQUIRE(run_as(VICTIM, priv, false, false, seen) == 0);
-	REQUIRE(seen->open_ret == 0);
-	REQUIRE(identity_of(priv, id, sizeof(id)));
-	snprintf(squat, sizeof(squat), "%s/%s", shared, strrchr(id, '/') + 1);
 	/* The attacker's squat (root does it for it: the same files a 1777 root lets it make). */
-	REQUIRE(mkdir(squat, 0777) == 0);
-	chmod(squat, 0777);
-	snprintf(path, sizeof(path), "%s/data", squat);
+	REQUIRE(mkdir(sq.dir, 0777) == 0);
+	chmod(sq.dir, 0777);
+	snprintf(path, sizeof(path), "%s/data", sq.dir);
 	put_file(path, "", 0666);
-	REQUIRE(chown(squat, ATTACKER, ATTACKER) == 0 && chown(path, ATTACKER, ATTACKER) == 0);
-	list_dir(squat, before, sizeof(before));
+	REQUIRE(chown(sq.dir, ATTACKER, ATTACKER) == 0 && chown(path, ATTACKER, ATTACKER) == 0);
+	list_dir(sq.dir, before, sizeof(before));
 
-	REQUIRE(run_as(VICTIM, shared, false, false, seen) == 0);
-	CHECK_EQ(seen->open_ret, -EPERM);
-	CHECK_EQ(seen->stored, 0);
+	REQUIRE(run_as(VICTIM, sq.shared, false, false, sq.seen) == 0);
+	CHECK_EQ(sq.seen->open_ret, -EPERM);
+	CHECK_EQ(sq.seen->stored, 0);
 	CHECK(stat(path, &st) == 0 && st.st_size == 0 && st.st_uid == ATTACKER);
-	list_dir(squat, after, sizeof(after));
+	list_dir(sq.dir, after, sizeof(after));
 	CHECKF(!strcmp(before, after), "the squat held '%s', now '%s'", before, after);
-	munmap(seen, sizeof(*seen));
+	munmap(sq.seen, sizeof(*sq.seen));
 }
 
 /* Copy every file of from into to (made 0777), as uid's files of mode. */
@@ -984,28 +1008,41 @@ static int copy_dir(const char *from, const char *to, uid_t uid, mode_t mode)
  */
 TEST(a_forged_block_in_a_shared_root_is_a_miss)
 {
-	char shared[4200], priv[4200], id[4400], squat[4600];
-	struct seen *seen;
+	struct squat sq;
 
-	if (geteuid() != 0) {
-		tap_skip("not root: cannot become two other uids");
+	squat_setup(&sq, true);
+	if (!sq.seen)
 		return;
-	}
-	seen = mmap(NULL, sizeof(*seen), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-	REQUIRE(seen != MAP_FAILED);
-	shared_root(shared, sizeof(shared));
-	private_root(priv, sizeof(priv), VICTIM);
-	REQUIRE(run_as(VICTIM, priv, true, false, seen) == 0);
-	REQUIRE(seen->open_ret == 0 && seen->stored == 1);
-	REQUIRE(identity_of(priv, id, sizeof(id)));
-	snprintf(squat, sizeof(squat), "%s/%s", shared, strrchr(id, '/') + 1);
-	REQUIRE(copy_dir(id, squat, ATTACKER, 0666) == 0);
+	REQUIRE(sq.seen->stored == 1);
+	REQUIRE(copy_dir(sq.id, sq.dir, ATTACKER, 0666) == 0);
 
-	REQUIRE(run_as(VICTIM, shared, false, true, seen) == 0);
-	CHECK_EQ(seen->open_ret, -EPERM);
-	CHECK_EQ(seen->hits, 0);
-	CHECK_EQ(seen->forged, 0);
-	munmap(seen, sizeof(*seen));
+	REQUIRE(run_as(VICTIM, sq.shared, false, true, sq.seen) == 0);
+	CHECK_EQ(sq.seen->open_ret, -EPERM);
+	CHECK_EQ(sq.seen->hits, 0);
+	CHECK_EQ(sq.seen->forged, 0);
+	munmap(sq.seen, sizeof(*sq.seen));
+}
+
+/*
+ * The identity directory, in id, of a tier named name of nblocks that
+ * stored n blocks of tag and closed (id stays "" where a step failed).
+ */
+static void closed_tier(struct env *e, const char *name, uint32_t nblocks, uint32_t tag,
+			uint32_t n, char id[4400])
+{
+	id[0] = 0;
+	new_dir(e);
+	REQUIRE(env_open(e, name, BB, nblocks, NULL) == 0);
+	CHECK_EQ(store_run(e, tag, 0, n, 50), n);
+	env_close(e);
+	REQUIRE(identity_of(e->dir, id, 4400));
+}
+
+/* A file of the tier's owner that nothing may write through. */
+static void precious_file(char victim[4400])
+{
+	snprintf(victim, 4400, "%s/victim%u", root, dir_seq++);
+	put_file(victim, "precious\n", 0600);
 }
 
 /*
@@ -1020,13 +1057,10 @@ TEST(index_new_symlink_is_not_followed)
 	struct env e;
 	int bad;
 
-	new_dir(&e);
-	REQUIRE(env_open(&e, "symlink", BB, 8, NULL) == 0);
-	CHECK_EQ(store_run(&e, 43, 0, 4, 50), 4);
-	env_close(&e);
-	REQUIRE(identity_of(e.dir, id, sizeof(id)));
-	snprintf(victim, sizeof(victim), "%s/victim%u", root, dir_seq++);
-	put_file(victim, "precious\n", 0600);
+	closed_tier(&e, "symlink", 8, 43, 4, id);
+	if (!id[0])
+		return;
+	precious_file(victim);
 	snprintf(link1, sizeof(link1), "%s/index.new", id);
 	snprintf(link2, sizeof(link2), "%s/stats.new", id);
 	REQUIRE(symlink(victim, link1) == 0);
@@ -1047,13 +1081,10 @@ TEST(a_hard_linked_data_file_is_refused)
 	char id[4400], data[4600], victim[4400];
 	struct env e;
 
-	new_dir(&e);
-	REQUIRE(env_open(&e, "hardlink", BB, 4, NULL) == 0);
-	CHECK_EQ(store_run(&e, 44, 0, 2, 50), 2);
-	env_close(&e);
-	REQUIRE(identity_of(e.dir, id, sizeof(id)));
-	snprintf(victim, sizeof(victim), "%s/victim%u", root, dir_seq++);
-	put_file(victim, "precious\n", 0600);
+	closed_tier(&e, "hardlink", 4, 44, 2, id);
+	if (!id[0])
+		return;
+	precious_file(victim);
 	snprintf(data, sizeof(data), "%s/data", id);
 	REQUIRE(unlink(data) == 0);
 	REQUIRE(link(victim, data) == 0);
@@ -1079,11 +1110,9 @@ TEST(a_tampered_block_with_a_valid_checksum_is_a_miss)
 	int fd, bad, i, fixed = 0;
 	size_t off;
 
-	new_dir(&e);
-	REQUIRE(env_open(&e, "tamper", BB, 16, NULL) == 0);
-	CHECK_EQ(store_run(&e, 45, 0, 8, 50), 8);
-	env_close(&e);
-	REQUIRE(identity_of(e.dir, id, sizeof(id)));
+	closed_tier(&e, "tamper", 16, 45, 8, id);
+	if (!id[0])
+		return;
 	/* Slot 3 (hash 3: a fresh tier fills slots from the first) gets other bytes. */
 	snprintf(path, sizeof(path), "%s/data", id);
 	fd = open(path, O_RDWR);
@@ -1194,11 +1223,9 @@ TEST(an_index_of_version_1_is_read_as_empty_and_rewritten)
 	struct env e;
 	int fd, bad, i;
 
-	new_dir(&e);
-	REQUIRE(env_open(&e, "version1", BB, 8, NULL) == 0);
-	CHECK_EQ(store_run(&e, 47, 0, 4, 50), 4);
-	env_close(&e);
-	REQUIRE(identity_of(e.dir, id, sizeof(id)));
+	closed_tier(&e, "version1", 8, 47, 4, id);
+	if (!id[0])
+		return;
 	snprintf(path, sizeof(path), "%s/index", id);
 	fd = open(path, O_RDWR);
 	REQUIRE(fd >= 0 && read(fd, v2, sizeof(v2)) == (ssize_t)sizeof(v2));
