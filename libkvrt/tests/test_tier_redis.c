@@ -113,6 +113,15 @@ static redisContext *conn(int port, const char *user, const char *pass)
 	return c;
 }
 
+/* The end of a one-off exchange: the reply and the connection, either NULL. */
+static void conn_done(redisContext *c, redisReply *r)
+{
+	if (r)
+		freeReplyObject(r);
+	if (c)
+		redisFree(c);
+}
+
 /* A command on one node as the default user; its reply's integer or status, or -1. */
 static long long node_cmd(int port, const char *fmt, const char *arg)
 {
@@ -127,9 +136,7 @@ static long long node_cmd(int port, const char *fmt, const char *arg)
 		v = r->integer;
 	else if (r && r->type == REDIS_REPLY_STATUS)
 		v = 0;
-	if (r)
-		freeReplyObject(r);
-	redisFree(c);
+	conn_done(c, r);
 	return v;
 }
 
@@ -143,9 +150,7 @@ static bool cluster_ok(int port)
 		return false;
 	r = redisCommand(c, "CLUSTER INFO");
 	ok = r && r->type == REDIS_REPLY_STRING && strstr(r->str, "cluster_state:ok");
-	if (r)
-		freeReplyObject(r);
-	redisFree(c);
+	conn_done(c, r);
 	return ok;
 }
 
@@ -387,10 +392,7 @@ static int keys_list(const char *prefix, char (*keys)[KEY_MAX], int max)
 		for (e = 0; r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
 			    e < r->element[1]->elements && n < max; e++)
 			snprintf(keys[n++], KEY_MAX, "%s", r->element[1]->element[e]->str);
-		if (r)
-			freeReplyObject(r);
-		if (c)
-			redisFree(c);
+		conn_done(c, r);
 	}
 	return n;
 }
@@ -562,10 +564,7 @@ TEST(blocks_expire_after_ttl)
 		/* -2 on the nodes that do not hold the key's slot (MOVED is an error here) */
 		if (r && r->type == REDIS_REPLY_INTEGER)
 			ttl = r->integer;
-		if (r)
-			freeReplyObject(r);
-		if (c)
-			redisFree(c);
+		conn_done(c, r);
 	}
 	CHECKF(ttl > 0 && ttl <= 100, "TTL %lld", ttl);
 	host_close(&a);
@@ -597,9 +596,7 @@ TEST(a_tenant_cannot_reach_another_tenants_keys)
 		r = redisCommand(c, "GET %s", key);
 		CHECKF(r && r->type == REDIS_REPLY_ERROR && !strncmp(r->str, "NOPERM", 6),
 		       "node %d: GET as bob: %s", i, r && r->str ? r->str : "(no error)");
-		if (r)
-			freeReplyObject(r);
-		redisFree(c);
+		conn_done(c, r);
 	}
 	/* With its own prefix bob has a tier of its own. */
 	REQUIRE(host_open(&b, "bob", "bob-pw", "tenB:") == 0);
@@ -636,10 +633,7 @@ static bool refused(int port, const char *user, const char *pass, const char *cm
 
 	snprintf(why, len, "%s", !r ? "no reply" : r->type == REDIS_REPLY_ERROR ? r->str :
 				 r->type == REDIS_REPLY_STATUS ? r->str : "a reply");
-	if (r)
-		freeReplyObject(r);
-	if (c)
-		redisFree(c);
+	conn_done(c, r);
 	return no;
 }
 
@@ -1187,10 +1181,7 @@ TEST(a_node_reporting_an_empty_endpoint_gets_its_slots)
 	    r->element[0]->elements >= 3 && r->element[0]->element[2]->elements >= 1 &&
 	    r->element[0]->element[2]->element[0]->type == REDIS_REPLY_STRING)
 		snprintf(host, sizeof(host), "\"%s\"", r->element[0]->element[2]->element[0]->str);
-	if (r)
-		freeReplyObject(r);
-	if (c)
-		redisFree(c);
+	conn_done(c, r);
 	tap_diag("a one-node cluster names itself %s", host);
 	snprintf(addr, sizeof(addr), "127.0.0.1:%d", port);
 	open_nodes = addr;
@@ -1231,10 +1222,7 @@ static bool node_id(int port, char *id, size_t len)
 
 	if (ok)
 		snprintf(id, len, "%s", r->str);
-	if (r)
-		freeReplyObject(r);
-	if (c)
-		redisFree(c);
+	conn_done(c, r);
 	return ok;
 }
 
