@@ -47,6 +47,7 @@
 #define BB 16384ULL
 #define H KVRT_HASH_BYTES
 #define NB 64
+_Static_assert(NB <= TIER_RUN_MAX, "the run helpers take NB blocks");
 #define TIMEOUT_MS 500
 
 /*
@@ -262,7 +263,6 @@ static const char *open_key_file;
 
 static int host_open(struct host *h, const char *user, const char *pass, const char *prefix)
 {
-	struct kvrt_open_opts ko = { .backend = KVRT_BACKEND_EMBEDDED, .flags = KVRT_OPEN_NO_HUGETLB };
 	struct kvrt_space_opts so = { .name = "redis-test", .flags = KVRT_SPACE_CREATE,
 				      .mode = 0600, .block_bytes = BB, .quota_bytes = BB * 4 * NB };
 	struct kvrt_tier_redis_opts ro = { .nodes = open_nodes ? open_nodes : seeds,
@@ -274,9 +274,7 @@ static int host_open(struct host *h, const char *user, const char *pass, const c
 	int ret;
 
 	memset(h, 0, sizeof(*h));
-	ret = kvrt_open(&h->k, &ko);
-	if (!ret)
-		ret = kvrt_space_open(h->k, &so, &h->s);
+	ret = tier_open_space(&so, &h->k, &h->s);
 	if (!ret)
 		ret = kvrt_tier_open_redis(h->s, &ro, &h->t);
 	return ret;
@@ -284,43 +282,19 @@ static int host_open(struct host *h, const char *user, const char *pass, const c
 
 static void host_close(struct host *h)
 {
-	if (h->s)
-		kvrt_space_close(h->s);
-	if (h->k)
-		kvrt_close(h->k);
+	tier_close_space(h->k, h->s);
 	memset(h, 0, sizeof(*h));
 }
 
 static int store(struct host *h, uint32_t tag, uint32_t n)
 {
-	uint8_t hs[NB][H];
-	uint32_t ids[NB], i;
-	int ret;
-
-	if (kvrt_alloc_blocks(h->s, n, ids))
-		return -ENOMEM;
-	for (i = 0; i < n; i++) {
-		tier_hash(hs[i], tag, i);
-		tier_pattern(hs[i], BB, kvrt_block_addr(h->s, ids[i]));
-	}
-	ret = kvrt_tier_store(h->s, n, ids, (const uint8_t (*)[H])hs, NULL);
-	kvrt_free_blocks(h->s, n, ids);
-	return ret;
+	return tier_store_run(h->s, tag, 0, n, BB, -1);
 }
 
 /* tag:[0, n) published in h's pool, then stored; the pool keeps them cached. */
 static int publish_store(struct host *h, uint32_t tag, uint32_t n)
 {
-	uint8_t hs[NB][H];
-	uint32_t ids[NB];
-	int ret;
-
-	ret = tier_publish(h->s, tag, 0, n, BB, ids, hs);
-	if (ret)
-		return ret;
-	ret = kvrt_tier_store(h->s, n, ids, (const uint8_t (*)[H])hs, NULL);
-	kvrt_release(h->s, n, ids);
-	return ret;
+	return tier_publish_store(h->s, tag, 0, n, BB);
 }
 
 /* How many of tag:[0, n) h's pool has, asked one by one. */
@@ -343,36 +317,19 @@ static int in_pool(struct host *h, uint32_t tag, uint32_t n)
 /* Lookup of tag:[0, n) across pool and tier: hits, each checked; *bad the wrong ones. */
 static int lookup(struct host *h, uint32_t tag, uint32_t n, int *bad, int *from_tier)
 {
-	static uint8_t want[BB];
-	uint8_t hs[NB][H], w[NB];
-	uint32_t ids[NB], i;
-	int got;
+	uint8_t w[NB];
+	int got = tier_lookup_run(h->s, tag, n, BB, w, bad);
 
-	for (i = 0; i < n; i++)
-		tier_hash(hs[i], tag, i);
-	got = kvrt_lookup_tiers(h->s, n, (const uint8_t (*)[H])hs, ids, w);
-	*bad = 0;
 	if (from_tier)
 		*from_tier = 0;
-	for (i = 0; got > 0 && i < (uint32_t)got; i++) {
-		tier_pattern(hs[i], BB, want);
-		if (memcmp(kvrt_block_addr(h->s, ids[i]), want, BB))
-			(*bad)++;
-		if (from_tier && w[i] == 1)
-			(*from_tier)++;
-	}
-	if (got > 0)
-		kvrt_release(h->s, (uint32_t)got, ids);
+	for (int i = 0; from_tier && i < got; i++)
+		*from_tier += w[i] == 1;
 	return got;
 }
 
 static struct kvrt_tier_stats stats(struct host *h)
 {
-	struct kvrt_tier_stats st;
-
-	memset(&st, 0xff, sizeof(st));
-	kvrt_tier_stats(h->t, &st);
-	return st;
+	return tier_stats_now(h->t);
 }
 
 #define KEY_MAX 512

@@ -43,6 +43,7 @@
 #define BB 8192ULL
 #define H KVRT_HASH_BYTES
 #define MAXB 64
+_Static_assert(MAXB <= TIER_RUN_MAX, "the run helpers take MAXB blocks");
 /* The index's layout (Documentation/libkvrt.rst, Tiers): a head, then records. */
 #define IDX_HEAD 96
 #define IDX_REC 96
@@ -72,7 +73,6 @@ static int env_open_policy(struct env *e, const char *name, uint64_t block,
 			   uint64_t cap_blocks, const struct kvrt_layout *layout, uint32_t flags,
 			   uint32_t writeback_max)
 {
-	struct kvrt_open_opts ko = { .backend = KVRT_BACKEND_EMBEDDED, .flags = KVRT_OPEN_NO_HUGETLB };
 	struct kvrt_space_opts so = { .name = name, .flags = KVRT_SPACE_CREATE, .mode = 0600,
 				      .block_bytes = block, .quota_bytes = block * 256 };
 	struct kvrt_tier_ssd_opts to = { .dir = e->dir, .capacity_bytes = cap_blocks * block,
@@ -83,9 +83,7 @@ static int env_open_policy(struct env *e, const char *name, uint64_t block,
 	e->k = NULL;
 	e->s = NULL;
 	e->t = NULL;
-	ret = kvrt_open(&e->k, &ko);
-	if (!ret)
-		ret = kvrt_space_open(e->k, &so, &e->s);
+	ret = tier_open_space(&so, &e->k, &e->s);
 	if (!ret)
 		ret = kvrt_tier_open_ssd(e->s, &to, &e->t);
 	return ret;
@@ -99,87 +97,33 @@ static int env_open(struct env *e, const char *name, uint64_t block, uint64_t ca
 
 static void env_close(struct env *e)
 {
-	if (e->s)
-		kvrt_space_close(e->s);	/* closes the tier too */
-	if (e->k)
-		kvrt_close(e->k);
+	tier_close_space(e->k, e->s);
 	e->k = NULL;
 	e->s = NULL;
 	e->t = NULL;
 }
 
-static bool holds(struct kvrt_space *s, uint32_t id, const uint8_t h[H], uint64_t bytes)
-{
-	static _Thread_local uint8_t want[64 << 10];	/* threads check blocks too */
-
-	tier_pattern(h, bytes, want);
-	return !memcmp(kvrt_block_addr(s, id), want, bytes);
-}
-
 /* Store hashes tag:[from, from + n) through the tier: blocks filled, stored, freed. */
 static int store_run(struct env *e, uint32_t tag, uint32_t from, uint32_t n, uint32_t prio)
 {
-	uint8_t h[MAXB][H];
-	uint32_t ids[MAXB], pr[MAXB], i;
-	int ret;
-
-	if (n > MAXB || kvrt_alloc_blocks(e->s, n, ids))
-		return -ENOMEM;
-	for (i = 0; i < n; i++) {
-		tier_hash(h[i], tag, from + i);
-		tier_pattern(h[i], BB, kvrt_block_addr(e->s, ids[i]));
-		pr[i] = prio;
-	}
-	ret = kvrt_tier_store(e->s, n, ids, (const uint8_t (*)[H])h, pr);
-	kvrt_free_blocks(e->s, n, ids);
-	return ret;
+	return tier_store_run(e->s, tag, from, n, BB, (int)prio);
 }
 
 /* tag:[from, from + n) published in the pool, then stored: the pool keeps them cached. */
 static int publish_store_run(struct env *e, uint32_t tag, uint32_t from, uint32_t n)
 {
-	uint8_t h[MAXB][H];
-	uint32_t ids[MAXB];
-	int ret;
-
-	if (n > MAXB)
-		return -EINVAL;
-	ret = tier_publish(e->s, tag, from, n, BB, ids, h);
-	if (ret)
-		return ret;
-	ret = kvrt_tier_store(e->s, n, ids, (const uint8_t (*)[H])h, NULL);
-	kvrt_release(e->s, n, ids);
-	return ret;
+	return tier_publish_store(e->s, tag, from, n, BB);
 }
 
 /* Look up tag:[0, n): the hits, each checked against its pattern; where[] out. */
 static int lookup_run(struct env *e, uint32_t tag, uint32_t n, uint8_t *where, int *bad)
 {
-	uint8_t h[MAXB][H], w[MAXB];
-	uint32_t ids[MAXB], i;
-	int got;
-
-	for (i = 0; i < n; i++)
-		tier_hash(h[i], tag, i);
-	got = kvrt_lookup_tiers(e->s, n, (const uint8_t (*)[H])h, ids, w);
-	*bad = 0;
-	for (i = 0; got > 0 && i < (uint32_t)got; i++)
-		if (!holds(e->s, ids[i], h[i], BB))
-			(*bad)++;
-	if (where)
-		memcpy(where, w, got > 0 ? (size_t)got : 0);
-	if (got > 0)
-		kvrt_release(e->s, (uint32_t)got, ids);
-	return got;
+	return tier_lookup_run(e->s, tag, n, BB, where, bad);
 }
 
 static struct kvrt_tier_stats stats(struct env *e)
 {
-	struct kvrt_tier_stats st;
-
-	memset(&st, 0xff, sizeof(st));
-	kvrt_tier_stats(e->t, &st);
-	return st;
+	return tier_stats_now(e->t);
 }
 
 /* kvrt_tier_contains over tag:[0, n); where[] out. */
@@ -1394,7 +1338,7 @@ TEST(kill_9_leaves_every_block_whole)
 				if (got == 1) {
 					hits++;
 					wb_hits += round % 2;
-					if (!holds(e.s, id, h[0], BB))
+					if (!tier_holds(e.s, id, h[0], BB))
 						wrong++;
 					kvrt_release(e.s, 1, &id);
 				} else if (b <= last && last - b < KILL_CAP / KILL_BATCH - 1) {
