@@ -26,6 +26,14 @@ counters: Dict[str, int] = {"pools_opened": 0, "pools_closed": 0, "spaces_opened
                             "spaces_closed": 0, "views_alive": 0}
 
 
+def live_ptr(h: Any, closed: str) -> int:
+    """The handle's C pointer; ValueError(closed) once its close was asked for."""
+    p = h.ptr
+    if p is None or h.close_requested:
+        raise ValueError(closed)
+    return p
+
+
 class PoolHandle:
     __slots__ = ("ptr", "close_requested", "spaces", "__weakref__")
 

@@ -202,10 +202,7 @@ class Gpu(_Closable):
         self._h = _GpuHandle(p.value, pool._h)  # type: ignore[arg-type]
 
     def _p(self) -> int:
-        p = self._h.ptr
-        if p is None or self._h.close_requested:
-            raise ValueError("the Gpu is closed: open kvrt.gpu.Gpu(pool) again")
-        return p
+        return _handles.live_ptr(self._h, "the Gpu is closed: open kvrt.gpu.Gpu(pool) again")
 
     def close(self) -> None:
         """``kvrt_gpu_close`` (idempotent)."""
