@@ -34,6 +34,20 @@ def live_ptr(h: Any, closed: str) -> int:
     return p
 
 
+class CloseOnCollect:
+    """Mixin: ``close()`` when garbage collected; an error then (at
+    interpreter shutdown, the library may be gone) is dropped."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
+
+
 class PoolHandle:
     __slots__ = ("ptr", "close_requested", "spaces", "__weakref__")
 
