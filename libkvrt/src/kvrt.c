@@ -370,20 +370,28 @@ int kvrt_space_mem_info(struct kvrt_space *s, struct kvrt_mem_info *m)
 
 /* ---- prefix cache ------------------------------------------------------------- */
 
-/* -EOPNOTSUPP unless the backend has every feature bit in feat. */
-static int need(const struct kvrt *k, uint64_t feat)
+/*
+ * -EINVAL without k or where the call's other arguments are bad (!args_ok),
+ * then -EOPNOTSUPP unless the backend has every feature bit in feat.
+ */
+static int need(const struct kvrt *k, bool args_ok, uint64_t feat)
 {
+	if (!k || !args_ok)
+		return -EINVAL;
 	return (k->features & feat) == feat ? 0 : -EOPNOTSUPP;
+}
+
+/* need() of s's handle; -EINVAL without s. */
+static int space_need(const struct kvrt_space *s, bool args_ok, uint64_t feat)
+{
+	return s ? need(s->k, args_ok, feat) : -EINVAL;
 }
 
 /* NULL space, feature, count 0 and > KVRT_MAX_BATCH, as the ioctls check. */
 static int prefix_args(const struct kvrt_space *s, uint64_t feat, uint32_t count)
 {
-	int ret;
+	int ret = space_need(s, true, feat);
 
-	if (!s)
-		return -EINVAL;
-	ret = need(s->k, feat);
 	if (ret)
 		return ret;
 	if (!count)
@@ -431,11 +439,8 @@ int kvrt_release(struct kvrt_space *s, uint32_t count, const uint32_t *ids)
 
 int kvrt_space_destroy(struct kvrt *k, const char *name)
 {
-	int ret;
+	int ret = need(k, true, KVPOOL_FEAT_PERSIST);
 
-	if (!k)
-		return -EINVAL;
-	ret = need(k, KVPOOL_FEAT_PERSIST);
 	if (ret)
 		return ret;
 	if (!kvc_space_name_valid(name))
@@ -445,11 +450,8 @@ int kvrt_space_destroy(struct kvrt *k, const char *name)
 
 int kvrt_space_stats(struct kvrt_space *s, struct kvrt_space_stats *st)
 {
-	int ret;
+	int ret = space_need(s, st != NULL, KVPOOL_FEAT_PREFIX);
 
-	if (!s || !st)
-		return -EINVAL;
-	ret = need(s->k, KVPOOL_FEAT_PREFIX);
 	if (ret)
 		return ret;
 	memset(st, 0, sizeof(*st));
@@ -459,11 +461,8 @@ int kvrt_space_stats(struct kvrt_space *s, struct kvrt_space_stats *st)
 static int residency_args(const struct kvrt_space *s, const uint8_t *uuid, uint32_t count,
 			  const void *array)
 {
-	int ret;
+	int ret = space_need(s, uuid != NULL, KVPOOL_FEAT_RESIDENCY);
 
-	if (!s || !uuid)
-		return -EINVAL;
-	ret = need(s->k, KVPOOL_FEAT_RESIDENCY);
 	if (ret)
 		return ret;
 	if (count > KVRT_MAX_BATCH)
@@ -514,14 +513,9 @@ int kvrt_residency_clear(struct kvrt_space *s, const uint8_t uuid[KVRT_UUID_BYTE
 
 int kvrt_events_fd(struct kvrt_space *s)
 {
-	int ret;
+	int ret = space_need(s, true, KVPOOL_FEAT_EVENTS);
 
-	if (!s)
-		return -EINVAL;
-	ret = need(s->k, KVPOOL_FEAT_EVENTS);
-	if (ret)
-		return ret;
-	return s->k->ops->events_fd(s);
+	return ret ? ret : s->k->ops->events_fd(s);
 }
 
 /* More than any queue holds (the module's event_queue_max is at most 2^20). */
@@ -529,11 +523,8 @@ int kvrt_events_fd(struct kvrt_space *s)
 
 int kvrt_read_events(struct kvrt_space *s, struct kvrt_event *events, uint32_t max)
 {
-	int ret;
+	int ret = space_need(s, max != 0, KVPOOL_FEAT_EVENTS);
 
-	if (!s || !max)
-		return -EINVAL;
-	ret = need(s->k, KVPOOL_FEAT_EVENTS);
 	if (ret)
 		return ret;
 	if (!events)

@@ -277,22 +277,41 @@ static void op_alloc(struct arg *a)
 	}
 }
 
-static void op_free(struct arg *a)
+/*
+ * FREE's and RELEASE's first half: a space and up to 8 of its ids (of its
+ * references when refs) from the input, then the call; a failed call must
+ * leave the space as it was.  The slot where the call succeeded, else NULL.
+ */
+static struct space_slot *ids_call(struct arg *a, bool refs, const char *name,
+				   int (*call)(struct kvrt_space *, uint32_t, const uint32_t *),
+				   uint32_t ids[8], uint32_t *n)
 {
 	struct space_slot *s = &sp[u8(a) % NSPACES];
-	uint32_t ids[8], n = u8(a) % 9;
 	struct kvrt_space_info before;
+	char why[64];
 	int ret;
 
+	*n = u8(a) % 9;
 	if (!s->s)
-		return;
-	n = pick_ids(a, s, ids, n, false);
+		return NULL;
+	*n = pick_ids(a, s, ids, *n, refs);
 	info_snapshot(s, &before);
-	ret = check_ret("free", kvrt_free_blocks(s->s, n, ids));
+	ret = check_ret(name, call(s->s, *n, ids));
 	if (ret < 0) {
-		info_same(s, &before, "failed free changed the space", ret);
-		return;
+		snprintf(why, sizeof(why), "failed %s changed the space", name);
+		info_same(s, &before, why, ret);
+		return NULL;
 	}
+	return s;
+}
+
+static void op_free(struct arg *a)
+{
+	uint32_t ids[8], n;
+	struct space_slot *s = ids_call(a, false, "free", kvrt_free_blocks, ids, &n);
+
+	if (!s)
+		return;
 	for (uint32_t i = 0; i < n; i++) {
 		if (!s->own[ids[i]])
 			fail("freed a block not owned", (int)ids[i]);
@@ -364,21 +383,11 @@ static void op_lookup(struct arg *a)
 
 static void op_release(struct arg *a)
 {
-	struct space_slot *s = &sp[u8(a) % NSPACES];
-	uint32_t ids[8], n = u8(a) % 9;
-	struct kvrt_space_info before;
-	uint32_t need[MAXB] = { 0 };
-	int ret;
+	uint32_t ids[8], n, need[MAXB] = { 0 };
+	struct space_slot *s = ids_call(a, true, "release", kvrt_release, ids, &n);
 
-	if (!s->s)
+	if (!s)
 		return;
-	n = pick_ids(a, s, ids, n, true);
-	info_snapshot(s, &before);
-	ret = check_ret("release", kvrt_release(s->s, n, ids));
-	if (ret < 0) {
-		info_same(s, &before, "failed release changed the space", ret);
-		return;
-	}
 	for (uint32_t i = 0; i < n; i++)
 		if (ids[i] >= MAXB || ++need[ids[i]] > s->refs[ids[i]])
 			fail("released a reference not held", (int)ids[i]);

@@ -256,15 +256,17 @@ static void one_plain_case(enum kvrt_layout_kind kind, enum kvrt_dtype src, enum
 	cache_fini(&c);
 }
 
+/* The dtypes an append reads from and a plain cache holds. */
+static const enum kvrt_dtype plain_dtypes[] = { KVRT_DTYPE_F32, KVRT_DTYPE_F16, KVRT_DTYPE_BF16 };
+
 TEST(append_plain_dtypes_both_layouts)
 {
-	static const enum kvrt_dtype dts[] = { KVRT_DTYPE_F32, KVRT_DTYPE_F16, KVRT_DTYPE_BF16 };
-
 	for (int kind = 0; kind < 2; kind++)
 		for (int s = 0; s < 3; s++)
 			for (int d = 0; d < 3; d++)
 				for (int rep = 0; rep < 4; rep++)
-					one_plain_case((enum kvrt_layout_kind)kind, dts[s], dts[d]);
+					one_plain_case((enum kvrt_layout_kind)kind, plain_dtypes[s],
+						       plain_dtypes[d]);
 }
 
 /* f32 -> f16 rounding at the edges, values chosen by hand. */
@@ -465,12 +467,10 @@ static void one_fp8_case(enum kvrt_layout_kind kind, enum kvrt_dtype src)
 
 TEST(append_fp8_sequences_vs_model)
 {
-	static const enum kvrt_dtype dts[] = { KVRT_DTYPE_F32, KVRT_DTYPE_F16, KVRT_DTYPE_BF16 };
-
 	for (int kind = 0; kind < 2; kind++)
 		for (int s = 0; s < 3; s++)
 			for (int rep = 0; rep < 6; rep++)
-				one_fp8_case((enum kvrt_layout_kind)kind, dts[s]);
+				one_fp8_case((enum kvrt_layout_kind)kind, plain_dtypes[s]);
 }
 
 /*

@@ -47,6 +47,7 @@
 #define BB 16384ULL
 #define H KVRT_HASH_BYTES
 #define NB 64
+_Static_assert(NB <= TIER_RUN_MAX, "the run helpers take NB blocks");
 #define TIMEOUT_MS 500
 
 /*
@@ -113,6 +114,15 @@ static redisContext *conn(int port, const char *user, const char *pass)
 	return c;
 }
 
+/* The end of a one-off exchange: the reply and the connection, either NULL. */
+static void conn_done(redisContext *c, redisReply *r)
+{
+	if (r)
+		freeReplyObject(r);
+	if (c)
+		redisFree(c);
+}
+
 /* A command on one node as the default user; its reply's integer or status, or -1. */
 static long long node_cmd(int port, const char *fmt, const char *arg)
 {
@@ -127,9 +137,7 @@ static long long node_cmd(int port, const char *fmt, const char *arg)
 		v = r->integer;
 	else if (r && r->type == REDIS_REPLY_STATUS)
 		v = 0;
-	if (r)
-		freeReplyObject(r);
-	redisFree(c);
+	conn_done(c, r);
 	return v;
 }
 
@@ -143,9 +151,7 @@ static bool cluster_ok(int port)
 		return false;
 	r = redisCommand(c, "CLUSTER INFO");
 	ok = r && r->type == REDIS_REPLY_STRING && strstr(r->str, "cluster_state:ok");
-	if (r)
-		freeReplyObject(r);
-	redisFree(c);
+	conn_done(c, r);
 	return ok;
 }
 
@@ -257,7 +263,6 @@ static const char *open_key_file;
 
 static int host_open(struct host *h, const char *user, const char *pass, const char *prefix)
 {
-	struct kvrt_open_opts ko = { .backend = KVRT_BACKEND_EMBEDDED, .flags = KVRT_OPEN_NO_HUGETLB };
 	struct kvrt_space_opts so = { .name = "redis-test", .flags = KVRT_SPACE_CREATE,
 				      .mode = 0600, .block_bytes = BB, .quota_bytes = BB * 4 * NB };
 	struct kvrt_tier_redis_opts ro = { .nodes = open_nodes ? open_nodes : seeds,
@@ -269,9 +274,7 @@ static int host_open(struct host *h, const char *user, const char *pass, const c
 	int ret;
 
 	memset(h, 0, sizeof(*h));
-	ret = kvrt_open(&h->k, &ko);
-	if (!ret)
-		ret = kvrt_space_open(h->k, &so, &h->s);
+	ret = tier_open_space(&so, &h->k, &h->s);
 	if (!ret)
 		ret = kvrt_tier_open_redis(h->s, &ro, &h->t);
 	return ret;
@@ -279,43 +282,19 @@ static int host_open(struct host *h, const char *user, const char *pass, const c
 
 static void host_close(struct host *h)
 {
-	if (h->s)
-		kvrt_space_close(h->s);
-	if (h->k)
-		kvrt_close(h->k);
+	tier_close_space(h->k, h->s);
 	memset(h, 0, sizeof(*h));
 }
 
 static int store(struct host *h, uint32_t tag, uint32_t n)
 {
-	uint8_t hs[NB][H];
-	uint32_t ids[NB], i;
-	int ret;
-
-	if (kvrt_alloc_blocks(h->s, n, ids))
-		return -ENOMEM;
-	for (i = 0; i < n; i++) {
-		tier_hash(hs[i], tag, i);
-		tier_pattern(hs[i], BB, kvrt_block_addr(h->s, ids[i]));
-	}
-	ret = kvrt_tier_store(h->s, n, ids, (const uint8_t (*)[H])hs, NULL);
-	kvrt_free_blocks(h->s, n, ids);
-	return ret;
+	return tier_store_run(h->s, tag, 0, n, BB, -1);
 }
 
 /* tag:[0, n) published in h's pool, then stored; the pool keeps them cached. */
 static int publish_store(struct host *h, uint32_t tag, uint32_t n)
 {
-	uint8_t hs[NB][H];
-	uint32_t ids[NB];
-	int ret;
-
-	ret = tier_publish(h->s, tag, 0, n, BB, ids, hs);
-	if (ret)
-		return ret;
-	ret = kvrt_tier_store(h->s, n, ids, (const uint8_t (*)[H])hs, NULL);
-	kvrt_release(h->s, n, ids);
-	return ret;
+	return tier_publish_store(h->s, tag, 0, n, BB);
 }
 
 /* How many of tag:[0, n) h's pool has, asked one by one. */
@@ -338,36 +317,19 @@ static int in_pool(struct host *h, uint32_t tag, uint32_t n)
 /* Lookup of tag:[0, n) across pool and tier: hits, each checked; *bad the wrong ones. */
 static int lookup(struct host *h, uint32_t tag, uint32_t n, int *bad, int *from_tier)
 {
-	static uint8_t want[BB];
-	uint8_t hs[NB][H], w[NB];
-	uint32_t ids[NB], i;
-	int got;
+	uint8_t w[NB];
+	int got = tier_lookup_run(h->s, tag, n, BB, w, bad);
 
-	for (i = 0; i < n; i++)
-		tier_hash(hs[i], tag, i);
-	got = kvrt_lookup_tiers(h->s, n, (const uint8_t (*)[H])hs, ids, w);
-	*bad = 0;
 	if (from_tier)
 		*from_tier = 0;
-	for (i = 0; got > 0 && i < (uint32_t)got; i++) {
-		tier_pattern(hs[i], BB, want);
-		if (memcmp(kvrt_block_addr(h->s, ids[i]), want, BB))
-			(*bad)++;
-		if (from_tier && w[i] == 1)
-			(*from_tier)++;
-	}
-	if (got > 0)
-		kvrt_release(h->s, (uint32_t)got, ids);
+	for (int i = 0; from_tier && i < got; i++)
+		*from_tier += w[i] == 1;
 	return got;
 }
 
 static struct kvrt_tier_stats stats(struct host *h)
 {
-	struct kvrt_tier_stats st;
-
-	memset(&st, 0xff, sizeof(st));
-	kvrt_tier_stats(h->t, &st);
-	return st;
+	return tier_stats_now(h->t);
 }
 
 #define KEY_MAX 512
@@ -387,10 +349,7 @@ static int keys_list(const char *prefix, char (*keys)[KEY_MAX], int max)
 		for (e = 0; r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
 			    e < r->element[1]->elements && n < max; e++)
 			snprintf(keys[n++], KEY_MAX, "%s", r->element[1]->element[e]->str);
-		if (r)
-			freeReplyObject(r);
-		if (c)
-			redisFree(c);
+		conn_done(c, r);
 	}
 	return n;
 }
@@ -562,10 +521,7 @@ TEST(blocks_expire_after_ttl)
 		/* -2 on the nodes that do not hold the key's slot (MOVED is an error here) */
 		if (r && r->type == REDIS_REPLY_INTEGER)
 			ttl = r->integer;
-		if (r)
-			freeReplyObject(r);
-		if (c)
-			redisFree(c);
+		conn_done(c, r);
 	}
 	CHECKF(ttl > 0 && ttl <= 100, "TTL %lld", ttl);
 	host_close(&a);
@@ -597,9 +553,7 @@ TEST(a_tenant_cannot_reach_another_tenants_keys)
 		r = redisCommand(c, "GET %s", key);
 		CHECKF(r && r->type == REDIS_REPLY_ERROR && !strncmp(r->str, "NOPERM", 6),
 		       "node %d: GET as bob: %s", i, r && r->str ? r->str : "(no error)");
-		if (r)
-			freeReplyObject(r);
-		redisFree(c);
+		conn_done(c, r);
 	}
 	/* With its own prefix bob has a tier of its own. */
 	REQUIRE(host_open(&b, "bob", "bob-pw", "tenB:") == 0);
@@ -636,10 +590,7 @@ static bool refused(int port, const char *user, const char *pass, const char *cm
 
 	snprintf(why, len, "%s", !r ? "no reply" : r->type == REDIS_REPLY_ERROR ? r->str :
 				 r->type == REDIS_REPLY_STATUS ? r->str : "a reply");
-	if (r)
-		freeReplyObject(r);
-	if (c)
-		redisFree(c);
+	conn_done(c, r);
 	return no;
 }
 
@@ -1187,10 +1138,7 @@ TEST(a_node_reporting_an_empty_endpoint_gets_its_slots)
 	    r->element[0]->elements >= 3 && r->element[0]->element[2]->elements >= 1 &&
 	    r->element[0]->element[2]->element[0]->type == REDIS_REPLY_STRING)
 		snprintf(host, sizeof(host), "\"%s\"", r->element[0]->element[2]->element[0]->str);
-	if (r)
-		freeReplyObject(r);
-	if (c)
-		redisFree(c);
+	conn_done(c, r);
 	tap_diag("a one-node cluster names itself %s", host);
 	snprintf(addr, sizeof(addr), "127.0.0.1:%d", port);
 	open_nodes = addr;
@@ -1231,10 +1179,7 @@ static bool node_id(int port, char *id, size_t len)
 
 	if (ok)
 		snprintf(id, len, "%s", r->str);
-	if (r)
-		freeReplyObject(r);
-	if (c)
-		redisFree(c);
+	conn_done(c, r);
 	return ok;
 }
 

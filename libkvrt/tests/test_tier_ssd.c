@@ -43,6 +43,7 @@
 #define BB 8192ULL
 #define H KVRT_HASH_BYTES
 #define MAXB 64
+_Static_assert(MAXB <= TIER_RUN_MAX, "the run helpers take MAXB blocks");
 /* The index's layout (Documentation/libkvrt.rst, Tiers): a head, then records. */
 #define IDX_HEAD 96
 #define IDX_REC 96
@@ -72,7 +73,6 @@ static int env_open_policy(struct env *e, const char *name, uint64_t block,
 			   uint64_t cap_blocks, const struct kvrt_layout *layout, uint32_t flags,
 			   uint32_t writeback_max)
 {
-	struct kvrt_open_opts ko = { .backend = KVRT_BACKEND_EMBEDDED, .flags = KVRT_OPEN_NO_HUGETLB };
 	struct kvrt_space_opts so = { .name = name, .flags = KVRT_SPACE_CREATE, .mode = 0600,
 				      .block_bytes = block, .quota_bytes = block * 256 };
 	struct kvrt_tier_ssd_opts to = { .dir = e->dir, .capacity_bytes = cap_blocks * block,
@@ -83,9 +83,7 @@ static int env_open_policy(struct env *e, const char *name, uint64_t block,
 	e->k = NULL;
 	e->s = NULL;
 	e->t = NULL;
-	ret = kvrt_open(&e->k, &ko);
-	if (!ret)
-		ret = kvrt_space_open(e->k, &so, &e->s);
+	ret = tier_open_space(&so, &e->k, &e->s);
 	if (!ret)
 		ret = kvrt_tier_open_ssd(e->s, &to, &e->t);
 	return ret;
@@ -99,87 +97,33 @@ static int env_open(struct env *e, const char *name, uint64_t block, uint64_t ca
 
 static void env_close(struct env *e)
 {
-	if (e->s)
-		kvrt_space_close(e->s);	/* closes the tier too */
-	if (e->k)
-		kvrt_close(e->k);
+	tier_close_space(e->k, e->s);
 	e->k = NULL;
 	e->s = NULL;
 	e->t = NULL;
 }
 
-static bool holds(struct kvrt_space *s, uint32_t id, const uint8_t h[H], uint64_t bytes)
-{
-	static _Thread_local uint8_t want[64 << 10];	/* threads check blocks too */
-
-	tier_pattern(h, bytes, want);
-	return !memcmp(kvrt_block_addr(s, id), want, bytes);
-}
-
 /* Store hashes tag:[from, from + n) through the tier: blocks filled, stored, freed. */
 static int store_run(struct env *e, uint32_t tag, uint32_t from, uint32_t n, uint32_t prio)
 {
-	uint8_t h[MAXB][H];
-	uint32_t ids[MAXB], pr[MAXB], i;
-	int ret;
-
-	if (n > MAXB || kvrt_alloc_blocks(e->s, n, ids))
-		return -ENOMEM;
-	for (i = 0; i < n; i++) {
-		tier_hash(h[i], tag, from + i);
-		tier_pattern(h[i], BB, kvrt_block_addr(e->s, ids[i]));
-		pr[i] = prio;
-	}
-	ret = kvrt_tier_store(e->s, n, ids, (const uint8_t (*)[H])h, pr);
-	kvrt_free_blocks(e->s, n, ids);
-	return ret;
+	return tier_store_run(e->s, tag, from, n, BB, (int)prio);
 }
 
 /* tag:[from, from + n) published in the pool, then stored: the pool keeps them cached. */
 static int publish_store_run(struct env *e, uint32_t tag, uint32_t from, uint32_t n)
 {
-	uint8_t h[MAXB][H];
-	uint32_t ids[MAXB];
-	int ret;
-
-	if (n > MAXB)
-		return -EINVAL;
-	ret = tier_publish(e->s, tag, from, n, BB, ids, h);
-	if (ret)
-		return ret;
-	ret = kvrt_tier_store(e->s, n, ids, (const uint8_t (*)[H])h, NULL);
-	kvrt_release(e->s, n, ids);
-	return ret;
+	return tier_publish_store(e->s, tag, from, n, BB);
 }
 
 /* Look up tag:[0, n): the hits, each checked against its pattern; where[] out. */
 static int lookup_run(struct env *e, uint32_t tag, uint32_t n, uint8_t *where, int *bad)
 {
-	uint8_t h[MAXB][H], w[MAXB];
-	uint32_t ids[MAXB], i;
-	int got;
-
-	for (i = 0; i < n; i++)
-		tier_hash(h[i], tag, i);
-	got = kvrt_lookup_tiers(e->s, n, (const uint8_t (*)[H])h, ids, w);
-	*bad = 0;
-	for (i = 0; got > 0 && i < (uint32_t)got; i++)
-		if (!holds(e->s, ids[i], h[i], BB))
-			(*bad)++;
-	if (where)
-		memcpy(where, w, got > 0 ? (size_t)got : 0);
-	if (got > 0)
-		kvrt_release(e->s, (uint32_t)got, ids);
-	return got;
+	return tier_lookup_run(e->s, tag, n, BB, where, bad);
 }
 
 static struct kvrt_tier_stats stats(struct env *e)
 {
-	struct kvrt_tier_stats st;
-
-	memset(&st, 0xff, sizeof(st));
-	kvrt_tier_stats(e->t, &st);
-	return st;
+	return tier_stats_now(e->t);
 }
 
 /* kvrt_tier_contains over tag:[0, n); where[] out. */
@@ -574,6 +518,14 @@ TEST(the_stats_file_says_what_the_tier_did)
 		tap_diag("stats: %s", buf);
 }
 
+/* Publish and store n blocks of tag, flush the queue: the tier's stats then. */
+static struct kvrt_tier_stats publish_flush(struct env *e, uint32_t tag, uint32_t n)
+{
+	CHECK_EQ(publish_store_run(e, tag, 0, n), n);
+	CHECK_EQ(kvrt_tier_flush(e->s), 0);
+	return stats(e);
+}
+
 /*
  * Write-back: published blocks are queued and written by the tier's
  * thread (flush waits for them); unpublished ones are written before the
@@ -589,9 +541,7 @@ TEST(write_back_writes_every_block_by_flush)
 
 	new_dir(&e);
 	REQUIRE(env_open_policy(&e, "wb", BB, 128, NULL, KVRT_TIER_WRITE_BACK, 0) == 0);
-	CHECK_EQ(publish_store_run(&e, 7, 0, 32), 32);
-	CHECK_EQ(kvrt_tier_flush(e.s), 0);
-	st = stats(&e);
+	st = publish_flush(&e, 7, 32);
 	CHECK_EQ(st.deferred, 32);
 	CHECK_EQ(st.queued, 0);
 	CHECK_EQ(st.stores, 32);
@@ -604,9 +554,7 @@ TEST(write_back_writes_every_block_by_flush)
 
 	/* A queue of 4: 4 queued, the other 60 written at once. */
 	REQUIRE(env_open_policy(&e, "wb", BB, 128, NULL, KVRT_TIER_WRITE_BACK, 4) == 0);
-	CHECK_EQ(publish_store_run(&e, 9, 0, 64), 64);
-	CHECK_EQ(kvrt_tier_flush(e.s), 0);
-	st = stats(&e);
+	st = publish_flush(&e, 9, 64);
 	CHECK_EQ(st.deferred, 4);
 	CHECK_EQ(st.stores, 64);
 	env_close(&e);
@@ -920,6 +868,36 @@ static void private_root(char *out, size_t len, uid_t uid)
 		tap_diag("chown %s: %s", out, strerror(errno));
 }
 
+/* The squatting tests' roots, and where the victim's identity directory goes in shared. */
+struct squat {
+	char shared[4200], priv[4200], id[4400], dir[4600];
+	struct seen *seen;	/* NULL: skipped or failed, the test is over */
+};
+
+/*
+ * As root: a shared 1777 root and a private root of the victim's, where
+ * its tier opens (and stores a block when store) to name its identity.
+ */
+static void squat_setup(struct squat *sq, bool store)
+{
+	struct seen *seen;
+
+	sq->seen = NULL;
+	if (geteuid() != 0) {
+		tap_skip("not root: cannot become two other uids");
+		return;
+	}
+	seen = mmap(NULL, sizeof(*seen), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	REQUIRE(seen != MAP_FAILED);
+	shared_root(sq->shared, sizeof(sq->shared));
+	private_root(sq->priv, sizeof(sq->priv), VICTIM);
+	REQUIRE(run_as(VICTIM, sq->priv, store, false, seen) == 0);
+	REQUIRE(seen->open_ret == 0);
+	REQUIRE(identity_of(sq->priv, sq->id, sizeof(sq->id)));
+	snprintf(sq->dir, sizeof(sq->dir), "%s/%s", sq->shared, strrchr(sq->id, '/') + 1);
+	sq->seen = seen;
+}
+
 /*
  * Another uid makes the victim's identity directory in a shared 1777 root
  * before the victim first opens its tier there: a directory of its own,
@@ -928,38 +906,28 @@ static void private_root(char *out, size_t len, uid_t uid)
  */
 TEST(another_tenant_cannot_prepare_the_identity_directory)
 {
-	char shared[4200], priv[4200], id[4400], squat[4600], path[4700], before[512], after[512];
-	struct seen *seen;
+	char path[4700], before[512], after[512];
+	struct squat sq;
 	struct stat st;
 
-	if (geteuid() != 0) {
-		tap_skip("not root: cannot become two other uids");
+	squat_setup(&sq, false);
+	if (!sq.seen)
 		return;
-	}
-	seen = mmap(NULL, sizeof(*seen), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-	REQUIRE(seen != MAP_FAILED);
-	shared_root(shared, sizeof(shared));
-	private_root(priv, sizeof(priv), VICTIM);
-	/* The identity's name: the victim's tier in a root of its own. */
-	REQUIRE(run_as(VICTIM, priv, false, false, seen) == 0);
-	REQUIRE(seen->open_ret == 0);
-	REQUIRE(identity_of(priv, id, sizeof(id)));
-	snprintf(squat, sizeof(squat), "%s/%s", shared, strrchr(id, '/') + 1);
 	/* The attacker's squat (root does it for it: the same files a 1777 root lets it make). */
-	REQUIRE(mkdir(squat, 0777) == 0);
-	chmod(squat, 0777);
-	snprintf(path, sizeof(path), "%s/data", squat);
+	REQUIRE(mkdir(sq.dir, 0777) == 0);
+	chmod(sq.dir, 0777);
+	snprintf(path, sizeof(path), "%s/data", sq.dir);
 	put_file(path, "", 0666);
-	REQUIRE(chown(squat, ATTACKER, ATTACKER) == 0 && chown(path, ATTACKER, ATTACKER) == 0);
-	list_dir(squat, before, sizeof(before));
+	REQUIRE(chown(sq.dir, ATTACKER, ATTACKER) == 0 && chown(path, ATTACKER, ATTACKER) == 0);
+	list_dir(sq.dir, before, sizeof(before));
 
-	REQUIRE(run_as(VICTIM, shared, false, false, seen) == 0);
-	CHECK_EQ(seen->open_ret, -EPERM);
-	CHECK_EQ(seen->stored, 0);
+	REQUIRE(run_as(VICTIM, sq.shared, false, false, sq.seen) == 0);
+	CHECK_EQ(sq.seen->open_ret, -EPERM);
+	CHECK_EQ(sq.seen->stored, 0);
 	CHECK(stat(path, &st) == 0 && st.st_size == 0 && st.st_uid == ATTACKER);
-	list_dir(squat, after, sizeof(after));
+	list_dir(sq.dir, after, sizeof(after));
 	CHECKF(!strcmp(before, after), "the squat held '%s', now '%s'", before, after);
-	munmap(seen, sizeof(*seen));
+	munmap(sq.seen, sizeof(*sq.seen));
 }
 
 /* Copy every file of from into to (made 0777), as uid's files of mode. */
@@ -984,28 +952,41 @@ static int copy_dir(const char *from, const char *to, uid_t uid, mode_t mode)
  */
 TEST(a_forged_block_in_a_shared_root_is_a_miss)
 {
-	char shared[4200], priv[4200], id[4400], squat[4600];
-	struct seen *seen;
+	struct squat sq;
 
-	if (geteuid() != 0) {
-		tap_skip("not root: cannot become two other uids");
+	squat_setup(&sq, true);
+	if (!sq.seen)
 		return;
-	}
-	seen = mmap(NULL, sizeof(*seen), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-	REQUIRE(seen != MAP_FAILED);
-	shared_root(shared, sizeof(shared));
-	private_root(priv, sizeof(priv), VICTIM);
-	REQUIRE(run_as(VICTIM, priv, true, false, seen) == 0);
-	REQUIRE(seen->open_ret == 0 && seen->stored == 1);
-	REQUIRE(identity_of(priv, id, sizeof(id)));
-	snprintf(squat, sizeof(squat), "%s/%s", shared, strrchr(id, '/') + 1);
-	REQUIRE(copy_dir(id, squat, ATTACKER, 0666) == 0);
+	REQUIRE(sq.seen->stored == 1);
+	REQUIRE(copy_dir(sq.id, sq.dir, ATTACKER, 0666) == 0);
 
-	REQUIRE(run_as(VICTIM, shared, false, true, seen) == 0);
-	CHECK_EQ(seen->open_ret, -EPERM);
-	CHECK_EQ(seen->hits, 0);
-	CHECK_EQ(seen->forged, 0);
-	munmap(seen, sizeof(*seen));
+	REQUIRE(run_as(VICTIM, sq.shared, false, true, sq.seen) == 0);
+	CHECK_EQ(sq.seen->open_ret, -EPERM);
+	CHECK_EQ(sq.seen->hits, 0);
+	CHECK_EQ(sq.seen->forged, 0);
+	munmap(sq.seen, sizeof(*sq.seen));
+}
+
+/*
+ * The identity directory, in id, of a tier named name of nblocks that
+ * stored n blocks of tag and closed (id stays "" where a step failed).
+ */
+static void closed_tier(struct env *e, const char *name, uint32_t nblocks, uint32_t tag,
+			uint32_t n, char id[4400])
+{
+	id[0] = 0;
+	new_dir(e);
+	REQUIRE(env_open(e, name, BB, nblocks, NULL) == 0);
+	CHECK_EQ(store_run(e, tag, 0, n, 50), n);
+	env_close(e);
+	REQUIRE(identity_of(e->dir, id, 4400));
+}
+
+/* A file of the tier's owner that nothing may write through. */
+static void precious_file(char victim[4400])
+{
+	snprintf(victim, 4400, "%s/victim%u", root, dir_seq++);
+	put_file(victim, "precious\n", 0600);
 }
 
 /*
@@ -1020,13 +1001,10 @@ TEST(index_new_symlink_is_not_followed)
 	struct env e;
 	int bad;
 
-	new_dir(&e);
-	REQUIRE(env_open(&e, "symlink", BB, 8, NULL) == 0);
-	CHECK_EQ(store_run(&e, 43, 0, 4, 50), 4);
-	env_close(&e);
-	REQUIRE(identity_of(e.dir, id, sizeof(id)));
-	snprintf(victim, sizeof(victim), "%s/victim%u", root, dir_seq++);
-	put_file(victim, "precious\n", 0600);
+	closed_tier(&e, "symlink", 8, 43, 4, id);
+	if (!id[0])
+		return;
+	precious_file(victim);
 	snprintf(link1, sizeof(link1), "%s/index.new", id);
 	snprintf(link2, sizeof(link2), "%s/stats.new", id);
 	REQUIRE(symlink(victim, link1) == 0);
@@ -1047,13 +1025,10 @@ TEST(a_hard_linked_data_file_is_refused)
 	char id[4400], data[4600], victim[4400];
 	struct env e;
 
-	new_dir(&e);
-	REQUIRE(env_open(&e, "hardlink", BB, 4, NULL) == 0);
-	CHECK_EQ(store_run(&e, 44, 0, 2, 50), 2);
-	env_close(&e);
-	REQUIRE(identity_of(e.dir, id, sizeof(id)));
-	snprintf(victim, sizeof(victim), "%s/victim%u", root, dir_seq++);
-	put_file(victim, "precious\n", 0600);
+	closed_tier(&e, "hardlink", 4, 44, 2, id);
+	if (!id[0])
+		return;
+	precious_file(victim);
 	snprintf(data, sizeof(data), "%s/data", id);
 	REQUIRE(unlink(data) == 0);
 	REQUIRE(link(victim, data) == 0);
@@ -1079,11 +1054,9 @@ TEST(a_tampered_block_with_a_valid_checksum_is_a_miss)
 	int fd, bad, i, fixed = 0;
 	size_t off;
 
-	new_dir(&e);
-	REQUIRE(env_open(&e, "tamper", BB, 16, NULL) == 0);
-	CHECK_EQ(store_run(&e, 45, 0, 8, 50), 8);
-	env_close(&e);
-	REQUIRE(identity_of(e.dir, id, sizeof(id)));
+	closed_tier(&e, "tamper", 16, 45, 8, id);
+	if (!id[0])
+		return;
 	/* Slot 3 (hash 3: a fresh tier fills slots from the first) gets other bytes. */
 	snprintf(path, sizeof(path), "%s/data", id);
 	fd = open(path, O_RDWR);
@@ -1194,11 +1167,9 @@ TEST(an_index_of_version_1_is_read_as_empty_and_rewritten)
 	struct env e;
 	int fd, bad, i;
 
-	new_dir(&e);
-	REQUIRE(env_open(&e, "version1", BB, 8, NULL) == 0);
-	CHECK_EQ(store_run(&e, 47, 0, 4, 50), 4);
-	env_close(&e);
-	REQUIRE(identity_of(e.dir, id, sizeof(id)));
+	closed_tier(&e, "version1", 8, 47, 4, id);
+	if (!id[0])
+		return;
 	snprintf(path, sizeof(path), "%s/index", id);
 	fd = open(path, O_RDWR);
 	REQUIRE(fd >= 0 && read(fd, v2, sizeof(v2)) == (ssize_t)sizeof(v2));
@@ -1367,7 +1338,7 @@ TEST(kill_9_leaves_every_block_whole)
 				if (got == 1) {
 					hits++;
 					wb_hits += round % 2;
-					if (!holds(e.s, id, h[0], BB))
+					if (!tier_holds(e.s, id, h[0], BB))
 						wrong++;
 					kvrt_release(e.s, 1, &id);
 				} else if (b <= last && last - b < KILL_CAP / KILL_BATCH - 1) {

@@ -1114,6 +1114,21 @@ static void expect_quiet(struct pair *p, long before, const char *op)
 		fail(p, "%s allocated memory or called grow/refill", op);
 }
 
+/*
+ * One id of a FREE or PUBLISH batch: in range and not seen before in the
+ * batch (-EINVAL), then owned by owner (-EPERM); marks it seen.
+ */
+static int ref_owned_once(const struct ref *r, kvc_u32 owner, kvc_u32 id, unsigned char *seen)
+{
+	if (id >= r->registered || seen[id])
+		return -EINVAL;
+	if (owner == KVC_OWNER_NONE || r->blk[id].state != KVC_BLOCK_OWNED ||
+	    r->blk[id].owner != owner)
+		return -EPERM;
+	seen[id] = 1;
+	return 0;
+}
+
 static int ref_free(struct ref *r, kvc_u32 owner, kvc_u32 count, const kvc_u32 *ids)
 {
 	unsigned char *seen;
@@ -1124,17 +1139,8 @@ static int ref_free(struct ref *r, kvc_u32 owner, kvc_u32 count, const kvc_u32 *
 		return -EINVAL;
 	seen = xcalloc(r->registered, 1);
 	/* The first bad id, in order, decides the errno. */
-	for (i = 0; i < count && !ret; i++) {
-		kvc_u32 id = ids[i];
-
-		if (id >= r->registered || seen[id])
-			ret = -EINVAL;
-		else if (owner == KVC_OWNER_NONE || r->blk[id].state != KVC_BLOCK_OWNED ||
-			 r->blk[id].owner != owner)
-			ret = -EPERM;
-		else
-			seen[id] = 1;
-	}
+	for (i = 0; i < count && !ret; i++)
+		ret = ref_owned_once(r, owner, ids[i], seen);
 	free(seen);
 	if (ret)
 		return ret;
@@ -1229,17 +1235,8 @@ static int ref_publish_check(const struct ref *r, kvc_u32 owner, kvc_u32 count,
 	for (i = 0; i < count; i++)
 		prio_bad |= e[i].priority > KVC_PRIO_MAX;
 	seen = xcalloc(r->registered, 1);
-	for (i = 0; i < count && !ret; i++) {
-		kvc_u32 id = e[i].id;
-
-		if (id >= r->registered || seen[id])
-			ret = -EINVAL;
-		else if (owner == KVC_OWNER_NONE || r->blk[id].state != KVC_BLOCK_OWNED ||
-			 r->blk[id].owner != owner)
-			ret = -EPERM;
-		else
-			seen[id] = 1;
-	}
+	for (i = 0; i < count && !ret; i++)
+		ret = ref_owned_once(r, owner, e[i].id, seen);
 	free(seen);
 	if (prio_bad && ret == -EPERM) {
 		*alt = -EPERM;

@@ -58,7 +58,8 @@ static kvc_u64 pick_nr_blocks(void)
 	return nbs[below(sizeof(nbs) / sizeof(nbs[0]))];
 }
 
-static kvc_u32 pick_owner(void)
+/* Now and then no owner or the largest id, else one of owners 1 .. nr. */
+static kvc_u32 pick_owner(kvc_u32 nr)
 {
 	kvc_u64 r = below(100);
 
@@ -66,7 +67,7 @@ static kvc_u32 pick_owner(void)
 		return KVC_OWNER_NONE;
 	if (r == 1)
 		return 0xffffffffu;
-	return 1 + (kvc_u32)below(6);
+	return 1 + (kvc_u32)below(nr);
 }
 
 /* Bytes the host may still hand out, so a huge range stays small. */
@@ -132,7 +133,7 @@ static kvc_u32 pick_count(const struct pair *p)
 
 static void random_free(struct pair *p)
 {
-	kvc_u32 o = pick_owner(), n, k, i, count;
+	kvc_u32 o = pick_owner(6), n, k, i, count;
 	kvc_u64 r;
 
 	n = ref_owned_ids(&p->r, o, owned, IDS_MAX);
@@ -183,11 +184,11 @@ static void random_space(struct pair *p, unsigned int nops, unsigned int fault_p
 		if (below(100) < fault_pct)
 			kvc_fail_alloc_countdown = 1 + (long)below(3);
 		if (r < 42)
-			pair_alloc(p, pick_owner(), pick_count(p), rids);
+			pair_alloc(p, pick_owner(6), pick_count(p), rids);
 		else if (r < 80)
 			random_free(p);
 		else if (r < 84)
-			pair_release(p, pick_owner());
+			pair_release(p, pick_owner(6));
 		else
 			change_host(p);
 	}
@@ -273,17 +274,6 @@ static unsigned int alphabet;		/* hashes in use by the current space */
 static struct kvc_publish_entry rents[IDS_MAX];
 static kvc_u8 rhashes[64][KVC_HASH_BYTES];
 
-static kvc_u32 pick_prefix_owner(void)
-{
-	kvc_u64 r = below(100);
-
-	if (r == 0)
-		return KVC_OWNER_NONE;
-	if (r == 1)
-		return 0xffffffffu;
-	return 1 + (kvc_u32)below(4);
-}
-
 static unsigned int pick_prio(void)
 {
 	static const unsigned int prios[] = { 0, 10, 50, 50, 50, 100 };
@@ -293,7 +283,7 @@ static unsigned int pick_prio(void)
 
 static void random_publish(struct pair *p)
 {
-	kvc_u32 o = pick_prefix_owner(), n, k, i;
+	kvc_u32 o = pick_owner(4), n, k, i;
 	kvc_u64 r = below(100);
 
 	n = ref_owned_ids(&p->r, o, owned, IDS_MAX);
@@ -339,13 +329,13 @@ static void random_lookup(struct pair *p)
 	/* Runs of consecutive keys look like a prefix chain; some are random. */
 	for (i = 0; i < n; i++)
 		test_hash(rhashes[i], below(3) ? (base + i) % alphabet : (unsigned int)below(alphabet));
-	pair_lookup(p, pick_prefix_owner(), below(50) ? n : 0,
+	pair_lookup(p, pick_owner(4), below(50) ? n : 0,
 		    (const kvc_u8 (*)[KVC_HASH_BYTES])rhashes, rids);
 }
 
 static void random_unref(struct pair *p)
 {
-	kvc_u32 o = pick_prefix_owner(), n, k, i;
+	kvc_u32 o = pick_owner(4), n, k, i;
 	kvc_u64 r = below(100);
 
 	n = ref_held_ids(&p->r, o, owned, IDS_MAX);
@@ -431,7 +421,7 @@ static void random_prefix_space(struct pair *p, unsigned int nops, unsigned int 
 		if (below(100) < fault_pct)
 			kvc_fail_alloc_countdown = 1 + (long)below(3);
 		if (r < 20) {
-			pair_alloc(p, pick_prefix_owner(), 1 + (kvc_u32)below(below(4) ? 8 : nb + 2),
+			pair_alloc(p, pick_owner(4), 1 + (kvc_u32)below(below(4) ? 8 : nb + 2),
 				   rids);
 			refills += p->h.refills;
 		}
@@ -444,9 +434,9 @@ static void random_prefix_space(struct pair *p, unsigned int nops, unsigned int 
 		else if (r < 74)
 			random_unref(p);
 		else if (r < 77)
-			pair_drop_refs(p, pick_prefix_owner());
+			pair_drop_refs(p, pick_owner(4));
 		else if (r < 80)
-			pair_release(p, pick_prefix_owner());
+			pair_release(p, pick_owner(4));
 		else if (r < 83)
 			pair_evict(p, below(4), (unsigned int)below(KVC_EVICT_CAUSES));
 		else if (r < 90)

@@ -17,34 +17,23 @@ void kv_json_init(struct kv_json *j, FILE *f, bool pretty)
 	j->first[0] = true;
 }
 
+/* The short escapes RFC 8259 names; other control bytes take \u00XX. */
+static const char *const kv_json_esc[] = {
+	['"'] = "\\\"", ['\\'] = "\\\\", ['\n'] = "\\n", ['\t'] = "\\t", ['\r'] = "\\r",
+};
+
 static void kv_json_string(FILE *f, const char *s)
 {
 	const unsigned char *p;
 
 	fputc('"', f);
 	for (p = (const unsigned char *)s; *p; p++) {
-		switch (*p) {
-		case '"':
-			fputs("\\\"", f);
-			break;
-		case '\\':
-			fputs("\\\\", f);
-			break;
-		case '\n':
-			fputs("\\n", f);
-			break;
-		case '\t':
-			fputs("\\t", f);
-			break;
-		case '\r':
-			fputs("\\r", f);
-			break;
-		default:
-			if (*p < 0x20)
-				fprintf(f, "\\u%04x", *p);
-			else
-				fputc(*p, f);
-		}
+		if (*p < sizeof(kv_json_esc) / sizeof(kv_json_esc[0]) && kv_json_esc[*p])
+			fputs(kv_json_esc[*p], f);
+		else if (*p < 0x20)
+			fprintf(f, "\\u%04x", *p);
+		else
+			fputc(*p, f);
 	}
 	fputc('"', f);
 }

@@ -94,26 +94,22 @@ uint64_t ckpt_param_count(const struct model_config *c)
 	return (uint64_t)(off[T_END] - (off[T_FSIN + 1] - off[T_FCOS]));
 }
 
+/* Each tensor's pointer: data at its offset; wcls, the last, may be tok_emb instead. */
 static void bind_tensors(struct checkpoint *ck)
 {
+	float **dst[T_WCLS] = {
+		[T_EMB] = &ck->tok_emb, [T_RMS_ATT] = &ck->rms_att, [T_WQ] = &ck->wq,
+		[T_WK] = &ck->wk, [T_WV] = &ck->wv, [T_WO] = &ck->wo, [T_RMS_FFN] = &ck->rms_ffn,
+		[T_W1] = &ck->w1, [T_W2] = &ck->w2, [T_W3] = &ck->w3, [T_RMS_FINAL] = &ck->rms_final,
+		[T_FCOS] = &ck->freq_cos, [T_FSIN] = &ck->freq_sin,
+	};
 	size_t off[T_END + 1];
-	float *d = ck->data;
+	int i;
 
 	tensor_offsets(&ck->cfg, off);
-	ck->tok_emb = d + off[T_EMB];
-	ck->rms_att = d + off[T_RMS_ATT];
-	ck->wq = d + off[T_WQ];
-	ck->wk = d + off[T_WK];
-	ck->wv = d + off[T_WV];
-	ck->wo = d + off[T_WO];
-	ck->rms_ffn = d + off[T_RMS_FFN];
-	ck->w1 = d + off[T_W1];
-	ck->w2 = d + off[T_W2];
-	ck->w3 = d + off[T_W3];
-	ck->rms_final = d + off[T_RMS_FINAL];
-	ck->freq_cos = d + off[T_FCOS];
-	ck->freq_sin = d + off[T_FSIN];
-	ck->wcls = ck->cfg.shared_classifier ? ck->tok_emb : d + off[T_WCLS];
+	for (i = 0; i < T_WCLS; i++)
+		*dst[i] = ck->data + off[i];
+	ck->wcls = ck->cfg.shared_classifier ? ck->tok_emb : ck->data + off[T_WCLS];
 }
 
 static int32_t le32(const unsigned char *p)

@@ -233,6 +233,24 @@ static int bring_up(struct kvrt_tier *t, uint32_t n, const uint8_t (*hashes)[KVR
 	return (int)got;
 }
 
+/*
+ * The first tier, top down, that holds a run at the head of hashes: its
+ * length in *run and its depth (1: the top tier) in *depth; NULL: none.
+ */
+static struct kvrt_tier *first_run(struct kvrt_space *s, uint32_t count,
+				   const uint8_t (*hashes)[KVRT_HASH_BYTES], uint32_t *run,
+				   uint32_t *depth)
+{
+	struct kvrt_tier *t;
+
+	for (t = s->tiers, *depth = 1; t; t = t->next, (*depth)++) {
+		*run = t->ops->present(t, count, hashes);
+		if (*run)
+			return t;
+	}
+	return NULL;
+}
+
 int kvrt_lookup_tiers(struct kvrt_space *s, uint32_t count,
 		      const uint8_t (*hashes)[KVRT_HASH_BYTES], uint32_t *ids, uint8_t *where)
 {
@@ -257,11 +275,7 @@ int kvrt_lookup_tiers(struct kvrt_space *s, uint32_t count,
 			hits += (uint32_t)ret;
 			continue;
 		}
-		for (t = s->tiers, depth = 1; t; t = t->next, depth++) {
-			want = t->ops->present(t, count - hits, hashes + hits);
-			if (want)
-				break;
-		}
+		t = first_run(s, count - hits, hashes + hits, &want, &depth);
 		if (!t)
 			break;
 		ret = bring_up(t, want, hashes + hits, ids + hits);
@@ -288,11 +302,7 @@ int kvrt_tier_contains(struct kvrt_space *s, uint32_t count,
 		return ret;
 	/* As kvrt_lookup_tiers walks them, minus the pool: the first tier with a run. */
 	while (held < count) {
-		for (t = s->tiers, depth = 1; t; t = t->next, depth++) {
-			run = t->ops->present(t, count - held, hashes + held);
-			if (run)
-				break;
-		}
+		t = first_run(s, count - held, hashes + held, &run, &depth);
 		if (!t)
 			break;
 		if (where)

@@ -224,6 +224,21 @@ static int open_new(struct ssd_tier *t, const char *name)
 	return open_own(t, name, O_WRONLY | O_CREAT | O_EXCL);
 }
 
+/*
+ * Rename an open_new() file, written with result ret, over name and make
+ * the rename durable; on any failure the temporary goes, name is untouched.
+ */
+static int install_new(struct ssd_tier *t, int ret, const char *tmp, const char *name)
+{
+	if (!ret && renameat(t->dirfd, tmp, t->dirfd, name))
+		ret = -errno;
+	if (!ret && fsync(t->dirfd))
+		ret = -errno;
+	if (ret)
+		unlinkat(t->dirfd, tmp, 0);
+	return ret;
+}
+
 /* The tag of nothing under the key: what the index's head says it was written with. */
 static int key_check(const uint8_t key[KVRT_TIER_KEY_BYTES], const uint8_t identity[32],
 		     uint8_t out[KVRT_TIER_TAG_BYTES])
@@ -287,14 +302,9 @@ static int log_compact(struct ssd_tier *t)
 		ret = errno ? -errno : -EIO;
 	if (fclose(f) && !ret)
 		ret = -errno;
-	if (!ret && renameat(t->dirfd, "index.new", t->dirfd, "index"))
-		ret = -errno;
-	if (!ret && fsync(t->dirfd))
-		ret = -errno;
-	if (ret) {
-		unlinkat(t->dirfd, "index.new", 0);
+	ret = install_new(t, ret, "index.new", "index");
+	if (ret)
 		return ret;
-	}
 	fd = open_own(t, "index", O_WRONLY | O_APPEND);
 	if (fd < 0)
 		return fd;
@@ -827,14 +837,9 @@ static int ssd_dir_key(struct ssd_tier *t)
 			return fd;
 		ret = kvrt_tier_key_write(fd);
 		close(fd);
-		if (!ret && renameat(t->dirfd, "key.new", t->dirfd, "key"))
-			ret = -errno;
-		if (!ret && fsync(t->dirfd))
-			ret = -errno;
-		if (ret) {
-			unlinkat(t->dirfd, "key.new", 0);
+		ret = install_new(t, ret, "key.new", "key");
+		if (ret)
 			return ret;
-		}
 		fd = open_own(t, "key", O_RDONLY);
 	}
 	if (fd < 0)

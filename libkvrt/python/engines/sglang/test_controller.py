@@ -119,6 +119,12 @@ class Engine:
         assert idx is not None
         return idx
 
+    def filled_pages(self, n, base):
+        """n new host pages, page i filled by fill(..., base + i): the pages
+        and what each holds."""
+        src = self.host_pages(n)
+        return src, [fill(self.host, p, base + i) for i, p in enumerate(host_page_numbers(src))]
+
     def backup(self, host_indices, tokens):
         """SGLang's backup thread: write_storage, then its ack."""
         hashes = get_storage_hash_str(tokens, None, page_size=PAGE)
@@ -158,6 +164,11 @@ class Case(unittest.TestCase):
     def tokens(self, n, seed):
         return list(range(seed * 1000, seed * 1000 + n * PAGE))
 
+    def assertPagesHold(self, eng, host_indices, want):
+        """The pages of eng's host_indices hold want's contents, in order."""
+        for p, w in zip(host_page_numbers(host_indices), want):
+            self.assertTrue(torch.equal(page_bytes(eng.host, p), w), p)
+
 
 class TestBackupThenPrefetch(Case):
     def test_each_write_policy(self):
@@ -169,24 +180,19 @@ class TestBackupThenPrefetch(Case):
                 reader = Engine(self, self.tenant, policy, "page_first")
                 self.assertEqual(writer.cc.write_policy, policy)
                 toks = self.tokens(3, seed)
-                src = writer.host_pages(3)
-                want = [fill(writer.host, p, 10 * seed + i)
-                        for i, p in enumerate(host_page_numbers(src))]
+                src, want = writer.filled_pages(3, 10 * seed)
                 self.assertEqual(writer.backup(src, toks), 3 * PAGE)
                 op = reader.query(f"r{seed}", toks)
                 self.assertEqual(op.storage_hit_count, 3 * PAGE)
                 self.assertEqual(op.hash_value, get_storage_hash_str(toks, None, PAGE))
                 self.assertEqual(reader.transfer(op), [3 * PAGE])
-                for p, w in zip(host_page_numbers(op.host_indices), want):
-                    self.assertTrue(torch.equal(page_bytes(reader.host, p), w), p)
+                self.assertPagesHold(reader, op.host_indices, want)
                 self.assertEqual(reader.cc.storage_backend.space_stats().my_refs, 0)
 
     def test_a_second_backup_stores_nothing_new(self):
         eng = Engine(self, self.tenant)
         toks = self.tokens(2, 7)
-        src = eng.host_pages(2)
-        for i, p in enumerate(host_page_numbers(src)):
-            fill(eng.host, p, 70 + i)
+        src, _ = eng.filled_pages(2, 70)
         self.assertEqual(eng.backup(src, toks), 2 * PAGE)
         inserts = eng.cc.storage_backend.space_stats().inserts
         self.assertEqual(eng.backup(src, toks), 2 * PAGE)
@@ -197,15 +203,13 @@ class TestPrefetch(Case):
     def test_a_stored_prefix_of_a_longer_request(self):
         eng = Engine(self, self.tenant)
         toks = self.tokens(4, 8)
-        src = eng.host_pages(2)
-        want = [fill(eng.host, p, 80 + i) for i, p in enumerate(host_page_numbers(src))]
+        src, want = eng.filled_pages(2, 80)
         self.assertEqual(eng.backup(src, toks[:2 * PAGE]), 2 * PAGE)
         op = eng.query("prefix", toks)
         self.assertEqual(op.storage_hit_count, 2 * PAGE)
         self.assertEqual(len(op.hash_value), 2)
         self.assertEqual(eng.transfer(op), [2 * PAGE])
-        for p, w in zip(host_page_numbers(op.host_indices), want):
-            self.assertTrue(torch.equal(page_bytes(eng.host, p), w))
+        self.assertPagesHold(eng, op.host_indices, want)
 
     def test_a_miss(self):
         eng = Engine(self, self.tenant)
@@ -216,9 +220,7 @@ class TestPrefetch(Case):
         # best_effort and timeout end a prefetch with terminate_prefetch
         eng = Engine(self, self.tenant)
         toks = self.tokens(2, 11)
-        src = eng.host_pages(2)
-        for i, p in enumerate(host_page_numbers(src)):
-            fill(eng.host, p, 110 + i)
+        src, _ = eng.filled_pages(2, 110)
         eng.backup(src, toks)
         op = eng.query("cut", toks)
         self.assertEqual(op.storage_hit_count, 2 * PAGE)
@@ -230,9 +232,7 @@ class TestPrefetch(Case):
         # the backend's clear() (SGLang's clear endpoint ends there)
         eng = Engine(self, self.tenant)
         toks = self.tokens(2, 12)
-        src = eng.host_pages(2)
-        for i, p in enumerate(host_page_numbers(src)):
-            fill(eng.host, p, 120 + i)
+        src, _ = eng.filled_pages(2, 120)
         eng.backup(src, toks)
         self.assertEqual(eng.query("before", toks).storage_hit_count, 2 * PAGE)
         self.assertIs(eng.cc.storage_backend.clear(), True)
@@ -244,8 +244,7 @@ class TestHybridController(Case):
     tree cache (hybrid_pool_assembler.py:547), with clear and assume_stored."""
 
     def stored(self, eng, n, seed):
-        src = eng.host_pages(n)
-        want = [fill(eng.host, p, seed * 10 + i) for i, p in enumerate(host_page_numbers(src))]
+        src, want = eng.filled_pages(n, seed * 10)
         toks = self.tokens(n, seed)
         self.assertEqual(eng.backup(src, toks), n * PAGE)
         return toks, want
@@ -259,8 +258,7 @@ class TestHybridController(Case):
                 op = reader.query(f"h{seed}", toks)
                 self.assertEqual(op.storage_hit_count, 3 * PAGE)
                 self.assertEqual(reader.transfer(op), [3 * PAGE])
-                for p, w in zip(host_page_numbers(op.host_indices), want):
-                    self.assertTrue(torch.equal(page_bytes(reader.host, p), w), p)
+                self.assertPagesHold(reader, op.host_indices, want)
 
     def test_clear_storage_backend(self):
         # SGLang's clear endpoint: clear_storage_backend, then no hit
@@ -274,8 +272,7 @@ class TestHybridController(Case):
         op = b.query("other", toks)
         self.assertEqual(op.storage_hit_count, 3 * PAGE)
         self.assertEqual(b.transfer(op), [3 * PAGE])
-        for p, w in zip(host_page_numbers(op.host_indices), want):
-            self.assertTrue(torch.equal(page_bytes(b.host, p), w), p)
+        self.assertPagesHold(b, op.host_indices, want)
 
     def test_assume_stored_loads_what_is_there(self):
         # assume_stored skips batch_exists; batch_get_v1 then reports the
@@ -286,8 +283,7 @@ class TestHybridController(Case):
         op = eng.query("assumed", longer, assume_stored=True)
         self.assertEqual(op.storage_hit_count, 4 * PAGE)      # not verified
         self.assertEqual(eng.transfer(op), [2 * PAGE])
-        for p, w in zip(host_page_numbers(op.host_indices)[:2], want):
-            self.assertTrue(torch.equal(page_bytes(eng.host, p), w), p)
+        self.assertPagesHold(eng, op.host_indices, want)
 
 
 class TestController(Case):

@@ -192,16 +192,12 @@ class TestMLAGeometry(MLACase):
         self.assertEqual(holder.info().block_bytes, block)
 
     def test_config_and_pool_must_agree(self):
-        st = KvpoolStorage(config(kvpool_tenant=self.tenant))  # is_mla_model False
-        self.addCleanup(st.close)
-        with self.assertRaises(ValueError) as cm:
-            st.register_mem_pool_host(mla_pool())
-        self.assertIn("is_mla_model is False", str(cm.exception))
-        st2 = KvpoolStorage(mla_config(kvpool_tenant=self.tenant))
-        self.addCleanup(st2.close)
-        with self.assertRaises(ValueError) as cm:
-            st2.register_mem_pool_host(host_pool())
-        self.assertIn("is MHA", str(cm.exception))
+        st = self.opened(config(kvpool_tenant=self.tenant))  # is_mla_model False
+        msg = self.refusal(st, mla_pool())
+        self.assertIn("is_mla_model is False", msg)
+        st2 = self.opened(mla_config(kvpool_tenant=self.tenant))
+        msg = self.refusal(st2, host_pool())
+        self.assertIn("is MHA", msg)
 
     def test_mla_host_pool_with_bytes_outside_kv_buffer(self):
         # sized as a pool with indexer rows (DSA) beside the latent rows
@@ -209,28 +205,22 @@ class TestMLAGeometry(MLACase):
             def get_size_per_token(self):
                 return super().get_size_per_token() + 4 * self.layer_num
 
-        st = KvpoolStorage(mla_config(kvpool_tenant=self.tenant))
-        self.addCleanup(st.close)
-        with self.assertRaises(ValueError) as cm:
-            st.register_mem_pool_host(mla_pool(cls=IndexedHost))
-        self.assertIn("IndexedHost: 104 bytes per token, kv_buffer holds 96", str(cm.exception))
-        self.assertIn("MLATokenToKVPoolHost's latent rows alone", str(cm.exception))
+        st = self.opened(mla_config(kvpool_tenant=self.tenant))
+        msg = self.refusal(st, mla_pool(cls=IndexedHost))
+        self.assertIn("IndexedHost: 104 bytes per token, kv_buffer holds 96", msg)
+        self.assertIn("MLATokenToKVPoolHost's latent rows alone", msg)
 
     def test_allocator_only_pool_is_refused(self):
         host = mla_pool()
         host.kv_buffer = None  # as SGLang's dummy (allocator-only) MLA pool has it
-        st = KvpoolStorage(mla_config(kvpool_tenant=self.tenant))
-        self.addCleanup(st.close)
-        with self.assertRaises(ValueError) as cm:
-            st.register_mem_pool_host(host)
-        self.assertIn("no kv_buffer", str(cm.exception))
+        st = self.opened(mla_config(kvpool_tenant=self.tenant))
+        msg = self.refusal(st, host)
+        self.assertIn("no kv_buffer", msg)
 
     def test_odd_latent_row_bytes(self):
-        st = KvpoolStorage(mla_config(kvpool_tenant=self.tenant))
-        self.addCleanup(st.close)
-        with self.assertRaises(ValueError) as cm:
-            st.register_mem_pool_host(mla_pool(lora=16, rope=7))
-        self.assertIn("not a multiple of 4", str(cm.exception))
+        st = self.opened(mla_config(kvpool_tenant=self.tenant))
+        msg = self.refusal(st, mla_pool(lora=16, rope=7))
+        self.assertIn("not a multiple of 4", msg)
 
 
 if __name__ == "__main__":

@@ -105,6 +105,18 @@ class Case(unittest.TestCase):
         # a tenant per test: a space of its own in the process's pool
         self.tenant = f"t{next(_tenants)}-{os.getpid()}"
 
+    def opened(self, cfg):
+        """A KvpoolStorage of cfg, closed at the test's end."""
+        st = KvpoolStorage(cfg)
+        self.addCleanup(st.close)
+        return st
+
+    def refusal(self, st, host):
+        """The message of the ValueError st.register_mem_pool_host(host) raises."""
+        with self.assertRaises(ValueError) as cm:
+            st.register_mem_pool_host(host)
+        return str(cm.exception)
+
     def storage(self, host, cfg=None, **extra):
         extra.setdefault("kvpool_tenant", self.tenant)
         extra.setdefault("kvpool_quota_bytes", 1 << 20)
@@ -517,9 +529,8 @@ class TestHostile(Case):
         self.assertIn("register_mem_pool_host", str(cm.exception))
         st.close()
         st.close()
-        with self.assertRaises(ValueError) as cm:
-            st.register_mem_pool_host(host_pool())
-        self.assertIn("closed", str(cm.exception))
+        msg = self.refusal(st, host_pool())
+        self.assertIn("closed", msg)
 
     def test_host_pool_with_bytes_outside_kv_buffer(self):
         # a host pool that sizes its tokens as MXFP8's does: payload plus
@@ -528,12 +539,10 @@ class TestHostile(Case):
             def get_size_per_token(self):
                 return super().get_size_per_token() + 2 * self.layer_num
 
-        st = KvpoolStorage(config(kvpool_tenant=self.tenant))
-        self.addCleanup(st.close)
-        with self.assertRaises(ValueError) as cm:
-            st.register_mem_pool_host(host_pool(cls=ScaledHost))
-        self.assertIn("outside kv_buffer", str(cm.exception))
-        self.assertIn("ScaledHost: 132 bytes per token, kv_buffer holds 128", str(cm.exception))
+        st = self.opened(config(kvpool_tenant=self.tenant))
+        msg = self.refusal(st, host_pool(cls=ScaledHost))
+        self.assertIn("outside kv_buffer", msg)
+        self.assertIn("ScaledHost: 132 bytes per token, kv_buffer holds 128", msg)
         self.assertRaises(ValueError, st.batch_exists, keys(1))   # nothing registered
 
     def test_mxfp8_host_pool_is_refused(self):
@@ -546,12 +555,10 @@ class TestHostile(Case):
         mx.__dict__.update(plain.__dict__)
         mx.k_scale_host = torch.zeros(plain.page_num, plain.layer_num, 4, dtype=torch.uint8)
         mx.v_scale_host = torch.zeros(plain.page_num, plain.layer_num, 4, dtype=torch.uint8)
-        st = KvpoolStorage(config(kvpool_tenant=self.tenant))
-        self.addCleanup(st.close)
-        with self.assertRaises(ValueError) as cm:
-            st.register_mem_pool_host(mx)
-        self.assertIn("MHATokenToKVPoolMXFP8Host", str(cm.exception))
-        self.assertIn("k_scale_host, v_scale_host", str(cm.exception))
+        st = self.opened(config(kvpool_tenant=self.tenant))
+        msg = self.refusal(st, mx)
+        self.assertIn("MHATokenToKVPoolMXFP8Host", msg)
+        self.assertIn("k_scale_host, v_scale_host", msg)
         # the same pool without the scales is taken
         st.register_mem_pool_host(plain)
 
@@ -560,11 +567,9 @@ class TestHostile(Case):
             host = host_pool("page_unified")
         except Exception as e:  # noqa: BLE001 - SGLang may refuse it on CPU
             self.skipTest(f"SGLang builds no page_unified pool on CPU: {e}")
-        st = KvpoolStorage(config(kvpool_tenant=self.tenant))
-        self.addCleanup(st.close)
-        with self.assertRaises(ValueError) as cm:
-            st.register_mem_pool_host(host)
-        self.assertIn("page_unified", str(cm.exception))
+        st = self.opened(config(kvpool_tenant=self.tenant))
+        msg = self.refusal(st, host)
+        self.assertIn("page_unified", msg)
 
 
 class TestClear(Case):

@@ -26,6 +26,28 @@ counters: Dict[str, int] = {"pools_opened": 0, "pools_closed": 0, "spaces_opened
                             "spaces_closed": 0, "views_alive": 0}
 
 
+def live_ptr(h: Any, closed: str) -> int:
+    """The handle's C pointer; ValueError(closed) once its close was asked for."""
+    p = h.ptr
+    if p is None or h.close_requested:
+        raise ValueError(closed)
+    return p
+
+
+class CloseOnCollect:
+    """Mixin: ``close()`` when garbage collected; an error then (at
+    interpreter shutdown, the library may be gone) is dropped."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
+
+
 class PoolHandle:
     __slots__ = ("ptr", "close_requested", "spaces", "__weakref__")
 

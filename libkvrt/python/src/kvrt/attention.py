@@ -19,7 +19,7 @@ from typing import Any, Optional, Sequence, Tuple, Union, cast
 
 import numpy as np
 
-from . import _lib
+from . import _handles, _lib
 from ._buffer import as_buffer, is_torch_tensor
 from ._call import call, need_int, need_uint
 from .blocks import BlockArray
@@ -375,7 +375,7 @@ def append_args(cache: KvCache, k: Any, v: Any, slots: IntsLike,
 # ---- attention --------------------------------------------------------------
 
 
-class Workers(_Closable):
+class Workers(_Closable, _handles.CloseOnCollect):
     """``kvrt_workers_create``: threads kept between attention calls.
 
     ``num_threads`` in all, the calling thread included (0: one per CPU of
@@ -408,12 +408,6 @@ class Workers(_Closable):
     @property
     def closed(self) -> bool:
         return self._ptr is None
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:  # noqa: BLE001 - interpreter shutdown
-            pass
 
     def decode(self, q: Any, cache: KvCache, table: BlockTable, **kw: Any) -> Any:
         """:func:`attn_decode` on these workers."""

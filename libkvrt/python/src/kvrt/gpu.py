@@ -129,7 +129,7 @@ class _GpuHandle:
         self.pool.space_gone(self)  # type: ignore[arg-type]
 
 
-class Plan:
+class Plan(_handles.CloseOnCollect):
     """``struct kvrt_gpu_plan``: attention work for up to ``max_seqs``
     sequences and ``max_q_tokens`` query tokens.  Made by :meth:`Gpu.plan`;
     :meth:`Gpu.attn_decode` and :meth:`Gpu.attn_prefill` keep one per
@@ -161,12 +161,6 @@ class Plan:
                 _lib.lib.kvrt_gpu_sync(self._gpu._h.ptr, self.last_stream)
             _lib.lib.kvrt_gpu_plan_destroy(p)
 
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:  # noqa: BLE001 - interpreter shutdown
-            pass
-
     def info(self) -> PlanInfo:
         """``kvrt_gpu_plan_info``."""
         c = _lib.GpuPlanInfoC()
@@ -174,7 +168,7 @@ class Plan:
         return PlanInfo(c.num_seqs, c.num_work, c.num_split, c.split_tokens, c.grid)
 
 
-class Gpu(_Closable):
+class Gpu(_Closable, _handles.CloseOnCollect):
     """``kvrt_gpu_open``: device ordinal ``device`` for ``pool``; a context
     manager (``kvrt_gpu_close`` on exit, which unregisters what is still
     registered).  Raises :class:`kvrt.NoDeviceError` with the library's
@@ -202,10 +196,7 @@ class Gpu(_Closable):
         self._h = _GpuHandle(p.value, pool._h)  # type: ignore[arg-type]
 
     def _p(self) -> int:
-        p = self._h.ptr
-        if p is None or self._h.close_requested:
-            raise ValueError("the Gpu is closed: open kvrt.gpu.Gpu(pool) again")
-        return p
+        return _handles.live_ptr(self._h, "the Gpu is closed: open kvrt.gpu.Gpu(pool) again")
 
     def close(self) -> None:
         """``kvrt_gpu_close`` (idempotent)."""
@@ -216,12 +207,6 @@ class Gpu(_Closable):
             plan.close()
         self._plans.clear()
         h.request_close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:  # noqa: BLE001 - interpreter shutdown
-            pass
 
     # ---- information and memory --------------------------------------------
 

@@ -270,10 +270,7 @@ class Pool(_Closable):
         self._finalizer = weakref.finalize(self, self._h.request_close)
 
     def _ptr(self) -> int:
-        p = self._h.ptr
-        if p is None or self._h.close_requested:
-            raise ValueError("the pool is closed: open a new kvrt.Pool")
-        return p
+        return _handles.live_ptr(self._h, "the pool is closed: open a new kvrt.Pool")
 
     def _page_size(self) -> int:
         # what the library checks block_bytes against (fixed for the pool)
@@ -425,11 +422,8 @@ class Space(_Closable):
         self._nr: Optional[int] = None
 
     def _ptr(self) -> int:
-        p = self._h.ptr
-        if p is None or self._h.close_requested:
-            raise ValueError(f"space {self.name!r} is closed: open it again with "
-                             "Pool.open_space")
-        return p
+        return _handles.live_ptr(self._h, f"space {self.name!r} is closed: open it again with "
+                                 "Pool.open_space")
 
     def _nr_blocks(self) -> int:
         # the ids the library takes are below it; fixed for the space's life
