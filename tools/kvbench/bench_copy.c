@@ -260,10 +260,7 @@ int cmd_copy(int argc, char **argv)
 		  .help = "also 64, 128, 512 and 1024 KiB blocks (--plot implies it)" },
 		{ NULL },
 	};
-	const struct kvb_cmd cmd = { .defaults = &copy_defaults, .about = copy_about,
-				     .opts = opts };
-
-	if (!kvb_parse_args(&cmd, &o.c, argc, argv, NULL, &ret))
+	if (!kvb_parse(&copy_defaults, copy_about, opts, &o.c, argc, argv, &ret))
 		return ret;
 	if (o.c.plot)
 		o.sweep = true;

@@ -107,10 +107,7 @@ int cmd_hash(int argc, char **argv)
 		  .help = "prompt length (default 32768; 128 .. 2^26)" },
 		{ NULL },
 	};
-	const struct kvb_cmd cmd = { .defaults = &hash_defaults, .about = hash_about,
-				     .opts = opts };
-
-	if (!kvb_parse_args(&cmd, &o.c, argc, argv, NULL, &ret))
+	if (!kvb_parse(&hash_defaults, hash_about, opts, &o.c, argc, argv, &ret))
 		return ret;
 	tok = malloc(o.tokens * sizeof(*tok));
 	c.hashes = malloc((o.tokens / 16) * sizeof(*c.hashes));

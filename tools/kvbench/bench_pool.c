@@ -854,10 +854,7 @@ int cmd_pool(int argc, char **argv)
 			  "; 0: not run)" },
 		{ NULL },
 	};
-	const struct kvb_cmd cmd = { .defaults = &pool_defaults, .about = pool_about,
-				     .opts = opts };
-
-	if (!kvb_parse_args(&cmd, &o.c, argc, argv, NULL, &ret))
+	if (!kvb_parse(&pool_defaults, pool_about, opts, &o.c, argc, argv, &ret))
 		return ret;
 	core = !o.only || !strcmp(o.only, "core");
 	dev = !o.only || !strcmp(o.only, "ioctl");

@@ -477,10 +477,7 @@ int cmd_tier(int argc, char **argv)
 		  .help = "MiB of blocks per block size on Redis (default 64)" },
 		{ NULL },
 	};
-	const struct kvb_cmd cmd = { .defaults = &tier_defaults, .about = tier_about,
-				     .opts = opts };
-
-	if (!kvb_parse_args(&cmd, &o.c, argc, argv, NULL, &ret))
+	if (!kvb_parse(&tier_defaults, tier_about, opts, &o.c, argc, argv, &ret))
 		return ret;
 	ret = 0;
 	if (!o.dir) {

@@ -144,6 +144,14 @@ bool kvb_parse_args(const struct kvb_cmd *cmd, struct kvb_opts *o, int argc, cha
 	return *status < 0;
 }
 
+bool kvb_parse(const struct kvb_opts *defaults, const char *about, const struct topt *opts,
+	       struct kvb_opts *o, int argc, char **argv, int *status)
+{
+	const struct kvb_cmd cmd = { .defaults = defaults, .about = about, .opts = opts };
+
+	return kvb_parse_args(&cmd, o, argc, argv, NULL, status);
+}
+
 /* ---- clock and medians ------------------------------------------------------ */
 
 double kvb_now_ns(void)

@@ -70,6 +70,13 @@ struct kvb_cmd {
 bool kvb_parse_args(const struct kvb_cmd *cmd, struct kvb_opts *o, int argc, char **argv,
 		    int *rest, int *status);
 
+/*
+ * kvb_parse_args for the usual subcommand: its own options and the common
+ * ones, no operands, nothing else in its kvb_cmd.
+ */
+bool kvb_parse(const struct kvb_opts *defaults, const char *about, const struct topt *opts,
+	       struct kvb_opts *o, int argc, char **argv, int *status);
+
 /* The subcommand's --help. */
 void kvb_usage(const struct kvb_cmd *cmd, FILE *f);
 
