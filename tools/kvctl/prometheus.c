@@ -54,11 +54,14 @@ void kv_prometheus_down(void)
 	kv_metric("kvpool_up", "gauge", "1 when the kvpool module is loaded.", 0);
 }
 
-#define SPACE_FIELD(f) offsetof(struct kv_space, f)
-static const struct {
+/* A metric read from a uint64_t field at off of a record. */
+struct prom_metric {
 	const char *name, *type, *help;
 	size_t off;
-} kv_space_metrics[] = {
+};
+
+#define SPACE_FIELD(f) offsetof(struct kv_space, f)
+static const struct prom_metric kv_space_metrics[] = {
 	{ "kvpool_space_persistent", "gauge", "1 when the space outlives its last descriptor.",
 	  SPACE_FIELD(persistent) },
 	{ "kvpool_space_clients", "gauge", "File descriptors joined to the space.",
@@ -86,6 +89,100 @@ static const struct {
 	  SPACE_FIELD(dedups) },
 };
 
+#define SNAP_FIELD(f) offsetof(struct kv_snap, f)
+static const struct prom_metric kv_pool_metrics[] = {
+	{ "kvpool_pool_bytes", "gauge", "Bytes of pinned pages the pool holds.",
+	  SNAP_FIELD(pool_bytes) },
+	{ "kvpool_free_bytes", "gauge", "Pool bytes no space holds.", SNAP_FIELD(free_bytes) },
+	{ "kvpool_held_bytes", "gauge", "Bytes that left a space while still mapped or pinned.",
+	  SNAP_FIELD(held_bytes) },
+	{ "kvpool_chunk_bytes", "gauge", "Size of a full chunk.", SNAP_FIELD(chunk_bytes) },
+	{ "kvpool_spaces", "gauge", "Live spaces.", SNAP_FIELD(spaces) },
+	{ "kvpool_cached_bytes", "gauge", "Bytes of cached blocks, all spaces.",
+	  SNAP_FIELD(cached_bytes) },
+	{ "kvpool_published_bytes", "gauge", "Bytes of published blocks with readers.",
+	  SNAP_FIELD(published_bytes) },
+	{ "kvpool_allocs_total", "counter", "Blocks handed out by ALLOC since load.",
+	  SNAP_FIELD(allocs) },
+	{ "kvpool_frees_total", "counter", "Blocks returned by FREE or close since load.",
+	  SNAP_FIELD(frees) },
+	{ "kvpool_alloc_failures_total", "counter", "ALLOC calls that failed after validation.",
+	  SNAP_FIELD(alloc_failures) },
+	{ "kvpool_zeroed_chunks_total", "counter", "Chunks scrubbed for another space.",
+	  SNAP_FIELD(zeroed_chunks) },
+	{ "kvpool_reclaimed_bytes_total", "counter", "Bytes the shrinker gave back.",
+	  SNAP_FIELD(reclaimed_bytes) },
+	{ "kvpool_prefix_hits_total", "counter", "Looked-up blocks found, live spaces.",
+	  SNAP_FIELD(prefix_hits) },
+	{ "kvpool_prefix_misses_total", "counter", "Looked-up hashes not served, live spaces.",
+	  SNAP_FIELD(prefix_misses) },
+	{ "kvpool_prefix_inserts_total", "counter", "Blocks published under a new hash, live "
+	  "spaces.", SNAP_FIELD(prefix_inserts) },
+	{ "kvpool_prefix_dedups_total", "counter", "Published blocks whose hash was present, "
+	  "live spaces.", SNAP_FIELD(prefix_dedups) },
+	{ "kvpool_shrinker_enabled", "gauge", "1 when the shrinker may reclaim.",
+	  SNAP_FIELD(shrinker_enabled) },
+	{ "kvpool_min_cached_bytes", "gauge", "Cached bytes the shrinker leaves alone.",
+	  SNAP_FIELD(min_cached_bytes) },
+	{ "kvpool_event_queue_max", "gauge", "Events queued per descriptor at most.",
+	  SNAP_FIELD(event_queue_max) },
+	{ "kvpool_uid_limit_default_bytes", "gauge", "Limit of uids without their own (0: none).",
+	  SNAP_FIELD(uid_limit_default_bytes) },
+};
+
+/* A gauge per uint64_t field of an array of records, one sample a record. */
+struct prom_col {
+	const char *name, *help;
+	size_t off;
+};
+
+static const struct prom_col node_cols[] = {
+	{ "kvpool_node_reserved_bytes", "Bytes the pool holds on the node.",
+	  offsetof(struct kv_node, reserved) },
+	{ "kvpool_node_free_bytes", "Bytes on the node no space holds.",
+	  offsetof(struct kv_node, free) },
+	{ "kvpool_node_in_spaces_bytes", "Bytes on the node held by spaces.",
+	  offsetof(struct kv_node, in_spaces) },
+	{ "kvpool_node_held_bytes", "Bytes on the node waiting for a mapping or pin.",
+	  offsetof(struct kv_node, held) },
+};
+
+static const struct prom_col tenant_cols[] = {
+	{ "kvpool_uid_limit_bytes", "The uid's limit in effect (0: none).",
+	  offsetof(struct kv_tenant, limit) },
+	{ "kvpool_uid_used_bytes", "Bytes of chunks backing the uid's spaces.",
+	  offsetof(struct kv_tenant, used) },
+	{ "kvpool_uid_spaces", "Spaces the uid owns.", offsetof(struct kv_tenant, spaces) },
+};
+
+static unsigned long long node_id(const void *rec)
+{
+	return (unsigned long long)((const struct kv_node *)rec)->id;
+}
+
+static unsigned long long tenant_uid(const void *rec)
+{
+	return ((const struct kv_tenant *)rec)->uid;
+}
+
+static void prom_columns(const struct prom_col *col, size_t ncol, const void *recs,
+			 size_t stride, int nrec, const char *label,
+			 unsigned long long (*id)(const void *rec))
+{
+	size_t c;
+	int i;
+
+	for (c = 0; c < ncol; c++) {
+		kv_prom_family(col[c].name, "gauge", col[c].help);
+		for (i = 0; i < nrec; i++) {
+			const char *rec = (const char *)recs + (size_t)i * stride;
+
+			printf("%s{%s=\"%llu\"} %llu\n", col[c].name, label, id(rec),
+			       (unsigned long long)*(const uint64_t *)(rec + col[c].off));
+		}
+	}
+}
+
 int kv_prometheus(const struct kv_snap *s)
 {
 	char v[32];
@@ -93,90 +190,20 @@ int kv_prometheus(const struct kv_snap *s)
 	int i, k;
 
 	kv_metric("kvpool_up", "gauge", "1 when the kvpool module is loaded.", 1);
-	kv_metric("kvpool_pool_bytes", "gauge", "Bytes of pinned pages the pool holds.",
-		 s->pool_bytes);
-	kv_metric("kvpool_free_bytes", "gauge", "Pool bytes no space holds.", s->free_bytes);
-	kv_metric("kvpool_held_bytes", "gauge",
-		 "Bytes that left a space while still mapped or pinned.", s->held_bytes);
+	for (m = 0; m < sizeof(kv_pool_metrics) / sizeof(kv_pool_metrics[0]); m++)
+		kv_metric(kv_pool_metrics[m].name, kv_pool_metrics[m].type, kv_pool_metrics[m].help,
+			  *(const uint64_t *)((const char *)s + kv_pool_metrics[m].off));
 	kv_metric("kvpool_in_spaces_bytes", "gauge", "Pool bytes held by spaces.",
 		 kv_pool_in_spaces(s));
-	kv_metric("kvpool_chunk_bytes", "gauge", "Size of a full chunk.", s->chunk_bytes);
-	kv_metric("kvpool_spaces", "gauge", "Live spaces.", s->spaces);
-	kv_metric("kvpool_cached_bytes", "gauge", "Bytes of cached blocks, all spaces.",
-		 s->cached_bytes);
-	kv_metric("kvpool_published_bytes", "gauge", "Bytes of published blocks with readers.",
-		 s->published_bytes);
-	kv_metric("kvpool_allocs_total", "counter", "Blocks handed out by ALLOC since load.",
-		 s->allocs);
-	kv_metric("kvpool_frees_total", "counter", "Blocks returned by FREE or close since load.",
-		 s->frees);
-	kv_metric("kvpool_alloc_failures_total", "counter", "ALLOC calls that failed after "
-		 "validation.", s->alloc_failures);
-	kv_metric("kvpool_zeroed_chunks_total", "counter", "Chunks scrubbed for another space.",
-		 s->zeroed_chunks);
-	kv_metric("kvpool_reclaimed_bytes_total", "counter", "Bytes the shrinker gave back.",
-		 s->reclaimed_bytes);
-	kv_metric("kvpool_prefix_hits_total", "counter", "Looked-up blocks found, live spaces.",
-		 s->prefix_hits);
-	kv_metric("kvpool_prefix_misses_total", "counter", "Looked-up hashes not served, live "
-		 "spaces.", s->prefix_misses);
-	kv_metric("kvpool_prefix_inserts_total", "counter", "Blocks published under a new hash, "
-		 "live spaces.", s->prefix_inserts);
-	kv_metric("kvpool_prefix_dedups_total", "counter", "Published blocks whose hash was "
-		 "present, live spaces.", s->prefix_dedups);
 	kv_prom_family("kvpool_evictions_total", "counter", "Evicted blocks per cause, live spaces.");
 	for (k = 0; k < KV_CAUSES; k++)
 		printf("kvpool_evictions_total{cause=\"%s\"} %llu\n", kv_cause_names[k],
 		       (unsigned long long)s->evictions[k]);
-	kv_metric("kvpool_shrinker_enabled", "gauge", "1 when the shrinker may reclaim.",
-		 s->shrinker_enabled);
-	kv_metric("kvpool_min_cached_bytes", "gauge", "Cached bytes the shrinker leaves alone.",
-		 s->min_cached_bytes);
-	kv_metric("kvpool_event_queue_max", "gauge", "Events queued per descriptor at most.",
-		 s->event_queue_max);
-	kv_metric("kvpool_uid_limit_default_bytes", "gauge", "Limit of uids without their own "
-		 "(0: none).", s->uid_limit_default_bytes);
 
-	{
-		static const struct { const char *name, *help; size_t off; } nm[] = {
-			{ "kvpool_node_reserved_bytes", "Bytes the pool holds on the node.",
-			  offsetof(struct kv_node, reserved) },
-			{ "kvpool_node_free_bytes", "Bytes on the node no space holds.",
-			  offsetof(struct kv_node, free) },
-			{ "kvpool_node_in_spaces_bytes", "Bytes on the node held by spaces.",
-			  offsetof(struct kv_node, in_spaces) },
-			{ "kvpool_node_held_bytes", "Bytes on the node waiting for a mapping or pin.",
-			  offsetof(struct kv_node, held) },
-		};
-
-		for (m = 0; m < sizeof(nm) / sizeof(nm[0]); m++) {
-			kv_prom_family(nm[m].name, "gauge", nm[m].help);
-			for (i = 0; i < s->nr_nodes; i++)
-				printf("%s{node=\"%d\"} %llu\n", nm[m].name, s->nodes[i].id,
-				       (unsigned long long)*(const uint64_t *)
-				       ((const char *)&s->nodes[i] + nm[m].off));
-		}
-	}
-
-	{
-		static const struct { const char *name, *help; size_t off; } tm[] = {
-			{ "kvpool_uid_limit_bytes", "The uid's limit in effect (0: none).",
-			  offsetof(struct kv_tenant, limit) },
-			{ "kvpool_uid_used_bytes", "Bytes of chunks backing the uid's spaces.",
-			  offsetof(struct kv_tenant, used) },
-			{ "kvpool_uid_spaces", "Spaces the uid owns.",
-			  offsetof(struct kv_tenant, spaces) },
-		};
-
-		for (m = 0; m < sizeof(tm) / sizeof(tm[0]); m++) {
-			kv_prom_family(tm[m].name, "gauge", tm[m].help);
-			for (i = 0; i < s->nr_tenants; i++)
-				printf("%s{uid=\"%llu\"} %llu\n", tm[m].name,
-				       (unsigned long long)s->tenants[i].uid,
-				       (unsigned long long)*(const uint64_t *)
-				       ((const char *)&s->tenants[i] + tm[m].off));
-		}
-	}
+	prom_columns(node_cols, sizeof(node_cols) / sizeof(node_cols[0]), s->nodes,
+		     sizeof(s->nodes[0]), s->nr_nodes, "node", node_id);
+	prom_columns(tenant_cols, sizeof(tenant_cols) / sizeof(tenant_cols[0]), s->tenants,
+		     sizeof(s->tenants[0]), s->nr_tenants, "uid", tenant_uid);
 
 	kv_prom_family("kvpool_space_info", "gauge", "1 per live space; labels name its owner.");
 	for (i = 0; i < s->nr_sp; i++) {
