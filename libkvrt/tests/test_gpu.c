@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 /*
- * test_gpu: libkvrt's GPU path (kvrt.h, "GPU (0.3)").
+ * test_gpu: libkvrt's GPU path (kvrt.h, "GPU (0.3)").  This file has the
+ * overview, the tolerances and main; the tests are in gpu/, a file a topic
+ * on one harness (gpu/harness.h lists them).
  *
  * Always, with or without a GPU (these never skip):
  *   - kvrt_gpu_probe() returns 0 or -ENODEV with a reason; anything else

@@ -135,19 +135,10 @@ void fill_layout(struct kvrt_layout *lo, int kind, uint32_t layers, uint32_t hea
 		lo->scale_block_stride = 2LL * heads * layers;
 		break;
 	case L_LM:	/* [layer][kv][block][token][head][dim] */
-		lo->head_stride = row;
-		lo->token_stride = heads * row;
-		lo->block_stride = bt * lo->token_stride;
-		lo->kv_stride = nblocks * lo->block_stride;
-		lo->layer_stride = 2 * lo->kv_stride;
-		lo->scale_block_stride = heads;
-		lo->scale_kv_stride = (int64_t)nblocks * heads;
-		lo->scale_layer_stride = 2 * lo->scale_kv_stride;
-		break;
 	case L_HM:	/* [layer][kv][block][head][token][dim] */
-		lo->token_stride = row;
-		lo->head_stride = bt * row;
-		lo->block_stride = heads * lo->head_stride;
+		lo->head_stride = kind == L_LM ? row : bt * row;
+		lo->token_stride = kind == L_LM ? heads * row : row;
+		lo->block_stride = (int64_t)bt * heads * row;
 		lo->kv_stride = nblocks * lo->block_stride;
 		lo->layer_stride = 2 * lo->kv_stride;
 		lo->scale_block_stride = heads;
