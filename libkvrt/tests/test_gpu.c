@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * test_gpu: libkvrt's GPU path (kvrt.h, "GPU (0.3)").  This file has the
+ * test_gpu: libkvrt's GPU path (kvrt.h, "GPU (since 0.3)").  This file has the
  * overview, the tolerances and main; the tests are in gpu/, a file a topic
  * on one harness (gpu/harness.h lists them).
  *
