@@ -543,24 +543,21 @@ TEST(copy_errors_match_cpu)
 		hd = d.ha, gd = d.da;
 		hd.base = gd.base = NULL;
 		SAME("NULL base", &hd, &s.ha, &gd, &s.da, p, 2, m);
-		for (f = 0; f < 5; f++) {
+		for (f = 0; f < 6; f++) {	/* 5 geometries that differ, then one too large */
 			bad = d.lo;
 			switch (f) {
 			case 0: bad.num_layers = 1; break;
 			case 1: bad.num_kv_heads = 1; break;
 			case 2: bad.head_dim = 32; break;
 			case 3: bad.block_tokens = 8; break;
-			default: bad.kv_dtype = KVRT_DTYPE_BF16; break;
+			case 4: bad.kv_dtype = KVRT_DTYPE_BF16; break;
+			default: bad.layer_stride = INT64_MAX; break;
 			}
 			hd = d.ha, gd = d.da;
 			hd.layout = gd.layout = &bad;
-			SAME("geometry mismatch", &hd, &s.ha, &gd, &s.da, p, 2, m);
+			SAME(f < 5 ? "geometry mismatch" : "layout extent overflows", &hd, &s.ha, &gd,
+			     &s.da, p, 2, m);
 		}
-		bad = d.lo;
-		bad.layer_stride = INT64_MAX;
-		hd = d.ha, gd = d.da;
-		hd.layout = gd.layout = &bad;
-		SAME("layout extent overflows", &hd, &s.ha, &gd, &s.da, p, 2, m);
 		SAME("src id >= num_blocks", &d.ha, &s.ha, &d.da, &s.da, &oobs, 1, m);
 		SAME("dst id >= num_blocks", &d.ha, &s.ha, &d.da, &s.da, &oobd, 1, m);
 		SAME("a destination twice", &d.ha, &s.ha, &d.da, &s.da, dup, 2, m);
