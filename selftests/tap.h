@@ -28,7 +28,9 @@
  *
  * Where tests live: a user-space test is one program, test_<what>.c, in
  * the tests/ folder of the part it tests (libkvrt/tests/, cuda/tests/,
- * tools/<tool>/tests/; kvcore's are in selftests/core/), using this header.
+ * tools/<tool>/tests/; kvcore's are in selftests/core/), using this header;
+ * one that outgrows a file keeps test_<what>.c (overview, main) and puts
+ * its topics in tests/<what>/ (libkvrt's test_gpu: tests/gpu/).
  * The module's selftests in selftests/kvpool/ follow the kernel instead:
  * <what>_test.c on kselftest_harness.h, and the VM runs every *_test.
  * (Documentation/libkvrt.rst, "Testing", says the same.)

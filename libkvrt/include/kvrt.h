@@ -22,6 +22,22 @@
  * no participant owns or references) is inside the backed range but has
  * no pages; it is not caught.  Other memory is the caller's and is not
  * checked.
+ *
+ * Contents, by concept.  A declaration later than 0.1 says "since 0.N", or
+ * its section does; kvrt.map binds each function to that version node.
+ *
+ *   version
+ *   handles and backends      kvrt_open, logging, kvrt_pool_info
+ *   spaces, blocks, mapping
+ *   element types, KV layouts (and a layout for a pool space)
+ *   prefix hashing
+ *   prefix cache              publish, lookup, release, persistent spaces, stats
+ *   residency records, events
+ *   tiers below the pool      SSD, Redis, write-back, tier keys
+ *   sequence block tables
+ *   paged attention on the CPU (and worker threads), append, block copies
+ *   GPU                       probe, memory, registration, copies, append, plans,
+ *                             attention
  */
 #ifndef KVRT_H
 #define KVRT_H
@@ -68,235 +84,6 @@ extern "C" {
 const char *kvrt_version(void);
 /* The same as a number, as KVRT_VERSION_NUMBER. */
 int kvrt_version_number(void);
-
-/* ---- element types ----------------------------------------------------- */
-
-enum kvrt_dtype {
-	KVRT_DTYPE_F32 = 0,
-	KVRT_DTYPE_F16 = 1,
-	KVRT_DTYPE_BF16 = 2,
-	KVRT_DTYPE_FP8_E4M3 = 3,	/* KV only; with per-block-per-head scales */
-};
-
-/* Bytes per element, or 0 for an unknown dtype. */
-size_t kvrt_dtype_size(enum kvrt_dtype dtype);
-
-/* ---- KV layouts ------------------------------------------------------------
- *
- * A paged KV cache holds, for each layer l, K and V (kv = 0, 1) of each
- * block b, token slot t (< block_tokens), KV head h and dim d.  The byte
- * offset of that element from the cache base is
- *
- *   l * layer_stride + kv * kv_stride + b * block_stride
- *     + t * token_stride + h * head_stride + d * element size
- *
- * so any layout with a contiguous head_dim is expressible.  Two presets:
- *
- *   KVRT_LAYOUT_BLOCK_MAJOR  [block][layer][kv][token][head][dim]: all layers
- *                            of a block contiguous; one block is one copy.
- *   KVRT_LAYOUT_LAYER_MAJOR  [layer][kv][block][token][head][dim]: per-layer
- *                            caches as vLLM and FlashInfer keep them (NHD).
- *
- * For fp8, scales are float32 per (layer, kv, block, head), at
- *   scales[l * scale_layer_stride + kv * scale_kv_stride
- *          + b * scale_block_stride + h]   (strides in floats)
- * and a stored value x means x * scale.
- */
-enum kvrt_layout_kind {
-	KVRT_LAYOUT_BLOCK_MAJOR = 0,
-	KVRT_LAYOUT_LAYER_MAJOR = 1,
-};
-
-struct kvrt_layout {
-	uint32_t num_layers;
-	uint32_t num_kv_heads;
-	uint32_t head_dim;
-	uint32_t block_tokens;	/* tokens per block */
-	uint32_t num_blocks;	/* blocks in the cache this layout describes */
-	enum kvrt_dtype kv_dtype;
-	int64_t layer_stride;	/* bytes */
-	int64_t kv_stride;
-	int64_t block_stride;
-	int64_t token_stride;
-	int64_t head_stride;
-	int64_t scale_layer_stride;	/* floats; fp8 only */
-	int64_t scale_kv_stride;
-	int64_t scale_block_stride;
-};
-
-/*
- * Fill a layout for a preset.  -EINVAL for zero sizes, an unknown kind or
- * dtype; -EOVERFLOW when the cache would not fit in 63 bits.
- */
-int kvrt_layout_init(struct kvrt_layout *layout, enum kvrt_layout_kind kind,
-		     uint32_t num_layers, uint32_t num_kv_heads, uint32_t head_dim,
-		     uint32_t block_tokens, uint32_t num_blocks, enum kvrt_dtype kv_dtype);
-
-/*
- * Bytes one block occupies across all layers, K and V:
- *   num_layers * 2 * block_tokens * num_kv_heads * head_dim * element size,
- * plus, for fp8, the block's scales (num_layers * 2 * num_kv_heads floats,
- * after the data rounded up to a multiple of 4 bytes).
- * This is what a pool block must hold to take one block in a block-major
- * copy (size the space's block_bytes from it, rounded up to the page size).
- * -EINVAL for a NULL or inconsistent layout, -EOVERFLOW when it does not fit
- * in 63 bits.
- */
-int kvrt_layout_block_bytes(const struct kvrt_layout *layout, uint64_t *bytes);
-
-/*
- * The memory formula: bytes of K and V for tokens tokens,
- *   2 * tokens * num_layers * num_kv_heads * head_dim * element size.
- * tokens == 1 gives the bytes per token, tokens == 0 gives 0 whatever the
- * sizes.  fp8 scales are per block, so they are not in this figure:
- * kvrt_layout_block_bytes() counts them.  -EINVAL for a zero size (tokens
- * may be 0) or unknown dtype, -EOVERFLOW when the result does not fit in
- * 63 bits.
- */
-int kvrt_kv_bytes(uint32_t num_layers, uint32_t num_kv_heads, uint32_t head_dim,
-		  uint64_t tokens, enum kvrt_dtype dtype, uint64_t *bytes);
-
-/*
- * Turn an fp8 KVRT_LAYOUT_BLOCK_MAJOR layout into one that keeps each
- * block's scales inside the block, right after its K/V data, so that one
- * block is one self-contained kvrt_layout_block_bytes() range (the form a
- * pool block takes).  block_stride becomes kvrt_layout_block_bytes(); the
- * scale strides are set to match; *scales_offset receives the byte offset
- * from the cache base of the first scale: use base + *scales_offset as the
- * scales pointer of a struct kvrt_kv_cache or kvrt_block_array.
- * -EINVAL unless the layout is fp8 and exactly the block-major preset;
- * -EOVERFLOW when the cache with the scales inline (num_blocks times the
- * new block_stride) would not fit in 63 bits, as kvrt_layout_init() says
- * of the data alone.  On failure the layout is unchanged.
- */
-int kvrt_layout_inline_scales(struct kvrt_layout *layout, uint64_t *scales_offset);
-
-/* ---- paged attention ---------------------------------------------------------
- *
- * Block tables are CSR: sequence s owns blocks indices[indptr[s] ..
- * indptr[s + 1]) in order, and seq_lens[s] tokens (1 <= seq_lens[s] <=
- * blocks * block_tokens).  Token position p of sequence s lives in block
- * indices[indptr[s] + p / block_tokens], slot p % block_tokens.
- */
-struct kvrt_block_table {
-	uint32_t num_seqs;
-	const int32_t *indptr;	/* [num_seqs + 1] */
-	const int32_t *indices;	/* [indptr[num_seqs]] */
-	const int32_t *seq_lens;	/* [num_seqs], tokens in the cache incl. new ones */
-};
-
-/* One layer of a paged cache. */
-struct kvrt_kv_cache {
-	const struct kvrt_layout *layout;
-	const void *base;
-	const float *scales;	/* fp8 only, else NULL */
-	uint32_t layer;
-};
-
-enum kvrt_attn_impl {
-	KVRT_ATTN_FAST = 0,	/* vectorised, threaded */
-	KVRT_ATTN_REFERENCE = 1,	/* plain and obviously right */
-};
-
-struct kvrt_attn_params {
-	uint32_t num_q_heads;	/* a multiple of the layout's num_kv_heads (GQA) */
-	float sm_scale;		/* usually 1 / sqrt(head_dim) */
-	int32_t window_left;	/* sliding window: keys at p >= q_pos - window_left; -1: none */
-	float logit_softcap;	/* 0: none; else cap * tanh(logit / cap) */
-	enum kvrt_dtype q_dtype;	/* f32, f16 or bf16 */
-	enum kvrt_dtype o_dtype;	/* f32, f16 or bf16 */
-	enum kvrt_attn_impl impl;
-	uint32_t num_threads;	/* 0: one per online CPU */
-};
-
-/*
- * Decode: one query token per sequence, at position seq_lens[s] - 1.
- * q: [num_seqs][num_q_heads][head_dim], out: same shape, dtypes per params.
- * -EINVAL on inconsistent shapes or dtypes, -ERANGE when a block of the
- * table breaks the bounds rule (top of this file), -EFAULT when one is a
- * space's block with no memory behind it (same place), -ENOMEM on scratch
- * failure; out is untouched on failure.
- */
-int kvrt_attn_decode(const struct kvrt_attn_params *params, const void *q,
-		     const struct kvrt_kv_cache *kv, const struct kvrt_block_table *table,
-		     void *out);
-
-/*
- * Chunked prefill: sequence s has q_indptr[s + 1] - q_indptr[s] query
- * tokens, the last ones of its seq_lens[s] (their K/V already appended),
- * attending causally to every earlier position including earlier chunks.
- * q: [q_indptr[num_seqs]][num_q_heads][head_dim], out: same shape.
- */
-int kvrt_attn_prefill(const struct kvrt_attn_params *params, const void *q,
-		      const int32_t *q_indptr, const struct kvrt_kv_cache *kv,
-		      const struct kvrt_block_table *table, void *out);
-
-/*
- * Worker threads kept between calls (since 0.4).  kvrt_attn_decode() and
- * kvrt_attn_prefill() create their threads and join them before returning,
- * which costs tens of microseconds per thread per call.  An engine that
- * calls them per layer can keep the threads instead: kvrt_workers_create()
- * starts num_threads - 1 threads (the calling thread is the first; 0: one
- * per CPU in the caller's affinity mask) that sleep between calls, and the
- * _on variants run on them.  params->num_threads caps how many take part
- * (0: all); fewer do when the call has little work, as without workers.
- * Results are bitwise those of the calls without workers.  A workers object
- * runs one call at a time: calls from several threads wait their turn.
- *
- * kvrt_workers_create: -EINVAL for a NULL workers or num_threads above
- * KVRT_WORKERS_MAX, -ENOMEM, -EAGAIN when a thread cannot be created (none
- * is left running).  kvrt_workers_destroy: NULL is a no-op; no call may be
- * running on the object.  The _on variants: -EINVAL for a NULL workers,
- * else as kvrt_attn_decode() and kvrt_attn_prefill().
- */
-#define KVRT_WORKERS_MAX 1024
-
-struct kvrt_workers;
-
-int kvrt_workers_create(uint32_t num_threads, struct kvrt_workers **workers);
-void kvrt_workers_destroy(struct kvrt_workers *workers);
-int kvrt_attn_decode_on(struct kvrt_workers *workers, const struct kvrt_attn_params *params,
-			const void *q, const struct kvrt_kv_cache *kv,
-			const struct kvrt_block_table *table, void *out);
-int kvrt_attn_prefill_on(struct kvrt_workers *workers, const struct kvrt_attn_params *params,
-			 const void *q, const int32_t *q_indptr,
-			 const struct kvrt_kv_cache *kv, const struct kvrt_block_table *table,
-			 void *out);
-
-/* ---- append (reshape and cache) ------------------------------------------
- *
- * Write the K and V of num_tokens new tokens of one layer (kv->layer) into
- * their slots: token i goes to block slots[i] / block_tokens, offset
- * slots[i] % block_tokens.  A negative slot skips the token (padding).
- * k, v: [num_tokens][num_kv_heads][head_dim] of src_dtype (f32, f16 or
- * bf16), converted to the cache's dtype with round-to-nearest-even.
- *
- * kv->base (and kv->scales for fp8) must point to writable memory: the
- * struct is the attention's read view, append writes through it.
- *
- * fp8 e4m3 caches keep one float scale per (layer, kv, block, head); a
- * stored byte q means kvrt_fp8(q) * scale.  Rule, per (block, head), applied
- * token by token in the order given:
- *   - writing offset 0 starts the block afresh: scale = absmax / 448 of
- *     that token's head vector (0 if it is all zeros);
- *   - writing offset t > 0 with absmax / 448 > scale raises the scale to
- *     absmax / 448 and requantizes every other slot of the block's head
- *     with the new scale (old values are decoded with the old scale), so
- *     values are never clipped;
- *   - otherwise the value is quantized with the block's current scale.
- * So offset 0 of a block must be appended before its other offsets (as
- * engines do), and non-finite inputs give unspecified fp8 contents.
- *
- * All-or-nothing validation: -EINVAL (nothing written) for a NULL pointer,
- * an inconsistent layout, a layer >= num_layers, src_dtype not f32/f16/
- * bf16, a missing fp8 scales pointer, or any slot >= num_blocks *
- * block_tokens; -ERANGE (nothing written) when a slot's block breaks the
- * bounds rule (top of this file); -EFAULT (nothing written) when it is a
- * space's block with no memory behind it (same place).  num_tokens 0 is a
- * no-op.  Not thread-safe against other writers of the same blocks.
- */
-int kvrt_append_kv(const struct kvrt_kv_cache *kv, const void *k, const void *v,
-		   enum kvrt_dtype src_dtype, const int64_t *slots, uint32_t num_tokens);
 
 /* ---- handles and backends --------------------------------------------------
  *
@@ -532,6 +319,122 @@ struct kvrt_mem_info {
 
 int kvrt_space_mem_info(struct kvrt_space *space, struct kvrt_mem_info *info);
 
+/* ---- element types ----------------------------------------------------- */
+
+enum kvrt_dtype {
+	KVRT_DTYPE_F32 = 0,
+	KVRT_DTYPE_F16 = 1,
+	KVRT_DTYPE_BF16 = 2,
+	KVRT_DTYPE_FP8_E4M3 = 3,	/* KV only; with per-block-per-head scales */
+};
+
+/* Bytes per element, or 0 for an unknown dtype. */
+size_t kvrt_dtype_size(enum kvrt_dtype dtype);
+
+/* ---- KV layouts ------------------------------------------------------------
+ *
+ * A paged KV cache holds, for each layer l, K and V (kv = 0, 1) of each
+ * block b, token slot t (< block_tokens), KV head h and dim d.  The byte
+ * offset of that element from the cache base is
+ *
+ *   l * layer_stride + kv * kv_stride + b * block_stride
+ *     + t * token_stride + h * head_stride + d * element size
+ *
+ * so any layout with a contiguous head_dim is expressible.  Two presets:
+ *
+ *   KVRT_LAYOUT_BLOCK_MAJOR  [block][layer][kv][token][head][dim]: all layers
+ *                            of a block contiguous; one block is one copy.
+ *   KVRT_LAYOUT_LAYER_MAJOR  [layer][kv][block][token][head][dim]: per-layer
+ *                            caches as vLLM and FlashInfer keep them (NHD).
+ *
+ * For fp8, scales are float32 per (layer, kv, block, head), at
+ *   scales[l * scale_layer_stride + kv * scale_kv_stride
+ *          + b * scale_block_stride + h]   (strides in floats)
+ * and a stored value x means x * scale.
+ */
+enum kvrt_layout_kind {
+	KVRT_LAYOUT_BLOCK_MAJOR = 0,
+	KVRT_LAYOUT_LAYER_MAJOR = 1,
+};
+
+struct kvrt_layout {
+	uint32_t num_layers;
+	uint32_t num_kv_heads;
+	uint32_t head_dim;
+	uint32_t block_tokens;	/* tokens per block */
+	uint32_t num_blocks;	/* blocks in the cache this layout describes */
+	enum kvrt_dtype kv_dtype;
+	int64_t layer_stride;	/* bytes */
+	int64_t kv_stride;
+	int64_t block_stride;
+	int64_t token_stride;
+	int64_t head_stride;
+	int64_t scale_layer_stride;	/* floats; fp8 only */
+	int64_t scale_kv_stride;
+	int64_t scale_block_stride;
+};
+
+/*
+ * Fill a layout for a preset.  -EINVAL for zero sizes, an unknown kind or
+ * dtype; -EOVERFLOW when the cache would not fit in 63 bits.
+ */
+int kvrt_layout_init(struct kvrt_layout *layout, enum kvrt_layout_kind kind,
+		     uint32_t num_layers, uint32_t num_kv_heads, uint32_t head_dim,
+		     uint32_t block_tokens, uint32_t num_blocks, enum kvrt_dtype kv_dtype);
+
+/*
+ * Bytes one block occupies across all layers, K and V:
+ *   num_layers * 2 * block_tokens * num_kv_heads * head_dim * element size,
+ * plus, for fp8, the block's scales (num_layers * 2 * num_kv_heads floats,
+ * after the data rounded up to a multiple of 4 bytes).
+ * This is what a pool block must hold to take one block in a block-major
+ * copy (size the space's block_bytes from it, rounded up to the page size).
+ * -EINVAL for a NULL or inconsistent layout, -EOVERFLOW when it does not fit
+ * in 63 bits.
+ */
+int kvrt_layout_block_bytes(const struct kvrt_layout *layout, uint64_t *bytes);
+
+/*
+ * The memory formula: bytes of K and V for tokens tokens,
+ *   2 * tokens * num_layers * num_kv_heads * head_dim * element size.
+ * tokens == 1 gives the bytes per token, tokens == 0 gives 0 whatever the
+ * sizes.  fp8 scales are per block, so they are not in this figure:
+ * kvrt_layout_block_bytes() counts them.  -EINVAL for a zero size (tokens
+ * may be 0) or unknown dtype, -EOVERFLOW when the result does not fit in
+ * 63 bits.
+ */
+int kvrt_kv_bytes(uint32_t num_layers, uint32_t num_kv_heads, uint32_t head_dim,
+		  uint64_t tokens, enum kvrt_dtype dtype, uint64_t *bytes);
+
+/*
+ * Turn an fp8 KVRT_LAYOUT_BLOCK_MAJOR layout into one that keeps each
+ * block's scales inside the block, right after its K/V data, so that one
+ * block is one self-contained kvrt_layout_block_bytes() range (the form a
+ * pool block takes).  block_stride becomes kvrt_layout_block_bytes(); the
+ * scale strides are set to match; *scales_offset receives the byte offset
+ * from the cache base of the first scale: use base + *scales_offset as the
+ * scales pointer of a struct kvrt_kv_cache or kvrt_block_array.
+ * -EINVAL unless the layout is fp8 and exactly the block-major preset;
+ * -EOVERFLOW when the cache with the scales inline (num_blocks times the
+ * new block_stride) would not fit in 63 bits, as kvrt_layout_init() says
+ * of the data alone.  On failure the layout is unchanged.
+ */
+int kvrt_layout_inline_scales(struct kvrt_layout *layout, uint64_t *scales_offset);
+
+/* ---- a layout for a pool space (since 0.2) ----------------------------------
+ *
+ * Make a layout describe a space's blocks: num_blocks becomes the space's
+ * nr_blocks and block_stride its block_bytes (page-rounded, so usually more
+ * than the layout's block), so that a kvrt_block_array with base
+ * kvrt_space_base(space) addresses block id i of the space.  The layout
+ * must have self-contained blocks: the block-major preset, and for fp8
+ * after kvrt_layout_inline_scales() (its inline scales move with the
+ * stride).  -EINVAL for NULL arguments or another layout, -E2BIG when
+ * kvrt_layout_block_bytes() exceeds the space's block_bytes, -EOVERFLOW
+ * for a space of more than 2^32 blocks.
+ */
+int kvrt_layout_for_space(struct kvrt_layout *layout, struct kvrt_space *space);
+
 /* ---- prefix hashing ----------------------------------------------------------
  *
  * The hash of block j of a prompt is SHA-256 over
@@ -576,74 +479,7 @@ struct kvrt_hash_info {
 
 int kvrt_hash_info(struct kvrt_hash_info *info);
 
-/* ---- block copies -------------------------------------------------------------
- *
- * Copy whole blocks between two block arrays of the same geometry (layers,
- * KV heads, head dim, block tokens, dtype), each with its own strides, e.g.
- * a layer-major cache and a block-major pool.  fp8 scales travel with
- * their blocks.  The CPU implementation copies with memcpy over the largest
- * runs both layouts keep contiguous (a whole block for two block-major
- * arrays, one (layer, K/V) plane of a block between block-major and
- * layer-major).  The GPU implementation will sit behind the same call.
- */
-struct kvrt_block_array {
-	const struct kvrt_layout *layout;
-	void *base;
-	float *scales;		/* fp8 only, else NULL */
-};
-
-struct kvrt_block_pair {
-	uint32_t src;		/* block in the source array */
-	uint32_t dst;		/* block in the destination array */
-};
-
-#define KVRT_COPY_ASYNC (1U << 0)	/* run on the handle's copy thread */
-
-/*
- * Copy count blocks.  Validation happens in the call, before anything is
- * copied: -EINVAL for NULL arguments, unknown flags, inconsistent layouts,
- * geometries that differ, missing fp8 scales, an id >= the array's
- * num_blocks, a destination id twice, or (same base and layout) an id that
- * is both a source and a destination; -ERANGE when a listed block of
- * either array breaks the bounds rule (top of this file); -EFAULT when
- * one is a space's block with no memory behind it, e.g. an id the space
- * never backed (same place; never a signal); -ENOMEM.  count 0 is a no-op.
- *
- * done NULL: the copy runs in the caller and the call returns its result.
- * done non-NULL: *done receives a handle; with KVRT_COPY_ASYNC the copy
- * runs on the handle's copy thread (one per struct kvrt, started on first
- * use, copies complete in submission order), without it the copy has
- * completed on return.  pairs are copied; the arrays' memory must stay
- * valid until completion.  Thread-safe.
- */
-int kvrt_copy_blocks(struct kvrt *k, const struct kvrt_block_array *dst,
-		     const struct kvrt_block_array *src, const struct kvrt_block_pair *pairs,
-		     uint32_t count, uint32_t flags, struct kvrt_copy **done);
-
-/* 0 when the copy completed, -EAGAIN while it runs, else its errno. */
-int kvrt_copy_poll(struct kvrt_copy *copy);
-
-/* Wait for completion; returns what kvrt_copy_poll() would then. */
-int kvrt_copy_wait(struct kvrt_copy *copy);
-
-/* Wait for completion if needed, then free the handle.  NULL: no-op. */
-void kvrt_copy_free(struct kvrt_copy *copy);
-
-/* ---- a layout for a pool space (0.2) ---------------------------------------
- *
- * Make a layout describe a space's blocks: num_blocks becomes the space's
- * nr_blocks and block_stride its block_bytes (page-rounded, so usually more
- * than the layout's block), so that a kvrt_block_array with base
- * kvrt_space_base(space) addresses block id i of the space.  The layout
- * must have self-contained blocks: the block-major preset, and for fp8
- * after kvrt_layout_inline_scales() (its inline scales move with the
- * stride).  -EINVAL for NULL arguments or another layout, -E2BIG when
- * kvrt_layout_block_bytes() exceeds the space's block_bytes, -EOVERFLOW
- * for a space of more than 2^32 blocks.
- */
-int kvrt_layout_for_space(struct kvrt_layout *layout, struct kvrt_space *space);
-
-/* ---- prefix cache (0.2) ---------------------------------------------------------
+/* ---- prefix cache (since 0.2) -----------------------------------------------
  *
  * A space can share blocks by content.  A participant fills a block it
  * owns, then publishes it under the block's 32-byte hash (kvrt_hash_prompt
@@ -804,8 +640,9 @@ struct kvrt_space_stats {
  * ioctl's errno, -EOPNOTSUPP without KVRT_FEAT_PREFIX. */
 int kvrt_space_stats(struct kvrt_space *space, struct kvrt_space_stats *stats);
 
-/*
- * Residency records: this handle says host block `block` holds a copy of
+/* ---- residency records (since 0.2) ------------------------------------------
+ *
+ * This handle says host block `block` holds a copy of
  * GPU block `gpu_block` of the device whose UUID (cuDeviceGetUuid) is
  * given.  A successful add registers the device for this handle and gives
  * it a slot 0..KVRT_MAX_DEVICES-1 in the space's device table if it has
@@ -851,8 +688,9 @@ int kvrt_residency_del(struct kvrt_space *space, const uint8_t uuid[KVRT_UUID_BY
  * the device.  -ENOENT unknown device; -EINVAL NULL space or uuid. */
 int kvrt_residency_clear(struct kvrt_space *space, const uint8_t uuid[KVRT_UUID_BYTES]);
 
-/*
- * Events.  Each space handle has its own queue.  seq counts from 1 per
+/* ---- events (since 0.2) -----------------------------------------------------
+ *
+ * Each space handle has its own queue.  seq counts from 1 per
  * handle without gaps, except that events dropped because the queue was
  * full (kmod: sysfs event_queue_max, default 65536; embedded: 65536) are
  * replaced by one KVRT_EVENT_OVERFLOW whose count says how many seqs were
@@ -896,360 +734,9 @@ int kvrt_events_fd(struct kvrt_space *space);
  */
 int kvrt_read_events(struct kvrt_space *space, struct kvrt_event *events, uint32_t max);
 
-/* ---- GPU (0.3) -----------------------------------------------------------------
+/* ---- tiers below the pool (since 0.6) ---------------------------------------
  *
- * libkvrt drives NVIDIA GPUs through the CUDA driver API.  libcuda.so.1 is
- * opened at run time ($KVRT_LIBCUDA names another file), so the library
- * links and runs on hosts without a driver: there kvrt_gpu_probe() and
- * kvrt_gpu_open() return -ENODEV and say why.  The kernels are built by
- * nvcc into a fatbin (sm_80, sm_90a, PTX for newer GPUs) embedded in the
- * library; a build without nvcc has no GPU backend and says so the same way.
- *
- * A struct kvrt_gpu works in the device's primary context, the one the
- * CUDA runtime (and so PyTorch) uses: device pointers from cudaMalloc or a
- * torch tensor's data_ptr() are valid here.  Device memory is named by
- * plain pointers (CUdeviceptr values cast to void *) in the same structs
- * the CPU path takes: struct kvrt_kv_cache's base and scales, struct
- * kvrt_block_table's arrays.  stream is a CUstream (NULL: the legacy
- * default stream); every call is asynchronous on it unless it says not.
- * One struct kvrt_gpu may be used from several threads; a plan from one
- * at a time.
- */
-struct kvrt_gpu;
-struct kvrt_gpu_plan;
-
-/*
- * 0 when a GPU can be used: the driver loads, is CUDA 12.0 or newer, sees a
- * device, and the library has kernels.  Else -ENODEV and, when why is
- * not NULL, the reason in why[len] (e.g. "libcuda.so.1: cannot open
- * shared object file", "cuInit: CUDA_ERROR_NO_DEVICE", "built without
- * nvcc").  Loads the driver once per call; cheap enough for a startup check.
- */
-int kvrt_gpu_probe(char *why, size_t len);
-
-/*
- * Open device ordinal device (0 is the first) for handle k, retaining its
- * primary context and loading the kernels.  *out is NULL on failure.  -EINVAL NULL k or out, a
- * negative device; -ENODEV as kvrt_gpu_probe() or no such ordinal (the
- * reason goes to k's log); -ENOTSUP a device older than compute 8.0 (the
- * fatbin's oldest target); -ENOMEM.
- */
-int kvrt_gpu_open(struct kvrt *k, int device, struct kvrt_gpu **out);
-
-/* Unregisters what is still registered, frees plans' memory. NULL: no-op. */
-void kvrt_gpu_close(struct kvrt_gpu *gpu);
-
-struct kvrt_gpu_info {
-	char name[128];			/* "NVIDIA H100 80GB HBM3" */
-	int32_t device;			/* ordinal */
-	int32_t cc_major, cc_minor;	/* compute capability */
-	int32_t driver_version;		/* cuDriverGetVersion(): 12080 is 12.8 */
-	uint32_t sm_count;
-	uint32_t batch_memcpy;		/* 1: the driver has cuMemcpyBatchAsync */
-	uint64_t total_mem;		/* bytes */
-	uint64_t kernel_copy_max;	/* KVRT_GPU_COPY_AUTO: runs up to this size go
-					 * through the copy kernel (0: not calibrated) */
-	uint64_t registered_bytes;	/* host memory registered through this handle */
-	uint64_t reserved[4];
-};
-
-int kvrt_gpu_info(struct kvrt_gpu *gpu, struct kvrt_gpu_info *info);
-
-/*
- * Device memory and synchronisation, so that a C engine (or a test) needs
- * no CUDA runtime.  kvrt_gpu_memcpy copies bytes between any two of host
- * and device memory (unified addressing decides the direction) and
- * returns when done.  Errors: -EINVAL, -ENOMEM (device memory), -EIO for a
- * CUDA error (logged with its name).
- */
-int kvrt_gpu_alloc(struct kvrt_gpu *gpu, size_t bytes, void **dptr);
-int kvrt_gpu_free(struct kvrt_gpu *gpu, void *dptr);
-int kvrt_gpu_memcpy(struct kvrt_gpu *gpu, void *dst, const void *src, size_t bytes);
-int kvrt_gpu_sync(struct kvrt_gpu *gpu, void *stream);
-
-/*
- * Register host memory with the GPU so copies run at full speed and the
- * copy kernel can read and write it.  A space: the mapping's blocks
- * [0, nr_blocks), in pieces of at most 64 GiB that start and end on block
- * boundaries; called again after the space grew, it registers only what
- * is new (0 when nothing is).  Blocks backed after the registration are
- * registered by the first kvrt_gpu_copy_blocks() that touches them, so an
- * engine may register a space once, before it holds any block.  The space
- * must stay open until
- * kvrt_gpu_unregister_space() or kvrt_gpu_close().  kmod: the module's
- * pages are registered like any other mapping (the driver pins them).
- * -EINVAL, -EBUSY another kvrt_gpu registered it, -ENOMEM, -EIO.
- */
-int kvrt_gpu_register_space(struct kvrt_gpu *gpu, struct kvrt_space *space);
-int kvrt_gpu_unregister_space(struct kvrt_gpu *gpu, struct kvrt_space *space);
-
-/* Any host range (page-aligned addr and bytes), e.g. a malloc'd buffer. */
-int kvrt_gpu_register_host(struct kvrt_gpu *gpu, void *addr, size_t bytes);
-int kvrt_gpu_unregister_host(struct kvrt_gpu *gpu, void *addr);
-
-/*
- * Copy blocks, as kvrt_copy_blocks() and with its validation, between any
- * two of device memory and registered host memory, queued on stream.  The
- * pairs are split into the largest runs both layouts keep contiguous, then
- * moved by method:
- *   BATCH   one cuMemcpyBatchAsync (driver 12.8+) for all runs;
- *   KERNEL  one launch of a gather/scatter copy kernel that reads and
- *           writes the registered host mapping directly;
- *   MEMCPY  one cuMemcpyAsync per run;
- *   AUTO    runs up to kvrt_gpu_info.kernel_copy_max through the kernel,
- *           larger ones batched (or MEMCPY without batching); the
- *           threshold is measured on the device at the first AUTO copy.
- * Never one call per layer per block unless the layouts leave nothing
- * larger.  Host memory must be registered (KERNEL needs it; the others
- * would fall back to slow staged copies).  -EINVAL, -ERANGE and -EFAULT
- * (as kvrt_copy_blocks: a block of a space that has no memory behind it),
- * -ENOTSUP BATCH without driver support or KERNEL without unified
- * addressing, -ENOMEM, -EIO.
- */
-enum kvrt_gpu_copy_method {
-	KVRT_GPU_COPY_AUTO = 0,
-	KVRT_GPU_COPY_BATCH = 1,
-	KVRT_GPU_COPY_KERNEL = 2,
-	KVRT_GPU_COPY_MEMCPY = 3,
-};
-
-int kvrt_gpu_copy_blocks(struct kvrt_gpu *gpu, const struct kvrt_block_array *dst,
-			 const struct kvrt_block_array *src, const struct kvrt_block_pair *pairs,
-			 uint32_t count, enum kvrt_gpu_copy_method method, void *stream);
-
-/*
- * Append on the GPU: kvrt_append_kv() with k, v, slots (int64) and the
- * cache in device memory.  Slots the host cannot check (they are on the
- * device): a negative one or one >= num_blocks * block_tokens is skipped.
- * fp8: the tokens of one block must be consecutive in the list (as an
- * engine appends them); the scale rule is kvrt_append_kv()'s.
- */
-int kvrt_gpu_append_kv(struct kvrt_gpu *gpu, const struct kvrt_kv_cache *kv, const void *k,
-		       const void *v, enum kvrt_dtype src_dtype, const int64_t *slots,
-		       uint32_t num_tokens, void *stream);
-
-/*
- * Attention on the GPU: plan on the host, then run (as FlashInfer does).
- *
- * kvrt_gpu_plan_create() makes a plan for batches of up to max_seqs
- * sequences and max_q_tokens query tokens (prefill; decode needs
- * max_seqs).  Its device workspace is allocated at the first plan, for
- * that plan's head counts: a later plan needing more tasks per sequence
- * (more KV heads, or more than 8 query heads per KV head) gets -E2BIG, so
- * keep one plan object per model shape.  Re-planning overwrites the task
- * list in place: the plan's previous run must have finished (synchronise
- * its stream first), as with any buffer a kernel still reads.  kvrt_gpu_plan_decode()/_prefill() look at the host copies of
- * the batch's lengths, split the work into CTA tasks (one task reads a KV
- * head's blocks once for all the query heads of its group; long
- * sequences in small batches are split along the keys, flash-decoding,
- * and merged after), and upload the task list with a synchronous copy.
- * Call them outside stream capture.  The run calls launch with a grid
- * fixed by the plan's capacity and read the task counts from the
- * workspace, so a run captured in a CUDA graph replays correctly after a
- * later plan of the same plan object.
- *
- * params: as the CPU's (impl and num_threads ignored); q_dtype and o_dtype
- * f16, bf16 or f32.  layout: head_dim 64, 128 or 256; block_tokens 1..128;
- * kv_dtype f16, bf16 or fp8 e4m3.  -EINVAL for what the GPU path does not
- * take, -E2BIG past the plan's capacity.
- */
-int kvrt_gpu_plan_create(struct kvrt_gpu *gpu, uint32_t max_seqs, uint32_t max_q_tokens,
-			 struct kvrt_gpu_plan **out);
-void kvrt_gpu_plan_destroy(struct kvrt_gpu_plan *plan);
-
-int kvrt_gpu_plan_decode(struct kvrt_gpu_plan *plan, const struct kvrt_attn_params *params,
-			 const struct kvrt_layout *layout, uint32_t num_seqs,
-			 const int32_t *seq_lens);
-int kvrt_gpu_plan_prefill(struct kvrt_gpu_plan *plan, const struct kvrt_attn_params *params,
-			  const struct kvrt_layout *layout, uint32_t num_seqs,
-			  const int32_t *q_indptr, const int32_t *seq_lens);
-
-/* Tasks and splits of the last plan, for tests and kvbench. */
-struct kvrt_gpu_plan_info {
-	uint32_t num_seqs;
-	uint32_t num_work;	/* CTA tasks */
-	uint32_t num_split;	/* (sequence, head group)s split along the keys */
-	uint32_t split_tokens;	/* keys per task when split (a multiple of block_tokens) */
-	uint32_t grid;		/* CTAs launched */
-	uint32_t reserved[3];
-};
-int kvrt_gpu_plan_info(const struct kvrt_gpu_plan *plan, struct kvrt_gpu_plan_info *info);
-
-/*
- * Run the last plan: q, out, kv->base, kv->scales, table's arrays (and
- * q_indptr) in device memory; table->num_seqs must be the plan's.  The
- * layer is kv->layer; the layout must match the planned one.
- */
-int kvrt_gpu_attn_decode(struct kvrt_gpu_plan *plan, const void *q,
-			 const struct kvrt_kv_cache *kv, const struct kvrt_block_table *table,
-			 void *out, void *stream);
-int kvrt_gpu_attn_prefill(struct kvrt_gpu_plan *plan, const void *q, const int32_t *q_indptr,
-			  const struct kvrt_kv_cache *kv, const struct kvrt_block_table *table,
-			  void *out, void *stream);
-
-/* ---- sequence block tables (0.5) ------------------------------------------------
- *
- * A struct kvrt_seqs manages the block tables of many sequences over one
- * paged cache of nr_blocks blocks of block_tokens tokens.  The cache itself
- * (host or GPU, any layout) stays the caller's: the table only hands out
- * block ids 0..nr_blocks-1 and keeps a reference count per block, the
- * number of sequences that hold it.  A sequence of len tokens holds
- * ceil(len / block_tokens) distinct blocks; token p lives in its block
- * p / block_tokens at offset p % block_tokens, as the CSR block tables of
- * the attention calls say.
- *
- * Sharing: kvrt_seq_fork() makes a sequence that shares every block of its
- * parent (beam search, parallel sampling).  Full blocks are never written
- * again, so they stay shared and are never copied.  The only block a
- * sequence writes into is its partial last block: when kvrt_seq_append()
- * finds that block held by another sequence too, it first copies it into a
- * free block (copy-on-write, through the caller's copy_block) and switches
- * this sequence to the copy.  kvrt_seq_truncate() (rolling back rejected
- * speculative tokens, editing a conversation) drops blocks past the new end
- * and never writes: a kept partial block that is shared is copied by the
- * next append.
- *
- * copy_block(arg, src, dst, ntokens) must copy the first ntokens token
- * slots (1 <= ntokens < block_tokens) of block src into block dst, for
- * every layer, K and V (and fp8 scales), and return 0 or a negative errno
- * (a positive return counts as -EIO).
- * Implement it with kvrt_copy_blocks() (host) or kvrt_gpu_copy_blocks()
- * (GPU, both arrays the device cache) on pair { src, dst }, or any copy of
- * the caller's; copying the whole block is fine.  It is called with the
- * table's lock held and must not call into the same table.  When it fails
- * the append returns its errno and nothing changed (dst is still free).
- *
- * Slots from kvrt_seq_append() are block * block_tokens + offset, the
- * int64_t slots of kvrt_append_kv() and kvrt_gpu_append_kv().
- * kvrt_seqs_csr() writes int32_t indptr, indices and seq_lens for any
- * subset of sequences: point a struct kvrt_block_table at them for
- * kvrt_attn_decode/prefill (copy them to the device for the kvrt_gpu_*
- * calls).  The attention calls need seq_lens >= 1: leave empty sequences
- * out of the subset.
- *
- * Prefix cache: kvrt_seq_blocks() lists a sequence's blocks; its first
- * len / block_tokens are full, so they can be copied to a pool space and
- * published under their kvrt_hash_prompt() hashes.  To start a sequence
- * from a kvrt_lookup() hit, either kvrt_seq_add() and kvrt_seq_append()
- * the hit's tokens, then copy the hit's blocks into the blocks the slots
- * name; or, when the caller picks the cache blocks itself, fill free blocks
- * and hand them over with kvrt_seq_add_blocks().
- *
- * Sequence ids are never 0, and a freed id stays unknown (-ENOENT).
- * Errors are negative errnos and leave the table, and the caller's output
- * arrays, unchanged: -EINVAL for a NULL table or pointer that the call
- * needs, -ENOENT for an id that is not a live sequence of this table,
- * -ENOMEM.  Thread safety: every call is thread-safe (a mutex per table),
- * but kvrt_seqs_destroy(), which no call may race.
- */
-struct kvrt_seqs;
-
-/* Zero-initialise, then set what matters. */
-struct kvrt_seqs_opts {
-	uint32_t nr_blocks;	/* blocks in the cache: ids 0..nr_blocks-1 */
-	uint32_t block_tokens;	/* tokens per block */
-	int (*copy_block)(void *arg, uint32_t src_block, uint32_t dst_block,
-			  uint32_t ntokens);	/* copy-on-write; required */
-	void *copy_arg;
-	uint64_t reserved[4];	/* must be 0 */
-};
-
-/*
- * Create a table with every block free; *out is NULL on failure.  -EINVAL
- * for NULL out or opts, nr_blocks or block_tokens 0, copy_block NULL,
- * non-zero reserved fields; -EOVERFLOW when nr_blocks * block_tokens
- * exceeds INT32_MAX (positions must fit the CSR's int32); -ENOMEM.
- * kvrt_seqs_destroy: frees the table and its sequences (the cache's
- * contents are the caller's); NULL is a no-op.
- */
-int kvrt_seqs_create(struct kvrt_seqs **out, const struct kvrt_seqs_opts *opts);
-void kvrt_seqs_destroy(struct kvrt_seqs *seqs);
-
-/* A new empty sequence; its id to *id. */
-int kvrt_seq_add(struct kvrt_seqs *seqs, uint64_t *id);
-
-/*
- * A new sequence of ntokens tokens in blocks[0..count), which the caller
- * has already filled (e.g. copied in from a kvrt_lookup() hit): the table
- * takes them from its free blocks.  count must be ceil(ntokens /
- * block_tokens) (0 and 0 is an empty sequence).  -EINVAL for blocks NULL
- * with count > 0, a count that does not match ntokens, a block >=
- * nr_blocks or listed twice; -EBUSY for a block a sequence holds.
- */
-int kvrt_seq_add_blocks(struct kvrt_seqs *seqs, uint32_t count, const uint32_t *blocks,
-			uint32_t ntokens, uint64_t *id);
-
-/*
- * Reserve n more tokens at the end of sequence id and write their slots to
- * slots[0..n), taking free blocks as needed (copy-on-write first when the
- * partial last block is shared; see above).  n 0 is a no-op.  -EINVAL
- * slots NULL with n > 0; -ENOSPC when the free blocks do not suffice (none
- * is taken, no copy is made); copy_block's errno when it fails.
- */
-int kvrt_seq_append(struct kvrt_seqs *seqs, uint64_t id, uint32_t n, int64_t *slots);
-
-/* A new sequence sharing every block of parent, its id to *child.
- * -EOVERFLOW when a block already has INT32_MAX references. */
-int kvrt_seq_fork(struct kvrt_seqs *seqs, uint64_t parent, uint64_t *child);
-
-/*
- * Cut sequence id to its first len tokens.  Blocks past ceil(len /
- * block_tokens) are dropped, and freed when no sequence holds them any
- * more.  len equal to the length is a no-op; -ERANGE when len is greater
- * (a separate errno, so a rollback past the end is not mistaken for a bad
- * argument).
- */
-int kvrt_seq_truncate(struct kvrt_seqs *seqs, uint64_t id, uint32_t len);
-
-/* Drop sequence id and its references. */
-int kvrt_seq_free(struct kvrt_seqs *seqs, uint64_t id);
-
-/* Tokens in sequence id (>= 0). */
-int kvrt_seq_len(struct kvrt_seqs *seqs, uint64_t id);
-
-/*
- * Sequence id's blocks in token order to blocks[]; returns how many,
- * ceil(kvrt_seq_len() / block_tokens).  -ENOSPC, writing nothing, when cap
- * is smaller; -EINVAL blocks NULL with cap > 0.
- */
-int kvrt_seq_blocks(struct kvrt_seqs *seqs, uint64_t id, uint32_t *blocks, uint32_t cap);
-
-/*
- * CSR block tables of the nseq sequences ids[] (an id may repeat), in that
- * order: indptr[0..nseq], seq_lens[0..nseq), indices[0..indptr[nseq]).
- * kvrt_seqs_csr_size() writes indptr[nseq], the indices needed, to
- * *nindices; kvrt_seqs_csr() returns it, or -ENOSPC (nothing written) when
- * indices_cap is smaller.  Both: -EINVAL for NULL arguments (ids and
- * seq_lens may be NULL when nseq is 0, indices when indices_cap is 0) or
- * nseq > INT32_MAX; -ENOENT for an unknown id; -EOVERFLOW when the indices
- * would exceed INT32_MAX.
- */
-int kvrt_seqs_csr_size(struct kvrt_seqs *seqs, uint32_t nseq, const uint64_t *ids,
-		       uint32_t *nindices);
-int kvrt_seqs_csr(struct kvrt_seqs *seqs, uint32_t nseq, const uint64_t *ids, int32_t *indptr,
-		  int32_t *indices, uint32_t indices_cap, int32_t *seq_lens);
-
-/* The number of sequences holding block (>= 0); -EINVAL for block >=
- * nr_blocks. */
-int kvrt_seqs_block_refs(struct kvrt_seqs *seqs, uint32_t block);
-
-struct kvrt_seqs_stats {
-	uint32_t nr_blocks;
-	uint32_t block_tokens;
-	uint32_t free_blocks;
-	uint32_t used_blocks;	/* held by a sequence: nr_blocks - free_blocks */
-	uint32_t shared_blocks;	/* held by more than one sequence */
-	uint32_t nr_seqs;
-	uint64_t block_refs;	/* sum of the sequences' block counts: the blocks
-				 * they would use without sharing */
-	uint64_t copies;	/* copy-on-write copies made since creation */
-	uint64_t reserved[4];	/* 0 */
-};
-
-int kvrt_seqs_stats(struct kvrt_seqs *seqs, struct kvrt_seqs_stats *stats);
-
-/*
- * Tiers below the pool (since 0.6).  A tier keeps a space's blocks, by
+ * A tier keeps a space's blocks, by
  * their chained hashes, outside host memory.  Tiers are opened on a space
  * handle, in order: kvrt_lookup_tiers() asks the pool first, then each
  * tier in the order it was opened.  A hit below the pool is read into
@@ -1521,6 +1008,538 @@ int kvrt_tier_flush(struct kvrt_space *space);
  * failure no file is left behind.
  */
 int kvrt_tier_key_create(const char *path);
+
+/* ---- sequence block tables (since 0.5) --------------------------------------
+ *
+ * A struct kvrt_seqs manages the block tables of many sequences over one
+ * paged cache of nr_blocks blocks of block_tokens tokens.  The cache itself
+ * (host or GPU, any layout) stays the caller's: the table only hands out
+ * block ids 0..nr_blocks-1 and keeps a reference count per block, the
+ * number of sequences that hold it.  A sequence of len tokens holds
+ * ceil(len / block_tokens) distinct blocks; token p lives in its block
+ * p / block_tokens at offset p % block_tokens, as the CSR block tables of
+ * the attention calls say.
+ *
+ * Sharing: kvrt_seq_fork() makes a sequence that shares every block of its
+ * parent (beam search, parallel sampling).  Full blocks are never written
+ * again, so they stay shared and are never copied.  The only block a
+ * sequence writes into is its partial last block: when kvrt_seq_append()
+ * finds that block held by another sequence too, it first copies it into a
+ * free block (copy-on-write, through the caller's copy_block) and switches
+ * this sequence to the copy.  kvrt_seq_truncate() (rolling back rejected
+ * speculative tokens, editing a conversation) drops blocks past the new end
+ * and never writes: a kept partial block that is shared is copied by the
+ * next append.
+ *
+ * copy_block(arg, src, dst, ntokens) must copy the first ntokens token
+ * slots (1 <= ntokens < block_tokens) of block src into block dst, for
+ * every layer, K and V (and fp8 scales), and return 0 or a negative errno
+ * (a positive return counts as -EIO).
+ * Implement it with kvrt_copy_blocks() (host) or kvrt_gpu_copy_blocks()
+ * (GPU, both arrays the device cache) on pair { src, dst }, or any copy of
+ * the caller's; copying the whole block is fine.  It is called with the
+ * table's lock held and must not call into the same table.  When it fails
+ * the append returns its errno and nothing changed (dst is still free).
+ *
+ * Slots from kvrt_seq_append() are block * block_tokens + offset, the
+ * int64_t slots of kvrt_append_kv() and kvrt_gpu_append_kv().
+ * kvrt_seqs_csr() writes int32_t indptr, indices and seq_lens for any
+ * subset of sequences: point a struct kvrt_block_table at them for
+ * kvrt_attn_decode/prefill (copy them to the device for the kvrt_gpu_*
+ * calls).  The attention calls need seq_lens >= 1: leave empty sequences
+ * out of the subset.
+ *
+ * Prefix cache: kvrt_seq_blocks() lists a sequence's blocks; its first
+ * len / block_tokens are full, so they can be copied to a pool space and
+ * published under their kvrt_hash_prompt() hashes.  To start a sequence
+ * from a kvrt_lookup() hit, either kvrt_seq_add() and kvrt_seq_append()
+ * the hit's tokens, then copy the hit's blocks into the blocks the slots
+ * name; or, when the caller picks the cache blocks itself, fill free blocks
+ * and hand them over with kvrt_seq_add_blocks().
+ *
+ * Sequence ids are never 0, and a freed id stays unknown (-ENOENT).
+ * Errors are negative errnos and leave the table, and the caller's output
+ * arrays, unchanged: -EINVAL for a NULL table or pointer that the call
+ * needs, -ENOENT for an id that is not a live sequence of this table,
+ * -ENOMEM.  Thread safety: every call is thread-safe (a mutex per table),
+ * but kvrt_seqs_destroy(), which no call may race.
+ */
+struct kvrt_seqs;
+
+/* Zero-initialise, then set what matters. */
+struct kvrt_seqs_opts {
+	uint32_t nr_blocks;	/* blocks in the cache: ids 0..nr_blocks-1 */
+	uint32_t block_tokens;	/* tokens per block */
+	int (*copy_block)(void *arg, uint32_t src_block, uint32_t dst_block,
+			  uint32_t ntokens);	/* copy-on-write; required */
+	void *copy_arg;
+	uint64_t reserved[4];	/* must be 0 */
+};
+
+/*
+ * Create a table with every block free; *out is NULL on failure.  -EINVAL
+ * for NULL out or opts, nr_blocks or block_tokens 0, copy_block NULL,
+ * non-zero reserved fields; -EOVERFLOW when nr_blocks * block_tokens
+ * exceeds INT32_MAX (positions must fit the CSR's int32); -ENOMEM.
+ * kvrt_seqs_destroy: frees the table and its sequences (the cache's
+ * contents are the caller's); NULL is a no-op.
+ */
+int kvrt_seqs_create(struct kvrt_seqs **out, const struct kvrt_seqs_opts *opts);
+void kvrt_seqs_destroy(struct kvrt_seqs *seqs);
+
+/* A new empty sequence; its id to *id. */
+int kvrt_seq_add(struct kvrt_seqs *seqs, uint64_t *id);
+
+/*
+ * A new sequence of ntokens tokens in blocks[0..count), which the caller
+ * has already filled (e.g. copied in from a kvrt_lookup() hit): the table
+ * takes them from its free blocks.  count must be ceil(ntokens /
+ * block_tokens) (0 and 0 is an empty sequence).  -EINVAL for blocks NULL
+ * with count > 0, a count that does not match ntokens, a block >=
+ * nr_blocks or listed twice; -EBUSY for a block a sequence holds.
+ */
+int kvrt_seq_add_blocks(struct kvrt_seqs *seqs, uint32_t count, const uint32_t *blocks,
+			uint32_t ntokens, uint64_t *id);
+
+/*
+ * Reserve n more tokens at the end of sequence id and write their slots to
+ * slots[0..n), taking free blocks as needed (copy-on-write first when the
+ * partial last block is shared; see above).  n 0 is a no-op.  -EINVAL
+ * slots NULL with n > 0; -ENOSPC when the free blocks do not suffice (none
+ * is taken, no copy is made); copy_block's errno when it fails.
+ */
+int kvrt_seq_append(struct kvrt_seqs *seqs, uint64_t id, uint32_t n, int64_t *slots);
+
+/* A new sequence sharing every block of parent, its id to *child.
+ * -EOVERFLOW when a block already has INT32_MAX references. */
+int kvrt_seq_fork(struct kvrt_seqs *seqs, uint64_t parent, uint64_t *child);
+
+/*
+ * Cut sequence id to its first len tokens.  Blocks past ceil(len /
+ * block_tokens) are dropped, and freed when no sequence holds them any
+ * more.  len equal to the length is a no-op; -ERANGE when len is greater
+ * (a separate errno, so a rollback past the end is not mistaken for a bad
+ * argument).
+ */
+int kvrt_seq_truncate(struct kvrt_seqs *seqs, uint64_t id, uint32_t len);
+
+/* Drop sequence id and its references. */
+int kvrt_seq_free(struct kvrt_seqs *seqs, uint64_t id);
+
+/* Tokens in sequence id (>= 0). */
+int kvrt_seq_len(struct kvrt_seqs *seqs, uint64_t id);
+
+/*
+ * Sequence id's blocks in token order to blocks[]; returns how many,
+ * ceil(kvrt_seq_len() / block_tokens).  -ENOSPC, writing nothing, when cap
+ * is smaller; -EINVAL blocks NULL with cap > 0.
+ */
+int kvrt_seq_blocks(struct kvrt_seqs *seqs, uint64_t id, uint32_t *blocks, uint32_t cap);
+
+/*
+ * CSR block tables of the nseq sequences ids[] (an id may repeat), in that
+ * order: indptr[0..nseq], seq_lens[0..nseq), indices[0..indptr[nseq]).
+ * kvrt_seqs_csr_size() writes indptr[nseq], the indices needed, to
+ * *nindices; kvrt_seqs_csr() returns it, or -ENOSPC (nothing written) when
+ * indices_cap is smaller.  Both: -EINVAL for NULL arguments (ids and
+ * seq_lens may be NULL when nseq is 0, indices when indices_cap is 0) or
+ * nseq > INT32_MAX; -ENOENT for an unknown id; -EOVERFLOW when the indices
+ * would exceed INT32_MAX.
+ */
+int kvrt_seqs_csr_size(struct kvrt_seqs *seqs, uint32_t nseq, const uint64_t *ids,
+		       uint32_t *nindices);
+int kvrt_seqs_csr(struct kvrt_seqs *seqs, uint32_t nseq, const uint64_t *ids, int32_t *indptr,
+		  int32_t *indices, uint32_t indices_cap, int32_t *seq_lens);
+
+/* The number of sequences holding block (>= 0); -EINVAL for block >=
+ * nr_blocks. */
+int kvrt_seqs_block_refs(struct kvrt_seqs *seqs, uint32_t block);
+
+struct kvrt_seqs_stats {
+	uint32_t nr_blocks;
+	uint32_t block_tokens;
+	uint32_t free_blocks;
+	uint32_t used_blocks;	/* held by a sequence: nr_blocks - free_blocks */
+	uint32_t shared_blocks;	/* held by more than one sequence */
+	uint32_t nr_seqs;
+	uint64_t block_refs;	/* sum of the sequences' block counts: the blocks
+				 * they would use without sharing */
+	uint64_t copies;	/* copy-on-write copies made since creation */
+	uint64_t reserved[4];	/* 0 */
+};
+
+int kvrt_seqs_stats(struct kvrt_seqs *seqs, struct kvrt_seqs_stats *stats);
+
+/* ---- paged attention on the CPU ---------------------------------------------
+ *
+ * Block tables are CSR: sequence s owns blocks indices[indptr[s] ..
+ * indptr[s + 1]) in order, and seq_lens[s] tokens (1 <= seq_lens[s] <=
+ * blocks * block_tokens).  Token position p of sequence s lives in block
+ * indices[indptr[s] + p / block_tokens], slot p % block_tokens.
+ */
+struct kvrt_block_table {
+	uint32_t num_seqs;
+	const int32_t *indptr;	/* [num_seqs + 1] */
+	const int32_t *indices;	/* [indptr[num_seqs]] */
+	const int32_t *seq_lens;	/* [num_seqs], tokens in the cache incl. new ones */
+};
+
+/* One layer of a paged cache. */
+struct kvrt_kv_cache {
+	const struct kvrt_layout *layout;
+	const void *base;
+	const float *scales;	/* fp8 only, else NULL */
+	uint32_t layer;
+};
+
+enum kvrt_attn_impl {
+	KVRT_ATTN_FAST = 0,	/* vectorised, threaded */
+	KVRT_ATTN_REFERENCE = 1,	/* plain and obviously right */
+};
+
+struct kvrt_attn_params {
+	uint32_t num_q_heads;	/* a multiple of the layout's num_kv_heads (GQA) */
+	float sm_scale;		/* usually 1 / sqrt(head_dim) */
+	int32_t window_left;	/* sliding window: keys at p >= q_pos - window_left; -1: none */
+	float logit_softcap;	/* 0: none; else cap * tanh(logit / cap) */
+	enum kvrt_dtype q_dtype;	/* f32, f16 or bf16 */
+	enum kvrt_dtype o_dtype;	/* f32, f16 or bf16 */
+	enum kvrt_attn_impl impl;
+	uint32_t num_threads;	/* 0: one per online CPU */
+};
+
+/*
+ * Decode: one query token per sequence, at position seq_lens[s] - 1.
+ * q: [num_seqs][num_q_heads][head_dim], out: same shape, dtypes per params.
+ * -EINVAL on inconsistent shapes or dtypes, -ERANGE when a block of the
+ * table breaks the bounds rule (top of this file), -EFAULT when one is a
+ * space's block with no memory behind it (same place), -ENOMEM on scratch
+ * failure; out is untouched on failure.
+ */
+int kvrt_attn_decode(const struct kvrt_attn_params *params, const void *q,
+		     const struct kvrt_kv_cache *kv, const struct kvrt_block_table *table,
+		     void *out);
+
+/*
+ * Chunked prefill: sequence s has q_indptr[s + 1] - q_indptr[s] query
+ * tokens, the last ones of its seq_lens[s] (their K/V already appended),
+ * attending causally to every earlier position including earlier chunks.
+ * q: [q_indptr[num_seqs]][num_q_heads][head_dim], out: same shape.
+ */
+int kvrt_attn_prefill(const struct kvrt_attn_params *params, const void *q,
+		      const int32_t *q_indptr, const struct kvrt_kv_cache *kv,
+		      const struct kvrt_block_table *table, void *out);
+
+/*
+ * Worker threads kept between calls (since 0.4).  kvrt_attn_decode() and
+ * kvrt_attn_prefill() create their threads and join them before returning,
+ * which costs tens of microseconds per thread per call.  An engine that
+ * calls them per layer can keep the threads instead: kvrt_workers_create()
+ * starts num_threads - 1 threads (the calling thread is the first; 0: one
+ * per CPU in the caller's affinity mask) that sleep between calls, and the
+ * _on variants run on them.  params->num_threads caps how many take part
+ * (0: all); fewer do when the call has little work, as without workers.
+ * Results are bitwise those of the calls without workers.  A workers object
+ * runs one call at a time: calls from several threads wait their turn.
+ *
+ * kvrt_workers_create: -EINVAL for a NULL workers or num_threads above
+ * KVRT_WORKERS_MAX, -ENOMEM, -EAGAIN when a thread cannot be created (none
+ * is left running).  kvrt_workers_destroy: NULL is a no-op; no call may be
+ * running on the object.  The _on variants: -EINVAL for a NULL workers,
+ * else as kvrt_attn_decode() and kvrt_attn_prefill().
+ */
+#define KVRT_WORKERS_MAX 1024
+
+struct kvrt_workers;
+
+int kvrt_workers_create(uint32_t num_threads, struct kvrt_workers **workers);
+void kvrt_workers_destroy(struct kvrt_workers *workers);
+int kvrt_attn_decode_on(struct kvrt_workers *workers, const struct kvrt_attn_params *params,
+			const void *q, const struct kvrt_kv_cache *kv,
+			const struct kvrt_block_table *table, void *out);
+int kvrt_attn_prefill_on(struct kvrt_workers *workers, const struct kvrt_attn_params *params,
+			 const void *q, const int32_t *q_indptr,
+			 const struct kvrt_kv_cache *kv, const struct kvrt_block_table *table,
+			 void *out);
+
+/* ---- append (reshape and cache) ------------------------------------------
+ *
+ * Write the K and V of num_tokens new tokens of one layer (kv->layer) into
+ * their slots: token i goes to block slots[i] / block_tokens, offset
+ * slots[i] % block_tokens.  A negative slot skips the token (padding).
+ * k, v: [num_tokens][num_kv_heads][head_dim] of src_dtype (f32, f16 or
+ * bf16), converted to the cache's dtype with round-to-nearest-even.
+ *
+ * kv->base (and kv->scales for fp8) must point to writable memory: the
+ * struct is the attention's read view, append writes through it.
+ *
+ * fp8 e4m3 caches keep one float scale per (layer, kv, block, head); a
+ * stored byte q means kvrt_fp8(q) * scale.  Rule, per (block, head), applied
+ * token by token in the order given:
+ *   - writing offset 0 starts the block afresh: scale = absmax / 448 of
+ *     that token's head vector (0 if it is all zeros);
+ *   - writing offset t > 0 with absmax / 448 > scale raises the scale to
+ *     absmax / 448 and requantizes every other slot of the block's head
+ *     with the new scale (old values are decoded with the old scale), so
+ *     values are never clipped;
+ *   - otherwise the value is quantized with the block's current scale.
+ * So offset 0 of a block must be appended before its other offsets (as
+ * engines do), and non-finite inputs give unspecified fp8 contents.
+ *
+ * All-or-nothing validation: -EINVAL (nothing written) for a NULL pointer,
+ * an inconsistent layout, a layer >= num_layers, src_dtype not f32/f16/
+ * bf16, a missing fp8 scales pointer, or any slot >= num_blocks *
+ * block_tokens; -ERANGE (nothing written) when a slot's block breaks the
+ * bounds rule (top of this file); -EFAULT (nothing written) when it is a
+ * space's block with no memory behind it (same place).  num_tokens 0 is a
+ * no-op.  Not thread-safe against other writers of the same blocks.
+ */
+int kvrt_append_kv(const struct kvrt_kv_cache *kv, const void *k, const void *v,
+		   enum kvrt_dtype src_dtype, const int64_t *slots, uint32_t num_tokens);
+
+/* ---- block copies -------------------------------------------------------------
+ *
+ * Copy whole blocks between two block arrays of the same geometry (layers,
+ * KV heads, head dim, block tokens, dtype), each with its own strides, e.g.
+ * a layer-major cache and a block-major pool.  fp8 scales travel with
+ * their blocks.  The CPU implementation copies with memcpy over the largest
+ * runs both layouts keep contiguous (a whole block for two block-major
+ * arrays, one (layer, K/V) plane of a block between block-major and
+ * layer-major).  The GPU implementation will sit behind the same call.
+ */
+struct kvrt_block_array {
+	const struct kvrt_layout *layout;
+	void *base;
+	float *scales;		/* fp8 only, else NULL */
+};
+
+struct kvrt_block_pair {
+	uint32_t src;		/* block in the source array */
+	uint32_t dst;		/* block in the destination array */
+};
+
+#define KVRT_COPY_ASYNC (1U << 0)	/* run on the handle's copy thread */
+
+/*
+ * Copy count blocks.  Validation happens in the call, before anything is
+ * copied: -EINVAL for NULL arguments, unknown flags, inconsistent layouts,
+ * geometries that differ, missing fp8 scales, an id >= the array's
+ * num_blocks, a destination id twice, or (same base and layout) an id that
+ * is both a source and a destination; -ERANGE when a listed block of
+ * either array breaks the bounds rule (top of this file); -EFAULT when
+ * one is a space's block with no memory behind it, e.g. an id the space
+ * never backed (same place; never a signal); -ENOMEM.  count 0 is a no-op.
+ *
+ * done NULL: the copy runs in the caller and the call returns its result.
+ * done non-NULL: *done receives a handle; with KVRT_COPY_ASYNC the copy
+ * runs on the handle's copy thread (one per struct kvrt, started on first
+ * use, copies complete in submission order), without it the copy has
+ * completed on return.  pairs are copied; the arrays' memory must stay
+ * valid until completion.  Thread-safe.
+ */
+int kvrt_copy_blocks(struct kvrt *k, const struct kvrt_block_array *dst,
+		     const struct kvrt_block_array *src, const struct kvrt_block_pair *pairs,
+		     uint32_t count, uint32_t flags, struct kvrt_copy **done);
+
+/* 0 when the copy completed, -EAGAIN while it runs, else its errno. */
+int kvrt_copy_poll(struct kvrt_copy *copy);
+
+/* Wait for completion; returns what kvrt_copy_poll() would then. */
+int kvrt_copy_wait(struct kvrt_copy *copy);
+
+/* Wait for completion if needed, then free the handle.  NULL: no-op. */
+void kvrt_copy_free(struct kvrt_copy *copy);
+
+/* ---- GPU (since 0.3) --------------------------------------------------------
+ *
+ * libkvrt drives NVIDIA GPUs through the CUDA driver API.  libcuda.so.1 is
+ * opened at run time ($KVRT_LIBCUDA names another file), so the library
+ * links and runs on hosts without a driver: there kvrt_gpu_probe() and
+ * kvrt_gpu_open() return -ENODEV and say why.  The kernels are built by
+ * nvcc into a fatbin (sm_80, sm_90a, PTX for newer GPUs) embedded in the
+ * library; a build without nvcc has no GPU backend and says so the same way.
+ *
+ * A struct kvrt_gpu works in the device's primary context, the one the
+ * CUDA runtime (and so PyTorch) uses: device pointers from cudaMalloc or a
+ * torch tensor's data_ptr() are valid here.  Device memory is named by
+ * plain pointers (CUdeviceptr values cast to void *) in the same structs
+ * the CPU path takes: struct kvrt_kv_cache's base and scales, struct
+ * kvrt_block_table's arrays.  stream is a CUstream (NULL: the legacy
+ * default stream); every call is asynchronous on it unless it says not.
+ * One struct kvrt_gpu may be used from several threads; a plan from one
+ * at a time.
+ */
+struct kvrt_gpu;
+struct kvrt_gpu_plan;
+
+/*
+ * 0 when a GPU can be used: the driver loads, is CUDA 12.0 or newer, sees a
+ * device, and the library has kernels.  Else -ENODEV and, when why is
+ * not NULL, the reason in why[len] (e.g. "libcuda.so.1: cannot open
+ * shared object file", "cuInit: CUDA_ERROR_NO_DEVICE", "built without
+ * nvcc").  Loads the driver once per call; cheap enough for a startup check.
+ */
+int kvrt_gpu_probe(char *why, size_t len);
+
+/*
+ * Open device ordinal device (0 is the first) for handle k, retaining its
+ * primary context and loading the kernels.  *out is NULL on failure.  -EINVAL NULL k or out, a
+ * negative device; -ENODEV as kvrt_gpu_probe() or no such ordinal (the
+ * reason goes to k's log); -ENOTSUP a device older than compute 8.0 (the
+ * fatbin's oldest target); -ENOMEM.
+ */
+int kvrt_gpu_open(struct kvrt *k, int device, struct kvrt_gpu **out);
+
+/* Unregisters what is still registered, frees plans' memory. NULL: no-op. */
+void kvrt_gpu_close(struct kvrt_gpu *gpu);
+
+struct kvrt_gpu_info {
+	char name[128];			/* "NVIDIA H100 80GB HBM3" */
+	int32_t device;			/* ordinal */
+	int32_t cc_major, cc_minor;	/* compute capability */
+	int32_t driver_version;		/* cuDriverGetVersion(): 12080 is 12.8 */
+	uint32_t sm_count;
+	uint32_t batch_memcpy;		/* 1: the driver has cuMemcpyBatchAsync */
+	uint64_t total_mem;		/* bytes */
+	uint64_t kernel_copy_max;	/* KVRT_GPU_COPY_AUTO: runs up to this size go
+					 * through the copy kernel (0: not calibrated) */
+	uint64_t registered_bytes;	/* host memory registered through this handle */
+	uint64_t reserved[4];
+};
+
+int kvrt_gpu_info(struct kvrt_gpu *gpu, struct kvrt_gpu_info *info);
+
+/*
+ * Device memory and synchronisation, so that a C engine (or a test) needs
+ * no CUDA runtime.  kvrt_gpu_memcpy copies bytes between any two of host
+ * and device memory (unified addressing decides the direction) and
+ * returns when done.  Errors: -EINVAL, -ENOMEM (device memory), -EIO for a
+ * CUDA error (logged with its name).
+ */
+int kvrt_gpu_alloc(struct kvrt_gpu *gpu, size_t bytes, void **dptr);
+int kvrt_gpu_free(struct kvrt_gpu *gpu, void *dptr);
+int kvrt_gpu_memcpy(struct kvrt_gpu *gpu, void *dst, const void *src, size_t bytes);
+int kvrt_gpu_sync(struct kvrt_gpu *gpu, void *stream);
+
+/*
+ * Register host memory with the GPU so copies run at full speed and the
+ * copy kernel can read and write it.  A space: the mapping's blocks
+ * [0, nr_blocks), in pieces of at most 64 GiB that start and end on block
+ * boundaries; called again after the space grew, it registers only what
+ * is new (0 when nothing is).  Blocks backed after the registration are
+ * registered by the first kvrt_gpu_copy_blocks() that touches them, so an
+ * engine may register a space once, before it holds any block.  The space
+ * must stay open until
+ * kvrt_gpu_unregister_space() or kvrt_gpu_close().  kmod: the module's
+ * pages are registered like any other mapping (the driver pins them).
+ * -EINVAL, -EBUSY another kvrt_gpu registered it, -ENOMEM, -EIO.
+ */
+int kvrt_gpu_register_space(struct kvrt_gpu *gpu, struct kvrt_space *space);
+int kvrt_gpu_unregister_space(struct kvrt_gpu *gpu, struct kvrt_space *space);
+
+/* Any host range (page-aligned addr and bytes), e.g. a malloc'd buffer. */
+int kvrt_gpu_register_host(struct kvrt_gpu *gpu, void *addr, size_t bytes);
+int kvrt_gpu_unregister_host(struct kvrt_gpu *gpu, void *addr);
+
+/*
+ * Copy blocks, as kvrt_copy_blocks() and with its validation, between any
+ * two of device memory and registered host memory, queued on stream.  The
+ * pairs are split into the largest runs both layouts keep contiguous, then
+ * moved by method:
+ *   BATCH   one cuMemcpyBatchAsync (driver 12.8+) for all runs;
+ *   KERNEL  one launch of a gather/scatter copy kernel that reads and
+ *           writes the registered host mapping directly;
+ *   MEMCPY  one cuMemcpyAsync per run;
+ *   AUTO    runs up to kvrt_gpu_info.kernel_copy_max through the kernel,
+ *           larger ones batched (or MEMCPY without batching); the
+ *           threshold is measured on the device at the first AUTO copy.
+ * Never one call per layer per block unless the layouts leave nothing
+ * larger.  Host memory must be registered (KERNEL needs it; the others
+ * would fall back to slow staged copies).  -EINVAL, -ERANGE and -EFAULT
+ * (as kvrt_copy_blocks: a block of a space that has no memory behind it),
+ * -ENOTSUP BATCH without driver support or KERNEL without unified
+ * addressing, -ENOMEM, -EIO.
+ */
+enum kvrt_gpu_copy_method {
+	KVRT_GPU_COPY_AUTO = 0,
+	KVRT_GPU_COPY_BATCH = 1,
+	KVRT_GPU_COPY_KERNEL = 2,
+	KVRT_GPU_COPY_MEMCPY = 3,
+};
+
+int kvrt_gpu_copy_blocks(struct kvrt_gpu *gpu, const struct kvrt_block_array *dst,
+			 const struct kvrt_block_array *src, const struct kvrt_block_pair *pairs,
+			 uint32_t count, enum kvrt_gpu_copy_method method, void *stream);
+
+/*
+ * Append on the GPU: kvrt_append_kv() with k, v, slots (int64) and the
+ * cache in device memory.  Slots the host cannot check (they are on the
+ * device): a negative one or one >= num_blocks * block_tokens is skipped.
+ * fp8: the tokens of one block must be consecutive in the list (as an
+ * engine appends them); the scale rule is kvrt_append_kv()'s.
+ */
+int kvrt_gpu_append_kv(struct kvrt_gpu *gpu, const struct kvrt_kv_cache *kv, const void *k,
+		       const void *v, enum kvrt_dtype src_dtype, const int64_t *slots,
+		       uint32_t num_tokens, void *stream);
+
+/*
+ * Attention on the GPU: plan on the host, then run (as FlashInfer does).
+ *
+ * kvrt_gpu_plan_create() makes a plan for batches of up to max_seqs
+ * sequences and max_q_tokens query tokens (prefill; decode needs
+ * max_seqs).  Its device workspace is allocated at the first plan, for
+ * that plan's head counts: a later plan needing more tasks per sequence
+ * (more KV heads, or more than 8 query heads per KV head) gets -E2BIG, so
+ * keep one plan object per model shape.  Re-planning overwrites the task
+ * list in place: the plan's previous run must have finished (synchronise
+ * its stream first), as with any buffer a kernel still reads.  kvrt_gpu_plan_decode()/_prefill() look at the host copies of
+ * the batch's lengths, split the work into CTA tasks (one task reads a KV
+ * head's blocks once for all the query heads of its group; long
+ * sequences in small batches are split along the keys, flash-decoding,
+ * and merged after), and upload the task list with a synchronous copy.
+ * Call them outside stream capture.  The run calls launch with a grid
+ * fixed by the plan's capacity and read the task counts from the
+ * workspace, so a run captured in a CUDA graph replays correctly after a
+ * later plan of the same plan object.
+ *
+ * params: as the CPU's (impl and num_threads ignored); q_dtype and o_dtype
+ * f16, bf16 or f32.  layout: head_dim 64, 128 or 256; block_tokens 1..128;
+ * kv_dtype f16, bf16 or fp8 e4m3.  -EINVAL for what the GPU path does not
+ * take, -E2BIG past the plan's capacity.
+ */
+int kvrt_gpu_plan_create(struct kvrt_gpu *gpu, uint32_t max_seqs, uint32_t max_q_tokens,
+			 struct kvrt_gpu_plan **out);
+void kvrt_gpu_plan_destroy(struct kvrt_gpu_plan *plan);
+
+int kvrt_gpu_plan_decode(struct kvrt_gpu_plan *plan, const struct kvrt_attn_params *params,
+			 const struct kvrt_layout *layout, uint32_t num_seqs,
+			 const int32_t *seq_lens);
+int kvrt_gpu_plan_prefill(struct kvrt_gpu_plan *plan, const struct kvrt_attn_params *params,
+			  const struct kvrt_layout *layout, uint32_t num_seqs,
+			  const int32_t *q_indptr, const int32_t *seq_lens);
+
+/* Tasks and splits of the last plan, for tests and kvbench. */
+struct kvrt_gpu_plan_info {
+	uint32_t num_seqs;
+	uint32_t num_work;	/* CTA tasks */
+	uint32_t num_split;	/* (sequence, head group)s split along the keys */
+	uint32_t split_tokens;	/* keys per task when split (a multiple of block_tokens) */
+	uint32_t grid;		/* CTAs launched */
+	uint32_t reserved[3];
+};
+int kvrt_gpu_plan_info(const struct kvrt_gpu_plan *plan, struct kvrt_gpu_plan_info *info);
+
+/*
+ * Run the last plan: q, out, kv->base, kv->scales, table's arrays (and
+ * q_indptr) in device memory; table->num_seqs must be the plan's.  The
+ * layer is kv->layer; the layout must match the planned one.
+ */
+int kvrt_gpu_attn_decode(struct kvrt_gpu_plan *plan, const void *q,
+			 const struct kvrt_kv_cache *kv, const struct kvrt_block_table *table,
+			 void *out, void *stream);
+int kvrt_gpu_attn_prefill(struct kvrt_gpu_plan *plan, const void *q, const int32_t *q_indptr,
+			  const struct kvrt_kv_cache *kv, const struct kvrt_block_table *table,
+			  void *out, void *stream);
 
 #if defined(__GNUC__) && __GNUC__ >= 4
 #pragma GCC visibility pop

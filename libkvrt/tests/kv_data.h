@@ -5,8 +5,8 @@
  * decoders and truncating encoders for every KV dtype, NaN poison, and the
  * offsets of a layout from the formulas in kvrt.h.  Written independently
  * of libkvrt's own conversions (dtype.c), so the tests' float64
- * references do not share its mistakes.  Header-only; each test program
- * includes it once.
+ * references do not share its mistakes.  Header-only: a program of several
+ * files may include it in each (one rng_state, weak, as tap.h's state).
  */
 #ifndef KVRT_TESTS_KV_DATA_H
 #define KVRT_TESTS_KV_DATA_H
@@ -18,10 +18,10 @@
 
 #include "kvrt.h"
 
-static uint64_t rng_state;
+__attribute__((weak)) uint64_t rng_state;
 
 /* splitmix64; rng_state is the seed */
-static uint64_t rnd(void)
+static inline uint64_t rnd(void)
 {
 	uint64_t z = (rng_state += 0x9e3779b97f4a7c15ULL);
 
@@ -30,12 +30,12 @@ static uint64_t rnd(void)
 	return z ^ (z >> 31);
 }
 
-static uint32_t rnd_below(uint32_t n)
+static inline uint32_t rnd_below(uint32_t n)
 {
 	return (uint32_t)(rnd() % n);
 }
 
-static double rnd_unit(void)	/* [-1, 1) */
+static inline double rnd_unit(void)	/* [-1, 1) */
 {
 	return (double)(rnd() >> 11) * 0x1p-52 - 1.0;
 }
@@ -44,12 +44,12 @@ static double rnd_unit(void)	/* [-1, 1) */
  * Element codecs.  Decoders are exact; enc() truncates (rounds toward
  * zero), which is all the tests need to make data.
  */
-static size_t esize(enum kvrt_dtype t)
+static inline size_t esize(enum kvrt_dtype t)
 {
 	return t == KVRT_DTYPE_F32 ? 4 : t == KVRT_DTYPE_FP8_E4M3 ? 1 : 2;
 }
 
-static double dec_fp8(uint8_t b)
+static inline double dec_fp8(uint8_t b)
 {
 	int e = (b >> 3) & 15, m = b & 7;
 	double v = (e == 15 && m == 7) ? NAN : e == 0 ? ldexp(m, -9) : ldexp(8 + m, e - 10);
@@ -57,7 +57,7 @@ static double dec_fp8(uint8_t b)
 	return (b & 0x80) ? -v : v;
 }
 
-static double dec(enum kvrt_dtype t, const void *base, size_t i)
+static inline double dec(enum kvrt_dtype t, const void *base, size_t i)
 {
 	const uint8_t *p = base;
 	uint32_t u32;
@@ -89,7 +89,7 @@ static double dec(enum kvrt_dtype t, const void *base, size_t i)
 	return NAN;
 }
 
-static void enc(enum kvrt_dtype t, void *base, size_t i, double x)
+static inline void enc(enum kvrt_dtype t, void *base, size_t i, double x)
 {
 	uint8_t *p = base;
 	float f = (float)x;
@@ -139,7 +139,7 @@ static void enc(enum kvrt_dtype t, void *base, size_t i, double x)
 }
 
 /* A NaN of dtype t at element i. */
-static void poison(enum kvrt_dtype t, void *base, size_t i)
+static inline void poison(enum kvrt_dtype t, void *base, size_t i)
 {
 	uint8_t *p = base;
 	uint32_t f32 = 0x7fc00000;
@@ -161,7 +161,7 @@ static void poison(enum kvrt_dtype t, void *base, size_t i)
 	}
 }
 
-static const char *dtname(enum kvrt_dtype t)
+static inline const char *dtname(enum kvrt_dtype t)
 {
 	static const char *const n[] = { "f32", "f16", "bf16", "fp8" };
 
@@ -169,7 +169,7 @@ static const char *dtname(enum kvrt_dtype t)
 }
 
 /* Bytes, scales and offsets of a layout's cache (strides >= 0). */
-static size_t layout_bytes(const struct kvrt_layout *lo)
+static inline size_t layout_bytes(const struct kvrt_layout *lo)
 {
 	return (size_t)((lo->num_layers - 1) * lo->layer_stride + lo->kv_stride +
 			(int64_t)(lo->num_blocks - 1) * lo->block_stride +
@@ -178,7 +178,7 @@ static size_t layout_bytes(const struct kvrt_layout *lo)
 	       lo->head_dim * esize(lo->kv_dtype);
 }
 
-static size_t scales_count(const struct kvrt_layout *lo)
+static inline size_t scales_count(const struct kvrt_layout *lo)
 {
 	if (lo->kv_dtype != KVRT_DTYPE_FP8_E4M3)
 		return 0;
@@ -187,14 +187,15 @@ static size_t scales_count(const struct kvrt_layout *lo)
 	       lo->num_kv_heads;
 }
 
-static size_t elem_off(const struct kvrt_layout *lo, uint32_t l, int kv, int64_t b, int64_t t,
-		       uint32_t h)
+static inline size_t elem_off(const struct kvrt_layout *lo, uint32_t l, int kv, int64_t b,
+			      int64_t t, uint32_t h)
 {
 	return (size_t)(l * lo->layer_stride + kv * lo->kv_stride + b * lo->block_stride +
 			t * lo->token_stride + h * lo->head_stride);
 }
 
-static size_t scale_idx(const struct kvrt_layout *lo, uint32_t l, int kv, int64_t b, uint32_t h)
+static inline size_t scale_idx(const struct kvrt_layout *lo, uint32_t l, int kv, int64_t b,
+			       uint32_t h)
 {
 	return (size_t)(l * lo->scale_layer_stride + kv * lo->scale_kv_stride +
 			b * lo->scale_block_stride + h);
