@@ -355,6 +355,45 @@ uint32_t argmax(const float *logits, uint32_t n)
 
 /* ---- the model ------------------------------------------------------------------ */
 
+/*
+ * The rope tables and the activations, carved from one allocation (each
+ * array on a cache line) so that init has one failure to check and fini
+ * one thing to free.  NULL when it cannot be had.
+ */
+static void *scratch_carve(struct model *m, size_t seq_len, size_t T, size_t D, size_t H)
+{
+	struct {
+		void **dst;
+		size_t bytes;
+	} part[] = {
+		{ (void **)&m->rope_cos, sizeof(float) * seq_len * m->head_dim / 2 },
+		{ (void **)&m->rope_sin, sizeof(float) * seq_len * m->head_dim / 2 },
+		{ (void **)&m->x, sizeof(float) * T * D },
+		{ (void **)&m->xb, sizeof(float) * T * D },
+		{ (void **)&m->q, sizeof(float) * T * D },
+		{ (void **)&m->k, sizeof(float) * T * m->kv_dim },
+		{ (void **)&m->v, sizeof(float) * T * m->kv_dim },
+		{ (void **)&m->att, sizeof(float) * T * D },
+		{ (void **)&m->hb, sizeof(float) * T * H },
+		{ (void **)&m->hb2, sizeof(float) * T * H },
+		{ (void **)&m->xo, sizeof(float) * T * D },
+		{ (void **)&m->tmp_i32, sizeof(int32_t) * (4 * T + 8) },
+	};
+	size_t i, off = 0;
+	char *base;
+
+	for (i = 0; i < sizeof(part) / sizeof(part[0]); i++)
+		off += (part[i].bytes + 63) & ~(size_t)63;
+	base = aligned_alloc(64, off);
+	if (!base)
+		return NULL;
+	for (i = 0, off = 0; i < sizeof(part) / sizeof(part[0]); i++) {
+		*part[i].dst = base + off;
+		off += (part[i].bytes + 63) & ~(size_t)63;
+	}
+	return base;
+}
+
 int model_init(struct model *m, const struct checkpoint *ck, uint32_t max_tokens,
 	       uint32_t threads, enum decode_kernel dk)
 {
@@ -370,21 +409,9 @@ int model_init(struct model *m, const struct checkpoint *ck, uint32_t max_tokens
 	m->max_tokens = max_tokens;
 	m->threads = threads;
 	m->decode_kernel = dk;
-	m->rope_cos = malloc(sizeof(float) * (size_t)c->seq_len * m->head_dim / 2);
-	m->rope_sin = malloc(sizeof(float) * (size_t)c->seq_len * m->head_dim / 2);
-	m->x = malloc(sizeof(float) * T * D);
-	m->xb = malloc(sizeof(float) * T * D);
-	m->q = malloc(sizeof(float) * T * D);
-	m->k = malloc(sizeof(float) * T * m->kv_dim);
-	m->v = malloc(sizeof(float) * T * m->kv_dim);
-	m->att = malloc(sizeof(float) * T * D);
-	m->hb = malloc(sizeof(float) * T * H);
-	m->hb2 = malloc(sizeof(float) * T * H);
-	m->xo = malloc(sizeof(float) * T * D);
-	m->tmp_i32 = malloc(sizeof(int32_t) * (4 * T + 8));
+	m->scratch = scratch_carve(m, (size_t)c->seq_len, T, D, H);
 	m->pool = tpool_create(threads);
-	if (!m->rope_cos || !m->rope_sin || !m->x || !m->xb || !m->q || !m->k || !m->v ||
-	    !m->att || !m->hb || !m->hb2 || !m->xo || !m->tmp_i32 || !m->pool) {
+	if (!m->scratch || !m->pool) {
 		model_fini(m);
 		return -ENOMEM;
 	}
@@ -401,18 +428,7 @@ void model_fini(struct model *m)
 {
 	kvrt_workers_destroy(m->attn_workers);
 	tpool_destroy(m->pool);
-	free(m->rope_cos);
-	free(m->rope_sin);
-	free(m->x);
-	free(m->xb);
-	free(m->q);
-	free(m->k);
-	free(m->v);
-	free(m->att);
-	free(m->hb);
-	free(m->hb2);
-	free(m->xo);
-	free(m->tmp_i32);
+	free(m->scratch);
 	memset(m, 0, sizeof(*m));
 }
 

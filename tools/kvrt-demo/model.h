@@ -42,6 +42,7 @@ struct model {
 	/* scratch for max_tokens rows */
 	float *x, *xb, *q, *k, *v, *att, *hb, *hb2, *xo;
 	int32_t *tmp_i32;		/* rebased CSR arrays for split attention */
+	void *scratch;			/* rope tables and scratch: one allocation */
 };
 
 /*
