@@ -20,6 +20,7 @@
  *   warm.c          `kvrt-demo warm`: publish a prompt file's blocks
  *   ../common/opts.c  the tools' command-line parser
  *   ../common/cpus.c  the default thread count
+ *   ../common/carve.c many arrays from one allocation (model, speculative)
  */
 #define _GNU_SOURCE
 #include <errno.h>

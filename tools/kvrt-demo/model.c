@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../common/carve.h"
 #include "devgpu.h"
 #include "model.h"
 
@@ -355,17 +356,10 @@ uint32_t argmax(const float *logits, uint32_t n)
 
 /* ---- the model ------------------------------------------------------------------ */
 
-/*
- * The rope tables and the activations, carved from one allocation (each
- * array on a cache line) so that init has one failure to check and fini
- * one thing to free.  NULL when it cannot be had.
- */
+/* The rope tables and the activations, one allocation (../common/carve.h). */
 static void *scratch_carve(struct model *m, size_t seq_len, size_t T, size_t D, size_t H)
 {
-	struct {
-		void **dst;
-		size_t bytes;
-	} part[] = {
+	const struct carve_part part[] = {
 		{ (void **)&m->rope_cos, sizeof(float) * seq_len * m->head_dim / 2 },
 		{ (void **)&m->rope_sin, sizeof(float) * seq_len * m->head_dim / 2 },
 		{ (void **)&m->x, sizeof(float) * T * D },
@@ -379,19 +373,8 @@ static void *scratch_carve(struct model *m, size_t seq_len, size_t T, size_t D, 
 		{ (void **)&m->xo, sizeof(float) * T * D },
 		{ (void **)&m->tmp_i32, sizeof(int32_t) * (4 * T + 8) },
 	};
-	size_t i, off = 0;
-	char *base;
 
-	for (i = 0; i < sizeof(part) / sizeof(part[0]); i++)
-		off += (part[i].bytes + 63) & ~(size_t)63;
-	base = aligned_alloc(64, off);
-	if (!base)
-		return NULL;
-	for (i = 0, off = 0; i < sizeof(part) / sizeof(part[0]); i++) {
-		*part[i].dst = base + off;
-		off += (part[i].bytes + 63) & ~(size_t)63;
-	}
-	return base;
+	return carve(part, sizeof(part) / sizeof(part[0]));
 }
 
 int model_init(struct model *m, const struct checkpoint *ck, uint32_t max_tokens,

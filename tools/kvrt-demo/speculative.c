@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../common/carve.h"
 #include "cache.h"
 #include "report.h"
 #include "speculative.h"
@@ -45,6 +46,7 @@ struct lm {
 	int32_t *pos, *indptr, *blk, *lens;
 	int64_t *slots;
 	float *logits;			/* [rows_cap][vocab] */
+	void *batch;			/* the batch arrays above: one allocation */
 	uint64_t passes, rows;		/* forward passes, token rows */
 	uint64_t truncates, rolled_back;
 	int have_model, have_dev;
@@ -99,15 +101,25 @@ static void lm_fini(struct lm *x)
 		devcache_fini(&x->dev);
 	if (x->have_model)
 		model_fini(&x->m);
-	free(x->tok);
-	free(x->out_rows);
-	free(x->pos);
-	free(x->indptr);
-	free(x->blk);
-	free(x->lens);
-	free(x->slots);
-	free(x->logits);
+	free(x->batch);
 	memset(x, 0, sizeof(*x));
+}
+
+/* The batch arrays of T token rows, one allocation (../common/carve.h). */
+static void *lm_batch_carve(struct lm *x, uint32_t T, uint32_t blocks)
+{
+	const struct carve_part part[] = {
+		{ (void **)&x->tok, sizeof(*x->tok) * T },
+		{ (void **)&x->out_rows, sizeof(*x->out_rows) * T },
+		{ (void **)&x->pos, sizeof(*x->pos) * T },
+		{ (void **)&x->slots, sizeof(*x->slots) * T },
+		{ (void **)&x->indptr, sizeof(*x->indptr) * 2 },
+		{ (void **)&x->lens, sizeof(*x->lens) * 1 },
+		{ (void **)&x->blk, sizeof(*x->blk) * blocks },
+		{ (void **)&x->logits, sizeof(float) * (size_t)x->rows_cap * x->vocab },
+	};
+
+	return carve(part, sizeof(part) / sizeof(part[0]));
 }
 
 static int lm_init(struct lm *x, const char *what, const struct checkpoint *ck,
@@ -147,16 +159,8 @@ static int lm_init(struct lm *x, const char *what, const struct checkpoint *ck,
 		snprintf(err, errlen, "%s: kvrt_seqs_create/kvrt_seq_add: %s", what, strerror(-ret));
 		return ret;
 	}
-	x->tok = malloc(sizeof(*x->tok) * T);
-	x->out_rows = malloc(sizeof(*x->out_rows) * T);
-	x->pos = malloc(sizeof(*x->pos) * T);
-	x->slots = malloc(sizeof(*x->slots) * T);
-	x->indptr = malloc(sizeof(*x->indptr) * 2);
-	x->lens = malloc(sizeof(*x->lens) * 1);
-	x->blk = malloc(sizeof(*x->blk) * blocks);
-	x->logits = malloc(sizeof(float) * (size_t)x->rows_cap * x->vocab);
-	if (!x->tok || !x->out_rows || !x->pos || !x->slots || !x->indptr || !x->lens ||
-	    !x->blk || !x->logits) {
+	x->batch = lm_batch_carve(x, T, blocks);
+	if (!x->batch) {
 		snprintf(err, errlen, "%s: out of memory", what);
 		return -ENOMEM;
 	}
