@@ -55,10 +55,12 @@ extern "C" {
  * 0.7: write-back tiers (KVRT_TIER_WRITE_BACK, kvrt_tier_flush).
  * 0.8: tiers trust only what the tenant's key wrote (kvrt_tier_*_opts.key_file).
  * 0.9: asking the tiers what they hold without reading it (kvrt_tier_contains).
+ * 0.10: benchmark limits and what AUTO copies measured (kvrt_gpu_read_stream,
+ * kvrt_gpu_copy_calibration).
  */
 
 #define KVRT_VERSION_MAJOR 0
-#define KVRT_VERSION_MINOR 9
+#define KVRT_VERSION_MINOR 10
 #define KVRT_VERSION_PATCH 0
 /* MAJOR * 10000 + MINOR * 100 + PATCH, comparable with kvrt_version_number() */
 #define KVRT_VERSION_NUMBER \
@@ -966,6 +968,18 @@ int kvrt_gpu_alloc(struct kvrt_gpu *gpu, size_t bytes, void **dptr);
 int kvrt_gpu_free(struct kvrt_gpu *gpu, void *dptr);
 int kvrt_gpu_memcpy(struct kvrt_gpu *gpu, void *dst, const void *src, size_t bytes);
 int kvrt_gpu_sync(struct kvrt_gpu *gpu, void *stream);
+
+/*
+ * Read bytes of device memory at src with a kernel that only reads (each
+ * thread keeps several 16-byte loads in flight): the read bandwidth a
+ * reader such as decode attention can reach, for benchmarks.  src and
+ * bytes multiples of 16.  sum NULL: queued on stream.  Else *sum is the
+ * sum mod 2^64 of the little-endian 32-bit words read, and the call
+ * returns when the read is done (it synchronises stream).  -EINVAL,
+ * -ENOMEM, -EIO.
+ */
+int kvrt_gpu_read_stream(struct kvrt_gpu *gpu, const void *src, size_t bytes, uint64_t *sum,
+			 void *stream);
 
 /*
  * Register host memory with the GPU so copies run at full speed and the

@@ -47,6 +47,9 @@
  *   and >= num_blocks * block_tokens skipped, everything else untouched;
  *   argument errors as the CPU's.
  *
+ *   read stream: kvrt_gpu_read_stream's sum of the words read equals the
+ *   CPU's, around its tile sizes; misaligned arguments -EINVAL.
+ *
  *   copies: kvrt_gpu_copy_blocks for each method (BATCH skips with the
  *   reason when the driver has no cuMemcpyBatchAsync, -ENOTSUP), between
  *   device memory, an embedded space registered with
@@ -1242,6 +1245,7 @@ TEST(null_handles_einval)
 	NULL_EINVAL(kvrt_gpu_free(NULL, page));
 	NULL_EINVAL(kvrt_gpu_memcpy(NULL, host, page, sizeof(host)));
 	NULL_EINVAL(kvrt_gpu_sync(NULL, NULL));
+	NULL_EINVAL(kvrt_gpu_read_stream(NULL, page, 16, NULL, NULL));
 	if (sp) {
 		NULL_EINVAL(kvrt_gpu_register_space(NULL, sp));
 		NULL_EINVAL(kvrt_gpu_unregister_space(NULL, sp));
@@ -1374,6 +1378,40 @@ TEST(device_memory)
 	dev_free(b);
 	free(h);
 	free(back);
+}
+
+/*
+ * The read stream reads every byte: its sum equals the CPU's sum of the
+ * 32-bit words, for sizes around its tiles (4096 bytes of 16 per thread);
+ * misaligned pointers and sizes are -EINVAL.
+ */
+TEST(read_stream_sums)
+{
+	const size_t sizes[] = { 16, 4096 - 16, 4096 * 8 + 48, (3 << 20) + 4096 * 5 + 16 };
+	size_t n = sizes[3], i, j;
+	uint32_t *h = xmalloc(n);
+	uint8_t *d = dev_alloc(n);
+	uint64_t want, got;
+	int r;
+
+	for (i = 0; i < n / 4; i++)
+		h[i] = (uint32_t)rnd() | 1;
+	if (d && !kvrt_gpu_memcpy(G, d, h, n)) {
+		for (j = 0; j < sizeof(sizes) / sizeof(sizes[0]); j++) {
+			for (want = 0, i = 0; i < sizes[j] / 4; i++)
+				want += h[i];
+			r = kvrt_gpu_read_stream(G, d, sizes[j], &got, NULL);
+			CHECKF(!r && got == want, "read_stream(%zu bytes) = %d, sum %llx, CPU %llx",
+			       sizes[j], r, (unsigned long long)got, (unsigned long long)want);
+		}
+		r = kvrt_gpu_read_stream(G, d, n, NULL, NULL);	/* timed form: queued */
+		CHECKF(!r && !kvrt_gpu_sync(G, NULL), "read_stream without a sum = %d", r);
+		CHECK_EQ(kvrt_gpu_read_stream(G, d + 8, 16, &got, NULL), -EINVAL);
+		CHECK_EQ(kvrt_gpu_read_stream(G, d, 24, NULL, NULL), -EINVAL);
+		CHECK_EQ(kvrt_gpu_read_stream(G, d, 0, &got, NULL), 0);
+	}
+	dev_free(d);
+	free(h);
 }
 
 TEST(plan_validation)
@@ -2978,6 +3016,7 @@ int main(void)
 		clock_gettime(CLOCK_MONOTONIC, &ts);
 		t0 = ts.tv_sec + ts.tv_nsec * 1e-9;
 		RUN(device_memory);
+		RUN(read_stream_sums);
 		RUN(plan_validation);
 		RUN(decode_dtype_matrix);
 		RUN(decode_shape_matrix);

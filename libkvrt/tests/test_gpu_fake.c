@@ -389,6 +389,31 @@ TEST(copy_errors)
 	kvrt_close(k);
 }
 
+/* The read stream's sum comes back through its sums array; bad arguments first. */
+TEST(read_stream_launch)
+{
+	static uint32_t words[1024] __attribute__((aligned(16)));
+	struct kvrt_gpu *g = NULL;
+	struct kvrt *k = open_with_gpu(&g);
+	uint64_t want = 0, got = 1;
+	unsigned int i;
+
+	if (!k)
+		return;
+	for (i = 0; i < 1024; i++)
+		want += words[i] = 0x9e3779b9u * (i + 1);
+	CHECK_EQ(kvrt_gpu_read_stream(g, words + 1, 16, NULL, NULL), -EINVAL);
+	CHECK_EQ(kvrt_gpu_read_stream(g, words, 20, NULL, NULL), -EINVAL);
+	CHECK_EQ(kvrt_gpu_read_stream(g, NULL, 16, NULL, NULL), -EINVAL);
+	unlink(log_path);
+	CHECK_EQ(kvrt_gpu_read_stream(g, words, sizeof(words), &got, NULL), 0);
+	CHECK_EQ(got, want);
+	CHECK_EQ(kvrt_gpu_read_stream(g, words, sizeof(words), NULL, NULL), 0);
+	CHECK_EQ(log_count("launch kvrt_read_stream "), 2);
+	kvrt_gpu_close(g);
+	kvrt_close(k);
+}
+
 TEST(plans_and_launches)
 {
 	struct kvrt_attn_params p = { .num_q_heads = 32, .sm_scale = 0.088f, .window_left = -1,
@@ -533,6 +558,7 @@ int main(void)
 	RUN(copies_match_cpu);
 	RUN(copy_errors);
 	RUN(a_gpu_copy_of_an_unbacked_block_is_efault_not_a_signal);
+	RUN(read_stream_launch);
 	RUN(plans_and_launches);
 	unlink(log_path);
 	return tap_done("test_gpu_fake");
