@@ -1012,7 +1012,8 @@ int kvrt_gpu_unregister_host(struct kvrt_gpu *gpu, void *addr);
  *   MEMCPY  one cuMemcpyAsync per run;
  *   AUTO    runs up to kvrt_gpu_info.kernel_copy_max through the kernel,
  *           larger ones batched (or MEMCPY without batching); the
- *           threshold is measured on the device at the first AUTO copy.
+ *           threshold is measured on the device at the first AUTO copy
+ *           (kvrt_gpu_copy_calibration() says how).
  * Never one call per layer per block unless the layouts leave nothing
  * larger.  Host memory must be registered (KERNEL needs it; the others
  * would fall back to slow staged copies).  -EINVAL, -ERANGE and -EFAULT
@@ -1030,6 +1031,45 @@ enum kvrt_gpu_copy_method {
 int kvrt_gpu_copy_blocks(struct kvrt_gpu *gpu, const struct kvrt_block_array *dst,
 			 const struct kvrt_block_array *src, const struct kvrt_block_pair *pairs,
 			 uint32_t count, enum kvrt_gpu_copy_method method, void *stream);
+
+/*
+ * What AUTO's threshold (kvrt_gpu_info.kernel_copy_max) came from.  At the
+ * first AUTO copy (or the first kvrt_gpu_copy_calibration()) each method
+ * copies a 16 MiB host buffer of the kind pools are (2 MiB aligned,
+ * madvise MADV_HUGEPAGE, registered as kvrt_gpu_register_space() does) to
+ * the device in scattered runs of 4 KiB .. 1 MiB, three times after a
+ * warm-up, timed with events, from 4 KiB upwards until the kernel loses
+ * at two sizes in a row (larger runs favour the copy engines); the
+ * threshold is the largest run size at which the kernel was faster.  $KVRT_GPU_KERNEL_COPY_MAX (bytes) sets it instead and
+ * nothing is measured.  The same figures go to the handle's log (INFO).
+ */
+#define KVRT_GPU_CALIB_MAX 12
+
+enum kvrt_gpu_calib_source {
+	KVRT_GPU_CALIB_MEASURED = 0,	/* sizes[] below */
+	KVRT_GPU_CALIB_ENV = 1,		/* $KVRT_GPU_KERNEL_COPY_MAX */
+	KVRT_GPU_CALIB_NO_KERNEL = 2,	/* no unified addressing: never the kernel */
+	KVRT_GPU_CALIB_FAILED = 3,	/* the buffer or the driver failed: 0 */
+};
+
+struct kvrt_gpu_copy_calib {
+	uint64_t kernel_copy_max;	/* the threshold chosen */
+	uint32_t source;		/* enum kvrt_gpu_calib_source */
+	uint32_t num_sizes;		/* sizes[] filled */
+	uint64_t buffer_bytes;		/* the host buffer copied from */
+	int64_t buffer_thp_bytes;	/* of it, on transparent huge pages (smaps); -1 unknown */
+	int32_t buffer_advise_errno;	/* 0, or why madvise(MADV_HUGEPAGE) failed */
+	uint32_t reserved0;
+	struct {
+		uint64_t run_bytes;
+		double kernel_gbps;	/* the copy kernel; 0: failed */
+		double large_gbps;	/* the batched memcpy (else one memcpy per run) */
+	} sizes[KVRT_GPU_CALIB_MAX];
+	uint64_t reserved[4];
+};
+
+/* Calibrate now unless done; what it measured into *out.  -EINVAL. */
+int kvrt_gpu_copy_calibration(struct kvrt_gpu *gpu, struct kvrt_gpu_copy_calib *out);
 
 /*
  * Append on the GPU: kvrt_append_kv() with k, v, slots (int64) and the

@@ -61,6 +61,7 @@ struct kvrt_gpu {
 	pthread_mutex_t lock;
 	struct gpu_reg *regs;
 	bool calibrated;
+	struct kvrt_gpu_copy_calib calib;	/* what calibrated measured */
 	CUdeviceptr read_sums;		/* gpu_read.c: timed calls' CTA sums */
 };
 

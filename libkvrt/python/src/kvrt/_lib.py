@@ -316,6 +316,7 @@ _PROTOS_TIER_CONTAINS = {
 GPU_LIMITS_VERSION_NUMBER = 1000
 _PROTOS_GPU_LIMITS = {
     "kvrt_gpu_read_stream": (c_int, [P, P, c_size_t, POINTER(c_uint64), P]),
+    "kvrt_gpu_copy_calibration": (c_int, [P, P]),
 }
 
 
@@ -434,4 +435,4 @@ tier_contains_missing = _declare_since(lib, _PROTOS_TIER_CONTAINS,
                                        "tier queries that read nothing (tier_contains)")
 #: None when the benchmark limits (kvrt_gpu_read_stream, ...) are there, else why not.
 gpu_limits_missing = _declare_since(lib, _PROTOS_GPU_LIMITS, GPU_LIMITS_VERSION_NUMBER,
-                                    "benchmark limits (kvrt_gpu_read_stream)")
+                                    "benchmark limits (kvrt_gpu_read_stream, kvrt_gpu_copy_calibration)")
