@@ -21,8 +21,11 @@
 #                                                        (memcheck.log)
 #         python    the kvrt package's torch tests, GPU ones required, with
 #                   the machine's python3 and torch       (python.log)
-#         attn      kvbench gpu-attn, with the SDPA peer (gpu-attn.jsonl, .log)
-#         copy      kvbench gpu-copy                     (gpu-copy.jsonl, .log)
+#         attn      kvbench gpu-attn, with the SDPA peer (gpu-attn.jsonl, .log):
+#                   decode against a read-only stream of the same bytes
+#                   (decode_read_*) and against the device copy (decode_*)
+#         copy      kvbench gpu-copy, AUTO's calibration (auto_calib_*,
+#                   auto_threshold_kib) first  (gpu-copy.jsonl, .log)
 #         demo      kvrt-demo --device gpu: its KV cache, append, attention
 #                   and pool copies on the GPU, checked   (demo.json, .log)
 #         profile   ncu on one decode call (batch 64 x 4096): speed of light,
@@ -44,6 +47,9 @@
 #                    (for a caller that brings back few files)
 #   GPU_RUN_ATTN_ARGS  more kvbench gpu-attn options (e.g. --batches 1,8,32,64)
 #   KVRT_LIBCUDA     passes on (the dry run points it at the emulated driver)
+#
+# FlashInfer on the same page table is staged apart, in two device calls:
+# bench/flashinfer-stage.sh says how.
 #
 # Exit status: 0 when every step that ran passed; 1 when one failed or the
 # preflight found something missing; 2 on a usage error.

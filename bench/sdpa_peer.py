@@ -82,6 +82,35 @@ def emit(obj):
     print(json.dumps(obj), flush=True)
 
 
+def time_calls(torch, call, warmup, iters, inner=0):
+    """(ms per call of each of iters repetitions, calls per repetition):
+    warmup calls (at least one), then repetitions of inner back-to-back
+    calls between two CUDA events, inner chosen for about 2 ms when 0.
+    flashinfer_peer.py times its calls with this too."""
+    for _ in range(max(warmup, 1)):
+        call()
+    torch.cuda.synchronize()
+    if not inner:
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        for _ in range(5):
+            call()
+        e.record()
+        e.synchronize()
+        per = max(s.elapsed_time(e) / 5, 1e-4)
+        inner = max(1, min(1000, math.ceil(2.0 / per)))
+    times = []
+    for _ in range(iters):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        for _ in range(inner):
+            call()
+        e.record()
+        e.synchronize()
+        times.append(s.elapsed_time(e) / inner)
+    return times, inner
+
+
 def main():
     a, cases = parse()
     try:
@@ -139,28 +168,7 @@ def main():
                 def call(q=q, k=k, v=v):
                     return F.scaled_dot_product_attention(q, k, v)
                 read = kv_bytes * group
-            for _ in range(max(a.warmup, 1)):
-                call()
-            torch.cuda.synchronize(dev)
-            inner = a.inner
-            if not inner:
-                s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                s.record()
-                for _ in range(5):
-                    call()
-                e.record()
-                e.synchronize()
-                per = max(s.elapsed_time(e) / 5, 1e-4)
-                inner = max(1, min(1000, math.ceil(2.0 / per)))
-            times = []
-            for _ in range(a.iters):
-                s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                s.record()
-                for _ in range(inner):
-                    call()
-                e.record()
-                e.synchronize()
-                times.append(s.elapsed_time(e) / inner)
+            times, inner = time_calls(torch, call, a.warmup, a.iters, a.inner)
             emit({"case": label, "batch": b, "ctx": c, "q_heads": a.q_heads,
                   "kv_heads": a.kv_heads, "head_dim": a.head_dim, "dtype": a.dtype,
                   "median_ms": statistics.median(times), "min_ms": min(times),

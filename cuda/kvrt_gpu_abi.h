@@ -14,6 +14,7 @@
  *   kvrt_attn_merge                             struct kvrt_gk_merge_args
  *   kvrt_append_{f16,bf16,fp8}                  struct kvrt_gk_append_args
  *   kvrt_copy_runs                              struct kvrt_gk_copy_args
+ *   kvrt_read_stream                            struct kvrt_gk_read_args
  *
  * The suffix is the KV cache dtype; query and output dtypes are fields.
  */
@@ -48,6 +49,7 @@
 #define KVRT_GK_MERGE_THREADS 128
 #define KVRT_GK_APPEND_THREADS 128
 #define KVRT_GK_COPY_THREADS 256
+#define KVRT_GK_READ_THREADS 256
 
 /* Query heads one work item covers: one KV head's group, or a slice of it. */
 #define KVRT_GK_MAX_GROUP 8
@@ -195,6 +197,17 @@ struct kvrt_gk_copy_args {
 	uint64_t runs;		/* struct kvrt_gk_copy_run [num_runs] */
 	uint32_t num_runs;
 	uint32_t reserved;
+};
+
+/*
+ * Read stream (a benchmark's limit, not a KV operation): read src[0,
+ * units * 16) (16-byte aligned) and write, for each CTA, the sum mod 2^64
+ * of the 32-bit words it read to sums[blockIdx.x] (uint64 [gridDim.x]).
+ */
+struct kvrt_gk_read_args {
+	uint64_t src;
+	uint64_t units;		/* 16-byte vectors */
+	uint64_t sums;		/* uint64 [gridDim.x] */
 };
 
 #endif /* KVRT_GPU_ABI_H */

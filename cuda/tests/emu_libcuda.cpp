@@ -32,12 +32,13 @@ ATTN(64) ATTN(128) ATTN(256)
 K(kvrt_attn_merge, kvrt_gk_merge_args)
 K(kvrt_append_f16, kvrt_gk_append_args) K(kvrt_append_bf16, kvrt_gk_append_args) K(kvrt_append_fp8, kvrt_gk_append_args)
 K(kvrt_copy_runs, kvrt_gk_copy_args)
+K(kvrt_read_stream, kvrt_gk_read_args)
 
 struct Fn { const char *name; int kind; void *fp; };
 #define E(name, kind) { #name, kind, (void *)name },
 #define EA(hd) E(kvrt_decode_hd##hd##_f16, 0) E(kvrt_decode_hd##hd##_bf16, 0) E(kvrt_decode_hd##hd##_fp8, 0) \
 	E(kvrt_prefill_hd##hd##_f16, 0) E(kvrt_prefill_hd##hd##_bf16, 0) E(kvrt_prefill_hd##hd##_fp8, 0)
-static Fn fns[] = { EA(64) EA(128) EA(256) E(kvrt_attn_merge, 1) E(kvrt_append_f16, 2) E(kvrt_append_bf16, 2) E(kvrt_append_fp8, 2) E(kvrt_copy_runs, 3) };
+static Fn fns[] = { EA(64) EA(128) EA(256) E(kvrt_attn_merge, 1) E(kvrt_append_f16, 2) E(kvrt_append_bf16, 2) E(kvrt_append_fp8, 2) E(kvrt_copy_runs, 3) E(kvrt_read_stream, 4) };
 
 struct Node { int type; Fn *fn; std::vector<char> args; unsigned grid, block; uint64_t dst, src, n; };
 static std::mutex mu;
@@ -52,10 +53,11 @@ static void run_kernel(Fn *f, const void *args, unsigned grid, unsigned block)
 	case 0: { kvrt_gk_attn_args a; memcpy(&a, args, sizeof(a)); kvrt_emu::launch([&] { ((void (*)(kvrt_gk_attn_args))f->fp)(a); }, grid, block, s); break; }
 	case 1: { kvrt_gk_merge_args a; memcpy(&a, args, sizeof(a)); kvrt_emu::launch([&] { ((void (*)(kvrt_gk_merge_args))f->fp)(a); }, grid, block, s); break; }
 	case 2: { kvrt_gk_append_args a; memcpy(&a, args, sizeof(a)); kvrt_emu::launch([&] { ((void (*)(kvrt_gk_append_args))f->fp)(a); }, grid, block, s); break; }
+	case 4: { kvrt_gk_read_args a; memcpy(&a, args, sizeof(a)); kvrt_emu::launch([&] { ((void (*)(kvrt_gk_read_args))f->fp)(a); }, grid, block, s); break; }
 	default: { kvrt_gk_copy_args a; memcpy(&a, args, sizeof(a)); kvrt_emu::launch([&] { ((void (*)(kvrt_gk_copy_args))f->fp)(a); }, grid, block, s); break; }
 	}
 }
-static size_t argsize(int kind) { return kind == 0 ? sizeof(kvrt_gk_attn_args) : kind == 1 ? sizeof(kvrt_gk_merge_args) : kind == 2 ? sizeof(kvrt_gk_append_args) : sizeof(kvrt_gk_copy_args); }
+static size_t argsize(int kind) { return kind == 0 ? sizeof(kvrt_gk_attn_args) : kind == 1 ? sizeof(kvrt_gk_merge_args) : kind == 2 ? sizeof(kvrt_gk_append_args) : kind == 4 ? sizeof(kvrt_gk_read_args) : sizeof(kvrt_gk_copy_args); }
 static bool in(std::map<uintptr_t, size_t> &m, uintptr_t p, size_t n)
 {
 	auto it = m.upper_bound(p);

@@ -15,7 +15,9 @@
  *   - append against kvrt_append_kv(), byte for byte (fp8: the scale rule,
  *     with runs that start mid-block and scale raises), padding and
  *     out-of-range slots included;
- *   - copy_runs against memcpy for random sizes and alignments.
+ *   - copy_runs against memcpy for random sizes and alignments;
+ *   - read_stream: the CTAs' sums add up to the CPU's sum of every 32-bit
+ *     word (so every byte was read, once), for sizes around whole tiles.
  *
  * Each kernel is launched with a grid smaller than its work, so the
  * grid-stride loops run more than once.  KVRT_TEST_SEED picks the seed,
@@ -52,6 +54,7 @@ extern "C" void kvrt_append_f16(const kvrt_gk_append_args a);
 extern "C" void kvrt_append_bf16(const kvrt_gk_append_args a);
 extern "C" void kvrt_append_fp8(const kvrt_gk_append_args a);
 extern "C" void kvrt_copy_runs(const kvrt_gk_copy_args a);
+extern "C" void kvrt_read_stream(const kvrt_gk_read_args a);
 
 typedef void (*attn_fn)(const kvrt_gk_attn_args);
 
@@ -872,6 +875,41 @@ static void test_copy()
 	tap_result(!bad, "copy_runs: %u runs of random sizes and alignments", n);
 }
 
+/* ---- read stream ------------------------------------------------------------- */
+
+static void test_read_stream()
+{
+	const uint64_t tile = KVRT_GK_READ_THREADS * 8;	/* vectors per CTA pass */
+	const uint64_t sizes[] = { 1, 7, tile - 1, tile, tile + 1, 3 * tile + 77, 9 * tile };
+	unsigned bad = 0;
+
+	for (uint64_t units : sizes) {
+		std::vector<uint32_t> src(units * 4);
+		unsigned grid = 1 + (unsigned)rnd(5);
+		std::vector<uint64_t> sums(grid, 0xdeadbeefcafef00dULL);	/* each CTA must write */
+		uint64_t want = 0, got = 0;
+
+		for (auto &w : src) {
+			w = (uint32_t)rng() | 1;	/* no word is 0: a skipped one shows */
+			want += w;
+		}
+		kvrt_gk_read_args a = { (uint64_t)src.data(), units, (uint64_t)sums.data() };
+
+		kvrt_emu::launch([&] { kvrt_read_stream(a); }, grid, KVRT_GK_READ_THREADS,
+				 seed_for_emu());
+		for (uint64_t s : sums)
+			got += s;
+		if (got != want) {
+			bad++;
+			tap_diag("read_stream: %llu vectors, grid %u: sum %llx, CPU %llx",
+				 (unsigned long long)units, grid, (unsigned long long)got,
+				 (unsigned long long)want);
+		}
+	}
+	tap_result(!bad, "read_stream: CTA sums equal the CPU's sum of every word, %zu sizes",
+		   sizeof(sizes) / sizeof(sizes[0]));
+}
+
 int main()
 {
 	const char *env = getenv("KVRT_TEST_SEED");
@@ -883,6 +921,7 @@ int main()
 	printf("# test_kernels: seed %lu (KVRT_TEST_SEED), %d cases (KVRT_TEST_CASES)\n", seed, cases);
 	test_conversions();
 	test_copy();
+	test_read_stream();
 	for (int kind = 0; kind < NR_LAYOUTS; kind++)
 		for (int kv = 1; kv <= 3; kv++)
 			for (int src = 0; src <= 2; src++)

@@ -71,10 +71,12 @@ extern "C" {
  * 0.7: write-back tiers (KVRT_TIER_WRITE_BACK, kvrt_tier_flush).
  * 0.8: tiers trust only what the tenant's key wrote (kvrt_tier_*_opts.key_file).
  * 0.9: asking the tiers what they hold without reading it (kvrt_tier_contains).
+ * 0.10: benchmark limits and what AUTO copies measured (kvrt_gpu_read_stream,
+ * kvrt_gpu_copy_calibration).
  */
 
 #define KVRT_VERSION_MAJOR 0
-#define KVRT_VERSION_MINOR 9
+#define KVRT_VERSION_MINOR 10
 #define KVRT_VERSION_PATCH 0
 /* MAJOR * 10000 + MINOR * 100 + PATCH, comparable with kvrt_version_number() */
 #define KVRT_VERSION_NUMBER \
@@ -1422,6 +1424,18 @@ int kvrt_gpu_memcpy(struct kvrt_gpu *gpu, void *dst, const void *src, size_t byt
 int kvrt_gpu_sync(struct kvrt_gpu *gpu, void *stream);
 
 /*
+ * Read bytes of device memory at src with a kernel that only reads (each
+ * thread keeps several 16-byte loads in flight): the read bandwidth a
+ * reader such as decode attention can reach, for benchmarks (since 0.10).
+ * src and bytes multiples of 16.  sum NULL: queued on stream.  Else *sum
+ * is the sum mod 2^64 of the little-endian 32-bit words read, and the call
+ * returns when the read is done (it synchronises stream).  -EINVAL,
+ * -ENOMEM, -EIO.
+ */
+int kvrt_gpu_read_stream(struct kvrt_gpu *gpu, const void *src, size_t bytes, uint64_t *sum,
+			 void *stream);
+
+/*
  * Register host memory with the GPU so copies run at full speed and the
  * copy kernel can read and write it.  A space: the mapping's blocks
  * [0, nr_blocks), in pieces of at most 64 GiB that start and end on block
@@ -1452,7 +1466,8 @@ int kvrt_gpu_unregister_host(struct kvrt_gpu *gpu, void *addr);
  *   MEMCPY  one cuMemcpyAsync per run;
  *   AUTO    runs up to kvrt_gpu_info.kernel_copy_max through the kernel,
  *           larger ones batched (or MEMCPY without batching); the
- *           threshold is measured on the device at the first AUTO copy.
+ *           threshold is measured on the device at the first AUTO copy
+ *           (kvrt_gpu_copy_calibration() says how).
  * Never one call per layer per block unless the layouts leave nothing
  * larger.  Host memory must be registered (KERNEL needs it; the others
  * would fall back to slow staged copies).  -EINVAL, -ERANGE and -EFAULT
@@ -1470,6 +1485,46 @@ enum kvrt_gpu_copy_method {
 int kvrt_gpu_copy_blocks(struct kvrt_gpu *gpu, const struct kvrt_block_array *dst,
 			 const struct kvrt_block_array *src, const struct kvrt_block_pair *pairs,
 			 uint32_t count, enum kvrt_gpu_copy_method method, void *stream);
+
+/*
+ * What AUTO's threshold (kvrt_gpu_info.kernel_copy_max) came from (since
+ * 0.10).  At the first AUTO copy (or the first kvrt_gpu_copy_calibration())
+ * each method copies a 16 MiB host buffer of the kind pools are (2 MiB
+ * aligned, madvise MADV_HUGEPAGE, registered as kvrt_gpu_register_space()
+ * does) to the device in scattered runs of 4 KiB .. 1 MiB, three times
+ * after a warm-up, timed with events, from 4 KiB upwards until the kernel
+ * loses at two sizes in a row (larger runs favour the copy engines); the
+ * threshold is the largest run size at which the kernel was faster.
+ * $KVRT_GPU_KERNEL_COPY_MAX (bytes) sets it instead and nothing is
+ * measured.  The same figures go to the handle's log (INFO).
+ */
+#define KVRT_GPU_CALIB_MAX 12
+
+enum kvrt_gpu_calib_source {
+	KVRT_GPU_CALIB_MEASURED = 0,	/* sizes[] below */
+	KVRT_GPU_CALIB_ENV = 1,		/* $KVRT_GPU_KERNEL_COPY_MAX */
+	KVRT_GPU_CALIB_NO_KERNEL = 2,	/* no unified addressing: never the kernel */
+	KVRT_GPU_CALIB_FAILED = 3,	/* the buffer or the driver failed: 0 */
+};
+
+struct kvrt_gpu_copy_calib {
+	uint64_t kernel_copy_max;	/* the threshold chosen */
+	uint32_t source;		/* enum kvrt_gpu_calib_source */
+	uint32_t num_sizes;		/* sizes[] filled */
+	uint64_t buffer_bytes;		/* the host buffer copied from */
+	int64_t buffer_thp_bytes;	/* of it, on transparent huge pages (smaps); -1 unknown */
+	int32_t buffer_advise_errno;	/* 0, or why madvise(MADV_HUGEPAGE) failed */
+	uint32_t reserved0;
+	struct {
+		uint64_t run_bytes;
+		double kernel_gbps;	/* the copy kernel; 0: failed */
+		double large_gbps;	/* the batched memcpy (else one memcpy per run) */
+	} sizes[KVRT_GPU_CALIB_MAX];
+	uint64_t reserved[4];
+};
+
+/* Calibrate now unless done; what it measured into *out.  -EINVAL. */
+int kvrt_gpu_copy_calibration(struct kvrt_gpu *gpu, struct kvrt_gpu_copy_calib *out);
 
 /*
  * Append on the GPU: kvrt_append_kv() with k, v, slots (int64) and the

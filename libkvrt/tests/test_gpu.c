@@ -49,6 +49,9 @@
  *   and >= num_blocks * block_tokens skipped, everything else untouched;
  *   argument errors as the CPU's.
  *
+ *   read stream: kvrt_gpu_read_stream's sum of the words read equals the
+ *   CPU's, around its tile sizes; misaligned arguments -EINVAL.
+ *
  *   copies: kvrt_gpu_copy_blocks for each method (BATCH skips with the
  *   reason when the driver has no cuMemcpyBatchAsync, -ENOTSUP), between
  *   device memory, an embedded space registered with

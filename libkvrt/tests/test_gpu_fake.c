@@ -389,6 +389,77 @@ TEST(copy_errors)
 	kvrt_close(k);
 }
 
+/* The read stream's sum comes back through its sums array; bad arguments first. */
+TEST(read_stream_launch)
+{
+	static uint32_t words[1024] __attribute__((aligned(16)));
+	struct kvrt_gpu *g = NULL;
+	struct kvrt *k = open_with_gpu(&g);
+	uint64_t want = 0, got = 1;
+	unsigned int i;
+
+	if (!k)
+		return;
+	for (i = 0; i < 1024; i++)
+		want += words[i] = 0x9e3779b9u * (i + 1);
+	CHECK_EQ(kvrt_gpu_read_stream(g, words + 1, 16, NULL, NULL), -EINVAL);
+	CHECK_EQ(kvrt_gpu_read_stream(g, words, 20, NULL, NULL), -EINVAL);
+	CHECK_EQ(kvrt_gpu_read_stream(g, NULL, 16, NULL, NULL), -EINVAL);
+	unlink(log_path);
+	CHECK_EQ(kvrt_gpu_read_stream(g, words, sizeof(words), &got, NULL), 0);
+	CHECK_EQ(got, want);
+	CHECK_EQ(kvrt_gpu_read_stream(g, words, sizeof(words), NULL, NULL), 0);
+	CHECK_EQ(log_count("launch kvrt_read_stream "), 2);
+	kvrt_gpu_close(g);
+	kvrt_close(k);
+}
+
+/*
+ * The calibration's record: the sizes measured (the fake's events say 1 ms
+ * for either method: no win, so 4 and 8 KiB settle it at 0), the
+ * threshold in kvrt_gpu_info; the variable instead.
+ */
+TEST(copy_calibration_record)
+{
+	struct kvrt_gpu_copy_calib c;
+	struct kvrt_gpu_info gi;
+	struct kvrt_gpu *g = NULL;
+	struct kvrt *k = open_with_gpu(&g);
+	uint32_t i;
+
+	if (!k)
+		return;
+	CHECK_EQ(kvrt_gpu_copy_calibration(g, NULL), -EINVAL);
+	CHECK_EQ(kvrt_gpu_copy_calibration(NULL, &c), -EINVAL);
+	unlink(log_path);
+	REQUIRE(kvrt_gpu_copy_calibration(g, &c) == 0);
+	CHECK_EQ(c.source, KVRT_GPU_CALIB_MEASURED);
+	CHECK_EQ(c.num_sizes, 2);
+	CHECK_EQ(c.buffer_bytes, 16 << 20);
+	for (i = 0; i < c.num_sizes; i++) {
+		CHECK_EQ(c.sizes[i].run_bytes, 4096ULL << i);
+		CHECK(c.sizes[i].kernel_gbps > 0 && c.sizes[i].kernel_gbps == c.sizes[i].large_gbps);
+	}
+	CHECK_EQ(c.kernel_copy_max, 0);
+	CHECK_EQ(log_count("launch kvrt_copy_runs "), 2 * 4);
+	REQUIRE(kvrt_gpu_info(g, &gi) == 0);
+	CHECK_EQ(gi.kernel_copy_max, 0);
+	kvrt_gpu_close(g);
+	kvrt_close(k);
+
+	k = open_with_gpu(&g);
+	if (!k)
+		return;
+	setenv("KVRT_GPU_KERNEL_COPY_MAX", "65536", 1);	/* read at calibration */
+	REQUIRE(kvrt_gpu_copy_calibration(g, &c) == 0);
+	CHECK_EQ(c.source, KVRT_GPU_CALIB_ENV);
+	CHECK_EQ(c.kernel_copy_max, 65536);
+	CHECK_EQ(c.num_sizes, 0);
+	kvrt_gpu_close(g);
+	kvrt_close(k);
+	unsetenv("KVRT_GPU_KERNEL_COPY_MAX");
+}
+
 TEST(plans_and_launches)
 {
 	struct kvrt_attn_params p = { .num_q_heads = 32, .sm_scale = 0.088f, .window_left = -1,
@@ -533,6 +604,8 @@ int main(void)
 	RUN(copies_match_cpu);
 	RUN(copy_errors);
 	RUN(a_gpu_copy_of_an_unbacked_block_is_efault_not_a_signal);
+	RUN(read_stream_launch);
+	RUN(copy_calibration_record);
 	RUN(plans_and_launches);
 	unlink(log_path);
 	return tap_done("test_gpu_fake");

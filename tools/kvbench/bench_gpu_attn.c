@@ -22,14 +22,25 @@
  * CLOCK_MONOTONIC time over N (launch cost included, as an engine without
  * CUDA graphs pays it); the median of --reps is reported.
  *
- *   decode_bB_ctxC      value: GB/s of K/V the call must read (B x C x 8
+ *   decode_read_bB_ctxC value: GB/s of K/V the call must read (B x C x 8
  *                       heads x 128 x element size x K and V, plus the fp8
- *                       scales of the blocks read); limit: the device copy
+ *                       scales of the blocks read: the bytes counted); limit:
+ *                       GB/s of kvrt_gpu_read_stream(), a kernel that only
+ *                       reads, over the same number of bytes, timed as the
+ *                       decode is (N back-to-back calls, then a sync; one
+ *                       call over the first B x C tokens' K/V bytes of the
+ *                       cache, contiguous, plus, for fp8, one over the same
+ *                       count of scale bytes), between the repetitions;
+ *                       ratio = value / limit.  Decode only reads K/V, so
+ *                       this is its limit.  Where the bytes fit in L2 (50-60
+ *                       MB on an H100/H200) both sides may be served from it.
+ *   decode_bB_ctxC      value: as decode_read_bB_ctxC's; limit: the device copy
  *                       bandwidth measured between the repetitions,
  *                       kvrt_gpu_memcpy() of one --copy-mib buffer (default
  *                       1024 MiB) onto another, counting bytes read plus
  *                       bytes written (2 x size per copy) as the device's
- *                       total memory traffic; ratio = value / limit.
+ *                       total memory traffic; ratio = value / limit (the
+ *                       ratio of earlier runs, kept to compare with them).
  *   decode_bB_ctxC_us   the same call as a cost: value: microseconds per
  *                       call; limit: the microseconds the K/V bytes take
  *                       at that copy rate; ratio = limit / value (the
@@ -109,8 +120,8 @@ static const struct kvb_opts gattn_defaults = {
 
 static const char gattn_about[] =
 	"GPU paged-attention decode (kvrt_gpu_attn_decode): GB/s of K/V read against\n"
-	"the device copy bandwidth (bytes read + written) measured in the same run,\n"
-	"microseconds per call, planning cost, and PyTorch SDPA on the same shapes as\n"
+	"a read-only stream of the same bytes and against the device copy bandwidth\n"
+	"(bytes read + written), both measured in the same run, microseconds per call, planning cost, and PyTorch SDPA on the same shapes as\n"
 	"a peer.  bf16, head dim 128, 32 q / 8 KV heads, 16-token blocks.\n";
 
 static const char *dtype_name(enum kvrt_dtype t)
@@ -239,6 +250,7 @@ struct dcase {
 	void *d_indptr, *d_indices, *d_lens, *d_q, *d_out;
 	int32_t *lens;
 	uint64_t kv_bytes;	/* read per call */
+	uint64_t scale_bytes;	/* of those, fp8 scales */
 };
 
 static void dcase_free(struct gctx *x, struct dcase *c)
@@ -326,6 +338,29 @@ static int time_calls(struct gctx *x, struct dcase *c, unsigned long n, double *
 
 	for (i = 0; i < n && !ret; i++)
 		ret = dcase_call(x, c);
+	if (!ret)
+		ret = kvrt_gpu_sync(x->g, NULL);
+	*sec = (kvb_now_s() - t0) / (double)n;
+	return ret;
+}
+
+/*
+ * n read streams over as many bytes as a decode call reads (the K/V bytes
+ * from the cache's start, the scale bytes from the scales'), then a sync:
+ * seconds per stream.
+ */
+static int time_reads(struct gctx *x, struct dcase *c, unsigned long n, double *sec)
+{
+	uint64_t kv = c->kv_bytes - c->scale_bytes;
+	double t0 = kvb_now_s();
+	unsigned long i;
+	int ret = 0;
+
+	for (i = 0; i < n && !ret; i++) {
+		ret = kvrt_gpu_read_stream(x->g, c->cache, kv, NULL, NULL);
+		if (!ret && c->scale_bytes)
+			ret = kvrt_gpu_read_stream(x->g, c->scales, c->scale_bytes, NULL, NULL);
+	}
 	if (!ret)
 		ret = kvrt_gpu_sync(x->g, NULL);
 	*sec = (kvb_now_s() - t0) / (double)n;
@@ -683,11 +718,11 @@ static int create_plan(struct grun *g)
  * and the copy limit in GB/s, its copy timed before each repetition's calls.
  */
 static int time_case(struct grun *g, struct dcase *dc, double *tcall, double *tplan,
-		     double *limit)
+		     double *limit, double *tread)
 {
 	const struct kvb_opts *c = &g->x.o->c;
-	double vs[KVB_MAX_REPS], ls[KVB_MAX_REPS], ps[KVB_MAX_REPS], t;
-	unsigned long n = 0;
+	double vs[KVB_MAX_REPS], ls[KVB_MAX_REPS], ps[KVB_MAX_REPS], rs[KVB_MAX_REPS], t;
+	unsigned long n = 0, nr;
 	unsigned int r;
 	int ret;
 
@@ -705,8 +740,15 @@ static int time_case(struct grun *g, struct dcase *dc, double *tcall, double *tp
 	n = t > 0 ? (unsigned long)ceil(c->rep_time / t) : 1000;
 	if (n < 10)
 		n = 10;
+	if (!ret)	/* the read's warm-up and its calls per repetition */
+		ret = time_reads(&g->x, dc, 10, &t);
+	nr = t > 0 ? (unsigned long)ceil(c->rep_time / t) : 1000;
+	if (nr < 10)
+		nr = 10;
 	for (r = 0; r < c->reps && !ret; r++) {
 		ret = time_copy(&g->x, c->rep_time, &ls[r]);
+		if (!ret)
+			ret = time_reads(&g->x, dc, nr, &rs[r]);
 		if (!ret)
 			ret = time_calls(&g->x, dc, n, &vs[r]);
 	}
@@ -725,17 +767,23 @@ static int time_case(struct grun *g, struct dcase *dc, double *tcall, double *tp
 		return ret;
 	*tcall = kvb_median(vs, c->reps);
 	*tplan = kvb_median(ps, c->reps);
+	*tread = kvb_median(rs, c->reps);
 	/* limit: bytes read + written per second */
 	*limit = 2.0 * (double)g->x.copy_bytes / kvb_median(ls, c->reps) / 1e9;
 	return 0;
 }
 
-/* A timed case's three lines (rate, cost, planning); kept for the peer. */
+/* A timed case's four lines (rate against the read and the copy, cost,
+ * planning); kept for the peer. */
 static void report_case(struct grun *g, const struct dcase *dc, double tcall, double tplan,
-			double l)
+			double l, double tread)
 {
 	char name[64], unit[96];
 	double v = (double)dc->kv_bytes / tcall / 1e9;
+
+	snprintf(name, sizeof(name), "decode_read_b%u_ctx%u%s", dc->batch, dc->ctx, g->sfx);
+	kvb_report(&g->rate, name, v, "GB/s K/V read (ratio = value/limit)",
+		   (double)dc->kv_bytes / tread / 1e9, "GB/s read-only stream, same bytes");
 
 	snprintf(name, sizeof(name), "decode_b%u_ctx%u%s", dc->batch, dc->ctx, g->sfx);
 	kvb_report(&g->rate, name, v, "GB/s K/V read (ratio = value/limit)", l,
@@ -761,7 +809,7 @@ static int bench_case(struct grun *g, unsigned int i, unsigned int j)
 		.layout = &g->layout, .plan = g->plan, .cache = g->cache, .scales = g->scales,
 	};
 	struct kvrt_gpu_plan_info pi;
-	double tcall, tplan, l;
+	double tcall, tplan, l, tread;
 	char name[64];
 	int ret;
 
@@ -783,7 +831,8 @@ static int bench_case(struct grun *g, unsigned int i, unsigned int j)
 	};
 	dc.kv_bytes = (uint64_t)dc.batch * dc.ctx * g->tok_bytes;
 	if (g->scales)	/* the scales of every block read, K and V */
-		dc.kv_bytes += (uint64_t)dc.batch * (dc.ctx / BLOCK) * 2 * KV_HEADS * 4;
+		dc.scale_bytes = (uint64_t)dc.batch * (dc.ctx / BLOCK) * 2 * KV_HEADS * 4;
+	dc.kv_bytes += dc.scale_bytes;
 	ret = dcase_init(&g->x, &dc, 1000 + 31 * i + j);
 	if (!ret)
 		ret = dcase_plan(&dc);
@@ -792,14 +841,14 @@ static int bench_case(struct grun *g, unsigned int i, unsigned int j)
 			kvb_note(c, "%s: plan of %u tasks, %u sequence/head groups split along "
 				 "the keys, %u keys per split, grid %u", name, pi.num_work,
 				 pi.num_split, pi.split_tokens, pi.grid);
-		ret = time_case(g, &dc, &tcall, &tplan, &l);
+		ret = time_case(g, &dc, &tcall, &tplan, &l, &tread);
 	}
 	if (ret) {
 		report_gpu_error(&g->x, name, ret);
 		dcase_free(&g->x, &dc);
 		return ret;
 	}
-	report_case(g, &dc, tcall, tplan, l);
+	report_case(g, &dc, tcall, tplan, l, tread);
 	dcase_free(&g->x, &dc);
 	return 0;
 }

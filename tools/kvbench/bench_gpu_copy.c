@@ -44,6 +44,19 @@
  * above 1 when the space registers faster).  Each repetition registers
  * and unregisters once; only the registration is timed.
  *
+ * AUTO's calibration, reported when the first AUTO case runs (from
+ * kvrt_gpu_copy_calibration(); its rates are its own, not this run's):
+ *
+ *   auto_calib_runNk     value = GB/s of the copy kernel moving a 16 MiB
+ *                        THP-advised registered host buffer to the device
+ *                        in scattered N KiB runs; limit = the batched memcpy
+ *                        (memcpy per run without cuMemcpyBatchAsync) of the
+ *                        same runs; ratio > 1: the kernel was faster
+ *   auto_threshold_kib   value = the threshold picked (kvrt_gpu_info's
+ *                        kernel_copy_max) in KiB; limit = the largest run
+ *                        size calibrated; a note gives its source and how
+ *                        much of the buffer was on huge pages
+ *
  * Timing: CLOCK_MONOTONIC; value and limit repetitions alternate, each at
  * least --rep-time seconds (default 0.1), medians of --reps (default 5).
  * Without a usable GPU (kvrt_gpu_probe) it prints the reason on stderr
@@ -291,6 +304,38 @@ static int size_setup_device(struct size_run *r)
 	return ret;
 }
 
+/* What AUTO's first-use calibration measured, and its threshold (lines). */
+static void report_calibration(struct gc *x, const struct kvb_report *rep)
+{
+	const struct kvb_opts *c = &x->o->c;
+	struct kvrt_gpu_copy_calib cal;
+	char name[64];
+	uint32_t i;
+
+	if (kvrt_gpu_copy_calibration(x->g, &cal))
+		return;
+	kvb_note(c, "auto: the copy kernel for runs up to %llu bytes (%s; buffer of %llu bytes, "
+		 "%lld on huge pages)", (unsigned long long)cal.kernel_copy_max,
+		 cal.source == KVRT_GPU_CALIB_MEASURED ? "calibrated at first use" :
+		 cal.source == KVRT_GPU_CALIB_ENV ? "$KVRT_GPU_KERNEL_COPY_MAX" :
+		 cal.source == KVRT_GPU_CALIB_NO_KERNEL ? "no kernel copies here" :
+		 "calibration failed", (unsigned long long)cal.buffer_bytes,
+		 (long long)cal.buffer_thp_bytes);
+	for (i = 0; i < cal.num_sizes; i++) {
+		snprintf(name, sizeof(name), "auto_calib_run%lluk",
+			 (unsigned long long)(cal.sizes[i].run_bytes >> 10));
+		kvb_report(rep, name, cal.sizes[i].kernel_gbps,
+			   "GB/s H2D, copy kernel (ratio = value/limit)", cal.sizes[i].large_gbps,
+			   x->batch_ok ? "GB/s H2D, batched memcpy, same runs" :
+			   "GB/s H2D, memcpy per run, same runs");
+	}
+	if (cal.num_sizes)
+		kvb_report(rep, "auto_threshold_kib", cal.kernel_copy_max / 1024.0,
+			   "KiB: AUTO's kernel runs up to (ratio = value/limit)",
+			   cal.sizes[cal.num_sizes - 1].run_bytes / 1024.0,
+			   "KiB: the largest run calibrated");
+}
+
 /*
  * One case: method methods[mi], device to pool (dir 0) or back (1), on the
  * block-major device array (pass 0, then verified) or the layer-major one.
@@ -334,12 +379,8 @@ static int size_case(struct size_run *r, int pass, unsigned int mi, int dir)
 	if (!ret)
 		ret = kvrt_gpu_sync(x->g, NULL);
 	if (!ret && s.m == KVRT_GPU_COPY_AUTO && !x->auto_noted) {
-		struct kvrt_gpu_info gi;
-
 		x->auto_noted = true;
-		if (!kvrt_gpu_info(x->g, &gi))
-			kvb_note(c, "auto: the copy kernel for runs up to %llu bytes (calibrated at "
-				 "first use)", (unsigned long long)gi.kernel_copy_max);
+		report_calibration(x, r->rep);
 	}
 	if (!ret)
 		ret = kvb_measure(c, &m, &v, &l);

@@ -18,7 +18,7 @@ class TestLibrary(unittest.TestCase):
 
     def test_library_missing(self):
         # the tree's build has every feature; an old library: see test_tiers
-        for f in ("sequences", "tiers", "write_back", "tier_keys", "tier_contains"):
+        for f in ("sequences", "tiers", "write_back", "tier_keys", "tier_contains", "gpu_limits"):
             self.assertIsNone(kvrt.library_missing(f), f)
         with self.assertRaisesRegex(ValueError, "feature 'gpu': pass one of"):
             kvrt.library_missing("gpu")

@@ -144,6 +144,9 @@ static int load_functions(struct kvrt_gpu *g)
 	if (!ret)
 		ret = gpu_check(g, g->cu.ModuleGetFunction(&g->copy, g->mod, "kvrt_copy_runs"),
 				"kvrt_copy_runs");
+	if (!ret)
+		ret = gpu_check(g, g->cu.ModuleGetFunction(&g->read, g->mod, "kvrt_read_stream"),
+				"kvrt_read_stream");
 	return ret;
 }
 
@@ -259,6 +262,8 @@ void kvrt_gpu_close(struct kvrt_gpu *g)
 		return;
 	if (!gpu_enter(g)) {
 		gpu_copy_fini(g);
+		if (g->read_sums)
+			g->cu.MemFree(g->read_sums);
 		g->cu.ModuleUnload(g->mod);
 		gpu_leave(g);
 	}

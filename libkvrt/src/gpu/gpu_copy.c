@@ -13,14 +13,18 @@
  * AUTO sends runs up to kernel_copy_max through the kernel and the rest
  * through the batch (else memcpy).  The threshold is measured once per
  * handle, at the first AUTO copy: each method copies 16 MiB host to
- * device in runs of 4 KiB .. 1 MiB, and the threshold is the largest run
- * at which the kernel was the faster.  $KVRT_GPU_KERNEL_COPY_MAX (bytes)
- * sets it instead.
+ * device in runs of 4 KiB .. 1 MiB from a buffer of the pools' kind
+ * (gpu_calib.h), and the threshold is the largest run at which the
+ * kernel was the faster (gpu_calib_pick).  $KVRT_GPU_KERNEL_COPY_MAX
+ * (bytes) sets it instead.  kvrt_gpu_copy_calibration() and the log say
+ * what was measured.
  */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
+#include "gpu_calib.h"
 #include "gpu_internal.h"
 
 #define CALIB_BYTES (16ULL << 20)
@@ -261,64 +265,109 @@ out:
 	return ms < 0 ? -1 : ms;
 }
 
+/*
+ * Both methods over runs of run bytes from host to dev, scattered as a
+ * block table is (n is a power of two, so an odd multiplier permutes),
+ * into *p as GB/s (0 where one failed).
+ */
+static void calib_size(struct kvrt_gpu *g, char *host, CUdeviceptr dev,
+		       struct kvrt_gk_copy_run *runs, uint64_t run, struct kvrt_gpu_copy_calib *c)
+{
+	uint32_t n = (uint32_t)(CALIB_BYTES / run), i;
+	double tk, tl, bytes = 3.0 * CALIB_BYTES;	/* calib_time's repetitions */
+
+	for (i = 0; i < n; i++)
+		runs[i] = (struct kvrt_gk_copy_run){ (uintptr_t)host + i * run,
+						     dev + (uint64_t)((i * 40503u) & (n - 1)) * run,
+						     run };
+	tk = calib_time(g, copy_kernel, runs, n);
+	tl = calib_time(g, copy_large, runs, n);
+	c->sizes[c->num_sizes].run_bytes = run;
+	c->sizes[c->num_sizes].kernel_gbps = tk > 0 ? bytes / (tk * 1e-3) / 1e9 : 0;
+	c->sizes[c->num_sizes].large_gbps = tl > 0 ? bytes / (tl * 1e-3) / 1e9 : 0;
+	kvrt_log(g->k, KVRT_LOG_INFO, "gpu %d: copy calibration, %llu-byte runs: kernel %.2f "
+		 "GB/s, %s %.2f GB/s", g->ordinal, (unsigned long long)run,
+		 c->sizes[c->num_sizes].kernel_gbps, g->info.batch_memcpy ? "batch" : "memcpy",
+		 c->sizes[c->num_sizes].large_gbps);
+	c->num_sizes++;
+}
+
+/*
+ * Sizes are measured upwards until the pick is settled (two losses in a
+ * row), and the record keeps every size measured, so it shows what the
+ * decision saw.  The buffer is of the kind the
+ * pools are: on an H200 a 4 KiB-page buffer made the kernel look slower
+ * past 16 KiB runs than it is on the THP-backed pool (0.46-0.50 of the
+ * limit at 32 KiB through AUTO, 0.75-0.78 through the kernel).
+ */
+static void calib_measure(struct kvrt_gpu *g, struct kvrt_gpu_copy_calib *c)
+{
+	struct kvrt_gk_copy_run *runs = malloc((CALIB_BYTES / 4096) * sizeof(*runs));
+	char *host = gpu_calib_buffer_map(CALIB_BYTES, &c->buffer_advise_errno);
+	CUdeviceptr dev = 0;
+	bool advised;
+	uint64_t run;
+
+	c->source = KVRT_GPU_CALIB_FAILED;
+	c->buffer_bytes = CALIB_BYTES;
+	if (!host || !runs || g->cu.MemAlloc(&dev, CALIB_BYTES))
+		goto out;
+	c->buffer_thp_bytes = gpu_calib_thp_bytes(host, &advised);
+	if (g->cu.MemHostRegister(host, CALIB_BYTES, KVRT_CU_MEMHOSTREGISTER_PORTABLE |
+				  KVRT_CU_MEMHOSTREGISTER_DEVICEMAP))
+		goto out;
+	for (run = 4096; run <= (1 << 20) && !gpu_calib_settled(c); run *= 2)
+		calib_size(g, host, dev, runs, run, c);
+	g->cu.MemHostUnregister(host);
+	c->source = KVRT_GPU_CALIB_MEASURED;
+	c->kernel_copy_max = gpu_calib_pick(c);
+out:
+	if (dev)
+		g->cu.MemFree(dev);
+	if (host)
+		munmap(host, CALIB_BYTES);
+	free(runs);
+}
+
 /* With the context pushed and g->lock held. */
 static void calibrate(struct kvrt_gpu *g)
 {
 	const char *env = getenv("KVRT_GPU_KERNEL_COPY_MAX");
-	struct kvrt_gk_copy_run *runs = NULL;
-	CUdeviceptr dev = 0;
-	void *host = NULL;
-	uint64_t run, best = 0;
-	int losses = 0;
+	struct kvrt_gpu_copy_calib *c = &g->calib;
 
 	g->calibrated = true;
+	*c = (struct kvrt_gpu_copy_calib){ .buffer_thp_bytes = -1 };
 	if (env && *env) {
-		g->info.kernel_copy_max = strtoull(env, NULL, 0);
-		return;
+		c->source = KVRT_GPU_CALIB_ENV;
+		c->kernel_copy_max = strtoull(env, NULL, 0);
+	} else if (!g->host_ptr_ok) {
+		c->source = KVRT_GPU_CALIB_NO_KERNEL;
+	} else {
+		calib_measure(g, c);
+		kvrt_log(g->k, KVRT_LOG_INFO, "gpu %d: copy kernel for runs up to %llu bytes "
+			 "(16 MiB buffer, %lld bytes on huge pages, madvise %s)", g->ordinal,
+			 (unsigned long long)c->kernel_copy_max, (long long)c->buffer_thp_bytes,
+			 c->buffer_advise_errno ? strerror(c->buffer_advise_errno) : "ok");
 	}
-	if (!g->host_ptr_ok)
-		return;
-	if (posix_memalign(&host, 4096, CALIB_BYTES))
-		return;
-	runs = malloc((CALIB_BYTES / 4096) * sizeof(*runs));
-	if (!runs || g->cu.MemAlloc(&dev, CALIB_BYTES))
-		goto out;
-	if (g->cu.MemHostRegister(host, CALIB_BYTES, KVRT_CU_MEMHOSTREGISTER_PORTABLE |
-				  KVRT_CU_MEMHOSTREGISTER_DEVICEMAP))
-		goto out;
-	for (run = 4096; run <= (1 << 20); run *= 2) {
-		uint32_t n = (uint32_t)(CALIB_BYTES / run), i;
-		double tk, tl;
+	g->info.kernel_copy_max = c->kernel_copy_max;
+}
 
-		/*
-		 * Scattered as a block table is (n is a power of two, so an
-		 * odd multiplier permutes).  On an H200 this still picks 16 KiB
-		 * where kvbench's THP-backed pool moves 32 KiB blocks 1.6 times
-		 * faster through the kernel: this buffer has 4 KiB pages, which
-		 * may be what the kernel pays for (not yet measured).
-		 */
-		for (i = 0; i < n; i++)
-			runs[i] = (struct kvrt_gk_copy_run){ (uintptr_t)host + i * run,
-							     dev + (uint64_t)((i * 40503u) & (n - 1)) * run,
-							     run };
-		tk = calib_time(g, copy_kernel, runs, n);
-		tl = calib_time(g, copy_large, runs, n);
-		if (tk > 0 && tl > 0 && tk < tl) {
-			best = run;
-			losses = 0;
-		} else if (++losses == 2) {
-			break;	/* larger runs favour the copy engines more */
-		}
-	}
-	g->cu.MemHostUnregister(host);
-	g->info.kernel_copy_max = best;
-	kvrt_log(g->k, KVRT_LOG_INFO, "gpu %d: copy kernel for runs up to %llu bytes", g->ordinal,
-		 (unsigned long long)best);
-out:
-	if (dev)
-		g->cu.MemFree(dev);
-	free(runs);
-	free(host);
+int kvrt_gpu_copy_calibration(struct kvrt_gpu *g, struct kvrt_gpu_copy_calib *out)
+{
+	int ret;
+
+	if (!g || !out)
+		return -EINVAL;
+	ret = gpu_enter(g);
+	if (ret)
+		return ret;
+	pthread_mutex_lock(&g->lock);
+	if (!g->calibrated)
+		calibrate(g);
+	*out = g->calib;
+	pthread_mutex_unlock(&g->lock);
+	gpu_leave(g);
+	return 0;
 }
 
 /* AUTO: small runs to the kernel, the others batched, each one call. */

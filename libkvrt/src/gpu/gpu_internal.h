@@ -2,10 +2,11 @@
 /*
  * gpu_internal.h: what libkvrt's GPU files share: gpu.c (the handle),
  * gpu_loader.c (libcuda), gpu_register.c (host registration), gpu_copy.c
- * (block copies), gpu_attn.c (attention) and gpu_append.c (append).
+ * (block copies), gpu_attn.c (attention), gpu_append.c (append) and
+ * gpu_read.c (the read stream, a benchmark's limit).
  *
- * Locking: kvrt_gpu.lock guards the registration list and the copy
- * calibration; it is taken alone and never held across a kernel launch.
+ * Locking: kvrt_gpu.lock guards the registration list, the copy
+ * calibration and the read stream's sums array; it is taken alone and never held across a kernel launch.
  * Every driver call runs with the device's primary context pushed on the
  * calling thread (gpu_enter/gpu_leave), so callers keep whatever context
  * they had.
@@ -50,6 +51,7 @@ struct kvrt_gpu {
 	CUfunction merge;
 	CUfunction append[GPU_KV_COUNT];
 	CUfunction copy;
+	CUfunction read;
 
 	/* Batched copies may not run on the legacy stream: they run here,
 	 * fenced by events on both sides (gpu_copy.c). */
@@ -59,6 +61,8 @@ struct kvrt_gpu {
 	pthread_mutex_t lock;
 	struct gpu_reg *regs;
 	bool calibrated;
+	struct kvrt_gpu_copy_calib calib;	/* what calibrated measured */
+	CUdeviceptr read_sums;		/* gpu_read.c: timed calls' CTA sums */
 };
 
 /* The embedded fatbin (gpu_fatbin.S); empty when built without nvcc. */

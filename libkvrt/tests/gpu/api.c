@@ -81,6 +81,7 @@ TEST(null_handles_einval)
 	NULL_EINVAL(kvrt_gpu_free(NULL, page));
 	NULL_EINVAL(kvrt_gpu_memcpy(NULL, host, page, sizeof(host)));
 	NULL_EINVAL(kvrt_gpu_sync(NULL, NULL));
+	NULL_EINVAL(kvrt_gpu_read_stream(NULL, page, 16, NULL, NULL));
 	if (sp) {
 		NULL_EINVAL(kvrt_gpu_register_space(NULL, sp));
 		NULL_EINVAL(kvrt_gpu_unregister_space(NULL, sp));

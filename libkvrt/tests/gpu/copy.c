@@ -481,10 +481,22 @@ TEST(copy_into_blocks_backed_after_registration)
 
 TEST(copy_method_auto)
 {
+	struct kvrt_gpu_copy_calib c;
+	uint32_t i;
+	int r;
+
 	copy_method(KVRT_GPU_COPY_AUTO);
-	if (GI.kernel_copy_max)
-		tap_diag("AUTO: kernel_copy_max %llu bytes after calibration",
-			 (unsigned long long)GI.kernel_copy_max);
+	r = kvrt_gpu_copy_calibration(G, &c);
+	CHECKF(!r, "kvrt_gpu_copy_calibration = %d", r);
+	if (r)
+		return;
+	tap_diag("AUTO: kernel_copy_max %llu bytes (source %u; buffer %llu bytes, %lld on huge "
+		 "pages)", (unsigned long long)c.kernel_copy_max, c.source,
+		 (unsigned long long)c.buffer_bytes, (long long)c.buffer_thp_bytes);
+	for (i = 0; i < c.num_sizes; i++)
+		tap_diag("AUTO calibration: %llu-byte runs: kernel %.2f GB/s, large %.2f GB/s",
+			 (unsigned long long)c.sizes[i].run_bytes, c.sizes[i].kernel_gbps,
+			 c.sizes[i].large_gbps);
 }
 
 TEST(copy_method_batch)

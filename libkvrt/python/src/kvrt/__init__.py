@@ -61,22 +61,22 @@ def library_version() -> str:
 
 _FEATURES = {"sequences": "seqs_missing", "tiers": "tiers_missing",
              "write_back": "write_back_missing", "tier_keys": "tier_keys_missing",
-             "tier_contains": "tier_contains_missing"}
+             "tier_contains": "tier_contains_missing", "gpu_limits": "gpu_limits_missing"}
 
 
 def library_missing(feature: str) -> Optional[str]:
     """None when the loaded library has ``feature`` (one of "sequences",
-    "tiers", "write_back", "tier_keys", "tier_contains"), else why not (the
+    "tiers", "write_back", "tier_keys", "tier_contains", "gpu_limits"), else why not (the
     version found and the one needed)."""
     if feature not in _FEATURES:
         raise ValueError(f"feature {feature!r}: pass one of {sorted(_FEATURES)}")
     return getattr(_lib, _FEATURES[feature])
 
 
-#: The package follows the library: kvrt 0.9 wraps every call of libkvrt
-#: 0.9.  It loads libkvrt 0.4 or newer; a call a loaded library is too old
+#: The package follows the library: kvrt 0.10 wraps every call of libkvrt
+#: 0.10 but the benchmark limits of 0.10, which it only declares.  It loads libkvrt 0.4 or newer; a call a loaded library is too old
 #: for raises NotSupportedError naming both versions.
-__version__ = "0.9.0"
+__version__ = "0.10.0"
 
 __all__ = [
     "AccessError", "BadAddressError", "BusyError", "ExistsError", "InterruptedCallError",

@@ -312,6 +312,12 @@ _PROTOS_TIER_KEYS = {
 _PROTOS_TIER_CONTAINS = {
     "kvrt_tier_contains": (c_int, [P, c_uint32, P, P]),
 }
+#: 0.10 (KVRT_0.10): the limits benchmarks measure against (declared, not wrapped).
+GPU_LIMITS_VERSION_NUMBER = 1000
+_PROTOS_GPU_LIMITS = {
+    "kvrt_gpu_read_stream": (c_int, [P, P, c_size_t, POINTER(c_uint64), P]),
+    "kvrt_gpu_copy_calibration": (c_int, [P, P]),
+}
 
 
 def _bundled_candidate() -> str:
@@ -427,3 +433,6 @@ tier_keys_missing = _declare_since(lib, _PROTOS_TIER_KEYS, TIER_KEYS_VERSION_NUM
 tier_contains_missing = _declare_since(lib, _PROTOS_TIER_CONTAINS,
                                        TIER_CONTAINS_VERSION_NUMBER,
                                        "tier queries that read nothing (tier_contains)")
+#: None when the benchmark limits (kvrt_gpu_read_stream, ...) are there, else why not.
+gpu_limits_missing = _declare_since(lib, _PROTOS_GPU_LIMITS, GPU_LIMITS_VERSION_NUMBER,
+                                    "benchmark limits (kvrt_gpu_read_stream, kvrt_gpu_copy_calibration)")
