@@ -13,8 +13,9 @@
  * each CTA, so reading what no thread wrote is visible too.
  *
  * Asynchronous copies (cp.async) land only at their wait: emu_async.h.
+ * atomicAdd and __threadfence: emu_atomic.h.
  *
- * Not emulated: the memory model beyond barriers, atomics, inline PTX (the
+ * Not emulated: the memory model beyond barriers, inline PTX (the
  * headers keep a portable path for everything they do in PTX).
  */
 #ifndef KVRT_EMU_H
@@ -86,6 +87,7 @@ void launch(const std::function<void()> &fn, unsigned grid, unsigned block, unsi
 } /* namespace kvrt_emu */
 
 #include "emu_async.h"
+#include "emu_atomic.h"
 
 #define threadIdx (kvrt_emu::Idx{ kvrt_emu::thread_index(), 0, 0 })
 #define blockIdx (kvrt_emu::Idx{ kvrt_emu::block_index(), 0, 0 })
