@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 /*
- * decode.cu: paged decode attention, kvrt_decode_hd{64,128,256}_{f16,bf16,fp8}.
+ * decode.cu: paged decode attention, kvrt_decode_hd{64,128,256}_{f16,bf16,fp8}
+ * (items of 1..4 query heads) and kvrt_decode_g8_hd* (up to 8).
  *
  * One CTA (4 warps) per work item at a time: one sequence, one KV head, up
  * to 8 query heads of its group, keys [tok_begin, tok_end) cut to the
@@ -23,49 +24,66 @@
  * lane accumulates o[h][its 8 dims] for its tokens.  The 4 warps' (m, l, o)
  * are combined through shared memory at the end of the item.
  *
- * Loads are software-pipelined: a step's K/V loads are issued while the
- * previous step computes, its block ids one step earlier still, so a warp
- * always has U*TPW rows of K and of V in flight (4 KB per warp for hd 128
- * f16/bf16 with G <= 4).  That alone left the H200 at 40% of its DRAM
- * bandwidth, every step waiting a DRAM latency: the rows kPfSteps steps
- * ahead are also asked of L2 (one 128-byte line per lane, no register
- * held), so the loads that wait mostly hit L2.
+ * K/V bytes in flight live in shared memory, not registers: each warp has
+ * its own ring of S stages (KVRT_GK_DECODE_RING / 4 bytes; a stage is one
+ * warp step of K and V, and fp8's scales), filled by cp.async S - 1 steps
+ * ahead of the step being computed, block ids one step earlier still.  A
+ * lane copies exactly the chunks it later reads, so its own
+ * cp.async.wait_group orders them and no barrier is needed; a token past
+ * the range is not copied and reads as zeros.  S = min(8, ring / stage):
+ * 3 for f16/bf16 at U = 4 (12 KB per warp, 8 KB in flight), 5 for fp8,
+ * 6-8 for the half-size steps of G >= 4.  When the item ends, the
+ * ring is drained and the warp's o is written over its own ring.
  *
  * G, the query heads rounded up to a power of two (1, 2, 4, 8), is a
  * template parameter chosen per item; padding heads get q = 0 and are not
- * written.  U = min(4 (G <= 4) or 2 (G = 8), LPT/G).  q stays in registers
- * for G <= 2 and is read from shared memory (two float4 per head and step)
- * for larger G, and the kernels are capped at 168 registers: 3 CTAs (12
- * warps) per SM.
+ * written.  U = min(4 (G <= 2) or 2 (G >= 4), LPT/G): 2 keeps G = 4 in
+ * 128 registers.  q stays in registers for G <= 2 and is read from shared
+ * memory (two float4 per head and step) for larger G.  kvrt_decode_hd*
+ * (G <= 4) is capped at 128 registers, kvrt_decode_g8_hd* (G = 8, whose
+ * o alone is 64 registers) at 168; shared memory is KVRT_GK_DECODE_SMEM(hd)
+ * (dynamic: 53 KB at hd 128).  So 4 CTAs (16 warps) per SM on sm_90 at
+ * hd <= 128 for G <= 4, else 3 (hd 256's 57 KB, sm_80's 164 KB, g8).
+ *
+ * A split item (partial >= 0) of a launch given merge items finishes with
+ * finish_split(): the last of a merge's partials to be done merges them.
  *
  * Exactness: fp32 throughout; exp2 of (x - m) * log2(e); K is decoded
  * exactly (fp8 through f16, its scale applied to the logit, V's to p).
  */
+#include "kvrt_async.cuh"
 #include "kvrt_common.cuh"
+#include "kvrt_merge.cuh"
 
 namespace kvgpu {
 namespace dec {
 
 constexpr int kWarps = KVRT_GK_DECODE_THREADS / 32;
 constexpr int kMaxG = KVRT_GK_MAX_GROUP;
-constexpr int kPfSteps = 3;	/* warp steps between the L2 prefetch and the load */
-/* sm_80's code spills with the prefetch's registers (and no A100 has measured it) */
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
-constexpr bool kPrefetch = false;
+/* sm_80 decodes fp8 without cvt: g8's hd 128 step spills there at U = 2 */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 890
+constexpr bool kFp8Slow = true;
 #else
-constexpr bool kPrefetch = true;
+constexpr bool kFp8Slow = false;
 #endif
+constexpr int kRingWarp = KVRT_GK_DECODE_RING / kWarps;	/* one warp's ring, bytes */
 
 template <int HD>
 struct alignas(16) DecodeSmem {
+	/* each warp's K/V stages; at the item's end its unnormalised o, [h][d] */
+	unsigned char ring[kWarps][kRingWarp];
 	/* q[h][d] as float; d = 8 * lane + j is stored at [j / 4][lane][j % 4],
 	 * so a lane's 8 dims are two conflict-free float4 reads */
 	float q[kMaxG * HD];
-	float o[kWarps][kMaxG * HD];	/* each warp's unnormalised o, [h][d] */
-	float ml[kWarps][kMaxG][2];	/* each warp's (m, l) per head */
 	/* per warp and step: p of each (token group, u, h), then alpha[h] */
 	float p[kWarps][32 + kMaxG];
+	float ml[kWarps][kMaxG][2];	/* each warp's (m, l) per head */
 };
+
+/* The host sizes the launch by the same formula (kvrt_gpu_abi.h). */
+static_assert(sizeof(DecodeSmem<64>) == KVRT_GK_DECODE_SMEM(64), "decode: smem size");
+static_assert(sizeof(DecodeSmem<128>) == KVRT_GK_DECODE_SMEM(128), "decode: smem size");
+static_assert(sizeof(DecodeSmem<256>) == KVRT_GK_DECODE_SMEM(256), "decode: smem size");
 
 /* K floats from shared memory at p, which is aligned to min(K, 4) floats. */
 template <int K>
@@ -93,6 +111,21 @@ KVRT_DEV int q_index(int h, int d)
 	return h * HD + ((d >> 2) & 1) * (HD / 2) + (d >> 3) * 4 + (d & 3);
 }
 
+/* W words from shared memory at p (16- or 8-byte aligned). */
+template <int W>
+KVRT_DEV void ld_shared_words(uint32_t (&r)[W], const unsigned char *p)
+{
+	if constexpr (W == 4) {
+		const uint4 x = *reinterpret_cast<const uint4 *>(p);
+
+		r[0] = x.x, r[1] = x.y, r[2] = x.z, r[3] = x.w;
+	} else {
+		const uint2 x = *reinterpret_cast<const uint2 *>(p);
+
+		r[0] = x.x, r[1] = x.y;
+	}
+}
+
 /* What every item of a launch shares, taken out of the argument struct. */
 using Ctx = AttnCtx;
 
@@ -103,7 +136,8 @@ KVRT_DEV void decode_item(const Ctx &c, const kvrt_gk_work &w, DecodeSmem<HD> &s
 	constexpr int W = T::kWords;
 	constexpr int LPT = HD / 8;		/* lanes per head row */
 	constexpr int TPW = 32 / LPT;		/* token groups per warp */
-	constexpr int UMAX = G <= 4 ? 4 : 2;	/* loads per lane per step, at most */
+	/* loads per lane per step, at most; see kFp8Slow */
+	constexpr int UMAX = G <= 2 ? 4 : G == 8 && T::kFp8 && kFp8Slow ? 1 : 2;
 	constexpr int U = cmin(UMAX, LPT / G);	/* K (and V) loads per lane per step */
 	constexpr int N = U * G;		/* logits per token group per step */
 	constexpr int CHUNK = U * TPW;		/* tokens per warp step */
@@ -177,9 +211,22 @@ KVRT_DEV void decode_item(const Ctx &c, const kvrt_gk_work &w, DecodeSmem<HD> &s
 			blk[u] = t < hi ? ldg(c.indices + idx0 + fdiv(c.bdiv, (uint32_t)t)) : 0;
 		}
 	};
-	/* issue the step's K/V loads (blk holds its ids); fp8: its scales */
-	auto issue = [&](int ts, uint32_t (&kr)[U][W], uint32_t (&vr)[U][W], float &ksc,
-			 float &vsc) {
+	/*
+	 * A warp's stage: K chunks [u][lane], V chunks [u][lane] (CB bytes
+	 * each), fp8: the K and V scales of each lane's logit token [2][lane].
+	 */
+	constexpr int CB = T::kChunk;
+	constexpr int SB = 2 * U * 32 * CB + (T::kFp8 ? 2 * 32 * 4 : 0);
+	constexpr int S = cmin(8, kRingWarp / SB);
+	static_assert(S >= 2 && SB % 16 == 0, "decode: ring too small");
+	static_assert(G * HD * 4 <= kRingWarp, "decode: o does not fit the warp's ring");
+	unsigned char *const ring = sm.ring[warp];
+	auto kslot = [&](int st, int u) { return ring + st * SB + (u * 32 + lane) * CB; };
+	auto vslot = [&](int st, int u) { return ring + st * SB + ((U + u) * 32 + lane) * CB; };
+	auto sslot = [&](int st) { return reinterpret_cast<float *>(ring + st * SB + 2 * U * 32 * CB) + lane; };
+
+	/* copy the step starting at ts into stage st (blk holds its ids), one group */
+	auto issue = [&](int ts, int st) {
 #pragma unroll
 		for (int u = 0; u < U; u++) {
 			const int t = ts + u * TPW + grp;
@@ -188,17 +235,11 @@ KVRT_DEV void decode_item(const Ctx &c, const kvrt_gk_work &w, DecodeSmem<HD> &s
 				const int slot = t - (int)fdiv(c.bdiv, (uint32_t)t) * c.bt;
 				const int64_t off = (int64_t)blk[u] * c.block_stride + (int64_t)slot * c.token_stride;
 
-				ld_chunk<T::kChunk>(kr[u], kb + off, c.al);
-				ld_chunk<T::kChunk>(vr[u], vb + off, c.al);
-			} else {
-#pragma unroll
-				for (int i = 0; i < W; i++)
-					kr[u][i] = vr[u][i] = 0;
+				copy_chunk_async<CB>(kslot(st, u), kb + off, c.al);
+				copy_chunk_async<CB>(vslot(st, u), vb + off, c.al);
 			}
 		}
-		ksc = vsc = 1.0f;
 		if constexpr (T::kFp8) {
-			/* the scales of this lane's logit's token; the unit folds in */
 			int bm = blk[0];
 
 #pragma unroll
@@ -208,69 +249,48 @@ KVRT_DEV void decode_item(const Ctx &c, const kvrt_gk_work &w, DecodeSmem<HD> &s
 			if (ts + my_u * TPW + grp < hi) {
 				const int64_t so = (int64_t)bm * c.scale_block_stride + w.kv_head;
 
-				ksc = ldg(c.ks + so) * fp8_unit();
-				vsc = ldg(c.vs + so) * fp8_unit();
-			} else {
-				vsc = 0.0f;
+				cp_async_4(sslot(st), c.ks + so);
+				cp_async_4(sslot(st) + 32, c.vs + so);
 			}
 		}
+		cp_async_commit();
 	};
-
-	/*
-	 * The L2 prefetch of a step: lane l < PL takes line l % RL of the K
-	 * (or V) row of token l / (2 RL).  Its block id is loaded one step
-	 * before, so the prefetch waits for nothing.
-	 */
-	constexpr int RL = (LPT * T::kChunk + 127) / 128;	/* 128-byte lines per row */
-	constexpr int PL = CHUNK * 2 * RL;			/* lines per warp step */
-	static_assert(PL <= 32, "decode: a step's lines exceed the warp's lanes");
-	/* recomputed at each use: registers are at the kernel's cap */
-	int pf_blk = 0;
-	auto pf_id = [&](int ts) {
-		const int t = ts + lane / (2 * RL);
-
-		pf_blk = lane < PL && t < hi ? ldg(c.indices + idx0 + fdiv(c.bdiv, (uint32_t)t)) : -1;
-	};
-	auto pf_issue = [&](int ts) {
-		const int t = ts + lane / (2 * RL);
-
-		if (pf_blk >= 0 && t < hi) {
-			const int slot = t - (int)fdiv(c.bdiv, (uint32_t)t) * c.bt;
-			const char *row = ((lane / RL) & 1 ? c.v : c.k) + (int64_t)w.kv_head * c.head_stride;
-
-			prefetch_l2(row + (int64_t)pf_blk * c.block_stride + (int64_t)slot * c.token_stride +
-				    (lane % RL) * 128);
+	/* chunk u of stage st (zeros past the range: padding keys' V meets p = 0) */
+	auto chunk = [&](const unsigned char *p, int ts, int u, uint32_t (&r)[W]) {
+		if (ts + u * TPW + grp < hi) {
+			ld_shared_words<W>(r, p);
+		} else {
+#pragma unroll
+			for (int i = 0; i < W; i++)
+				r[i] = 0;
 		}
 	};
 
 	/*
-	 * Software pipeline: a step's K/V loads are issued one step ahead (so
-	 * a warp always has a step's worth in flight) and its block ids two;
-	 * its L2 prefetch kPfSteps ahead and the prefetch's block ids one more.
+	 * Stage st holds the step at t0; steps t0 + STEP .. t0 + (S - 1) STEP
+	 * are in flight in the next stages, and the ids of the one after.
 	 */
 	int t0 = lo + warp * CHUNK;
-	uint32_t kr[U][W], vr[U][W];
-	float ksc, vsc;
+	int st = 0;
 
-	if constexpr (kPrefetch) {
-		for (int s = 2; s <= kPfSteps; s++) {
-			pf_id(t0 + s * STEP);
-			pf_issue(t0 + s * STEP);
-		}
-		pf_id(t0 + (kPfSteps + 1) * STEP);
-	}
 	fetch_ids(t0);
-	issue(t0, kr, vr, ksc, vsc);
-	fetch_ids(t0 + STEP);
-	for (; t0 < hi; t0 += STEP) {
-		uint32_t nkr[U][W], nvr[U][W];
-		float nksc, nvsc;
+	for (int i = 0; i < S - 1; i++) {
+		issue(t0 + i * STEP, i);
+		fetch_ids(t0 + (i + 1) * STEP);
+	}
+	for (; t0 < hi; t0 += STEP, st = st + 1 == S ? 0 : st + 1) {
+		/* the stage refilled is the one this lane read last step */
+		issue(t0 + (S - 1) * STEP, st == 0 ? S - 1 : st - 1);
+		fetch_ids(t0 + S * STEP);
+		cp_async_wait<S - 1>();
 
-		issue(t0 + STEP, nkr, nvr, nksc, nvsc);
-		fetch_ids(t0 + 2 * STEP);
-		if constexpr (kPrefetch) {
-			pf_issue(t0 + (kPfSteps + 1) * STEP);
-			pf_id(t0 + (kPfSteps + 2) * STEP);
+		float ksc = 1.0f, vsc = 1.0f;
+		if constexpr (T::kFp8) {
+			const bool mine = t0 + my_u * TPW + grp < hi;
+
+			/* the unit folds into the scales */
+			ksc = mine ? sslot(st)[0] * fp8_unit() : 1.0f;
+			vsc = mine ? sslot(st)[32] * fp8_unit() : 0.0f;
 		}
 
 		/* partial dots of this lane's 8 dims: acc[u * G + h] */
@@ -279,8 +299,12 @@ KVRT_DEV void decode_item(const Ctx &c, const kvrt_gk_work &w, DecodeSmem<HD> &s
 			float kf[U][8];
 
 #pragma unroll
-			for (int u = 0; u < U; u++)
-				chunk_to_f32<KV>(kr[u], kf[u]);
+			for (int u = 0; u < U; u++) {
+				uint32_t kr[W];
+
+				chunk(kslot(st, u), t0, u, kr);
+				chunk_to_f32<KV>(kr, kf[u]);
+			}
 #pragma unroll
 			for (int h = 0; h < G; h++) {
 				float qh[8];
@@ -338,8 +362,10 @@ KVRT_DEV void decode_item(const Ctx &c, const kvrt_gk_work &w, DecodeSmem<HD> &s
 #pragma unroll
 		for (int u = 0; u < U; u++) {
 			float vf[8], pp[G];
+			uint32_t vr[W];
 
-			chunk_to_f32<KV>(vr[u], vf);
+			chunk(vslot(st, u), t0, u, vr);
+			chunk_to_f32<KV>(vr, vf);
 			ld_shared_vec<G>(pb + grp * N + u * G, pp);
 #pragma unroll
 			for (int h = 0; h < G; h++)
@@ -348,15 +374,10 @@ KVRT_DEV void decode_item(const Ctx &c, const kvrt_gk_work &w, DecodeSmem<HD> &s
 					o[h][j] = fmaf(pp[h], vf[j], o[h][j]);
 		}
 		__syncwarp();	/* pb is rewritten next step */
-
-#pragma unroll
-		for (int u = 0; u < U; u++)
-#pragma unroll
-			for (int i = 0; i < W; i++)
-				kr[u][i] = nkr[u][i], vr[u][i] = nvr[u][i];
-		ksc = nksc;
-		vsc = nvsc;
 	}
+	/* the copies past the range are empty groups; o goes over the ring */
+	cp_async_wait_all();
+	__syncwarp();
 
 	/* the warp's state: l over its distinct tokens, o over token groups */
 	l = xor_sum<UOFF, 32>(l);
@@ -372,7 +393,7 @@ KVRT_DEV void decode_item(const Ctx &c, const kvrt_gk_work &w, DecodeSmem<HD> &s
 	if (grp == 0) {
 #pragma unroll
 		for (int h = 0; h < G; h++) {
-			float4 *dst = reinterpret_cast<float4 *>(&sm.o[warp][h * HD + lig * 8]);
+			float4 *dst = reinterpret_cast<float4 *>(ring) + (h * HD + lig * 8) / 4;
 
 			dst[0] = make_float4(o[h][0], o[h][1], o[h][2], o[h][3]);
 			dst[1] = make_float4(o[h][4], o[h][5], o[h][6], o[h][7]);
@@ -395,7 +416,7 @@ KVRT_DEV void decode_item(const Ctx &c, const kvrt_gk_work &w, DecodeSmem<HD> &s
 			const float mi = sm.ml[i][h][0];
 			const float f = mi == -INFINITY ? 0.0f : exp2f((mi - mx) * kLog2e);
 
-			so += f * sm.o[i][e];
+			so += f * reinterpret_cast<const float *>(sm.ring[i])[e];
 			sl += f * sm.ml[i][h][1];
 		}
 		if (w.partial >= 0) {
@@ -411,10 +432,44 @@ KVRT_DEV void decode_item(const Ctx &c, const kvrt_gk_work &w, DecodeSmem<HD> &s
 	__syncthreads();	/* sm is reused by the next item */
 }
 
-template <int HD, int KV>
+/*
+ * After a partial item: count it done; the CTA that counts its merge's
+ * last partial runs the merge and puts the count back to 0 for the next
+ * launch.  The fences order every thread's partial writes before the count
+ * and the last CTA's reads after it (CUDA's threadFenceReduction pattern);
+ * flag is shared memory free at this point (the next item writes it only
+ * after its first barrier).
+ */
+KVRT_DEV void finish_split(const Ctx &c, const kvrt_gk_work &w, int hd, float *flag)
+{
+	const kvrt_gk_merge mg = c.merge[w.merge];
+
+	__threadfence();
+	__syncthreads();
+	if (threadIdx.x == 0) {
+		const bool last = atomicAdd(&c.merge_done[w.merge], 1u) + 1 == (uint32_t)mg.num_partials;
+
+		if (last)
+			c.merge_done[w.merge] = 0;
+		*flag = last ? 1.0f : 0.0f;
+	}
+	__syncthreads();
+	if (*flag != 0.0f) {
+		__threadfence();
+		merge_item(mg, c.out, c.po, c.pml, c.num_q_heads, hd, c.o_dtype, threadIdx.x,
+			   KVRT_GK_DECODE_THREADS);
+	}
+}
+
+/*
+ * WIDE: items of 5..8 query heads (G = 8), whose o accumulators need more
+ * than 128 registers; else items of 1..4 heads.  The host picks by the
+ * plan's largest head slice; an item the kernel does not take is skipped.
+ */
+template <int HD, int KV, bool WIDE>
 KVRT_DEV void decode_kernel(const kvrt_gk_attn_args &a)
 {
-	KVRT_SHARED(DecodeSmem<HD>, sm);
+	KVRT_DYN_SHARED(DecodeSmem<HD>, sm);
 	const Ctx c = make_attn_ctx(a);
 
 	const kvrt_gk_plan_hdr *hdr = reinterpret_cast<const kvrt_gk_plan_hdr *>(a.hdr);
@@ -424,26 +479,34 @@ KVRT_DEV void decode_kernel(const kvrt_gk_attn_args &a)
 	for (uint32_t wi = blockIdx.x; wi < nw; wi += gridDim.x) {
 		const kvrt_gk_work w = work[wi];
 
-		if (w.num_q_heads < 1 || w.num_q_heads > kMaxG)
+		if (w.num_q_heads < 1 || w.num_q_heads > (WIDE ? kMaxG : 4))
 			continue;	/* not a plan the host makes */
-		if (w.num_q_heads == 1)
+		if constexpr (WIDE)
+			decode_item<HD, KV, 8>(c, w, sm);
+		else if (w.num_q_heads == 1)
 			decode_item<HD, KV, 1>(c, w, sm);
 		else if (w.num_q_heads <= 2)
 			decode_item<HD, KV, 2>(c, w, sm);
-		else if (w.num_q_heads <= 4)
-			decode_item<HD, KV, 4>(c, w, sm);
 		else
-			decode_item<HD, KV, 8>(c, w, sm);
+			decode_item<HD, KV, 4>(c, w, sm);
+		if (w.partial >= 0 && c.merge)
+			finish_split(c, w, HD, &sm.p[0][0]);
 	}
 }
 
 } /* namespace dec */
 } /* namespace kvgpu */
 
-#define KVRT_DECODE(hd, name, kv)                                                        \
-	KVRT_KERNEL(KVRT_GK_DECODE_THREADS, 3) kvrt_decode_hd##hd##_##name(const kvrt_gk_attn_args a) \
-	{                                                                                \
-		kvgpu::dec::decode_kernel<hd, kv>(a);                                          \
+/* 128 registers (4 CTAs per SM) for groups up to 4; 168 (3) for wider ones */
+#define KVRT_DECODE(hd, name, kv)                                                            \
+	KVRT_KERNEL(KVRT_GK_DECODE_THREADS, 4) kvrt_decode_hd##hd##_##name(const kvrt_gk_attn_args a) \
+	{                                                                                    \
+		kvgpu::dec::decode_kernel<hd, kv, false>(a);                                       \
+	}                                                                                    \
+	KVRT_KERNEL(KVRT_GK_DECODE_THREADS, 3)                                               \
+	kvrt_decode_g8_hd##hd##_##name(const kvrt_gk_attn_args a)                            \
+	{                                                                                    \
+		kvgpu::dec::decode_kernel<hd, kv, true>(a);                                        \
 	}
 
 KVRT_GK_ATTN_VARIANTS(KVRT_DECODE)

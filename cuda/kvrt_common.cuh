@@ -27,12 +27,17 @@
 #define KVRT_HD static inline
 #define KVRT_MEMBER inline
 #define KVRT_SHARED(type, name) type &name = *static_cast<type *>(kvrt_emu::shared_mem(sizeof(type)))
+#define KVRT_DYN_SHARED(type, name) KVRT_SHARED(type, name)
 #else
 #include <math.h>
 #define KVRT_DEV __device__ __forceinline__
 #define KVRT_HD __host__ __device__ __forceinline__
 #define KVRT_MEMBER __device__ __forceinline__
 #define KVRT_SHARED(type, name) __shared__ type name
+/* type in the launch's dynamic shared memory (sized by the host) */
+#define KVRT_DYN_SHARED(type, name)                                  \
+	extern __shared__ __align__(16) unsigned char kvrt_dyn_smem[]; \
+	type &name = *reinterpret_cast<type *>(kvrt_dyn_smem)
 #endif
 
 /* Every kernel: extern "C" (the host looks it up by name), args by value. */
@@ -342,6 +347,16 @@ KVRT_DEV uint32_t ld_nc_u32(const void *p)
 #endif
 }
 
+/* A float another CTA of this launch wrote (before a fence): from L2, never a stale L1 line. */
+KVRT_DEV float ld_cg_f32(const float *p)
+{
+#ifdef __CUDA_ARCH__
+	return __ldcg(p);
+#else
+	return *p;
+#endif
+}
+
 template <class T>
 KVRT_DEV T ldg(const T *p)
 {
@@ -513,6 +528,8 @@ struct AttnCtx {
 	int64_t scale_block_stride;			/* floats */
 	const int32_t *indices, *indptr, *seq_lens, *q_indptr;
 	float *po, *pml;
+	const kvrt_gk_merge *merge;	/* decode: merges run by the last partial, or NULL */
+	uint32_t *merge_done;
 	int num_q_heads;
 	int bt;
 	FastDiv bdiv;
@@ -542,6 +559,8 @@ KVRT_DEV AttnCtx make_attn_ctx(const kvrt_gk_attn_args &a)
 	c.q_indptr = reinterpret_cast<const int32_t *>(a.q_indptr);
 	c.po = reinterpret_cast<float *>(a.partial_o);
 	c.pml = reinterpret_cast<float *>(a.partial_ml);
+	c.merge = reinterpret_cast<const kvrt_gk_merge *>(a.merge);
+	c.merge_done = reinterpret_cast<uint32_t *>(a.merge_done);
 	c.num_q_heads = (int)a.num_q_heads;
 	c.bt = (int)a.block_tokens;
 	c.bdiv = make_fastdiv(a.block_tokens);

@@ -10,6 +10,7 @@
  * cuModuleGetFunction):
  *
  *   kvrt_decode_hd{64,128,256}_{f16,bf16,fp8}   struct kvrt_gk_attn_args
+ *   kvrt_decode_g8_hd{64,128,256}_{f16,bf16,fp8}  struct kvrt_gk_attn_args
  *   kvrt_prefill_hd{64,128,256}_{f16,bf16,fp8}  struct kvrt_gk_attn_args
  *   kvrt_attn_merge                             struct kvrt_gk_merge_args
  *   kvrt_append_{f16,bf16,fp8}                  struct kvrt_gk_append_args
@@ -17,6 +18,8 @@
  *   kvrt_read_stream                            struct kvrt_gk_read_args
  *
  * The suffix is the KV cache dtype; query and output dtypes are fields.
+ * kvrt_decode_hd* takes items of 1..4 query heads, kvrt_decode_g8_hd*
+ * items of 1..8 (built for 5..8: more registers, fewer CTAs per SM).
  */
 #ifndef KVRT_GPU_ABI_H
 #define KVRT_GPU_ABI_H
@@ -51,6 +54,14 @@
 #define KVRT_GK_COPY_THREADS 256
 #define KVRT_GK_READ_THREADS 256
 
+/*
+ * Decode's dynamic shared memory (the host sets the function's maximum and
+ * passes it at launch): a ring of K/V tiles of KVRT_GK_DECODE_RING bytes,
+ * then q (float [KVRT_GK_MAX_GROUP][hd]) and the warps' p and (m, l).
+ */
+#define KVRT_GK_DECODE_RING 49152
+#define KVRT_GK_DECODE_SMEM(hd) (KVRT_GK_DECODE_RING + KVRT_GK_MAX_GROUP * 4 * (hd) + 896)
+
 /* Query heads one work item covers: one KV head's group, or a slice of it. */
 #define KVRT_GK_MAX_GROUP 8
 /* Query tokens one prefill work item covers. */
@@ -78,6 +89,10 @@
  * writes max = -inf, sum = 0, o = 0; a final row with none (or a merge of
  * only such partials) writes zeros.  Split items are decode only: prefill
  * items always have partial < 0.
+ *
+ * Decode with kvrt_gk_attn_args.merge set: a partial item names its merge
+ * item in merge, and whichever of the merge's partial items finishes last
+ * (a counter per merge item) runs the merge, so one launch does it all.
  */
 struct kvrt_gk_work {
 	int32_t seq;
@@ -89,7 +104,7 @@ struct kvrt_gk_work {
 	int32_t tok_begin;
 	int32_t tok_end;
 	int32_t partial;
-	int32_t reserved;
+	int32_t merge;		/* partial >= 0: its merge item; else unused */
 };
 
 /*
@@ -135,6 +150,13 @@ struct kvrt_gk_attn_args {
 	uint64_t hdr;		/* struct kvrt_gk_plan_hdr */
 	uint64_t partial_o;	/* float, see struct kvrt_gk_work */
 	uint64_t partial_ml;	/* float */
+	/*
+	 * decode: struct kvrt_gk_merge [hdr->num_merge] that the last partial
+	 * of each runs, with merge_done, uint32 [num_merge] zeros (the last
+	 * partial puts its count back to 0); 0: kvrt_attn_merge runs them.
+	 */
+	uint64_t merge;
+	uint64_t merge_done;
 	uint32_t num_q_heads;
 	uint32_t block_tokens;	/* 1..128 */
 	float sm_scale;

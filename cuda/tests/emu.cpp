@@ -164,6 +164,7 @@ void launch(const std::function<void()> &fn, unsigned g, unsigned b, unsigned se
 		order[i] = i;
 	for (cur_block = 0; cur_block < g; cur_block++) {
 		memset(shared, 0xff, sizeof(shared));	/* NaN floats, -1 ints */
+		async_cta_begin();
 		for (auto &f : fibers) {
 			getcontext(&f.ctx);
 			f.ctx.uc_stack.ss_sp = f.stack;

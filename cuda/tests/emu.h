@@ -12,7 +12,10 @@
  * message.  Shared memory (KVRT_SHARED) is filled with NaN bytes before
  * each CTA, so reading what no thread wrote is visible too.
  *
- * Not emulated: the memory model beyond barriers, atomics, inline PTX (the
+ * Asynchronous copies (cp.async) land only at their wait: emu_async.h.
+ * atomicAdd and __threadfence: emu_atomic.h.
+ *
+ * Not emulated: the memory model beyond barriers, inline PTX (the
  * headers keep a portable path for everything they do in PTX).
  */
 #ifndef KVRT_EMU_H
@@ -82,6 +85,9 @@ void *shared_mem(size_t bytes);
 void launch(const std::function<void()> &fn, unsigned grid, unsigned block, unsigned seed);
 
 } /* namespace kvrt_emu */
+
+#include "emu_async.h"
+#include "emu_atomic.h"
 
 #define threadIdx (kvrt_emu::Idx{ kvrt_emu::thread_index(), 0, 0 })
 #define blockIdx (kvrt_emu::Idx{ kvrt_emu::block_index(), 0, 0 })

@@ -27,6 +27,7 @@ enum { OK = 0, INVAL = 1, OOM = 2, NOTFOUND = 500, ALREADY = 712, NOTREG = 713, 
 
 #define K(name, T) extern "C" void name(const T a);
 #define ATTN(hd) K(kvrt_decode_hd##hd##_f16, kvrt_gk_attn_args) K(kvrt_decode_hd##hd##_bf16, kvrt_gk_attn_args) K(kvrt_decode_hd##hd##_fp8, kvrt_gk_attn_args) \
+	K(kvrt_decode_g8_hd##hd##_f16, kvrt_gk_attn_args) K(kvrt_decode_g8_hd##hd##_bf16, kvrt_gk_attn_args) K(kvrt_decode_g8_hd##hd##_fp8, kvrt_gk_attn_args) \
 	K(kvrt_prefill_hd##hd##_f16, kvrt_gk_attn_args) K(kvrt_prefill_hd##hd##_bf16, kvrt_gk_attn_args) K(kvrt_prefill_hd##hd##_fp8, kvrt_gk_attn_args)
 ATTN(64) ATTN(128) ATTN(256)
 K(kvrt_attn_merge, kvrt_gk_merge_args)
@@ -37,6 +38,7 @@ K(kvrt_read_stream, kvrt_gk_read_args)
 struct Fn { const char *name; int kind; void *fp; };
 #define E(name, kind) { #name, kind, (void *)name },
 #define EA(hd) E(kvrt_decode_hd##hd##_f16, 0) E(kvrt_decode_hd##hd##_bf16, 0) E(kvrt_decode_hd##hd##_fp8, 0) \
+	E(kvrt_decode_g8_hd##hd##_f16, 0) E(kvrt_decode_g8_hd##hd##_bf16, 0) E(kvrt_decode_g8_hd##hd##_fp8, 0) \
 	E(kvrt_prefill_hd##hd##_f16, 0) E(kvrt_prefill_hd##hd##_bf16, 0) E(kvrt_prefill_hd##hd##_fp8, 0)
 static Fn fns[] = { EA(64) EA(128) EA(256) E(kvrt_attn_merge, 1) E(kvrt_append_f16, 2) E(kvrt_append_bf16, 2) E(kvrt_append_fp8, 2) E(kvrt_copy_runs, 3) E(kvrt_read_stream, 4) };
 
@@ -97,10 +99,19 @@ static CUresult ModuleGetFunction(void **f, void *, const char *name)
 	for (auto &e : fns) if (!strcmp(e.name, name)) { *f = &e; return OK; }
 	return NOTFOUND;
 }
-static CUresult LaunchKernel(void *f, unsigned gx, unsigned, unsigned, unsigned bx, unsigned, unsigned, unsigned, void *stream, void **params, void **)
+/* the dynamic shared memory a function may take (the driver's default: 48 KB) */
+static std::map<Fn *, int> max_dyn_smem;
+static CUresult FuncSetAttribute(void *f, int attr, int v)
+{
+	if (attr != 8 || v < 0 || v > 227 * 1024) return INVAL;
+	std::lock_guard<std::mutex> g(mu);
+	max_dyn_smem[(Fn *)f] = v; return OK;
+}
+static CUresult LaunchKernel(void *f, unsigned gx, unsigned, unsigned, unsigned bx, unsigned, unsigned, unsigned shm, void *stream, void **params, void **)
 {
 	std::lock_guard<std::mutex> g(mu);
 	Fn *fn = (Fn *)f;
+	if (shm > 48 * 1024 && (int)shm > max_dyn_smem[fn]) return INVAL;
 	if (capturing && stream == cap_stream) {
 		Node n{ 0, fn, std::vector<char>((char *)params[0], (char *)params[0] + argsize(fn->kind)), gx, bx, 0, 0, 0 };
 		cap.push_back(n);
@@ -173,7 +184,7 @@ static Ent ents[] = {
 	P("cuInit", Init) P("cuDriverGetVersion", DriverGetVersion) P("cuDeviceGetCount", DeviceGetCount) P("cuDeviceGet", DeviceGet)
 	P("cuDeviceGetName", DeviceGetName) P("cuDeviceGetAttribute", DeviceGetAttribute) P("cuDeviceTotalMem", DeviceTotalMem)
 	P("cuDevicePrimaryCtxRetain", PrimaryCtxRetain) P("cuDevicePrimaryCtxRelease", PrimaryCtxRelease) P("cuCtxPushCurrent", CtxPush)
-	P("cuCtxPopCurrent", CtxPop) P("cuModuleLoadData", ModuleLoadData) P("cuModuleUnload", ModuleUnload) P("cuModuleGetFunction", ModuleGetFunction)
+	P("cuCtxPopCurrent", CtxPop) P("cuModuleLoadData", ModuleLoadData) P("cuModuleUnload", ModuleUnload) P("cuModuleGetFunction", ModuleGetFunction) P("cuFuncSetAttribute", FuncSetAttribute)
 	P("cuLaunchKernel", LaunchKernel) P("cuMemAlloc", MemAlloc) P("cuMemFree", MemFree) P("cuMemcpy", Memcpy) P("cuMemcpyAsync", MemcpyAsync)
 	P("cuMemcpyHtoD", MemcpyHtoD) P("cuMemcpyHtoDAsync", MemcpyHtoDAsync) P("cuMemAllocAsync", MemAllocAsync) P("cuMemFreeAsync", MemFreeAsync)
 	P("cuMemHostRegister", MemHostRegister) P("cuMemHostUnregister", MemHostUnregister) P("cuStreamSynchronize", StreamSynchronize)

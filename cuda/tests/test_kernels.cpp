@@ -5,7 +5,10 @@
  *
  *   - the conversions of kvrt_common.cuh against dtype.c, bit for bit
  *     (fp8 decoding on the pre-sm_89 path, which is the emulator's);
- *   - decode (whole and split items, then kvrt_attn_merge) and prefill
+ *   - decode (whole and split items, merged by kvrt_attn_merge or inside
+ *     the decode launch by the last partial, whose counters must be back
+ *     at 0 after; the g8 kernels when a slice has more than 4 heads; any
+ *     group size to the g8 kernels sometimes) and prefill
  *     against kvrt_attn_decode/_prefill(KVRT_ATTN_REFERENCE), over random
  *     head dims, dtypes, group sizes and slices, block sizes (1..128, not
  *     only powers of two), windows, soft-caps, and the block-major,
@@ -46,6 +49,7 @@ extern "C" {
 
 #define ATTN(hd, name, kv)                                                     \
 	extern "C" void kvrt_decode_hd##hd##_##name(const kvrt_gk_attn_args a);  \
+	extern "C" void kvrt_decode_g8_hd##hd##_##name(const kvrt_gk_attn_args a); \
 	extern "C" void kvrt_prefill_hd##hd##_##name(const kvrt_gk_attn_args a);
 KVRT_GK_ATTN_VARIANTS(ATTN)
 #undef ATTN
@@ -63,6 +67,12 @@ static const attn_fn decode_fns[3][3] = {
 	{ kvrt_decode_hd64_f16, kvrt_decode_hd64_bf16, kvrt_decode_hd64_fp8 },
 	{ kvrt_decode_hd128_f16, kvrt_decode_hd128_bf16, kvrt_decode_hd128_fp8 },
 	{ kvrt_decode_hd256_f16, kvrt_decode_hd256_bf16, kvrt_decode_hd256_fp8 },
+};
+/* items of 5..8 query heads */
+static const attn_fn decode_g8_fns[3][3] = {
+	{ kvrt_decode_g8_hd64_f16, kvrt_decode_g8_hd64_bf16, kvrt_decode_g8_hd64_fp8 },
+	{ kvrt_decode_g8_hd128_f16, kvrt_decode_g8_hd128_bf16, kvrt_decode_g8_hd128_fp8 },
+	{ kvrt_decode_g8_hd256_f16, kvrt_decode_g8_hd256_bf16, kvrt_decode_g8_hd256_fp8 },
 };
 static const attn_fn prefill_fns[3][3] = {
 	{ kvrt_prefill_hd64_f16, kvrt_prefill_hd64_bf16, kvrt_prefill_hd64_fp8 },
@@ -551,7 +561,8 @@ static void test_decode(const AttnCase &c)
 	std::vector<float> ref(nseq * nq * hd);
 	std::vector<kvrt_gk_work> work;
 	std::vector<kvrt_gk_merge> merges;
-	uint32_t nslots = 0;
+	uint32_t nslots = 0, widest = 0;
+	bool fused = rnd(2) == 0;
 
 	describe(desc, sizeof(desc), c, "decode");
 	make_world(w, c.layout, c.nkv, hd, c.bt, c.kv, c.lens);
@@ -577,6 +588,7 @@ static void test_decode(const AttnCase &c)
 				uint32_t nsplit = rnd(3) == 0 ? 1 + (uint32_t)rnd(4) : 1;
 				kvrt_gk_work it = work_for(s, g, c.group, sl);
 
+				widest = std::max(widest, (uint32_t)sl.second);
 				it.q_row0 = (int32_t)s;
 				it.q_row_end = (int32_t)s + 1;
 				if (nsplit == 1) {
@@ -592,6 +604,7 @@ static void test_decode(const AttnCase &c)
 					it.tok_begin = (int32_t)((int64_t)len * k / nsplit);
 					it.tok_end = (int32_t)((int64_t)len * (k + 1) / nsplit);
 					it.partial = (int32_t)nslots++;
+					it.merge = (int32_t)merges.size();
 					work.push_back(it);
 				}
 				merges.push_back(mg);
@@ -607,11 +620,18 @@ static void test_decode(const AttnCase &c)
 	a.hdr = (uint64_t)&hdr;
 	a.partial_o = (uint64_t)po.data();
 	a.partial_ml = (uint64_t)pml.data();
-	attn_fn fn = decode_fns[hd_index(hd)][c.kv - 1];
+	std::vector<uint32_t> done(merges.size() + 1, 0);
+	if (fused) {
+		a.merge = (uint64_t)merges.data();
+		a.merge_done = (uint64_t)done.data();
+	}
+	/* the g8 kernels take any item; the others up to 4 heads */
+	bool wide = widest > 4 || rnd(4) == 0;
+	attn_fn fn = (wide ? decode_g8_fns : decode_fns)[hd_index(hd)][c.kv - 1];
 	unsigned grid = 1 + (unsigned)rnd(std::min<size_t>(work.size(), 4));
 
 	kvrt_emu::launch([&] { fn(a); }, grid, KVRT_GK_DECODE_THREADS, seed_for_emu());
-	if (!merges.empty()) {
+	if (!merges.empty() && !fused) {
 		kvrt_gk_merge_args ma;
 
 		memset(&ma, 0, sizeof(ma));
@@ -630,8 +650,14 @@ static void test_decode(const AttnCase &c)
 	size_t where = 0;
 	double err = compare(out, c.o, ref, w.vmax, &where);
 
-	tap_result(err <= tolerance(c.o), "%s splits=%zu: err %.3g (tol %.3g) at seq %zu head %zu", desc,
-	      merges.size(), err, tolerance(c.o), where / hd / nq, where / hd % nq);
+	size_t counted = 0;
+
+	for (uint32_t d : done)
+		counted += d != 0;
+	tap_result(err <= tolerance(c.o) && !counted,
+		   "%s splits=%zu%s%s: err %.3g (tol %.3g) at seq %zu head %zu, %zu counters left", desc,
+		   merges.size(), fused ? " fused" : "", wide ? " g8" : "", err, tolerance(c.o),
+		   where / hd / nq, where / hd % nq, counted);
 }
 
 static void test_prefill(const AttnCase &c)

@@ -156,6 +156,7 @@ static CUresult CtxPop(void **ctx)
 struct fake_func {
 	struct fake_func *next;
 	char name[64];
+	int max_dyn_smem;	/* cuFuncSetAttribute's; the driver's default is 48 KB */
 };
 
 struct fake_module {
@@ -220,13 +221,26 @@ static CUresult ModuleGetFunction(void **fn, void *mod, const char *name)
 	return OK;
 }
 
+/* Only the attribute libkvrt sets: CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES. */
+static CUresult FuncSetAttribute(void *fn, int attr, int v)
+{
+	struct fake_func *f = fn;
+
+	if (attr != 8 || v < 0 || v > 227 * 1024)
+		return ERR_INVALID_VALUE;
+	f->max_dyn_smem = v;
+	return OK;
+}
+
 static CUresult LaunchKernel(void *fn, unsigned int gx, unsigned int gy, unsigned int gz,
 			     unsigned int bx, unsigned int by, unsigned int bz, unsigned int shm,
 			     void *stream, void **params, void **extra)
 {
 	struct fake_func *f = fn;
 
-	(void)gy; (void)gz; (void)by; (void)bz; (void)shm; (void)stream; (void)extra;
+	(void)gy; (void)gz; (void)by; (void)bz; (void)stream; (void)extra;
+	if (shm > 48 * 1024 && (int)shm > f->max_dyn_smem)
+		return ERR_INVALID_VALUE;
 	logf_("launch %s %u %u", f->name, gx, bx);
 	if (!strcmp(f->name, "kvrt_copy_runs")) {
 		const struct kvrt_gk_copy_args *a = params[0];
@@ -419,6 +433,7 @@ static const struct {
 	{ "cuModuleLoadData", ModuleLoadData },
 	{ "cuModuleUnload", ModuleUnload },
 	{ "cuModuleGetFunction", ModuleGetFunction },
+	{ "cuFuncSetAttribute", FuncSetAttribute },
 	{ "cuLaunchKernel", LaunchKernel },
 	{ "cuMemAlloc", MemAlloc },
 	{ "cuMemFree", MemFree },

@@ -47,6 +47,8 @@ enum {
 	KVRT_CU_ATTR_HOST_POINTER_FOR_REGISTERED = 91,
 };
 
+/* CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES */
+#define KVRT_CU_FUNC_ATTR_MAX_DYNAMIC_SHARED 8
 #define KVRT_CU_MEMHOSTREGISTER_PORTABLE 0x01
 #define KVRT_CU_MEMHOSTREGISTER_DEVICEMAP 0x02
 #define KVRT_CU_STREAM_NON_BLOCKING 0x1
@@ -86,6 +88,7 @@ struct cu_api {
 	CUresult (*ModuleLoadData)(CUmodule *, const void *);
 	CUresult (*ModuleUnload)(CUmodule);
 	CUresult (*ModuleGetFunction)(CUfunction *, CUmodule, const char *);
+	CUresult (*FuncSetAttribute)(CUfunction, int, int);
 	CUresult (*LaunchKernel)(CUfunction, unsigned int, unsigned int, unsigned int,
 				 unsigned int, unsigned int, unsigned int, unsigned int,
 				 CUstream, void **, void **);

@@ -60,15 +60,21 @@ void gpu_leave(struct kvrt_gpu *g)
 	g->cu.CtxPopCurrent(&popped);
 }
 
-int gpu_launch(struct kvrt_gpu *g, CUfunction fn, uint32_t grid, uint32_t threads, void *args,
-	       CUstream stream, const char *what)
+int gpu_launch_smem(struct kvrt_gpu *g, CUfunction fn, uint32_t grid, uint32_t threads,
+		    uint32_t smem, void *args, CUstream stream, const char *what)
 {
 	void *params[] = { args };
 
 	if (!grid)
 		return 0;
-	return gpu_check(g, g->cu.LaunchKernel(fn, grid, 1, 1, threads, 1, 1, 0, stream, params,
-					       NULL), what);
+	return gpu_check(g, g->cu.LaunchKernel(fn, grid, 1, 1, threads, 1, 1, smem, stream,
+					       params, NULL), what);
+}
+
+int gpu_launch(struct kvrt_gpu *g, CUfunction fn, uint32_t grid, uint32_t threads, void *args,
+	       CUstream stream, const char *what)
+{
+	return gpu_launch_smem(g, fn, grid, threads, 0, args, stream, what);
 }
 
 static int fatbin_missing(char *why, size_t len)
@@ -112,6 +118,21 @@ int kvrt_gpu_probe(char *why, size_t len)
 	return 0;
 }
 
+/* A decode kernel, allowed its dynamic shared memory (above the 48 KB default). */
+static int load_decode(struct kvrt_gpu *g, CUfunction *fn, const char *prefix, int h, int kv)
+{
+	char name[64];
+	int ret;
+
+	snprintf(name, sizeof(name), "%s%u_%s", prefix, hd_values[h], kv_names[kv]);
+	ret = gpu_check(g, g->cu.ModuleGetFunction(fn, g->mod, name), name);
+	if (!ret)
+		ret = gpu_check(g, g->cu.FuncSetAttribute(*fn, KVRT_CU_FUNC_ATTR_MAX_DYNAMIC_SHARED,
+							  KVRT_GK_DECODE_SMEM(hd_values[h])),
+				name);
+	return ret;
+}
+
 static int load_functions(struct kvrt_gpu *g)
 {
 	char name[64];
@@ -119,10 +140,9 @@ static int load_functions(struct kvrt_gpu *g)
 
 	for (h = 0; h < GPU_HD_COUNT; h++) {
 		for (kv = 0; kv < GPU_KV_COUNT; kv++) {
-			snprintf(name, sizeof(name), "kvrt_decode_hd%u_%s", hd_values[h],
-				 kv_names[kv]);
-			ret = gpu_check(g, g->cu.ModuleGetFunction(&g->decode[h][kv], g->mod, name),
-					name);
+			ret = load_decode(g, &g->decode[h][kv], "kvrt_decode_hd", h, kv);
+			if (!ret)
+				ret = load_decode(g, &g->decode_g8[h][kv], "kvrt_decode_g8_hd", h, kv);
 			if (ret)
 				return ret;
 			snprintf(name, sizeof(name), "kvrt_prefill_hd%u_%s", hd_values[h],
@@ -139,11 +159,8 @@ static int load_functions(struct kvrt_gpu *g)
 		if (ret)
 			return ret;
 	}
-	ret = gpu_check(g, g->cu.ModuleGetFunction(&g->merge, g->mod, "kvrt_attn_merge"),
-			"kvrt_attn_merge");
-	if (!ret)
-		ret = gpu_check(g, g->cu.ModuleGetFunction(&g->copy, g->mod, "kvrt_copy_runs"),
-				"kvrt_copy_runs");
+	ret = gpu_check(g, g->cu.ModuleGetFunction(&g->copy, g->mod, "kvrt_copy_runs"),
+			"kvrt_copy_runs");
 	if (!ret)
 		ret = gpu_check(g, g->cu.ModuleGetFunction(&g->read, g->mod, "kvrt_read_stream"),
 				"kvrt_read_stream");

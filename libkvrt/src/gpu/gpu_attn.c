@@ -4,11 +4,20 @@
  *
  * A plan's device workspace is one allocation:
  *   [hdr][work: work_cap][merge: merge_cap][partial_o][partial_ml]
+ *   [merge_done: merge_cap]
  * sized at the plan's first kvrt_gpu_plan_decode/_prefill for its head
- * counts.  Runs launch the attention kernel with a grid of
- * min(work_cap, 65535) and, for decode, always the merge kernel with
- * min(merge_cap, 65535): the kernels read the counts from hdr, so a run
- * captured in a CUDA graph stays right after any later plan.
+ * counts.  Runs launch the attention kernel once (prefill's grid:
+ * min(work_cap, 65535)): the kernels read the counts from hdr, so a run
+ * captured in a CUDA graph stays right after any later plan.  A split
+ * decode is merged inside that launch, by the CTA that finishes a merge's
+ * last partial (merge_done counts them and goes back to zeros), so no
+ * second launch is needed whether the plan splits or not.  A decode
+ * grid is the plan's tasks but never less than the CTAs the GPU holds at
+ * once (sm_count * KVRT_PLAN_CTAS_PER_SM): a graph keeps the grid of its
+ * capture, and the kernels stride, so a later, larger plan still runs
+ * right and on every SM, only without the hardware's balancing past the
+ * first wave.  Sizing to the tasks alone (32 CTAs for 1 x 1k) would leave
+ * such a replay on a few SMs.
  */
 #include <errno.h>
 #include <math.h>
@@ -30,12 +39,13 @@ struct kvrt_gpu_plan {
 	uint32_t items_per_seq;		/* KV heads x head slices */
 	uint32_t work_cap, merge_cap, partial_cap;
 	CUdeviceptr dev;
-	size_t off_work, off_merge, off_po, off_pml;
+	size_t off_work, off_merge, off_po, off_pml, off_done;
 	struct kvrt_gk_work *work;	/* host staging */
 	struct kvrt_gk_merge *merge;
 
 	/* The last plan. */
 	enum plan_kind kind;
+	bool wide;			/* a task of more than 4 query heads */
 	struct kvrt_attn_params params;
 	struct kvrt_layout layout;
 	uint32_t num_seqs;
@@ -123,8 +133,10 @@ static int plan_size(struct kvrt_gpu_plan *p, const struct gpu_plan_shape *s)
 	p->off_po = align_up(p->off_merge + merge * sizeof(struct kvrt_gk_merge));
 	p->off_pml = align_up(p->off_po + partial * KVRT_GK_MAX_GROUP * PLAN_HEAD_DIM_MAX *
 					      sizeof(float));
-	bytes = p->off_pml + partial * KVRT_GK_MAX_GROUP * 2 * sizeof(float);
+	p->off_done = align_up(p->off_pml + partial * KVRT_GK_MAX_GROUP * 2 * sizeof(float));
+	bytes = p->off_done + (merge ? merge : 1) * sizeof(uint32_t);
 	p->work = calloc(work, sizeof(*p->work));
+	/* also the zeros merge_done starts from */
 	p->merge = calloc(merge ? merge : 1, sizeof(*p->merge));
 	if (!p->work || !p->merge)
 		goto out_nomem;
@@ -132,6 +144,15 @@ static int plan_size(struct kvrt_gpu_plan *p, const struct gpu_plan_shape *s)
 	if (ret)
 		goto out_free;
 	ret = gpu_check(p->g, p->g->cu.MemAlloc(&p->dev, bytes), "plan workspace");
+	if (!ret) {
+		ret = gpu_check(p->g, p->g->cu.MemcpyHtoD(p->dev + p->off_done, p->merge,
+							  (merge ? merge : 1) * sizeof(uint32_t)),
+				"plan workspace");
+		if (ret) {
+			p->g->cu.MemFree(p->dev);
+			p->dev = 0;
+		}
+	}
 	gpu_leave(p->g);
 	if (ret)
 		goto out_free;
@@ -212,7 +233,12 @@ static void plan_done(struct kvrt_gpu_plan *p, enum plan_kind kind,
 		      const struct kvrt_attn_params *params, const struct kvrt_layout *layout,
 		      uint32_t num_seqs)
 {
+	struct gpu_plan_shape s = {
+		.num_q_heads = params->num_q_heads, .num_kv_heads = layout->num_kv_heads,
+	};
+
 	p->kind = kind;
+	p->wide = gpu_plan_widest_slice(&s) > 4;
 	p->params = *params;
 	p->layout = *layout;
 	p->num_seqs = num_seqs;
@@ -257,6 +283,20 @@ int kvrt_gpu_plan_prefill(struct kvrt_gpu_plan *p, const struct kvrt_attn_params
 	return ret;
 }
 
+static uint32_t grid_of(uint32_t cap)
+{
+	return cap < GPU_GRID_MAX ? cap : GPU_GRID_MAX;
+}
+
+/* The decode plan's tasks, at least one wave of resident CTAs (see the top). */
+static uint32_t decode_grid(const struct kvrt_gpu_plan *p)
+{
+	uint64_t wave = (uint64_t)p->g->info.sm_count * KVRT_PLAN_CTAS_PER_SM;
+	uint64_t n = p->out.num_work > wave ? p->out.num_work : wave;
+
+	return grid_of(n < p->work_cap ? (uint32_t)n : p->work_cap);
+}
+
 int kvrt_gpu_plan_info(const struct kvrt_gpu_plan *p, struct kvrt_gpu_plan_info *info)
 {
 	if (!p || !info)
@@ -268,7 +308,7 @@ int kvrt_gpu_plan_info(const struct kvrt_gpu_plan *p, struct kvrt_gpu_plan_info 
 	info->num_work = p->out.num_work;
 	info->num_split = p->out.num_split;
 	info->split_tokens = p->out.split_tokens;
-	info->grid = p->work_cap < GPU_GRID_MAX ? p->work_cap : GPU_GRID_MAX;
+	info->grid = p->kind == PLAN_DECODE ? decode_grid(p) : grid_of(p->work_cap);
 	return 0;
 }
 
@@ -318,39 +358,28 @@ static int attn_args(const struct kvrt_gpu_plan *p, enum plan_kind kind, const v
 	return 0;
 }
 
-static uint32_t grid_of(uint32_t cap)
-{
-	return cap < GPU_GRID_MAX ? cap : GPU_GRID_MAX;
-}
-
 int kvrt_gpu_attn_decode(struct kvrt_gpu_plan *p, const void *q, const struct kvrt_kv_cache *kv,
 			 const struct kvrt_block_table *t, void *out, void *stream)
 {
-	struct kvrt_gk_merge_args m;
 	struct kvrt_gk_attn_args a;
 	struct kvrt_gpu *g;
-	int ret;
+	int ret, hd, kvi;
 
 	ret = attn_args(p, PLAN_DECODE, q, kv, t, out, &a);
 	if (ret)
 		return ret;
 	g = p->g;
-	m = (struct kvrt_gk_merge_args){
-		.out = a.out, .merge = p->dev + p->off_merge, .hdr = p->dev,
-		.partial_o = a.partial_o, .partial_ml = a.partial_ml,
-		.num_q_heads = a.num_q_heads, .head_dim = p->layout.head_dim,
-		.o_dtype = a.o_dtype,
-	};
+	hd = gpu_hd_index(p->layout.head_dim);
+	kvi = gpu_kv_index(p->layout.kv_dtype);
+	a.merge = p->dev + p->off_merge;
+	a.merge_done = p->dev + p->off_done;
 	ret = gpu_enter(g);
 	if (ret)
 		return ret;
-	ret = gpu_launch(g, g->decode[gpu_hd_index(p->layout.head_dim)]
-				     [gpu_kv_index(p->layout.kv_dtype)],
-			 grid_of(p->work_cap), KVRT_GK_DECODE_THREADS, &a, (CUstream)stream,
-			 "decode launch");
-	if (!ret)
-		ret = gpu_launch(g, g->merge, grid_of(p->merge_cap), KVRT_GK_MERGE_THREADS, &m,
-				 (CUstream)stream, "merge launch");
+	ret = gpu_launch_smem(g, p->wide ? g->decode_g8[hd][kvi] : g->decode[hd][kvi],
+			      decode_grid(p), KVRT_GK_DECODE_THREADS,
+			      KVRT_GK_DECODE_SMEM(p->layout.head_dim), &a, (CUstream)stream,
+			      "decode launch");
 	gpu_leave(g);
 	return ret;
 }

@@ -46,9 +46,9 @@ struct kvrt_gpu {
 	struct kvrt_gpu_info info;
 	bool host_ptr_ok;		/* registered host memory at the same address */
 
-	CUfunction decode[GPU_HD_COUNT][GPU_KV_COUNT];
+	CUfunction decode[GPU_HD_COUNT][GPU_KV_COUNT];		/* items of 1..4 heads */
+	CUfunction decode_g8[GPU_HD_COUNT][GPU_KV_COUNT];	/* items of up to 8 */
 	CUfunction prefill[GPU_HD_COUNT][GPU_KV_COUNT];
-	CUfunction merge;
 	CUfunction append[GPU_KV_COUNT];
 	CUfunction copy;
 	CUfunction read;
@@ -75,9 +75,11 @@ void gpu_leave(struct kvrt_gpu *g);
 /* Map a CUDA result to an errno, logging a failure with what failed. */
 int gpu_check(struct kvrt_gpu *g, CUresult r, const char *what);
 
-/* Launch fn with one by-value argument struct. */
+/* Launch fn with one by-value argument struct (and smem bytes of dynamic shared memory). */
 int gpu_launch(struct kvrt_gpu *g, CUfunction fn, uint32_t grid, uint32_t threads, void *args,
 	       CUstream stream, const char *what);
+int gpu_launch_smem(struct kvrt_gpu *g, CUfunction fn, uint32_t grid, uint32_t threads,
+		    uint32_t smem, void *args, CUstream stream, const char *what);
 
 /* Index of a head dim / KV dtype in the kernel tables, or -1. */
 int gpu_hd_index(uint32_t head_dim);

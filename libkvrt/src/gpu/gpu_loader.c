@@ -92,6 +92,7 @@ int cu_api_load(struct cu_api *api, char *why, size_t len)
 		ENTRY(ModuleLoadData, "cuModuleLoadData"),
 		ENTRY(ModuleUnload, "cuModuleUnload"),
 		ENTRY(ModuleGetFunction, "cuModuleGetFunction"),
+		ENTRY(FuncSetAttribute, "cuFuncSetAttribute"),
 		ENTRY(LaunchKernel, "cuLaunchKernel"),
 		ENTRY(MemAlloc, "cuMemAlloc"),
 		ENTRY(MemFree, "cuMemFree"),

@@ -22,7 +22,14 @@
  * than half as many tasks is split along the keys; closer to it, the extra
  * merge pass costs more than the idle SMs.
  */
-#define KVRT_PLAN_CTAS_PER_SM 3	/* the decode kernel's occupancy (168 registers) */
+/*
+ * The decode kernel's occupancy, as the split policy assumes it: 3.  The
+ * kernels for tasks of up to 4 heads now fit 4 CTAs per SM at hd <= 128 on
+ * sm_90 (128 registers, 53 KB of shared memory); the rest stay at 3 (the
+ * g8 kernels' 168 registers, hd 256's 57 KB, sm_80's 164 KB).  Moving the
+ * policy to 4 waits for a GPU to measure it.
+ */
+#define KVRT_PLAN_CTAS_PER_SM 3
 /* No key range is split finer than this (merging costs a pass). */
 #define KVRT_PLAN_MIN_SPLIT_TOKENS 256
 
@@ -56,6 +63,14 @@ static inline uint32_t gpu_plan_slices(const struct gpu_plan_shape *s)
 	uint32_t group = s->num_q_heads / s->num_kv_heads;
 
 	return (group + KVRT_GK_MAX_GROUP - 1) / KVRT_GK_MAX_GROUP;
+}
+
+/* The most query heads one task takes (the decode kernel's width). */
+static inline uint32_t gpu_plan_widest_slice(const struct gpu_plan_shape *s)
+{
+	uint32_t n = gpu_plan_slices(s);
+
+	return (s->num_q_heads / s->num_kv_heads + n - 1) / n;
 }
 
 /* Slice i of a group: its first head within the group and its size. */
@@ -108,7 +123,7 @@ static inline int gpu_plan_push(struct gpu_plan_out *o, int32_t seq, int32_t kv_
 	w->tok_begin = lo;
 	w->tok_end = hi;
 	w->partial = partial;
-	w->reserved = 0;
+	w->merge = 0;
 	return 0;
 }
 
@@ -257,6 +272,8 @@ static inline int gpu_plan_decode(const struct gpu_plan_shape *s, uint32_t num_s
 							    (int32_t)o->num_partials++);
 					if (ret)
 						return ret;
+					/* the merge item pushed below */
+					o->work[o->num_work - 1].merge = (int32_t)o->num_merge;
 				}
 				if (o->num_merge >= o->merge_cap)
 					return -E2BIG;
