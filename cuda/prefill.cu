@@ -9,8 +9,9 @@
  * memory once (K converted to float with the fp8 scale applied, V kept as
  * 16-bit), and uses it for every pair.  Arithmetic is fp32 on the SIMT
  * cores (q and K as float, probabilities as float): the results agree with
- * the CPU reference to float rounding, like decode's.  Tensor cores would
- * round q and the probabilities to 16 bits; not done.
+ * the CPU reference to float rounding, like decode's: this kernel is the
+ * GPU reference for prefill_tc.cu, which rounds q and the probabilities
+ * to 16 bits for the tensor cores.
  *
  * The pairs' output accumulators live in registers, 4 pairs x 8 dims per
  * thread, which caps a pass at PB = 4096 / head_dim pairs (64, 32, 16);

@@ -13,7 +13,8 @@
  * each CTA, so reading what no thread wrote is visible too.
  *
  * Not emulated: the memory model beyond barriers, atomics, inline PTX (the
- * headers keep a portable path for everything they do in PTX).
+ * headers keep a portable path for everything they do in PTX).  Warp MMA
+ * (mma.sync m16n8k16, for ../kvrt_mma.cuh) is in emu_mma.h.
  */
 #ifndef KVRT_EMU_H
 #define KVRT_EMU_H
@@ -160,5 +161,7 @@ static inline float __fmul_rn(float a, float b)
 {
 	return a * b;
 }
+
+#include "emu_mma.h"
 
 #endif /* KVRT_EMU_H */
