@@ -46,7 +46,9 @@ struct kvrt_gpu {
 	bool host_ptr_ok;		/* registered host memory at the same address */
 
 	CUfunction decode[GPU_HD_COUNT][GPU_KV_COUNT];
-	CUfunction prefill[GPU_HD_COUNT][GPU_KV_COUNT];
+	CUfunction prefill[GPU_HD_COUNT][GPU_KV_COUNT];		/* SIMT */
+	CUfunction prefill_tc[GPU_HD_COUNT][GPU_KV_COUNT];	/* tensor cores */
+	bool prefill_simt;		/* KVRT_GPU_PREFILL=simt: the SIMT kernels */
 	CUfunction merge;
 	CUfunction append[GPU_KV_COUNT];
 	CUfunction copy;
