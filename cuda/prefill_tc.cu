@@ -30,6 +30,7 @@
  * MMA's k dimension.  The row sum l adds the f32 weights before rounding.
  */
 #include "kvrt_mma.cuh"
+#include "kvrt_prefill.cuh"
 
 namespace kvgpu {
 namespace ptc {
@@ -108,23 +109,14 @@ KVRT_DEV void prefill_tc_item(const Ctx &c, const kvrt_gk_work &w, TcSmem<HD> &s
 	const int g = lane >> 2, tq = lane & 3;		/* PTX's groupID, thread in group */
 	const int mt = warp % C::MT, dbase = (warp / C::MT) * C::DW;
 
-	const int nh = w.num_q_heads;
-	const int npairs = (w.q_row_end - w.q_row0) * nh;
-	const int seq_len = c.seq_lens[w.seq];
-	const int qend = c.q_indptr[w.seq + 1];
-	const int64_t idx0 = c.indptr[w.seq];
-	const int64_t hoff = (int64_t)w.kv_head * c.head_stride;
+	const PrefillItem it = prefill_item_of(c, w);
+	const int nh = it.nh, npairs = it.npairs;
 
 	for (int pbase = 0; pbase < npairs; pbase += C::PB) {
 		const int pend = imin(npairs, pbase + C::PB);
-		/* row r sits at position seq_len - (qend - r) */
-		const int first = seq_len - (qend - (w.q_row0 + pbase / nh));
-		const int last = seq_len - (qend - (w.q_row0 + (pend - 1) / nh));
-		int kv_lo = imax(w.tok_begin, 0);
+		int kv_lo, kv_hi;
 
-		if (c.window_left >= 0)
-			kv_lo = imax(kv_lo, first - c.window_left);
-		const int kv_hi = imin(w.tok_end, last + 1);
+		pass_keys(c, w, it, pbase, pend, kv_lo, kv_hi);
 
 		for (int e = tid; e < C::PB * HD / 2; e += kThreads) {
 			const int pp = e / (HD / 2), d = e % (HD / 2) * 2, pi = pbase + pp;
@@ -143,20 +135,8 @@ KVRT_DEV void prefill_tc_item(const Ctx &c, const kvrt_gk_work &w, TcSmem<HD> &s
 		/* this lane's rows g and g + 8 of its tile: visible keys [lo, hi] */
 		int lo[2], hi[2];
 #pragma unroll
-		for (int r = 0; r < 2; r++) {
-			const int pi = pbase + mt * 16 + g + 8 * r;
-
-			lo[r] = 1;
-			hi[r] = 0;	/* padding pairs: nothing visible */
-			if (pi < pend) {
-				const int pos = seq_len - (qend - (w.q_row0 + pi / nh));
-
-				lo[r] = imax(w.tok_begin, 0);
-				if (c.window_left >= 0)
-					lo[r] = imax(lo[r], pos - c.window_left);
-				hi[r] = imin(pos, w.tok_end - 1);
-			}
-		}
+		for (int r = 0; r < 2; r++)
+			pair_keys(c, w, it, pbase + mt * 16 + g + 8 * r, pend, lo[r], hi[r]);
 
 		float o[C::ON][4];
 #pragma unroll
@@ -188,11 +168,8 @@ KVRT_DEV void prefill_tc_item(const Ctx &c, const kvrt_gk_work &w, TcSmem<HD> &s
 
 					vsc[n] = 1.0f;
 					if (key < kn) {
-						const int bi = (int)fdiv(c.bdiv, (uint32_t)t);
-						const int64_t b = ldg(c.indices + idx0 + bi);
-						const int64_t off = b * c.block_stride +
-								    (int64_t)(t - bi * c.bt) * c.token_stride + hoff +
-								    cp * T::kChunk;
+						int64_t b;
+						const int64_t off = key_row(c, it, t, b) + cp * T::kChunk;
 
 						ld_chunk<T::kChunk>(kr[n], c.k + off, c.al);
 						ld_chunk<T::kChunk>(vr[n], c.v + off, c.al);
@@ -210,10 +187,9 @@ KVRT_DEV void prefill_tc_item(const Ctx &c, const kvrt_gk_work &w, TcSmem<HD> &s
 						float f = 0.0f;
 
 						if (key < kn) {
-							const int t = t0 + key;
-							const int64_t b =
-								ldg(c.indices + idx0 + fdiv(c.bdiv, (uint32_t)t));
+							int64_t b;
 
+							key_row(c, it, t0 + key, b);
 							f = ldg(c.ks + b * c.scale_block_stride + w.kv_head) * fp8_unit();
 						}
 						sm.ksc[key] = f;
@@ -383,19 +359,8 @@ template <int HD, int KV>
 KVRT_DEV void prefill_tc_kernel(const kvrt_gk_attn_args &a)
 {
 	KVRT_SHARED(TcSmem<HD>, sm);
-	const Ctx c = make_attn_ctx(a);
 
-	const kvrt_gk_plan_hdr *hdr = reinterpret_cast<const kvrt_gk_plan_hdr *>(a.hdr);
-	const kvrt_gk_work *work = reinterpret_cast<const kvrt_gk_work *>(a.work);
-	const uint32_t nw = hdr->num_work;
-
-	for (uint32_t wi = blockIdx.x; wi < nw; wi += gridDim.x) {
-		const kvrt_gk_work w = work[wi];
-
-		if (w.num_q_heads < 1 || w.num_q_heads > KVRT_GK_MAX_GROUP || w.q_row_end <= w.q_row0)
-			continue;	/* not a plan the host makes */
-		prefill_tc_item<HD, KV>(c, w, sm);
-	}
+	for_each_prefill_item(a, [&](const Ctx &c, const kvrt_gk_work &w) { prefill_tc_item<HD, KV>(c, w, sm); });
 }
 
 } /* namespace ptc */
