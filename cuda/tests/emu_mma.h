@@ -16,9 +16,11 @@
  *                        b[1]: rows 2t+8, 2t+9, col g
  *   C, D (16x8 floats)   c[i]: row g + 8 (i / 2), col 2t + i % 2
  *
- * Every lane publishes its fragments, the warp meets at a barrier, each
- * lane computes its four D elements from all 32 lanes' A and B, and the
- * warp meets again before the buffer is reused.  Products of f16 or bf16
+ * Every lane publishes its fragments, the warp meets at a barrier, and
+ * each lane computes its four D elements from all 32 lanes' A and B.  The
+ * fragments alternate between two buffers, so one barrier per MMA does:
+ * a lane writes a buffer again two MMAs later, past the barrier of the
+ * MMA between, which every lane reaches only after reading it.  Products of f16 or bf16
  * values are exact in f32; they are added to c in k order in f32 (the
  * hardware's order and internal width differ, within f32 rounding).
  */
@@ -37,7 +39,8 @@ struct MmaFrag {
 	uint32_t a[4], b[2];
 };
 
-inline MmaFrag mma_frags[1024];	/* per thread: the fragments it offers */
+inline MmaFrag mma_frags[2][1024];	/* [buffer][thread]: the fragments it offers */
+inline unsigned mma_count[1024];	/* per thread: MMAs so far; the warp's agree */
 
 /* A 16-bit element as float: bf16 or f16 (subnormals, inf and NaN too). */
 static inline float mma_half(uint32_t h, bool bf16)
@@ -64,17 +67,17 @@ static inline float mma_half(uint32_t h, bool bf16)
 }
 
 /* Element (row, col) of the warp's A, B from the published fragments. */
-static inline float mma_a(unsigned base, int row, int col, bool bf16)
+static inline float mma_a(const MmaFrag *buf, unsigned base, int row, int col, bool bf16)
 {
-	const MmaFrag &f = mma_frags[base + (row % 8) * 4 + (col % 8) / 2];
+	const MmaFrag &f = buf[base + (row % 8) * 4 + (col % 8) / 2];
 	uint32_t w = f.a[row / 8 + 2 * (col / 8)];
 
 	return mma_half(col % 2 ? w >> 16 : w & 0xffffu, bf16);
 }
 
-static inline float mma_b(unsigned base, int row, int col, bool bf16)
+static inline float mma_b(const MmaFrag *buf, unsigned base, int row, int col, bool bf16)
 {
-	const MmaFrag &f = mma_frags[base + col * 4 + (row % 8) / 2];
+	const MmaFrag &f = buf[base + col * 4 + (row % 8) / 2];
 	uint32_t w = f.b[row / 8];
 
 	return mma_half(row % 2 ? w >> 16 : w & 0xffffu, bf16);
@@ -84,20 +87,20 @@ static inline void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], const uin
 				const float (&c)[4], bool bf16)
 {
 	const unsigned me = thread_index(), base = me & ~31u, lane = me & 31;
+	MmaFrag *buf = mma_frags[mma_count[me]++ & 1];
 	float out[4];
 
-	memcpy(mma_frags[me].a, a, sizeof(a));
-	memcpy(mma_frags[me].b, b, sizeof(b));
+	memcpy(buf[me].a, a, sizeof(a));
+	memcpy(buf[me].b, b, sizeof(b));
 	sync_warp();
 	for (int i = 0; i < 4; i++) {
 		const int row = (int)(lane / 4) + 8 * (i / 2), col = (int)(lane % 4) * 2 + i % 2;
 		float acc = c[i];
 
 		for (int k = 0; k < 16; k++)
-			acc += mma_a(base, row, k, bf16) * mma_b(base, k, col, bf16);
+			acc += mma_a(buf, base, row, k, bf16) * mma_b(buf, base, k, col, bf16);
 		out[i] = acc;
 	}
-	sync_warp();	/* every lane has read the fragments */
 	for (int i = 0; i < 4; i++)
 		d[i] = out[i];
 }
