@@ -12,6 +12,7 @@
  *   kvrt_decode_hd{64,128,256}_{f16,bf16,fp8}   struct kvrt_gk_attn_args
  *   kvrt_decode_g8_hd{64,128,256}_{f16,bf16,fp8}  struct kvrt_gk_attn_args
  *   kvrt_prefill_hd{64,128,256}_{f16,bf16,fp8}  struct kvrt_gk_attn_args
+ *   kvrt_prefill_tc_hd{64,128,256}_{f16,bf16,fp8}  struct kvrt_gk_attn_args
  *   kvrt_attn_merge                             struct kvrt_gk_merge_args
  *   kvrt_append_{f16,bf16,fp8}                  struct kvrt_gk_append_args
  *   kvrt_copy_runs                              struct kvrt_gk_copy_args
@@ -34,8 +35,10 @@
 
 /*
  * The attention kernels built, one per (head dim, KV dtype): X(hd, name,
- * dtype) gives kvrt_decode_hd<hd>_<name> and kvrt_prefill_hd<hd>_<name>,
- * the names the host looks up (gpu.c).  One list for every place that
+ * dtype) gives kvrt_decode_hd<hd>_<name>, kvrt_prefill_hd<hd>_<name> and
+ * kvrt_prefill_tc_hd<hd>_<name> (tensor cores, sm_80+: the same work
+ * items and results to 16-bit rounding), the names the host looks up
+ * (gpu.c).  One list for every place that
  * names them.
  */
 #define KVRT_GK_ATTN_VARIANTS(X)                                               \

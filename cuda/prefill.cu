@@ -9,8 +9,9 @@
  * memory once (K converted to float with the fp8 scale applied, V kept as
  * 16-bit), and uses it for every pair.  Arithmetic is fp32 on the SIMT
  * cores (q and K as float, probabilities as float): the results agree with
- * the CPU reference to float rounding, like decode's.  Tensor cores would
- * round q and the probabilities to 16 bits; not done.
+ * the CPU reference to float rounding, like decode's: this kernel is the
+ * GPU reference for prefill_tc.cu, which rounds q and the probabilities
+ * to 16 bits for the tensor cores.
  *
  * The pairs' output accumulators live in registers, 4 pairs x 8 dims per
  * thread, which caps a pass at PB = 4096 / head_dim pairs (64, 32, 16);
@@ -27,7 +28,7 @@
  *          running max and sum, rescale factor alpha, S -> probabilities;
  *   C      O = alpha O + P V: thread owns 4 pairs x 8 dims.
  */
-#include "kvrt_common.cuh"
+#include "kvrt_prefill.cuh"
 
 namespace kvgpu {
 namespace pre {
@@ -80,23 +81,14 @@ KVRT_DEV void prefill_item(const Ctx &c, const kvrt_gk_work &w, PrefillSmem<HD> 
 	const int pb = tid / C::TPP, part = tid % C::TPP;	/* phase B */
 	const int dq = tid % C::DQ, pc = tid / C::DQ;		/* phase C */
 
-	const int nh = w.num_q_heads;
-	const int npairs = (w.q_row_end - w.q_row0) * nh;
-	const int seq_len = c.seq_lens[w.seq];
-	const int qend = c.q_indptr[w.seq + 1];
-	const int64_t idx0 = c.indptr[w.seq];
-	const int64_t hoff = (int64_t)w.kv_head * c.head_stride;
+	const PrefillItem it = prefill_item_of(c, w);
+	const int nh = it.nh, npairs = it.npairs;
 
 	for (int pbase = 0; pbase < npairs; pbase += C::PB) {
 		const int pend = imin(npairs, pbase + C::PB);
-		/* row r sits at position seq_len - (qend - r) */
-		const int first = seq_len - (qend - (w.q_row0 + pbase / nh));
-		const int last = seq_len - (qend - (w.q_row0 + (pend - 1) / nh));
-		int kv_lo = imax(w.tok_begin, 0);
+		int kv_lo, kv_hi;
 
-		if (c.window_left >= 0)
-			kv_lo = imax(kv_lo, first - c.window_left);
-		const int kv_hi = imin(w.tok_end, last + 1);
+		pass_keys(c, w, it, pbase, pend, kv_lo, kv_hi);
 
 		/* q rows of the pass's pairs (pair = row * nh + head), and their keys */
 		for (int e = tid; e < C::PB * HD; e += kThreads) {
@@ -111,21 +103,8 @@ KVRT_DEV void prefill_item(const Ctx &c, const kvrt_gk_work &w, PrefillSmem<HD> 
 			}
 			sm.q[e] = x;
 		}
-		for (int pp = tid; pp < C::PB; pp += kThreads) {
-			const int pi = pbase + pp;
-			int lo = 1, hi = 0;	/* padding pairs: nothing visible */
-
-			if (pi < pend) {
-				const int pos = seq_len - (qend - (w.q_row0 + pi / nh));
-
-				lo = imax(w.tok_begin, 0);
-				if (c.window_left >= 0)
-					lo = imax(lo, pos - c.window_left);
-				hi = imin(pos, w.tok_end - 1);
-			}
-			sm.lo[pp] = lo;
-			sm.hi[pp] = hi;
-		}
+		for (int pp = tid; pp < C::PB; pp += kThreads)
+			pair_keys(c, w, it, pbase + pp, pend, sm.lo[pp], sm.hi[pp]);
 
 		float o[C::TMO][8];
 #pragma unroll
@@ -152,10 +131,8 @@ KVRT_DEV void prefill_item(const Ctx &c, const kvrt_gk_work &w, PrefillSmem<HD> 
 
 					ksc[n] = 1.0f;
 					if (key < kn) {
-						const int bi = (int)fdiv(c.bdiv, (uint32_t)t);
-						const int64_t b = ldg(c.indices + idx0 + bi);
-						const int64_t off = b * c.block_stride + (int64_t)(t - bi * c.bt) * c.token_stride +
-								    hoff + cp * T::kChunk;
+						int64_t b;
+						const int64_t off = key_row(c, it, t, b) + cp * T::kChunk;
 
 						ld_chunk<T::kChunk>(kr[n], c.k + off, c.al);
 						ld_chunk<T::kChunk>(vr[n], c.v + off, c.al);
@@ -172,10 +149,9 @@ KVRT_DEV void prefill_item(const Ctx &c, const kvrt_gk_work &w, PrefillSmem<HD> 
 						float f = 0.0f;
 
 						if (key < kn) {
-							const int t = t0 + key;
-							const int64_t b =
-								ldg(c.indices + idx0 + fdiv(c.bdiv, (uint32_t)t));
+							int64_t b;
 
+							key_row(c, it, t0 + key, b);
 							f = ldg(c.vs + b * c.scale_block_stride + w.kv_head) * fp8_unit();
 						}
 						sm.vsc[key] = f;
@@ -365,19 +341,8 @@ template <int HD, int KV>
 KVRT_DEV void prefill_kernel(const kvrt_gk_attn_args &a)
 {
 	KVRT_SHARED(PrefillSmem<HD>, sm);
-	const Ctx c = make_attn_ctx(a);
 
-	const kvrt_gk_plan_hdr *hdr = reinterpret_cast<const kvrt_gk_plan_hdr *>(a.hdr);
-	const kvrt_gk_work *work = reinterpret_cast<const kvrt_gk_work *>(a.work);
-	const uint32_t nw = hdr->num_work;
-
-	for (uint32_t wi = blockIdx.x; wi < nw; wi += gridDim.x) {
-		const kvrt_gk_work w = work[wi];
-
-		if (w.num_q_heads < 1 || w.num_q_heads > KVRT_GK_MAX_GROUP || w.q_row_end <= w.q_row0)
-			continue;	/* not a plan the host makes */
-		prefill_item<HD, KV>(c, w, sm);
-	}
+	for_each_prefill_item(a, [&](const Ctx &c, const kvrt_gk_work &w) { prefill_item<HD, KV>(c, w, sm); });
 }
 
 } /* namespace pre */

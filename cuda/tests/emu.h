@@ -13,7 +13,8 @@
  * each CTA, so reading what no thread wrote is visible too.
  *
  * Asynchronous copies (cp.async) land only at their wait: emu_async.h.
- * atomicAdd and __threadfence: emu_atomic.h.
+ * atomicAdd and __threadfence: emu_atomic.h.  Warp MMA (mma.sync
+ * m16n8k16, for ../kvrt_mma.cuh): emu_mma.h.
  *
  * Not emulated: the memory model beyond barriers, inline PTX (the
  * headers keep a portable path for everything they do in PTX).
@@ -166,5 +167,7 @@ static inline float __fmul_rn(float a, float b)
 {
 	return a * b;
 }
+
+#include "emu_mma.h"
 
 #endif /* KVRT_EMU_H */

@@ -28,7 +28,8 @@ enum { OK = 0, INVAL = 1, OOM = 2, NOTFOUND = 500, ALREADY = 712, NOTREG = 713, 
 #define K(name, T) extern "C" void name(const T a);
 #define ATTN(hd) K(kvrt_decode_hd##hd##_f16, kvrt_gk_attn_args) K(kvrt_decode_hd##hd##_bf16, kvrt_gk_attn_args) K(kvrt_decode_hd##hd##_fp8, kvrt_gk_attn_args) \
 	K(kvrt_decode_g8_hd##hd##_f16, kvrt_gk_attn_args) K(kvrt_decode_g8_hd##hd##_bf16, kvrt_gk_attn_args) K(kvrt_decode_g8_hd##hd##_fp8, kvrt_gk_attn_args) \
-	K(kvrt_prefill_hd##hd##_f16, kvrt_gk_attn_args) K(kvrt_prefill_hd##hd##_bf16, kvrt_gk_attn_args) K(kvrt_prefill_hd##hd##_fp8, kvrt_gk_attn_args)
+	K(kvrt_prefill_hd##hd##_f16, kvrt_gk_attn_args) K(kvrt_prefill_hd##hd##_bf16, kvrt_gk_attn_args) K(kvrt_prefill_hd##hd##_fp8, kvrt_gk_attn_args) \
+	K(kvrt_prefill_tc_hd##hd##_f16, kvrt_gk_attn_args) K(kvrt_prefill_tc_hd##hd##_bf16, kvrt_gk_attn_args) K(kvrt_prefill_tc_hd##hd##_fp8, kvrt_gk_attn_args)
 ATTN(64) ATTN(128) ATTN(256)
 K(kvrt_attn_merge, kvrt_gk_merge_args)
 K(kvrt_append_f16, kvrt_gk_append_args) K(kvrt_append_bf16, kvrt_gk_append_args) K(kvrt_append_fp8, kvrt_gk_append_args)
@@ -39,7 +40,8 @@ struct Fn { const char *name; int kind; void *fp; };
 #define E(name, kind) { #name, kind, (void *)name },
 #define EA(hd) E(kvrt_decode_hd##hd##_f16, 0) E(kvrt_decode_hd##hd##_bf16, 0) E(kvrt_decode_hd##hd##_fp8, 0) \
 	E(kvrt_decode_g8_hd##hd##_f16, 0) E(kvrt_decode_g8_hd##hd##_bf16, 0) E(kvrt_decode_g8_hd##hd##_fp8, 0) \
-	E(kvrt_prefill_hd##hd##_f16, 0) E(kvrt_prefill_hd##hd##_bf16, 0) E(kvrt_prefill_hd##hd##_fp8, 0)
+	E(kvrt_prefill_hd##hd##_f16, 0) E(kvrt_prefill_hd##hd##_bf16, 0) E(kvrt_prefill_hd##hd##_fp8, 0) \
+	E(kvrt_prefill_tc_hd##hd##_f16, 0) E(kvrt_prefill_tc_hd##hd##_bf16, 0) E(kvrt_prefill_tc_hd##hd##_fp8, 0)
 static Fn fns[] = { EA(64) EA(128) EA(256) E(kvrt_attn_merge, 1) E(kvrt_append_f16, 2) E(kvrt_append_bf16, 2) E(kvrt_append_fp8, 2) E(kvrt_copy_runs, 3) E(kvrt_read_stream, 4) };
 
 struct Node { int type; Fn *fn; std::vector<char> args; unsigned grid, block; uint64_t dst, src, n; };

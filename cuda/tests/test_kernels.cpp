@@ -15,6 +15,11 @@
  *     layer-major, padded (8-byte aligned strides) and odd (2- or 1-byte
  *     aligned) layouts; outputs are poisoned with NaN first, and the
  *     tolerances are test_attn's (relative to the largest |v|);
+ *   - the emulated mma.sync m16n8k16 (f16, bf16) against a plain matrix
+ *     product, with fragments built from PTX's layout tables; mis-laid
+ *     fragments must be caught;
+ *   - the tensor-core prefill against the same reference, with q rounded
+ *     as the kernel rounds it and the tolerance derived by test_prefill;
  *   - append against kvrt_append_kv(), byte for byte (fp8: the scale rule,
  *     with runs that start mid-block and scale raises), padding and
  *     out-of-range slots included;
@@ -50,7 +55,8 @@ extern "C" {
 #define ATTN(hd, name, kv)                                                     \
 	extern "C" void kvrt_decode_hd##hd##_##name(const kvrt_gk_attn_args a);  \
 	extern "C" void kvrt_decode_g8_hd##hd##_##name(const kvrt_gk_attn_args a); \
-	extern "C" void kvrt_prefill_hd##hd##_##name(const kvrt_gk_attn_args a);
+	extern "C" void kvrt_prefill_hd##hd##_##name(const kvrt_gk_attn_args a);  \
+	extern "C" void kvrt_prefill_tc_hd##hd##_##name(const kvrt_gk_attn_args a);
 KVRT_GK_ATTN_VARIANTS(ATTN)
 #undef ATTN
 extern "C" void kvrt_attn_merge(const kvrt_gk_merge_args a);
@@ -78,6 +84,11 @@ static const attn_fn prefill_fns[3][3] = {
 	{ kvrt_prefill_hd64_f16, kvrt_prefill_hd64_bf16, kvrt_prefill_hd64_fp8 },
 	{ kvrt_prefill_hd128_f16, kvrt_prefill_hd128_bf16, kvrt_prefill_hd128_fp8 },
 	{ kvrt_prefill_hd256_f16, kvrt_prefill_hd256_bf16, kvrt_prefill_hd256_fp8 },
+};
+static const attn_fn prefill_tc_fns[3][3] = {
+	{ kvrt_prefill_tc_hd64_f16, kvrt_prefill_tc_hd64_bf16, kvrt_prefill_tc_hd64_fp8 },
+	{ kvrt_prefill_tc_hd128_f16, kvrt_prefill_tc_hd128_bf16, kvrt_prefill_tc_hd128_fp8 },
+	{ kvrt_prefill_tc_hd256_f16, kvrt_prefill_tc_hd256_bf16, kvrt_prefill_tc_hd256_fp8 },
 };
 
 static int hd_index(uint32_t hd)
@@ -118,6 +129,7 @@ static const char *dtname(int dt)
 
 /* The kernels' helpers, compiled here for the host (the emulator's path). */
 #include "../kvrt_common.cuh"
+#include "../kvrt_mma.cuh"
 
 static float rand_float_bits()
 {
@@ -196,6 +208,131 @@ static void test_conversions()
 		badf += kvgpu::fdiv(fd, 0x7fffffffu) != 0x7fffffffu / d;
 	}
 	tap_result(!badf, "fastdiv for divisors 1..300 (%u wrong)", badf);
+}
+
+/* ---- warp MMA ------------------------------------------------------------- */
+
+static uint16_t to_half(bool bf16, double x)
+{
+	return bf16 ? kvrt_f32_to_bf16((float)x) : kvrt_f32_to_f16((float)x);
+}
+
+/*
+ * Fragment variants a lane loads: PTX's layout, and two classic mistakes
+ * (A's a[1] and a[2] exchanged: row g + 8 taken for column 2t + 8; B's
+ * storage read transposed) that the test must tell apart from it.
+ */
+enum { MMA_RIGHT, MMA_SWAP_A, MMA_B_ROWMAJOR };
+
+/* D = A B + C on one warp per matrix set; A 16x16, B 16x8, C and D 16x8, row-major. */
+static void run_mma(bool bf16, int variant, int warps, const std::vector<double> &A,
+		    const std::vector<double> &B, const std::vector<double> &Cm, std::vector<float> &D)
+{
+	D.assign((size_t)warps * 128, NAN);
+	kvrt_emu::launch([&] {
+		const unsigned tid = kvrt_emu::thread_index(), wp = tid / 32, lane = tid % 32;
+		const unsigned g = lane / 4, t = lane % 4;
+		const double *a = &A[wp * 256], *b = &B[wp * 128], *cm = &Cm[wp * 128];
+		auto pk = [&](double lo, double hi) {
+			return (uint32_t)to_half(bf16, lo) | (uint32_t)to_half(bf16, hi) << 16;
+		};
+		uint32_t fa[4] = {
+			pk(a[g * 16 + 2 * t], a[g * 16 + 2 * t + 1]),
+			pk(a[(g + 8) * 16 + 2 * t], a[(g + 8) * 16 + 2 * t + 1]),
+			pk(a[g * 16 + 2 * t + 8], a[g * 16 + 2 * t + 9]),
+			pk(a[(g + 8) * 16 + 2 * t + 8], a[(g + 8) * 16 + 2 * t + 9]),
+		};
+		uint32_t fb[2] = {
+			pk(b[(2 * t) * 8 + g], b[(2 * t + 1) * 8 + g]),
+			pk(b[(2 * t + 8) * 8 + g], b[(2 * t + 9) * 8 + g]),
+		};
+		float d[4];
+
+		if (variant == MMA_SWAP_A)
+			std::swap(fa[1], fa[2]);
+		if (variant == MMA_B_ROWMAJOR) {
+			/* B's storage read as [n][k], the transpose */
+			fb[0] = pk(b[g * 16 + 2 * t], b[g * 16 + 2 * t + 1]);
+			fb[1] = pk(b[g * 16 + 2 * t + 8], b[g * 16 + 2 * t + 9]);
+		}
+		for (int i = 0; i < 4; i++)
+			d[i] = (float)cm[(g + 8 * (i / 2)) * 8 + 2 * t + i % 2];
+		if (bf16)
+			kvgpu::mma16816<KVRT_GK_BF16>(d, fa, fb);
+		else
+			kvgpu::mma16816<KVRT_GK_F16>(d, fa, fb);
+		for (int i = 0; i < 4; i++)
+			D[wp * 128 + (g + 8 * (i / 2)) * 8 + 2 * t + i % 2] = d[i];
+	}, 1, 32 * warps, seed_for_emu());
+}
+
+/* Largest |D - (A B + C)| over the warps' matrices, in float64. */
+static double mma_err(int warps, const std::vector<double> &A, const std::vector<double> &B,
+		      const std::vector<double> &Cm, const std::vector<float> &D)
+{
+	double worst = 0;
+
+	for (int w = 0; w < warps; w++)
+		for (int r = 0; r < 16; r++)
+			for (int n = 0; n < 8; n++) {
+				double want = Cm[w * 128 + r * 8 + n];
+
+				for (int k = 0; k < 16; k++)
+					want += A[w * 256 + r * 16 + k] * B[w * 128 + k * 8 + n];
+				double e = fabs(D[w * 128 + r * 8 + n] - want);
+
+				if (!(e <= worst))
+					worst = e;
+			}
+	return worst;
+}
+
+static void test_mma()
+{
+	const int warps = 3;	/* lanes of later warps address their own fragments */
+
+	for (int bf = 0; bf < 2; bf++) {
+		const bool bf16 = bf;
+		std::vector<double> A(warps * 256), B(warps * 128), Cm(warps * 128);
+		std::vector<float> D;
+
+		/* small integers: every product and sum is exact, so D must be too */
+		for (auto &x : A)
+			x = (double)((int)rnd(17) - 8);
+		for (auto &x : B)
+			x = (double)((int)rnd(17) - 8);
+		for (auto &x : Cm)
+			x = (double)((int)rnd(201) - 100);
+		run_mma(bf16, MMA_RIGHT, warps, A, B, Cm, D);
+		double e = mma_err(warps, A, B, Cm, D);
+
+		tap_result(e == 0, "mma m16n8k16 %s: integer A B + C exact (err %g)", bf16 ? "bf16" : "f16", e);
+
+		run_mma(bf16, MMA_SWAP_A, warps, A, B, Cm, D);
+		e = mma_err(warps, A, B, Cm, D);
+		tap_result(e > 0, "mma %s: A fragments with rows and columns mixed up are caught (err %g)",
+			   bf16 ? "bf16" : "f16", e);
+		run_mma(bf16, MMA_B_ROWMAJOR, warps, A, B, Cm, D);
+		e = mma_err(warps, A, B, Cm, D);
+		tap_result(e > 0, "mma %s: B read row-major is caught (err %g)", bf16 ? "bf16" : "f16", e);
+
+		/* reals in the 16-bit type: exact products, f32 sums of 17 terms */
+		double sum_abs = 0;
+
+		for (auto &x : A)
+			x = bf16 ? kvrt_bf16_to_f32(to_half(true, urand(-4, 4))) :
+				   kvrt_f16_to_f32(to_half(false, urand(-4, 4)));
+		for (auto &x : B)
+			x = bf16 ? kvrt_bf16_to_f32(to_half(true, urand(-4, 4))) :
+				   kvrt_f16_to_f32(to_half(false, urand(-4, 4)));
+		for (auto &x : Cm)
+			x = (float)urand(-50, 50);
+		run_mma(bf16, MMA_RIGHT, warps, A, B, Cm, D);
+		e = mma_err(warps, A, B, Cm, D);
+		sum_abs = 50 + 16 * 16;	/* |C| + sum |a b| at most */
+		tap_result(e <= 17 * 0x1p-24 * sum_abs, "mma %s: random A B + C within f32 rounding (err %g)",
+			   bf16 ? "bf16" : "f16", e);
+	}
 }
 
 /* ---- paged KV worlds -------------------------------------------------------- */
@@ -660,7 +797,65 @@ static void test_decode(const AttnCase &c)
 		   where / hd / nq, where / hd % nq, counted);
 }
 
-static void test_prefill(const AttnCase &c)
+/*
+ * The tensor-core prefill's tolerance, relative to the largest |v| like
+ * tolerance()'s, from what the kernel rounds.  u(t) is the unit roundoff:
+ * bf16 2^-8, f16 2^-11, f32 2^-24; N is the most keys a row attends.
+ *
+ *   q        rounded to the MMA type (bf16 for bf16 K/V, else f16).  Not
+ *            in the error: the reference gets the same rounded q (the
+ *            conversions are dtype.c's, bit for bit), and K enters the
+ *            MMA exactly (f16/bf16 as stored; every fp8 e4m3 value is an
+ *            f16, its scale is applied to the f32 logit).  Logits are then
+ *            f32 dot products of the same inputs, as the SIMT kernel's:
+ *            the 1e-5 that tolerance() allows for f32 arithmetic.
+ *   P        each weight p = exp(s - m) in (0, 1] is rounded to the MMA
+ *            type: p(1 + e), |e| <= u_p, while the row sum l adds the
+ *            unrounded p.  o = sum p(1 + e) v / sum p is then off by at
+ *            most u_p max|v|.  f16 weights under 2^-14 are subnormal, off
+ *            by at most 2^-25 absolute each; with l >= 1 (the largest
+ *            weight is 1) that adds at most N 2^-25.
+ *   V (fp8)  byte x scale rounded to f16: each v off by u(f16) |v| (+2^-25
+ *            absolute when subnormal); a convex combination of them by
+ *            at most as much.
+ *   sums     P V and l accumulate in f32 over the N keys, the partial sums
+ *            bounded by l max|v| and l, so at most N 2^-24 each relative.
+ *   output   rounded to o_dtype: u(o).
+ *
+ *   tol = 1e-5 + u(o) + u_p + [f16: N 2^-25] + [fp8: 2^-11 + 2^-25] + 2 N 2^-24
+ *
+ * bf16: about 2^-8 (+ u(o)); f16 with 400 keys: about 6e-4.  A key
+ * missed or attended twice, a mis-laid fragment or a wrong scale moves
+ * outputs by far more on the short rows every case has.
+ */
+static double tolerance_tc(const AttnCase &c, int32_t nkeys)
+{
+	const bool bf = c.kv == KVRT_DTYPE_BF16, fp8 = c.kv == KVRT_DTYPE_FP8_E4M3;
+	double t = tolerance(c.o) + (bf ? 0x1p-8 : 0x1p-11) + 2 * nkeys * 0x1p-24;
+
+	if (!bf)
+		t += nkeys * 0x1p-25;
+	if (fp8)
+		t += 0x1p-11 + 0x1p-25;
+	return t;
+}
+
+/* q as the tensor-core kernel gives it to the MMA: rounded to bf16 (bf16 K/V) or f16. */
+static std::vector<float> q_rounded(const std::vector<uint8_t> &q, enum kvrt_dtype qdt,
+				     enum kvrt_dtype kv)
+{
+	std::vector<float> r(q.size() / esize(qdt));
+
+	for (size_t i = 0; i < r.size(); i++) {
+		float x = (float)get_elem(qdt, &q[i * esize(qdt)]);
+
+		r[i] = kv == KVRT_DTYPE_BF16 ? kvrt_bf16_to_f32(kvrt_f32_to_bf16(x)) :
+					       kvrt_f16_to_f32(kvrt_f32_to_f16(x));
+	}
+	return r;
+}
+
+static void test_prefill(const AttnCase &c, bool tc)
 {
 	World w;
 	char desc[512];
@@ -669,7 +864,7 @@ static void test_prefill(const AttnCase &c)
 	std::vector<uint8_t> q, out;
 	std::vector<kvrt_gk_work> work;
 
-	describe(desc, sizeof(desc), c, "prefill");
+	describe(desc, sizeof(desc), c, tc ? "prefill_tc" : "prefill");
 	make_world(w, c.layout, c.nkv, hd, c.bt, c.kv, c.lens);
 	for (uint32_t s = 0; s < nseq; s++) {
 		int32_t n = rnd(3) == 0 ? c.lens[s] : 1 + (int32_t)rnd((uint64_t)c.lens[s]);
@@ -686,7 +881,14 @@ static void test_prefill(const AttnCase &c)
 			     w.layer };
 	kvrt_block_table tab = { nseq, w.indptr.data(), w.indices.data(), w.lens.data() };
 	kvrt_attn_params p = cpu_params(c);
-	int ret = kvrt_attn_prefill(&p, q.data(), qptr.data(), &kc, &tab, ref.data());
+	std::vector<float> qr;
+
+	if (tc) {
+		qr = q_rounded(q, c.q, c.kv);
+		p.q_dtype = KVRT_DTYPE_F32;
+	}
+	int ret = kvrt_attn_prefill(&p, tc ? (const void *)qr.data() : (const void *)q.data(), qptr.data(),
+				    &kc, &tab, ref.data());
 
 	if (ret) {
 		tap_result(false, "%s: CPU reference returned %d", desc, ret);
@@ -724,16 +926,18 @@ static void test_prefill(const AttnCase &c)
 	a.q_indptr = (uint64_t)qptr.data();
 	a.work = (uint64_t)work.data();
 	a.hdr = (uint64_t)&hdr;
-	attn_fn fn = prefill_fns[hd_index(hd)][c.kv - 1];
+	attn_fn fn = (tc ? prefill_tc_fns : prefill_fns)[hd_index(hd)][c.kv - 1];
 	unsigned grid = 1 + (unsigned)rnd(std::min<size_t>(work.size(), 4));
 
 	kvrt_emu::launch([&] { fn(a); }, grid, KVRT_GK_PREFILL_THREADS, seed_for_emu());
 
 	size_t where = 0;
 	double err = compare(out, c.o, ref, w.vmax, &where);
+	double tol = tc ? tolerance_tc(c, *std::max_element(c.lens.begin(), c.lens.end())) :
+			  tolerance(c.o);
 
-	tap_result(err <= tolerance(c.o), "%s q_lens=%d..: err %.3g (tol %.3g) at row %zu head %zu", desc,
-	      qptr[1], err, tolerance(c.o), where / hd / nq, where / hd % nq);
+	tap_result(err <= tol, "%s q_lens=%d..: err %.3g (tol %.3g) at row %zu head %zu", desc,
+	      qptr[1], err, tol, where / hd / nq, where / hd % nq);
 }
 
 /* ---- append ------------------------------------------------------------------ */
@@ -955,6 +1159,20 @@ int main()
 	for (int i = 0; i < cases; i++)
 		test_decode(random_case(false));
 	for (int i = 0; i < cases; i++)
-		test_prefill(random_case(true));
+		test_prefill(random_case(true), false);
+	test_mma();
+	/* every head dim and K/V dtype, causal and windowed, then random cases */
+	for (uint32_t hd : { 64u, 128u, 256u })
+		for (enum kvrt_dtype kv : { KVRT_DTYPE_F16, KVRT_DTYPE_BF16, KVRT_DTYPE_FP8_E4M3 })
+			for (int win = 0; win < 2; win++) {
+				AttnCase c = random_case(true);
+
+				c.hd = hd;
+				c.kv = kv;
+				c.window = win ? 1 + (int32_t)rnd(60) : -1;
+				test_prefill(c, true);
+			}
+	for (int i = 0; i < cases / 2; i++)
+		test_prefill(random_case(true), true);
 	return tap_done("test_kernels");
 }

@@ -29,7 +29,7 @@ static void reset_env(void)
 	static const char *const vars[] = { "FAKE_CUDA_INIT", "FAKE_CUDA_VERSION",
 					    "FAKE_CUDA_DEVICES", "FAKE_CUDA_CC",
 					    "FAKE_CUDA_NO_BATCH", "FAKE_CUDA_ALLOC_FAIL",
-					    "KVRT_GPU_KERNEL_COPY_MAX" };
+					    "KVRT_GPU_KERNEL_COPY_MAX", "KVRT_GPU_PREFILL" };
 	size_t i;
 
 	for (i = 0; i < sizeof(vars) / sizeof(vars[0]); i++)
@@ -516,8 +516,20 @@ TEST(plans_and_launches)
 	unlink(log_path);
 	t.num_seqs = 2;
 	CHECK_EQ(kvrt_gpu_attn_prefill(plan, dummy, dummy, &kv, &t, dummy, NULL), 0);
-	CHECK_EQ(log_count("launch kvrt_prefill_hd128_bf16 "), 1);
+	/* tensor cores by default; KVRT_GPU_PREFILL=simt the SIMT kernel */
+	CHECK_EQ(log_count("launch kvrt_prefill_tc_hd128_bf16 "), 1);
 	CHECK_EQ(kvrt_gpu_attn_decode(plan, dummy, &kv, &t, dummy, NULL), -EINVAL);
+	kvrt_gpu_plan_destroy(plan);
+	kvrt_gpu_close(g);
+	setenv("KVRT_GPU_PREFILL", "simt", 1);
+	REQUIRE(kvrt_gpu_open(k, 0, &g) == 0);
+	REQUIRE(kvrt_gpu_plan_create(g, 2, 64, &plan) == 0);
+	CHECK_EQ(kvrt_gpu_plan_prefill(plan, &p, &l, 2, qi, lens), 0);
+	unlink(log_path);
+	CHECK_EQ(kvrt_gpu_attn_prefill(plan, dummy, dummy, &kv, &t, dummy, NULL), 0);
+	CHECK_EQ(log_count("launch kvrt_prefill_hd128_bf16 "), 1);
+	CHECK_EQ(log_count("launch kvrt_prefill_tc_hd128_bf16 "), 0);
+	unsetenv("KVRT_GPU_PREFILL");
 	kvrt_gpu_plan_destroy(plan);
 	kvrt_gpu_close(g);
 	kvrt_close(k);

@@ -151,6 +151,12 @@ static int load_functions(struct kvrt_gpu *g)
 								   name), name);
 			if (ret)
 				return ret;
+			snprintf(name, sizeof(name), "kvrt_prefill_tc_hd%u_%s", hd_values[h],
+				 kv_names[kv]);
+			ret = gpu_check(g, g->cu.ModuleGetFunction(&g->prefill_tc[h][kv], g->mod,
+								   name), name);
+			if (ret)
+				return ret;
 		}
 	}
 	for (kv = 0; kv < GPU_KV_COUNT; kv++) {
@@ -165,6 +171,22 @@ static int load_functions(struct kvrt_gpu *g)
 		ret = gpu_check(g, g->cu.ModuleGetFunction(&g->read, g->mod, "kvrt_read_stream"),
 				"kvrt_read_stream");
 	return ret;
+}
+
+/*
+ * Prefill runs on tensor cores (every device the kernels take is sm_80+);
+ * KVRT_GPU_PREFILL=simt picks the fp32 SIMT kernels, the GPU reference.
+ */
+static bool prefill_wants_simt(struct kvrt *k)
+{
+	const char *env = getenv("KVRT_GPU_PREFILL");
+
+	if (!env || !*env || !strcmp(env, "tc"))
+		return false;
+	if (!strcmp(env, "simt"))
+		return true;
+	kvrt_log(k, KVRT_LOG_WARNING, "gpu: KVRT_GPU_PREFILL=%s: not tc or simt, using tc", env);
+	return false;
 }
 
 static int query_device(struct kvrt_gpu *g)
@@ -259,9 +281,10 @@ int kvrt_gpu_open(struct kvrt *k, int device, struct kvrt_gpu **out)
 	gpu_leave(g);
 	if (ret)
 		goto out_release_ctx;
-	kvrt_log(k, KVRT_LOG_INFO, "gpu %d: %s, compute %d.%d, %u SMs, driver %d", device,
-		 g->info.name, g->info.cc_major, g->info.cc_minor, g->info.sm_count,
-		 g->info.driver_version);
+	g->prefill_simt = prefill_wants_simt(k);
+	kvrt_log(k, KVRT_LOG_INFO, "gpu %d: %s, compute %d.%d, %u SMs, driver %d, %s prefill",
+		 device, g->info.name, g->info.cc_major, g->info.cc_minor, g->info.sm_count,
+		 g->info.driver_version, g->prefill_simt ? "SIMT" : "tensor-core");
 	*out = g;
 	return 0;
 

@@ -402,8 +402,8 @@ int kvrt_gpu_attn_prefill(struct kvrt_gpu_plan *p, const void *q, const int32_t 
 	ret = gpu_enter(g);
 	if (ret)
 		return ret;
-	ret = gpu_launch(g, g->prefill[gpu_hd_index(p->layout.head_dim)]
-				      [gpu_kv_index(p->layout.kv_dtype)],
+	ret = gpu_launch(g, (g->prefill_simt ? g->prefill : g->prefill_tc)
+				    [gpu_hd_index(p->layout.head_dim)][gpu_kv_index(p->layout.kv_dtype)],
 			 grid_of(p->work_cap), KVRT_GK_PREFILL_THREADS, &a, (CUstream)stream,
 			 "prefill launch");
 	gpu_leave(g);

@@ -48,7 +48,9 @@ struct kvrt_gpu {
 
 	CUfunction decode[GPU_HD_COUNT][GPU_KV_COUNT];		/* items of 1..4 heads */
 	CUfunction decode_g8[GPU_HD_COUNT][GPU_KV_COUNT];	/* items of up to 8 */
-	CUfunction prefill[GPU_HD_COUNT][GPU_KV_COUNT];
+	CUfunction prefill[GPU_HD_COUNT][GPU_KV_COUNT];		/* SIMT */
+	CUfunction prefill_tc[GPU_HD_COUNT][GPU_KV_COUNT];	/* tensor cores */
+	bool prefill_simt;		/* KVRT_GPU_PREFILL=simt: the SIMT kernels */
 	CUfunction append[GPU_KV_COUNT];
 	CUfunction copy;
 	CUfunction read;
