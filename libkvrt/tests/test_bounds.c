@@ -160,6 +160,22 @@ TEST(copy_into_block_spills_into_next)
 	widened_refuses(copy_into_space, 0, "copy into block");
 }
 
+/*
+ * The one-pair copy dst <- src is refused with -ERANGE and leaves the
+ * space's bytes as they are now; what names the copy in a failure.
+ */
+static void copy_refused(struct fixture *f, const struct kvrt_block_array *dst,
+			 const struct kvrt_block_array *src, const struct kvrt_block_pair *p,
+			 const char *what)
+{
+	int ret;
+
+	memcpy(f->before, f->base, f->map_bytes + TAIL);
+	ret = kvrt_copy_blocks(f->k, dst, src, p, 1, 0, NULL);
+	CHECKF(ret == -ERANGE, "%s: returned %d, want -ERANGE", what, ret);
+	CHECKF(fixture_unchanged(f), "%s: refused, but bytes changed", what);
+}
+
 /* A base inside the mapping but not on a pool block boundary. */
 TEST(copy_base_off_block_boundary)
 {
@@ -176,11 +192,9 @@ TEST(copy_base_off_block_boundary)
 	dst = (struct kvrt_block_array){ .layout = &f.space_l, .base = f.base + PAGE };
 	p.dst = NBLK - 2;	/* pool block NBLK - 1: fine */
 	CHECK_EQ(kvrt_copy_blocks(f.k, &dst, &src, &p, 1, 0, NULL), 0);
-	memcpy(f.before, f.base, f.map_bytes + TAIL);
 	dst.base = f.base + PAGE + 64;
 	p.dst = 0;		/* straddles pool blocks 1 and 2 */
-	CHECK_EQ(kvrt_copy_blocks(f.k, &dst, &src, &p, 1, 0, NULL), -ERANGE);
-	CHECK(fixture_unchanged(&f));
+	copy_refused(&f, &dst, &src, &p, "copy to a base off a block boundary");
 	free(own);
 	fixture_fini(&f);
 }
@@ -233,10 +247,8 @@ TEST(copy_fp8_scales_past_mapping)
 	dst = (struct kvrt_block_array){ .layout = &l, .base = f.base,
 					 .scales = (float *)(f.base + soff) };
 	CHECK_EQ(kvrt_copy_blocks(f.k, &dst, &src, &p, 1, 0, NULL), 0);
-	memcpy(f.before, f.base, f.map_bytes + TAIL);
 	l.scale_kv_stride = PAGE / sizeof(float);
-	CHECK_EQ(kvrt_copy_blocks(f.k, &dst, &src, &p, 1, 0, NULL), -ERANGE);
-	CHECK(fixture_unchanged(&f));
+	copy_refused(&f, &dst, &src, &p, "copy of fp8 scales past the mapping");
 	free(own);
 	fixture_fini(&f);
 }
