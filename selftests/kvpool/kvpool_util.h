@@ -434,6 +434,14 @@ static inline int kv_check(char *buf, size_t len)
 				 __r < 0 ? strerror(-__r) : __ck); \
 } while (0)
 
+/* Event @e is QUOTA_PRESSURE number @seq, for @count blocks, of cause @cause. */
+#define EXPECT_PRESSURE_EVENT(e, seq_, count_, cause_) do { \
+	EXPECT_EQ(seq_, (e).seq); \
+	EXPECT_EQ(KVPOOL_EVENT_QUOTA_PRESSURE, (e).type); \
+	EXPECT_EQ(count_, (e).count); \
+	EXPECT_EQ(cause_, (e).cause); \
+} while (0)
+
 /* Poll until sysfs @rel equals @want (processes exiting release lazily). */
 static inline __u64 sysfs_wait_eq(const char *rel, __u64 want, int ms)
 {

@@ -1203,10 +1203,7 @@ TEST_F(prefix, evicted_events_go_to_publishers_and_lookers)
 	/* fd3 neither published nor looked up: only the pressure event. */
 	n = kv_read_events(fd3, ev, 8);
 	ASSERT_EQ(1, n);
-	EXPECT_EQ(1, ev[0].seq);
-	EXPECT_EQ(KVPOOL_EVENT_QUOTA_PRESSURE, ev[0].type);
-	EXPECT_EQ(2, ev[0].count);
-	EXPECT_EQ(KVPOOL_EVICT_QUOTA, ev[0].cause);
+	EXPECT_PRESSURE_EVENT(ev[0], 1, 2, KVPOOL_EVICT_QUOTA);
 	/* A failed ALLOC: pressure with count 0 to every fd. */
 	EXPECT_EQ(-ENOSPC, kv_alloc(fd2, &got, 1));
 	for (i = 0; i < 3; i++) {
