@@ -877,6 +877,22 @@ static inline int kv_publish_seq(int fd, __u32 *ids, __u32 count, __u32 seed,
 	return ret;
 }
 
+/*
+ * Fill blocks ids[0..n) of a space mapped at @m (@block_bytes each) with
+ * kv_fill(@fill0 + i), then publish them as kv_publish_seq(@seed) does,
+ * through @pub (a copy of @ids: publishing may change an id).
+ */
+static inline int kv_fill_and_publish(int fd, char *m, size_t block_bytes, const __u32 *ids,
+				      __u32 *pub, __u32 n, unsigned int fill0, __u32 seed)
+{
+	__u32 i;
+
+	for (i = 0; i < n; i++)
+		kv_fill(m + (size_t)ids[i] * block_bytes, block_bytes, fill0 + i, 0);
+	memcpy(pub, ids, n * sizeof(*pub));
+	return kv_publish_seq(fd, pub, n, seed, 0, NULL);
+}
+
 /* LOOKUP; @devices may be NULL; *@nr_hits (may be NULL) gets the out field. */
 static inline int kv_lookup(int fd, const void *hashes, __u32 count,
 			    __u32 *ids, __u64 *devices, __u32 *nr_hits)

@@ -1295,7 +1295,7 @@ TEST_F(prefix, data_written_before_publish_visible_to_other_process)
 {
 	struct kvpool_space_open so;
 	__u32 ids[2], pub[2], theirs[2];
-	int fd, p[2], i;
+	int fd, p[2];
 	pid_t pid;
 	char *m;
 
@@ -1304,10 +1304,7 @@ TEST_F(prefix, data_written_before_publish_visible_to_other_process)
 	m = kv_mmap(fd, so.map_bytes, 0);
 	ASSERT_NE(MAP_FAILED, m);
 	ASSERT_EQ(0, kv_alloc(fd, ids, 2));
-	for (i = 0; i < 2; i++)
-		kv_fill(m + (size_t)ids[i] * BB, BB, 0x77 + i, 0);
-	memcpy(pub, ids, sizeof(pub));
-	ASSERT_EQ(0, kv_publish_seq(fd, pub, 2, SEED, 0, NULL));
+	ASSERT_EQ(0, kv_fill_and_publish(fd, m, BB, ids, pub, 2, 0x77, SEED));
 	/* Released: the blocks are CACHED and keep their data. */
 	ASSERT_EQ(0, kv_release(fd, pub, 2));
 	munmap(m, so.map_bytes);
