@@ -55,6 +55,12 @@ static const char *const op_names[OP_NR] = {
 	"alloc", "rewrite", "verify", "free", "gup_read", "remap", "rejoin",
 };
 
+/* Op i is drawn when a draw of 100 is below op_below[i] (and no earlier op's bound). */
+static const unsigned int op_below[OP_NR] = {
+	[OP_ALLOC] = 32, [OP_REWRITE] = 44, [OP_VERIFY] = 60, [OP_FREE] = 86, [OP_GUP] = 92,
+	[OP_REMAP] = 97, [OP_REJOIN] = 100,
+};
+
 struct pstat {
 	volatile int pid;
 	volatile int node;		/* node it runs on, -1 unpinned */
@@ -293,22 +299,10 @@ static void stress_proc(int idx, __u64 seed)
 	while (!sh->stop) {
 		struct pspace *s = &sp[rnd() % 2];
 		unsigned int r = rnd() % 100;
-		enum op op;
+		enum op op = OP_ALLOC;
 
-		if (r < 32)
-			op = OP_ALLOC;
-		else if (r < 44)
-			op = OP_REWRITE;
-		else if (r < 60)
-			op = OP_VERIFY;
-		else if (r < 86)
-			op = OP_FREE;
-		else if (r < 92)
-			op = OP_GUP;
-		else if (r < 97)
-			op = OP_REMAP;
-		else
-			op = OP_REJOIN;
+		while (r >= op_below[op])
+			op++;
 
 		switch (op) {
 		case OP_ALLOC:
