@@ -433,6 +433,40 @@ static void describe(char *buf, size_t n, const struct tcase *tc, const char *wh
 
 /* ---- decode ------------------------------------------------------------------- */
 
+/*
+ * Run implementation i over the world w of case tc: decode where q_indptr
+ * is NULL, else prefill of the chunks it gives.  The output is poisoned
+ * first.  Returns the call's result; *err is the output's error against
+ * ex (NaN where the call failed, row in *where), also kept in worst[][].
+ */
+static int attend_impl(uint32_t i, const struct tcase *tc, const struct world *w,
+		       int32_t *seq_lens, const void *q, const int32_t *q_indptr, void *out,
+		       const struct expect *ex, size_t nrows, double *err, size_t *where)
+{
+	struct kvrt_kv_cache kv = { &w->lo, w->cache, w->scales, w->layer };
+	struct kvrt_block_table bt = { tc->nseq, w->indptr, w->indices, seq_lens };
+	struct kvrt_attn_params p = {
+		.num_q_heads = tc->nkv * tc->group, .sm_scale = 1.0f / sqrtf((float)tc->hd),
+		.window_left = tc->window, .logit_softcap = tc->softcap, .q_dtype = tc->q_dt,
+		.o_dtype = tc->o_dt, .impl = impls[i].impl, .num_threads = impls[i].threads,
+	};
+	int ret;
+
+	set_isa(impls[i].isa);
+	memset(out, 0xff, nrows * tc->hd * esize(tc->o_dt));
+	if (!q_indptr)
+		ret = impls[i].kept ? kvrt_attn_decode_on(kept, &p, q, &kv, &bt, out) :
+				      kvrt_attn_decode(&p, q, &kv, &bt, out);
+	else
+		ret = impls[i].kept ? kvrt_attn_prefill_on(kept, &p, q, q_indptr, &kv, &bt, out) :
+				      kvrt_attn_prefill(&p, q, q_indptr, &kv, &bt, out);
+	set_isa(NULL);
+	*err = ret ? NAN : max_err(tc, out, ex, nrows, where);
+	if (*err > worst[i][tc->o_dt])
+		worst[i][tc->o_dt] = *err;
+	return ret;
+}
+
 static void run_decode(const struct tcase *tc)
 {
 	uint32_t nq = tc->nkv * tc->group, s, h, d, i;
@@ -476,25 +510,10 @@ static void run_decode(const struct tcase *tc)
 	}
 
 	for (i = 0; i < NR_IMPLS; i++) {
-		struct kvrt_kv_cache kv = { &w.lo, w.cache, w.scales, w.layer };
-		struct kvrt_block_table bt = { tc->nseq, w.indptr, w.indices, seq_lens };
-		struct kvrt_attn_params p = {
-			.num_q_heads = nq, .sm_scale = sm, .window_left = tc->window,
-			.logit_softcap = tc->softcap, .q_dtype = tc->q_dt, .o_dtype = tc->o_dt,
-			.impl = impls[i].impl, .num_threads = impls[i].threads,
-		};
 		size_t where = 0;
 		double err;
-		int ret;
+		int ret = attend_impl(i, tc, &w, seq_lens, q, NULL, out, &ex, nrows, &err, &where);
 
-		set_isa(impls[i].isa);
-		memset(out, 0xff, nrows * tc->hd * esize(tc->o_dt));
-		ret = impls[i].kept ? kvrt_attn_decode_on(kept, &p, q, &kv, &bt, out) :
-				      kvrt_attn_decode(&p, q, &kv, &bt, out);
-		set_isa(NULL);
-		err = ret ? NAN : max_err(tc, out, &ex, nrows, &where);
-		if (err > worst[i][tc->o_dt])
-			worst[i][tc->o_dt] = err;
 		describe(desc, sizeof(desc), tc, impls[i].name);
 		GROUP_CHECK(!ret && err <= tolerance(tc->o_dt),
 		      "decode %s: ret %d, err %.3g (tol %.3g) at seq %zu head %zu", desc, ret, err,
@@ -580,27 +599,11 @@ static void run_prefill(const struct tcase *tc, uint32_t rounds)
 		}
 
 		for (i = 0; i < NR_IMPLS; i++) {
-			struct kvrt_kv_cache kv = { &w.lo, w.cache, w.scales, w.layer };
-			struct kvrt_block_table bt = { tc->nseq, w.indptr, w.indices, seq_lens };
-			struct kvrt_attn_params p = {
-				.num_q_heads = nq, .sm_scale = sm, .window_left = tc->window,
-				.logit_softcap = tc->softcap, .q_dtype = tc->q_dt,
-				.o_dtype = tc->o_dt, .impl = impls[i].impl,
-				.num_threads = impls[i].threads,
-			};
 			size_t where = 0;
 			double err;
-			int ret;
+			int ret = attend_impl(i, tc, &w, seq_lens, q, q_indptr, out, &ex, nrows, &err,
+					      &where);
 
-			set_isa(impls[i].isa);
-			memset(out, 0xff, nrows * tc->hd * esize(tc->o_dt));
-			ret = impls[i].kept ?
-				      kvrt_attn_prefill_on(kept, &p, q, q_indptr, &kv, &bt, out) :
-				      kvrt_attn_prefill(&p, q, q_indptr, &kv, &bt, out);
-			set_isa(NULL);
-			err = ret ? NAN : max_err(tc, out, &ex, nrows, &where);
-			if (err > worst[i][tc->o_dt])
-				worst[i][tc->o_dt] = err;
 			describe(desc, sizeof(desc), tc, impls[i].name);
 			GROUP_CHECK(!ret && err <= tolerance(tc->o_dt),
 			      "prefill round %u/%u %s: ret %d, err %.3g (tol %.3g) at row %zu", c,
@@ -859,6 +862,21 @@ static void test_perturbation_detected(void)
 
 /* ---- validation --------------------------------------------------------------- */
 
+#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+/* A case of an error table: what it is, and the value it passes. */
+#define NAMED(type)               \
+	struct {                  \
+		const char *what; \
+		type v;           \
+	}
+/* A copy of the struct base with one field set: a case of an error table. */
+#define WITH(base, field, value)             \
+	({                                   \
+		__typeof__(base) with_ = (base); \
+		with_.field = (value);       \
+		with_;                       \
+	})
+
 static void test_errors(void)
 {
 	struct kvrt_layout lo, lo8;
@@ -870,8 +888,7 @@ static void test_errors(void)
 	struct kvrt_kv_cache kv, kv8;
 	struct kvrt_block_table bt = { 2, indptr, indices, lens }, b2;
 	struct kvrt_attn_params p = { .num_q_heads = 8, .sm_scale = 0.125f, .window_left = -1,
-				      .q_dtype = KVRT_DTYPE_F32, .o_dtype = KVRT_DTYPE_F32 },
-				p2;
+				      .q_dtype = KVRT_DTYPE_F32, .o_dtype = KVRT_DTYPE_F32 };
 	static float qp[20 * 8 * 64];
 	int32_t bad[3];
 	int i;
@@ -921,81 +938,52 @@ static void test_errors(void)
 	EXPECT_DECODE(-EINVAL, &p, q, &kv, &bt, NULL, "NULL out");
 	EXPECT_PREFILL(-EINVAL, &p, qp, NULL, &kv, &bt, out, "NULL q_indptr");
 	{
+		/* One argument made invalid at a time: a case a line. */
+		const NAMED(struct kvrt_kv_cache) bad_kv[] = {
+			{ "NULL layout", WITH(kv, layout, NULL) },
+			{ "NULL base", WITH(kv, base, NULL) },
+			{ "layer == num_layers", WITH(kv, layer, 2) },
+			{ "scales with an f32 cache", WITH(kv, scales, scales) },
+			{ "fp8 without scales", WITH(kv8, scales, NULL) },
+		};
+		const NAMED(struct kvrt_layout) bad_layout[] = {
+			{ "unknown kv dtype", WITH(lo, kv_dtype, (enum kvrt_dtype)4) },
+			{ "head_dim 0", WITH(lo, head_dim, 0) },
+			{ "block_tokens 0", WITH(lo, block_tokens, 0) },
+			{ "num_kv_heads 0", WITH(lo, num_kv_heads, 0) },
+			{ "8 q heads over 3 kv heads", WITH(lo, num_kv_heads, 3) },
+		};
+		const NAMED(struct kvrt_attn_params) bad_params[] = {
+			{ "num_q_heads % num_kv_heads", WITH(p, num_q_heads, 7) },
+			{ "num_q_heads 0", WITH(p, num_q_heads, 0) },
+			{ "fp8 q", WITH(p, q_dtype, KVRT_DTYPE_FP8_E4M3) },
+			{ "fp8 out", WITH(p, o_dtype, KVRT_DTYPE_FP8_E4M3) },
+			{ "unknown out dtype", WITH(p, o_dtype, (enum kvrt_dtype)9) },
+			{ "unknown impl", WITH(p, impl, (enum kvrt_attn_impl)2) },
+			{ "NaN sm_scale", WITH(p, sm_scale, NAN) },
+			{ "negative soft-cap", WITH(p, logit_softcap, -1.0f) },
+			{ "infinite soft-cap", WITH(p, logit_softcap, INFINITY) },
+			{ "window_left -2", WITH(p, window_left, -2) },
+		};
+		const NAMED(struct kvrt_block_table) bad_table[] = {
+			{ "NULL indptr", WITH(bt, indptr, NULL) },
+			{ "NULL indices", WITH(bt, indices, NULL) },
+			{ "NULL seq_lens", WITH(bt, seq_lens, NULL) },
+		};
 		struct kvrt_kv_cache k2 = kv;
 
-		k2.layout = NULL;
-		EXPECT_DECODE(-EINVAL, &p, q, &k2, &bt, out, "NULL layout");
-		k2 = kv;
-		k2.base = NULL;
-		EXPECT_DECODE(-EINVAL, &p, q, &k2, &bt, out, "NULL base");
-		k2 = kv;
-		k2.layer = 2;
-		EXPECT_DECODE(-EINVAL, &p, q, &k2, &bt, out, "layer == num_layers");
-		k2 = kv;
-		k2.scales = scales;
-		EXPECT_DECODE(-EINVAL, &p, q, &k2, &bt, out, "scales with an f32 cache");
-		k2 = kv8;
-		k2.scales = NULL;
-		EXPECT_DECODE(-EINVAL, &p, q, &k2, &bt, out, "fp8 without scales");
-	}
-	{
-		struct kvrt_layout l2 = lo;
-		struct kvrt_kv_cache k2 = { &l2, cache, NULL, 1 };
-
-		l2.kv_dtype = (enum kvrt_dtype)4;
-		EXPECT_DECODE(-EINVAL, &p, q, &k2, &bt, out, "unknown kv dtype");
-		l2 = lo;
-		l2.head_dim = 0;
-		EXPECT_DECODE(-EINVAL, &p, q, &k2, &bt, out, "head_dim 0");
-		l2 = lo;
-		l2.block_tokens = 0;
-		EXPECT_DECODE(-EINVAL, &p, q, &k2, &bt, out, "block_tokens 0");
-		l2 = lo;
-		l2.num_kv_heads = 0;
-		EXPECT_DECODE(-EINVAL, &p, q, &k2, &bt, out, "num_kv_heads 0");
-		l2 = lo;
-		l2.num_kv_heads = 3;
-		EXPECT_DECODE(-EINVAL, &p, q, &k2, &bt, out, "8 q heads over 3 kv heads");
+		for (size_t c = 0; c < ARRAY_SIZE(bad_kv); c++)
+			EXPECT_DECODE(-EINVAL, &p, q, &bad_kv[c].v, &bt, out, bad_kv[c].what);
+		for (size_t c = 0; c < ARRAY_SIZE(bad_layout); c++) {
+			k2.layout = &bad_layout[c].v;
+			EXPECT_DECODE(-EINVAL, &p, q, &k2, &bt, out, bad_layout[c].what);
+		}
+		for (size_t c = 0; c < ARRAY_SIZE(bad_params); c++)
+			EXPECT_DECODE(-EINVAL, &bad_params[c].v, q, &kv, &bt, out, bad_params[c].what);
+		for (size_t c = 0; c < ARRAY_SIZE(bad_table); c++)
+			EXPECT_DECODE(-EINVAL, &p, q, &kv, &bad_table[c].v, out, bad_table[c].what);
 	}
 
-	p2 = p;
-	p2.num_q_heads = 7;
-	EXPECT_DECODE(-EINVAL, &p2, q, &kv, &bt, out, "num_q_heads % num_kv_heads");
-	p2.num_q_heads = 0;
-	EXPECT_DECODE(-EINVAL, &p2, q, &kv, &bt, out, "num_q_heads 0");
-	p2 = p;
-	p2.q_dtype = KVRT_DTYPE_FP8_E4M3;
-	EXPECT_DECODE(-EINVAL, &p2, q, &kv, &bt, out, "fp8 q");
-	p2 = p;
-	p2.o_dtype = KVRT_DTYPE_FP8_E4M3;
-	EXPECT_DECODE(-EINVAL, &p2, q, &kv, &bt, out, "fp8 out");
-	p2 = p;
-	p2.o_dtype = (enum kvrt_dtype)9;
-	EXPECT_DECODE(-EINVAL, &p2, q, &kv, &bt, out, "unknown out dtype");
-	p2 = p;
-	p2.impl = (enum kvrt_attn_impl)2;
-	EXPECT_DECODE(-EINVAL, &p2, q, &kv, &bt, out, "unknown impl");
-	p2 = p;
-	p2.sm_scale = NAN;
-	EXPECT_DECODE(-EINVAL, &p2, q, &kv, &bt, out, "NaN sm_scale");
-	p2 = p;
-	p2.logit_softcap = -1.0f;
-	EXPECT_DECODE(-EINVAL, &p2, q, &kv, &bt, out, "negative soft-cap");
-	p2.logit_softcap = INFINITY;
-	EXPECT_DECODE(-EINVAL, &p2, q, &kv, &bt, out, "infinite soft-cap");
-	p2 = p;
-	p2.window_left = -2;
-	EXPECT_DECODE(-EINVAL, &p2, q, &kv, &bt, out, "window_left -2");
-
-	b2 = bt;
-	b2.indptr = NULL;
-	EXPECT_DECODE(-EINVAL, &p, q, &kv, &b2, out, "NULL indptr");
-	b2 = bt;
-	b2.indices = NULL;
-	EXPECT_DECODE(-EINVAL, &p, q, &kv, &b2, out, "NULL indices");
-	b2 = bt;
-	b2.seq_lens = NULL;
-	EXPECT_DECODE(-EINVAL, &p, q, &kv, &b2, out, "NULL seq_lens");
 	b2 = bt;
 	memcpy(bad, lens, sizeof(lens));
 	bad[0] = 33;	/* 2 blocks of 16 */

@@ -87,6 +87,17 @@ static struct kvrt_space *join(const char *tag)
 	return kvrt_space_open(K, &o, &s) ? NULL : s;
 }
 
+/* A space of BB blocks created under tag (*a), and a second handle joined to it (*b). */
+static bool create_and_join(const char *tag, uint64_t quota, struct kvrt_space **a,
+			    struct kvrt_space **b)
+{
+	*a = create(tag, BB, quota);
+	*b = *a ? join(tag) : NULL;
+	if (*a && !*b)
+		tap_diag("join %s failed", tag);
+	return *a && *b;
+}
+
 static struct kvrt_space_info info(struct kvrt_space *s)
 {
 	struct kvrt_space_info i;
@@ -490,13 +501,11 @@ TEST(alloc_to_the_quota_all_or_nothing)
 
 TEST(free_errors_all_or_nothing)
 {
-	struct kvrt_space *a = create("f", BB, 1024 * BB), *b;
+	struct kvrt_space *a, *b;
 	struct kvrt_space_info i;
 	uint32_t mine[2], theirs[1], batch[3], freeid = UINT32_MAX;
 
-	REQUIRE(a);
-	b = join("f");
-	REQUIRE(b);
+	REQUIRE(create_and_join("f", 1024 * BB, &a, &b));
 	REQUIRE(kvrt_alloc_blocks(a, 2, mine) == 0);
 	REQUIRE(kvrt_alloc_blocks(b, 1, theirs) == 0);
 	i = info(a);
@@ -632,11 +641,41 @@ TEST(numa_policies)
 	}
 }
 
+/* A thread's own xorshift64 (13, 7, 17): one step of *r. */
+static void xorshift_step(uint64_t *r)
+{
+	*r ^= *r << 13;
+	*r ^= *r >> 7;
+	*r ^= *r << 17;
+}
+
+/* A thread of a concurrency test: its space handle, its tag, what went wrong. */
 struct worker {
 	struct kvrt_space *s;
 	uint32_t tag;
 	int errors;
 };
+
+/*
+ * Run fn on six threads, four sharing handle a and two sharing b, tagged
+ * tag_base + thread; each must end with no errors.
+ */
+static void run_six_workers(void *(*fn)(void *), struct kvrt_space *a, struct kvrt_space *b,
+			    uint32_t tag_base)
+{
+	struct worker w[6];
+	pthread_t th[6];
+
+	for (int t = 0; t < 6; t++) {
+		w[t] = (struct worker){ .s = t < 4 ? a : b, .tag = tag_base + (uint32_t)t };
+		pthread_create(&th[t], NULL, fn, &w[t]);
+	}
+	for (int t = 0; t < 6; t++) {
+		pthread_join(th[t], NULL);
+		CHECKF(w[t].errors == 0, "thread %d (tag %#x): %d errors", t, w[t].tag,
+		       w[t].errors);
+	}
+}
 
 static void *worker(void *arg)
 {
@@ -647,9 +686,7 @@ static void *worker(void *arg)
 	for (int it = 0; it < 400; it++) {
 		uint32_t want;
 
-		r ^= r << 13;
-		r ^= r >> 7;
-		r ^= r << 17;
+		xorshift_step(&r);
 		want = 1 + (uint32_t)(r % 8);
 		if (n + want <= 64 && (r >> 8) % 2) {
 			if (kvrt_alloc_blocks(w->s, want, held + n)) {
@@ -677,23 +714,12 @@ static void *worker(void *arg)
 
 TEST(threads_alloc_and_free_concurrently)
 {
-	struct kvrt_space *a = create("t", BB, 1024 * BB), *b;
-	struct worker w[6];
-	pthread_t th[6];
+	struct kvrt_space *a, *b;
 	struct kvrt_space_info i;
 
-	REQUIRE(a);
-	b = join("t");
-	REQUIRE(b);
+	REQUIRE(create_and_join("t", 1024 * BB, &a, &b));
 	/* Four threads share one handle, two share another. */
-	for (int t = 0; t < 6; t++) {
-		w[t] = (struct worker){ .s = t < 4 ? a : b, .tag = 0x1000 + (uint32_t)t };
-		pthread_create(&th[t], NULL, worker, &w[t]);
-	}
-	for (int t = 0; t < 6; t++) {
-		pthread_join(th[t], NULL);
-		CHECK_EQ(w[t].errors, 0);
-	}
+	run_six_workers(worker, a, b, 0x1000);
 	i = info(a);
 	CHECK_EQ(i.owned_blocks, 0);
 	CHECK_EQ(i.free_blocks, i.backed_blocks);
@@ -979,16 +1005,14 @@ TEST(prefix_argument_errors)
 
 TEST(publish_lookup_release)
 {
-	struct kvrt_space *a = create("pl", BB, 64 * BB), *b;
+	struct kvrt_space *a, *b;
 	uint8_t h[5][H];
 	uint32_t ids[4], orig[4], got[5] = { 9, 9, 9, 9, 9 }, fl[4] = { 7, 7, 7, 7 };
 	uint64_t dev[5] = { 9, 9, 9, 9, 9 };
 	struct kvrt_space_stats st;
 	struct kvrt_space_info i;
 
-	REQUIRE(a);
-	b = join("pl");
-	REQUIRE(b);
+	REQUIRE(create_and_join("pl", 64 * BB, &a, &b));
 	for (uint32_t n = 0; n < 5; n++)
 		hfill(h[n], 2, n);
 	REQUIRE(kvrt_alloc_blocks(a, 4, ids) == 0);
@@ -1069,16 +1093,14 @@ TEST(publish_lookup_release)
 
 TEST(publish_errors_all_or_nothing)
 {
-	struct kvrt_space *a = create("pe", BB, 1024 * BB), *b;
+	struct kvrt_space *a, *b;
 	uint8_t h[3][H];
 	uint32_t mine[3], theirs[1], batch[3], fl[3] = { 5, 5, 5 }, prio[3] = { 1, 2, 3 };
 	struct kvrt_space_stats st0;
 	struct kvrt_space_info i;
 	uint32_t freeid = UINT32_MAX;
 
-	REQUIRE(a);
-	b = join("pe");
-	REQUIRE(b);
+	REQUIRE(create_and_join("pe", 1024 * BB, &a, &b));
 	for (uint32_t n = 0; n < 3; n++)
 		hfill(h[n], 3, n);
 	REQUIRE(kvrt_alloc_blocks(a, 3, mine) == 0);
@@ -1136,15 +1158,13 @@ TEST(publish_errors_all_or_nothing)
 
 TEST(dedup)
 {
-	struct kvrt_space *a = create("dd", BB, 64 * BB), *b;
+	struct kvrt_space *a, *b;
 	uint8_t h[3][H], hh[3][H];
 	uint32_t x, y[3], fl[3], ya[3];
 	struct kvrt_space_stats st;
 	uint64_t free_before;
 
-	REQUIRE(a);
-	b = join("dd");
-	REQUIRE(b);
+	REQUIRE(create_and_join("dd", 64 * BB, &a, &b));
 	for (uint32_t n = 0; n < 3; n++)
 		hfill(h[n], 4, n);
 	REQUIRE(kvrt_alloc_blocks(a, 1, &x) == 0);
@@ -1450,15 +1470,13 @@ static const uint8_t U1[16] = { 0xa1, 1 }, U2[16] = { 0xa2, 2 }, U3[16] = { 0xa3
 
 TEST(residency)
 {
-	struct kvrt_space *a = create("rs", BB, 16 * BB), *b;
+	struct kvrt_space *a, *b;
 	uint8_t h[4][H];
 	uint32_t x[3], got[2], z;
 	uint64_t dev[2];
 	struct kvrt_space_info i;
 
-	REQUIRE(a);
-	b = join("rs");
-	REQUIRE(b);
+	REQUIRE(create_and_join("rs", 16 * BB, &a, &b));
 	for (uint32_t n = 0; n < 4; n++)
 		hfill(h[n], 7, n);
 	REQUIRE(kvrt_alloc_blocks(a, 3, x) == 0);
@@ -1766,15 +1784,13 @@ TEST(persistent_space)
 TEST(hashing_integration)
 {
 	enum { BT = 16, LA = 100, LB = 90, SHARED = 70 };
-	struct kvrt_space *a = create("hi", BB, 64 * BB), *b;
+	struct kvrt_space *a, *b;
 	uint32_t ta[LA], tb[LB], ia[LA / BT], ib[LB / BT], got[LB / BT], fl[LB / BT];
 	uint8_t ha[LA / BT][H], hb[LB / BT][H], hx[LB / BT][H];
 	uint64_t xi[LB / BT + 1];
 	int na, nb;
 
-	REQUIRE(a);
-	b = join("hi");
-	REQUIRE(b);
+	REQUIRE(create_and_join("hi", 64 * BB, &a, &b));
 	for (int i = 0; i < LA; i++)
 		ta[i] = 1000 + (uint32_t)i * 7;
 	for (int i = 0; i < LB; i++)
@@ -1812,16 +1828,10 @@ TEST(hashing_integration)
 	kvrt_space_close(a);
 }
 
-struct pworker {
-	struct kvrt_space *s;
-	uint32_t tag;
-	int errors;
-};
-
 /* Publish blocks under a small set of hashes, look prefixes up, release. */
 static void *pworker(void *arg)
 {
-	struct pworker *w = arg;
+	struct worker *w = arg;
 	uint64_t r = w->tag * 0x9e3779b97f4a7c15ULL + 1;
 	uint8_t h[8][H];
 	uint32_t held[64], n = 0;
@@ -1832,9 +1842,7 @@ static void *pworker(void *arg)
 		uint32_t id, k;
 		int ret;
 
-		r ^= r << 13;
-		r ^= r >> 7;
-		r ^= r << 17;
+		xorshift_step(&r);
 		k = (uint32_t)(r % 8);
 		switch ((r >> 8) % 3) {
 		case 0:
@@ -1877,23 +1885,12 @@ static void *pworker(void *arg)
 
 TEST(threads_publish_lookup_release)
 {
-	struct kvrt_space *a = create("pt", BB, 1024 * BB), *b;
+	struct kvrt_space *a, *b;
 	struct kvrt_space_stats st;
-	struct pworker w[6];
-	pthread_t th[6];
 	struct kvrt_event ev[64];
 
-	REQUIRE(a);
-	b = join("pt");
-	REQUIRE(b);
-	for (int t = 0; t < 6; t++) {
-		w[t] = (struct pworker){ .s = t < 4 ? a : b, .tag = 0x2000 + (uint32_t)t };
-		pthread_create(&th[t], NULL, pworker, &w[t]);
-	}
-	for (int t = 0; t < 6; t++) {
-		pthread_join(th[t], NULL);
-		CHECK_EQ(w[t].errors, 0);
-	}
+	REQUIRE(create_and_join("pt", 1024 * BB, &a, &b));
+	run_six_workers(pworker, a, b, 0x2000);
 	st = stats(a);
 	CHECK_EQ(st.readers, 0);
 	CHECK_EQ(st.my_refs, 0);

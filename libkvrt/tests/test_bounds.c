@@ -94,13 +94,13 @@ static void *own_cache(const struct kvrt_layout *shape, struct kvrt_layout *l)
 }
 
 /* Copy caller block 0 to space block dst_block through layout l. */
-static int copy_into_space(struct fixture *f, const struct kvrt_layout *l, uint32_t dst_block)
+static int copy_into_space(struct fixture *f, const struct kvrt_layout *l, int64_t dst_block)
 {
 	struct kvrt_layout own_l;
 	void *own = own_cache(l, &own_l);
 	struct kvrt_block_array dst = { .layout = l, .base = f->base };
 	struct kvrt_block_array src = { .layout = &own_l, .base = own };
-	struct kvrt_block_pair p = { .src = 0, .dst = dst_block };
+	struct kvrt_block_pair p = { .src = 0, .dst = (uint32_t)dst_block };
 	int ret;
 
 	if (!own)
@@ -119,6 +119,26 @@ static struct kvrt_layout widened(const struct fixture *f)
 	return l;
 }
 
+/* A write into the space through a layout: copy_into_space, append_one. */
+typedef int (*through_fn)(struct fixture *f, const struct kvrt_layout *l, int64_t where);
+
+/* op through the widened layout at where is refused with -ERANGE and writes nothing. */
+static void widened_refuses(through_fn op, int64_t where, const char *what)
+{
+	struct fixture f;
+	struct kvrt_layout l;
+	int ret;
+
+	REQUIRE(fixture_init(&f, KVRT_DTYPE_F32, 8) == 0);
+	l = widened(&f);
+	ret = op(&f, &l, where);
+	CHECKF(ret == -ERANGE, "%s at %lld: returned %d, want -ERANGE", what, (long long)where,
+	       ret);
+	CHECKF(fixture_unchanged(&f), "%s at %lld: refused, but bytes changed", what,
+	       (long long)where);
+	fixture_fini(&f);
+}
+
 TEST(copy_space_layout_reaches_every_block)
 {
 	struct fixture f;
@@ -132,26 +152,28 @@ TEST(copy_space_layout_reaches_every_block)
 
 TEST(copy_into_last_block_past_mapping)
 {
-	struct fixture f;
-	struct kvrt_layout l;
-
-	REQUIRE(fixture_init(&f, KVRT_DTYPE_F32, 8) == 0);
-	l = widened(&f);
-	CHECK_EQ(copy_into_space(&f, &l, NBLK - 1), -ERANGE);
-	CHECK(fixture_unchanged(&f));
-	fixture_fini(&f);
+	widened_refuses(copy_into_space, NBLK - 1, "copy into the last block");
 }
 
 TEST(copy_into_block_spills_into_next)
 {
-	struct fixture f;
-	struct kvrt_layout l;
+	widened_refuses(copy_into_space, 0, "copy into block");
+}
 
-	REQUIRE(fixture_init(&f, KVRT_DTYPE_F32, 8) == 0);
-	l = widened(&f);
-	CHECK_EQ(copy_into_space(&f, &l, 0), -ERANGE);
-	CHECK(fixture_unchanged(&f));
-	fixture_fini(&f);
+/*
+ * The one-pair copy dst <- src is refused with -ERANGE and leaves the
+ * space's bytes as they are now; what names the copy in a failure.
+ */
+static void copy_refused(struct fixture *f, const struct kvrt_block_array *dst,
+			 const struct kvrt_block_array *src, const struct kvrt_block_pair *p,
+			 const char *what)
+{
+	int ret;
+
+	memcpy(f->before, f->base, f->map_bytes + TAIL);
+	ret = kvrt_copy_blocks(f->k, dst, src, p, 1, 0, NULL);
+	CHECKF(ret == -ERANGE, "%s: returned %d, want -ERANGE", what, ret);
+	CHECKF(fixture_unchanged(f), "%s: refused, but bytes changed", what);
 }
 
 /* A base inside the mapping but not on a pool block boundary. */
@@ -170,11 +192,9 @@ TEST(copy_base_off_block_boundary)
 	dst = (struct kvrt_block_array){ .layout = &f.space_l, .base = f.base + PAGE };
 	p.dst = NBLK - 2;	/* pool block NBLK - 1: fine */
 	CHECK_EQ(kvrt_copy_blocks(f.k, &dst, &src, &p, 1, 0, NULL), 0);
-	memcpy(f.before, f.base, f.map_bytes + TAIL);
 	dst.base = f.base + PAGE + 64;
 	p.dst = 0;		/* straddles pool blocks 1 and 2 */
-	CHECK_EQ(kvrt_copy_blocks(f.k, &dst, &src, &p, 1, 0, NULL), -ERANGE);
-	CHECK(fixture_unchanged(&f));
+	copy_refused(&f, &dst, &src, &p, "copy to a base off a block boundary");
 	free(own);
 	fixture_fini(&f);
 }
@@ -227,10 +247,8 @@ TEST(copy_fp8_scales_past_mapping)
 	dst = (struct kvrt_block_array){ .layout = &l, .base = f.base,
 					 .scales = (float *)(f.base + soff) };
 	CHECK_EQ(kvrt_copy_blocks(f.k, &dst, &src, &p, 1, 0, NULL), 0);
-	memcpy(f.before, f.base, f.map_bytes + TAIL);
 	l.scale_kv_stride = PAGE / sizeof(float);
-	CHECK_EQ(kvrt_copy_blocks(f.k, &dst, &src, &p, 1, 0, NULL), -ERANGE);
-	CHECK(fixture_unchanged(&f));
+	copy_refused(&f, &dst, &src, &p, "copy of fp8 scales past the mapping");
 	free(own);
 	fixture_fini(&f);
 }
@@ -249,9 +267,10 @@ TEST(copy_from_space_base_leaving_mapping)
 	fixture_fini(&f);
 }
 
-static int append_one(struct fixture *f, const struct kvrt_layout *l, int64_t slot)
+/* Append one token of 64 f32 (K 0..63, V 0..-63) at slot of the cache (l, base). */
+static int append_token(const struct kvrt_layout *l, void *base, int64_t slot)
 {
-	struct kvrt_kv_cache kv = { .layout = l, .base = f->base };
+	struct kvrt_kv_cache kv = { .layout = l, .base = base };
 	float k[64], v[64];
 
 	for (int i = 0; i < 64; i++) {
@@ -259,6 +278,11 @@ static int append_one(struct fixture *f, const struct kvrt_layout *l, int64_t sl
 		v[i] = -(float)i;
 	}
 	return kvrt_append_kv(&kv, k, v, KVRT_DTYPE_F32, &slot, 1);
+}
+
+static int append_one(struct fixture *f, const struct kvrt_layout *l, int64_t slot)
+{
+	return append_token(l, f->base, slot);
 }
 
 TEST(append_space_layout_last_block)
@@ -287,14 +311,7 @@ TEST(append_into_last_block_past_mapping)
 
 TEST(append_into_block_spills_into_next)
 {
-	struct fixture f;
-	struct kvrt_layout l;
-
-	REQUIRE(fixture_init(&f, KVRT_DTYPE_F32, 8) == 0);
-	l = widened(&f);
-	CHECK_EQ(append_one(&f, &l, 3), -ERANGE);
-	CHECK(fixture_unchanged(&f));
-	fixture_fini(&f);
+	widened_refuses(append_one, 3, "append into slot");
 }
 
 /* Decode (q_indptr NULL) or prefill of one sequence over space block `block`. */
@@ -491,6 +508,25 @@ static void ub_expect(struct ub *f, ub_call_fn call, int64_t block, int want, co
 	       (long long)block);
 }
 
+/*
+ * In a space with one chunk backed, call(f, block) on each block of
+ * blocks[n] is refused with -EFAULT and changes nothing; what names the
+ * call in a failure (with the block).
+ */
+static void ub_expect_efault_past_one_chunk(ub_call_fn call, const int64_t *blocks, size_t n,
+					    const char *what)
+{
+	struct ub f;
+
+	REQUIRE(ub_init(&f, 1) == 0);
+	for (size_t i = 0; i < n; i++)
+		ub_expect(&f, call, blocks[i], -EFAULT, what);
+	ub_fini(&f);
+}
+
+/* The last block of the space, then the first that is not backed. */
+static const int64_t ub_last_and_first_unbacked[] = { UB_BLOCKS - 1, UB_CHUNK };
+
 /* Caller block 0 into space block `block`. */
 static int ub_copy_in(struct ub *f, int64_t block)
 {
@@ -527,12 +563,7 @@ TEST(a_copy_into_an_unbacked_block_is_efault_not_a_signal)
 
 TEST(a_copy_from_an_unbacked_block_is_efault_not_a_signal)
 {
-	struct ub f;
-
-	REQUIRE(ub_init(&f, 1) == 0);
-	ub_expect(&f, ub_copy_out, UB_BLOCKS - 1, -EFAULT, "copy from the last block");
-	ub_expect(&f, ub_copy_out, UB_CHUNK, -EFAULT, "copy from the first unbacked block");
-	ub_fini(&f);
+	ub_expect_efault_past_one_chunk(ub_copy_out, ub_last_and_first_unbacked, 2, "copy from");
 }
 
 /* A batch whose second pair is unbacked: the first, backed, is not copied either. */
@@ -548,11 +579,7 @@ static int ub_copy_batch(struct ub *f, int64_t block)
 
 TEST(a_copy_batch_with_one_unbacked_block_copies_nothing)
 {
-	struct ub f;
-
-	REQUIRE(ub_init(&f, 1) == 0);
-	ub_expect(&f, ub_copy_batch, UB_BLOCKS - 1, -EFAULT, "batch copy");
-	ub_fini(&f);
+	ub_expect_efault_past_one_chunk(ub_copy_batch, ub_last_and_first_unbacked, 1, "batch copy");
 }
 
 /* Asynchronous: refused in the call, no handle, nothing queued. */
@@ -573,11 +600,7 @@ static int ub_copy_async(struct ub *f, int64_t block)
 
 TEST(an_async_copy_of_an_unbacked_block_is_efault_and_queues_nothing)
 {
-	struct ub f;
-
-	REQUIRE(ub_init(&f, 1) == 0);
-	ub_expect(&f, ub_copy_async, UB_BLOCKS - 1, -EFAULT, "async copy");
-	ub_fini(&f);
+	ub_expect_efault_past_one_chunk(ub_copy_async, ub_last_and_first_unbacked, 1, "async copy");
 }
 
 TEST(a_copy_into_a_space_with_nothing_backed_is_efault)
@@ -607,25 +630,12 @@ TEST(a_block_backed_after_a_refusal_takes_a_copy)
 
 static int ub_append(struct ub *f, int64_t block)
 {
-	struct kvrt_kv_cache kv = { .layout = &f->space_l, .base = f->base };
-	int64_t slot = block * 8 + 3;
-	float k[64], v[64];
-
-	for (int i = 0; i < 64; i++) {
-		k[i] = (float)i;
-		v[i] = -(float)i;
-	}
-	return kvrt_append_kv(&kv, k, v, KVRT_DTYPE_F32, &slot, 1);
+	return append_token(&f->space_l, f->base, block * 8 + 3);
 }
 
 TEST(an_append_into_an_unbacked_block_is_efault_not_a_signal)
 {
-	struct ub f;
-
-	REQUIRE(ub_init(&f, 1) == 0);
-	ub_expect(&f, ub_append, UB_BLOCKS - 1, -EFAULT, "append");
-	ub_expect(&f, ub_append, UB_CHUNK, -EFAULT, "append");
-	ub_fini(&f);
+	ub_expect_efault_past_one_chunk(ub_append, ub_last_and_first_unbacked, 2, "append");
 }
 
 /* Attention over one sequence of 8 tokens in block `block`: decode, prefill, on workers. */
@@ -683,20 +693,12 @@ TEST(an_attention_decode_over_an_unbacked_block_is_efault_not_a_signal)
 
 TEST(an_attention_prefill_over_an_unbacked_block_is_efault_not_a_signal)
 {
-	struct ub f;
-
-	REQUIRE(ub_init(&f, 1) == 0);
-	ub_expect(&f, ub_prefill, UB_BLOCKS - 1, -EFAULT, "prefill");
-	ub_fini(&f);
+	ub_expect_efault_past_one_chunk(ub_prefill, ub_last_and_first_unbacked, 1, "prefill");
 }
 
 TEST(attention_on_workers_over_an_unbacked_block_is_efault_not_a_signal)
 {
-	struct ub f;
-
-	REQUIRE(ub_init(&f, 1) == 0);
-	ub_expect(&f, ub_on_workers, UB_BLOCKS - 1, -EFAULT, "decode_on, prefill_on");
-	ub_fini(&f);
+	ub_expect_efault_past_one_chunk(ub_on_workers, ub_last_and_first_unbacked, 1, "decode_on, prefill_on");
 }
 
 /* Past the bounds rule, the old errno: a block leaving its pool block is -ERANGE first. */

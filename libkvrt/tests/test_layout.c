@@ -11,6 +11,46 @@
 #include "kvrt.h"
 #include "../../selftests/tap.h"
 
+/* The strides kvrt_layout_init() gives, in bytes; a field left out is 0. */
+struct strides {
+	int64_t head, token, kv, layer, block;
+	int64_t scale_kv, scale_layer, scale_block;
+};
+
+/*
+ * Lay out L H D T N of dt as kind, then check every stride against the one
+ * worked out by hand; a failure names the case and the stride.
+ */
+static void check_strides(const char *name, enum kvrt_layout_kind kind, uint32_t L, uint32_t H,
+			  uint32_t D, uint32_t T, uint32_t N, enum kvrt_dtype dt,
+			  struct strides want)
+{
+	struct kvrt_layout l;
+	int ret = kvrt_layout_init(&l, kind, L, H, D, T, N, dt);
+
+	CHECKF(ret == 0, "%s: kvrt_layout_init = %d", name, ret);
+	if (ret)
+		return;
+
+	const struct {
+		const char *field;
+		int64_t got, want;
+	} f[] = {
+		{ "head_stride", l.head_stride, want.head },
+		{ "token_stride", l.token_stride, want.token },
+		{ "kv_stride", l.kv_stride, want.kv },
+		{ "layer_stride", l.layer_stride, want.layer },
+		{ "block_stride", l.block_stride, want.block },
+		{ "scale_kv_stride", l.scale_kv_stride, want.scale_kv },
+		{ "scale_layer_stride", l.scale_layer_stride, want.scale_layer },
+		{ "scale_block_stride", l.scale_block_stride, want.scale_block },
+	};
+
+	for (size_t i = 0; i < sizeof(f) / sizeof(f[0]); i++)
+		CHECKF(f[i].got == f[i].want, "%s: %s is %lld, expected %lld", name, f[i].field,
+		       (long long)f[i].got, (long long)f[i].want);
+}
+
 /* Llama-3-8B-like geometry: 2 layers shown, f16, 16-token blocks. */
 TEST(block_major_f16_by_hand)
 {
@@ -24,52 +64,29 @@ TEST(block_major_f16_by_hand)
 	CHECK_EQ(l.block_tokens, 16);
 	CHECK_EQ(l.num_blocks, 10);
 	CHECK_EQ(l.kv_dtype, KVRT_DTYPE_F16);
-	CHECK_EQ(l.head_stride, 16);
-	CHECK_EQ(l.token_stride, 64);
-	CHECK_EQ(l.kv_stride, 1024);
-	CHECK_EQ(l.layer_stride, 2048);
-	CHECK_EQ(l.block_stride, 4096);
-	CHECK_EQ(l.scale_layer_stride, 0);
-	CHECK_EQ(l.scale_kv_stride, 0);
-	CHECK_EQ(l.scale_block_stride, 0);
+	check_strides("block-major f16", KVRT_LAYOUT_BLOCK_MAJOR, 2, 4, 8, 16, 10, KVRT_DTYPE_F16,
+		      (struct strides){ .head = 16, .token = 64, .kv = 1024, .layer = 2048,
+					.block = 4096 });
 }
 
 TEST(layer_major_f16_by_hand)
 {
-	struct kvrt_layout l;
-
-	REQUIRE(kvrt_layout_init(&l, KVRT_LAYOUT_LAYER_MAJOR, 2, 4, 8, 16, 10, KVRT_DTYPE_F16) == 0);
-	CHECK_EQ(l.head_stride, 16);
-	CHECK_EQ(l.token_stride, 64);
-	CHECK_EQ(l.block_stride, 1024);
-	CHECK_EQ(l.kv_stride, 10240);
-	CHECK_EQ(l.layer_stride, 20480);
+	check_strides("layer-major f16", KVRT_LAYOUT_LAYER_MAJOR, 2, 4, 8, 16, 10, KVRT_DTYPE_F16,
+		      (struct strides){ .head = 16, .token = 64, .block = 1024, .kv = 10240,
+					.layer = 20480 });
 }
 
 TEST(fp8_scales_by_hand)
 {
-	struct kvrt_layout l;
-
 	/* L=3 H=2 D=4 T=5 N=7, 1 byte: row 4, token 8, plane 40. */
-	REQUIRE(kvrt_layout_init(&l, KVRT_LAYOUT_BLOCK_MAJOR, 3, 2, 4, 5, 7,
-				 KVRT_DTYPE_FP8_E4M3) == 0);
-	CHECK_EQ(l.head_stride, 4);
-	CHECK_EQ(l.token_stride, 8);
-	CHECK_EQ(l.kv_stride, 40);
-	CHECK_EQ(l.layer_stride, 80);
-	CHECK_EQ(l.block_stride, 240);
-	CHECK_EQ(l.scale_kv_stride, 2);
-	CHECK_EQ(l.scale_layer_stride, 4);
-	CHECK_EQ(l.scale_block_stride, 12);
-
-	REQUIRE(kvrt_layout_init(&l, KVRT_LAYOUT_LAYER_MAJOR, 3, 2, 4, 5, 7,
-				 KVRT_DTYPE_FP8_E4M3) == 0);
-	CHECK_EQ(l.block_stride, 40);
-	CHECK_EQ(l.kv_stride, 280);
-	CHECK_EQ(l.layer_stride, 560);
-	CHECK_EQ(l.scale_block_stride, 2);
-	CHECK_EQ(l.scale_kv_stride, 14);
-	CHECK_EQ(l.scale_layer_stride, 28);
+	check_strides("block-major fp8", KVRT_LAYOUT_BLOCK_MAJOR, 3, 2, 4, 5, 7,
+		      KVRT_DTYPE_FP8_E4M3,
+		      (struct strides){ .head = 4, .token = 8, .kv = 40, .layer = 80, .block = 240,
+					.scale_kv = 2, .scale_layer = 4, .scale_block = 12 });
+	check_strides("layer-major fp8", KVRT_LAYOUT_LAYER_MAJOR, 3, 2, 4, 5, 7,
+		      KVRT_DTYPE_FP8_E4M3,
+		      (struct strides){ .head = 4, .token = 8, .block = 40, .kv = 280, .layer = 560,
+					.scale_block = 2, .scale_kv = 14, .scale_layer = 28 });
 }
 
 /*
@@ -180,31 +197,43 @@ TEST(layout_init_errors)
 
 TEST(block_bytes_by_hand)
 {
+	static const struct {
+		const char *name;
+		enum kvrt_layout_kind kind;
+		uint32_t L, H, D, T, N;
+		enum kvrt_dtype dt;
+		uint64_t bytes;
+	} cases[] = {
+		/* 2 layers * 2 * 16 tokens * 4 heads * 8 dims * 2 bytes = 4096. */
+		{ "block-major f16", KVRT_LAYOUT_BLOCK_MAJOR, 2, 4, 8, 16, 10, KVRT_DTYPE_F16, 4096 },
+		{ "layer-major f16", KVRT_LAYOUT_LAYER_MAJOR, 2, 4, 8, 16, 10, KVRT_DTYPE_F16, 4096 },
+		/* Llama-3-8B, bf16, 16 tokens: 32 * 2 * 16 * 8 * 128 * 2 = 2 MiB. */
+		{ "Llama-3-8B bf16", KVRT_LAYOUT_BLOCK_MAJOR, 32, 8, 128, 16, 1, KVRT_DTYPE_BF16,
+		  2 << 20 },
+		/* fp8: data 3*2*5*2*4 = 240, then 3*2*2 scales of 4 bytes = 48. */
+		{ "block-major fp8", KVRT_LAYOUT_BLOCK_MAJOR, 3, 2, 4, 5, 7, KVRT_DTYPE_FP8_E4M3, 288 },
+		/* fp8, data 2*1*1*3 = 6 rounded to 8, then 2 scales: 16. */
+		{ "layer-major fp8, odd data", KVRT_LAYOUT_LAYER_MAJOR, 1, 1, 3, 1, 2,
+		  KVRT_DTYPE_FP8_E4M3, 16 },
+	};
 	struct kvrt_layout l;
-	uint64_t b = 0;
 
-	/* 2 layers * 2 * 16 tokens * 4 heads * 8 dims * 2 bytes = 4096. */
-	REQUIRE(kvrt_layout_init(&l, KVRT_LAYOUT_BLOCK_MAJOR, 2, 4, 8, 16, 10, KVRT_DTYPE_F16) == 0);
-	CHECK_EQ(kvrt_layout_block_bytes(&l, &b), 0);
-	CHECK_EQ(b, 4096);
-	CHECK_EQ((int64_t)b, l.block_stride);
-	REQUIRE(kvrt_layout_init(&l, KVRT_LAYOUT_LAYER_MAJOR, 2, 4, 8, 16, 10, KVRT_DTYPE_F16) == 0);
-	CHECK_EQ(kvrt_layout_block_bytes(&l, &b), 0);
-	CHECK_EQ(b, 4096);
-	/* Llama-3-8B, bf16, 16 tokens: 32 * 2 * 16 * 8 * 128 * 2 = 2 MiB. */
-	REQUIRE(kvrt_layout_init(&l, KVRT_LAYOUT_BLOCK_MAJOR, 32, 8, 128, 16, 1, KVRT_DTYPE_BF16) == 0);
-	CHECK_EQ(kvrt_layout_block_bytes(&l, &b), 0);
-	CHECK_EQ(b, 2 << 20);
-	/* fp8: data 3*2*5*2*4 = 240, then 3*2*2 scales of 4 bytes = 48. */
-	REQUIRE(kvrt_layout_init(&l, KVRT_LAYOUT_BLOCK_MAJOR, 3, 2, 4, 5, 7,
-				 KVRT_DTYPE_FP8_E4M3) == 0);
-	CHECK_EQ(kvrt_layout_block_bytes(&l, &b), 0);
-	CHECK_EQ(b, 288);
-	/* fp8, data 2*1*1*3 = 6 rounded to 8, then 2 scales: 16. */
-	REQUIRE(kvrt_layout_init(&l, KVRT_LAYOUT_LAYER_MAJOR, 1, 1, 3, 1, 2,
-				 KVRT_DTYPE_FP8_E4M3) == 0);
-	CHECK_EQ(kvrt_layout_block_bytes(&l, &b), 0);
-	CHECK_EQ(b, 16);
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		int ret = kvrt_layout_init(&l, cases[i].kind, cases[i].L, cases[i].H, cases[i].D,
+					   cases[i].T, cases[i].N, cases[i].dt);
+		uint64_t b = 0;
+
+		CHECKF(ret == 0, "%s: kvrt_layout_init = %d", cases[i].name, ret);
+		if (ret)
+			continue;
+		ret = kvrt_layout_block_bytes(&l, &b);
+		CHECKF(ret == 0, "%s: kvrt_layout_block_bytes = %d", cases[i].name, ret);
+		CHECKF(b == cases[i].bytes, "%s: %llu block bytes, expected %llu", cases[i].name,
+		       (unsigned long long)b, (unsigned long long)cases[i].bytes);
+		/* With no scales, a block-major block is one block_stride. */
+		if (i == 0)
+			CHECK_EQ((int64_t)b, l.block_stride);
+	}
 }
 
 TEST(block_bytes_errors)

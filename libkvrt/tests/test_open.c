@@ -7,6 +7,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,35 +72,60 @@ TEST(forcing_kmod_without_the_device)
 	unsetenv("KVRT_BACKEND");
 }
 
+/* An open that must land on the embedded backend. */
+struct embedded_case {
+	const char *what;
+	const char *env;		/* $KVRT_BACKEND, NULL: unset */
+	bool no_opts;			/* kvrt_open(&k, NULL) */
+	enum kvrt_backend backend;	/* else the options' backend and device */
+	const char *device;
+	bool check_backend;		/* kvrt_backend() must say embedded */
+	const char *info;		/* what kvrt_backend_info() must say, NULL: not checked */
+};
+
+static void expect_embedded(const struct embedded_case *c)
+{
+	struct kvrt *k = NULL;
+	int ret;
+
+	if (c->env)
+		setenv("KVRT_BACKEND", c->env, 1);
+	else
+		unsetenv("KVRT_BACKEND");
+	ret = c->no_opts ? kvrt_open(&k, NULL) : try_open(&k, c->backend, c->device);
+	CHECKF(ret == 0, "%s: kvrt_open = %d", c->what, ret);
+	if (!k) {
+		if (!ret)
+			tap_failf("%s: 0 but no handle", c->what);
+		return;
+	}
+	if (c->check_backend)
+		CHECKF(kvrt_backend(k) == KVRT_BACKEND_EMBEDDED, "%s: backend %d, want embedded",
+		       c->what, (int)kvrt_backend(k));
+	if (c->info)
+		CHECKF(!strcmp(kvrt_backend_info(k), c->info), "%s: info \"%s\", want \"%s\"",
+		       c->what, kvrt_backend_info(k), c->info);
+	kvrt_close(k);
+}
+
 TEST(forcing_embedded)
 {
-	struct kvrt *k;
+	static const struct embedded_case cases[] = {
+		{ "option embedded", NULL, false, KVRT_BACKEND_EMBEDDED, NULL, true,
+		  "embedded: forced by kvrt_open_opts.backend" },
+		{ "KVRT_BACKEND=embedded", "embedded", true, 0, NULL, false,
+		  "embedded: forced by KVRT_BACKEND=embedded" },
+		/* The option wins over the environment. */
+		{ "option embedded over KVRT_BACKEND=kmod", "kmod", false, KVRT_BACKEND_EMBEDDED,
+		  "/nonexistent", true, NULL },
+		/* "auto" and empty mean the default choice. */
+		{ "KVRT_BACKEND=auto", "auto", false, KVRT_BACKEND_AUTO, "/nonexistent", false,
+		  "embedded: /nonexistent: No such file or directory" },
+		{ "KVRT_BACKEND empty", "", false, KVRT_BACKEND_AUTO, "/nonexistent", false, NULL },
+	};
 
-	CHECK_EQ(try_open(&k, KVRT_BACKEND_EMBEDDED, NULL), 0);
-	REQUIRE(k);
-	CHECK_EQ(kvrt_backend(k), KVRT_BACKEND_EMBEDDED);
-	CHECK(!strcmp(kvrt_backend_info(k), "embedded: forced by kvrt_open_opts.backend"));
-	kvrt_close(k);
-	setenv("KVRT_BACKEND", "embedded", 1);
-	CHECK_EQ(kvrt_open(&k, NULL), 0);
-	REQUIRE(k);
-	CHECK(!strcmp(kvrt_backend_info(k), "embedded: forced by KVRT_BACKEND=embedded"));
-	kvrt_close(k);
-	/* The option wins over the environment. */
-	setenv("KVRT_BACKEND", "kmod", 1);
-	CHECK_EQ(try_open(&k, KVRT_BACKEND_EMBEDDED, "/nonexistent"), 0);
-	REQUIRE(k);
-	CHECK_EQ(kvrt_backend(k), KVRT_BACKEND_EMBEDDED);
-	kvrt_close(k);
-	/* "auto" and empty mean the default choice. */
-	setenv("KVRT_BACKEND", "auto", 1);
-	CHECK_EQ(try_open(&k, KVRT_BACKEND_AUTO, "/nonexistent"), 0);
-	REQUIRE(k);
-	CHECK(!strcmp(kvrt_backend_info(k), "embedded: /nonexistent: No such file or directory"));
-	kvrt_close(k);
-	setenv("KVRT_BACKEND", "", 1);
-	CHECK_EQ(try_open(&k, KVRT_BACKEND_AUTO, "/nonexistent"), 0);
-	kvrt_close(k);
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+		expect_embedded(&cases[i]);
 	unsetenv("KVRT_BACKEND");
 }
 

@@ -203,32 +203,33 @@ TEST(arguments_refused)
 	CHECK_EQ(kvrt_tier_open_ssd(NULL, &o, &t), -EINVAL);
 	CHECK(t == NULL);	/* *tier cleared on failure */
 	CHECK_EQ(kvrt_tier_open_ssd(e.s, NULL, &t), -EINVAL);
-	o.flags = 2;
-	CHECK_EQ(kvrt_tier_open_ssd(e.s, &o, &t), -EINVAL);
-	o.flags = 0;
-	o.writeback_max = 4;	/* a write-back field on a write-through tier */
-	CHECK_EQ(kvrt_tier_open_ssd(e.s, &o, &t), -EINVAL);
-	o.flags = KVRT_TIER_WRITE_BACK;
-	o.writeback_max = KVRT_MAX_BATCH + 1;
-	CHECK_EQ(kvrt_tier_open_ssd(e.s, &o, &t), -EINVAL);
-	o.flags = 0;
-	o.writeback_max = 0;
-	o.reserved0 = 1;
-	CHECK_EQ(kvrt_tier_open_ssd(e.s, &o, &t), -EINVAL);
-	o.reserved0 = 0;
-	o.reserved[1] = 1;
-	CHECK_EQ(kvrt_tier_open_ssd(e.s, &o, &t), -EINVAL);
-	o.reserved[1] = 0;
-	o.capacity_bytes = BB - 1;
-	CHECK_EQ(kvrt_tier_open_ssd(e.s, &o, &t), -EINVAL);
-	o.capacity_bytes = (1ULL << 50) + BB;
-	CHECK_EQ(kvrt_tier_open_ssd(e.s, &o, &t), -EINVAL);
-	o.capacity_bytes = 8 * BB;
-	o.queue_depth = 4097;
-	CHECK_EQ(kvrt_tier_open_ssd(e.s, &o, &t), -EINVAL);
-	o.queue_depth = 0;
-	o.dir = "";
-	CHECK_EQ(kvrt_tier_open_ssd(e.s, &o, &t), -EINVAL);
+	{
+		/* Each case one field off the valid o: a case a line. */
+#define SSD_OPTS(...) { .dir = e.dir, .capacity_bytes = 8 * BB, __VA_ARGS__ }
+		const struct {
+			const char *what;
+			struct kvrt_tier_ssd_opts o;
+		} bad[] = {
+			{ "unknown flag", SSD_OPTS(.flags = 2) },
+			/* a write-back field on a write-through tier */
+			{ "writeback_max, write-through", SSD_OPTS(.writeback_max = 4) },
+			{ "writeback_max past KVRT_MAX_BATCH",
+			  SSD_OPTS(.flags = KVRT_TIER_WRITE_BACK, .writeback_max = KVRT_MAX_BATCH + 1) },
+			{ "reserved0", SSD_OPTS(.reserved0 = 1) },
+			{ "reserved[1]", SSD_OPTS(.reserved[1] = 1) },
+			{ "capacity under a block", { .dir = e.dir, .capacity_bytes = BB - 1 } },
+			{ "capacity past 2^50", { .dir = e.dir, .capacity_bytes = (1ULL << 50) + BB } },
+			{ "queue_depth 4097", SSD_OPTS(.queue_depth = 4097) },
+			{ "empty dir", { .dir = "", .capacity_bytes = 8 * BB } },
+		};
+#undef SSD_OPTS
+
+		for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+			int ret = kvrt_tier_open_ssd(e.s, &bad[i].o, &t);
+
+			CHECKF(ret == -EINVAL, "open_ssd, %s: %d, want -EINVAL", bad[i].what, ret);
+		}
+	}
 	/* The identity's directory is taken by e.t. */
 	o.dir = e.dir;
 	CHECK_EQ(kvrt_tier_open_ssd(e.s, &o, &t), -EBUSY);

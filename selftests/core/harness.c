@@ -92,15 +92,16 @@ void host_set(struct host *h, int mode, long long arg)
 	h->script_pos = 0;
 }
 
+/* A script keeps its first HOST_SCRIPT_MAX answers. */
+static unsigned int script_len(unsigned int n)
+{
+	return n < HOST_SCRIPT_MAX ? n : HOST_SCRIPT_MAX;
+}
+
 void host_script(struct host *h, unsigned int n, const long long *vals)
 {
-	unsigned int i;
-
-	if (n > HOST_SCRIPT_MAX)
-		n = HOST_SCRIPT_MAX;
-	for (i = 0; i < n; i++)
-		h->script[i] = vals[i];
-	h->script_len = n;
+	h->script_len = script_len(n);
+	memcpy(h->script, vals, h->script_len * sizeof(*vals));
 	h->script_pos = 0;
 }
 
@@ -114,13 +115,8 @@ void host_refill_set(struct host *h, int mode, int arg)
 
 void host_refill_script(struct host *h, unsigned int n, const int *vals)
 {
-	unsigned int i;
-
-	if (n > HOST_SCRIPT_MAX)
-		n = HOST_SCRIPT_MAX;
-	for (i = 0; i < n; i++)
-		h->refill_script[i] = vals[i];
-	h->refill_script_len = n;
+	h->refill_script_len = script_len(n);
+	memcpy(h->refill_script, vals, h->refill_script_len * sizeof(*vals));
 	h->refill_script_pos = 0;
 }
 

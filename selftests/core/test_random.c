@@ -400,6 +400,58 @@ static void change_refill(struct pair *p)
 	}
 }
 
+/* The geometry random_prefix_space() is running, for the ops that size by it. */
+static kvc_u64 prefix_bb, prefix_nb;
+
+static void prefix_alloc(struct pair *p)
+{
+	pair_alloc(p, pick_owner(4), 1 + (kvc_u32)below(below(4) ? 8 : prefix_nb + 2), rids);
+	refills += p->h.refills;
+}
+
+static void prefix_drop_refs(struct pair *p)
+{
+	pair_drop_refs(p, pick_owner(4));
+}
+
+static void prefix_release(struct pair *p)
+{
+	pair_release(p, pick_owner(4));
+}
+
+static void prefix_evict(struct pair *p)
+{
+	pair_evict(p, below(4), (unsigned int)below(KVC_EVICT_CAUSES));
+}
+
+/* An exact host, or a pool of its own size (often unlimited). */
+static void prefix_change_pool(struct pair *p)
+{
+	if (below(2))
+		host_set(&p->h, HOST_EXACT, 0);
+	else
+		p->h.pool_left = below(3) ? HOST_UNLIMITED : below(prefix_nb + 1) * prefix_bb;
+}
+
+/* The ops of a prefix space: op i when the draw of 100 is below ops[i].below. */
+static const struct {
+	unsigned int below;
+	void (*op)(struct pair *p);
+} prefix_ops[] = {
+	{ 20, prefix_alloc },
+	{ 28, random_free },
+	{ 46, random_publish },
+	{ 60, random_lookup },
+	{ 74, random_unref },
+	{ 77, prefix_drop_refs },
+	{ 80, prefix_release },
+	{ 83, prefix_evict },
+	{ 90, random_reclaim },
+	{ 94, change_refill },
+	{ 97, change_host },
+	{ 100, prefix_change_pool },
+};
+
 static void random_prefix_space(struct pair *p, unsigned int nops, unsigned int fault_pct)
 {
 	static const kvc_u64 bbs[] = { 1, 7, 512, 3000, 4096, 4096, 65536 };
@@ -410,6 +462,8 @@ static void random_prefix_space(struct pair *p, unsigned int nops, unsigned int 
 
 	if (pair_init(p, bb, nb) || p->failed)
 		return;
+	prefix_bb = bb;
+	prefix_nb = nb;
 	alphabet = 2 + (unsigned int)below(below(2) ? 8 : 40);
 	change_host(p);
 	/* Often a pool smaller than the range: POOL evictions. */
@@ -417,38 +471,13 @@ static void random_prefix_space(struct pair *p, unsigned int nops, unsigned int 
 		p->h.pool_left = (nb / 2 + below(nb)) * bb;
 	for (op = 0; op < nops && !p->failed; op++) {
 		kvc_u64 r = below(100);
+		unsigned int i = 0;
 
 		if (below(100) < fault_pct)
 			kvc_fail_alloc_countdown = 1 + (long)below(3);
-		if (r < 20) {
-			pair_alloc(p, pick_owner(4), 1 + (kvc_u32)below(below(4) ? 8 : nb + 2),
-				   rids);
-			refills += p->h.refills;
-		}
-		else if (r < 28)
-			random_free(p);
-		else if (r < 46)
-			random_publish(p);
-		else if (r < 60)
-			random_lookup(p);
-		else if (r < 74)
-			random_unref(p);
-		else if (r < 77)
-			pair_drop_refs(p, pick_owner(4));
-		else if (r < 80)
-			pair_release(p, pick_owner(4));
-		else if (r < 83)
-			pair_evict(p, below(4), (unsigned int)below(KVC_EVICT_CAUSES));
-		else if (r < 90)
-			random_reclaim(p);
-		else if (r < 94)
-			change_refill(p);
-		else if (r < 97)
-			change_host(p);
-		else if (below(2))
-			host_set(&p->h, HOST_EXACT, 0);
-		else
-			p->h.pool_left = below(3) ? HOST_UNLIMITED : below(nb + 1) * bb;
+		while (r >= prefix_ops[i].below)
+			i++;
+		prefix_ops[i].op(p);
 	}
 	kvc_fail_alloc_countdown = 0;
 }

@@ -171,6 +171,25 @@ static void log_summary(const char *who, const char *out)
 	fprintf(stderr, "# %s: %.*s\n", who, (int)(e ? e - s : (long)strlen(s)), s);
 }
 
+/* The run of who exited 0 (its summary logged) and passed its equivalence check. */
+static void demo_passed(struct __test_metadata *_metadata, const char *who, int rc,
+			const char *out)
+{
+	ASSERT_EQ(0, rc) TH_LOG("%s: exit %d:\n%s", who, rc, out);
+	log_summary(who, out);
+	ASSERT_NE(NULL, strstr(out, "\nequivalence: PASS")) TH_LOG("%s:\n%s", who, out);
+}
+
+/* The space name is gone: a join finds nothing. */
+static void expect_no_space(struct __test_metadata *_metadata, const char *name)
+{
+	int fd = kv_open_join(name, NULL);
+
+	EXPECT_EQ(-ENOENT, fd) TH_LOG("%s is still there", name);
+	if (fd >= 0)
+		close(fd);
+}
+
 TEST_F_TIMEOUT(demo, second_process_hits_first, 240)
 {
 	long long inserted, shared, shared_blocks, tokens1;
@@ -179,10 +198,7 @@ TEST_F_TIMEOUT(demo, second_process_hits_first, 240)
 
 	RETURN_IF_SKIPPED();
 	rc = run_demo(self->space, self->out, OUT_MAX, "--role", "first", "--expect-hits", NULL);
-	ASSERT_EQ(0, rc) TH_LOG("first: exit %d:\n%s", rc, self->out);
-	log_summary("first", self->out);
-	ASSERT_NE(NULL, strstr(self->out, "\nequivalence: PASS"))
-		TH_LOG("first:\n%s", self->out);
+	demo_passed(_metadata, "first", rc, self->out);
 	ASSERT_NE(NULL, strstr(self->out, "summary: backend=kmod "))
 		TH_LOG("first did not run on the module:\n%s", self->out);
 	inserted = field(self->out, "inserted", 10);
@@ -200,10 +216,7 @@ TEST_F_TIMEOUT(demo, second_process_hits_first, 240)
 
 	rc = run_demo(self->space, self->out, OUT_MAX, "--role", "second", "--expect-hits",
 		      "--expect-shared-hits", NULL);
-	ASSERT_EQ(0, rc) TH_LOG("second: exit %d:\n%s", rc, self->out);
-	log_summary("second", self->out);
-	ASSERT_NE(NULL, strstr(self->out, "\nequivalence: PASS"))
-		TH_LOG("second:\n%s", self->out);
+	demo_passed(_metadata, "second", rc, self->out);
 	shared = field(self->out, "shared_hits", 10);
 	shared_blocks = field(self->out, "shared_blocks", 10);
 	ASSERT_GT(shared, 0) TH_LOG("second:\n%s", self->out);
@@ -216,10 +229,7 @@ TEST_F_TIMEOUT(demo, second_process_hits_first, 240)
 		       "first published\n", shared, shared_blocks, inserted);
 
 	/* the second destroyed the space on exit */
-	fd = kv_open_join(self->space, NULL);
-	EXPECT_EQ(-ENOENT, fd);
-	if (fd >= 0)
-		close(fd);
+	expect_no_space(_metadata, self->space);
 	self->space[0] = '\0';
 	ASSERT_KV_CHECK_OK();
 }
@@ -268,19 +278,14 @@ TEST_F_TIMEOUT(demo, both_at_once, 240)
 
 TEST_F_TIMEOUT(demo, single_run_leaves_nothing, 240)
 {
-	int fd, rc;
+	int rc;
 
 	RETURN_IF_SKIPPED();
 	rc = run_demo(self->space, self->out, OUT_MAX, "--expect-hits", NULL);
-	ASSERT_EQ(0, rc) TH_LOG("exit %d:\n%s", rc, self->out);
-	log_summary("single", self->out);
-	ASSERT_NE(NULL, strstr(self->out, "\nequivalence: PASS"));
+	demo_passed(_metadata, "single", rc, self->out);
 	ASSERT_EQ(0, field(self->out, "shared_hits", 10));
 	/* not persistent: the space went with the process */
-	fd = kv_open_join(self->space, NULL);
-	EXPECT_EQ(-ENOENT, fd);
-	if (fd >= 0)
-		close(fd);
+	expect_no_space(_metadata, self->space);
 	ASSERT_KV_CHECK_OK();
 }
 
@@ -336,9 +341,7 @@ TEST_F_TIMEOUT(demo, warmed_space_serves_first_request, 240)
 
 	rc = run_demo(self->space, self->out, OUT_MAX, "--role", "second", "--expect-shared-hits",
 		      NULL);
-	ASSERT_EQ(0, rc) TH_LOG("engine: exit %d:\n%s", rc, self->out);
-	log_summary("engine", self->out);
-	ASSERT_NE(NULL, strstr(self->out, "\nequivalence: PASS")) TH_LOG("engine:\n%s", self->out);
+	demo_passed(_metadata, "engine", rc, self->out);
 	/* its first request: every system prompt block from the warmed space */
 	snprintf(want, sizeof(want), "\nfirst request: %lld of ", published);
 	first = strstr(self->out, want);
@@ -347,10 +350,7 @@ TEST_F_TIMEOUT(demo, warmed_space_serves_first_request, 240)
 	ASSERT_GE(field(self->out, "shared_hits", 10), published);
 
 	/* --role second destroyed the space on exit */
-	fd = kv_open_join(self->space, NULL);
-	EXPECT_EQ(-ENOENT, fd);
-	if (fd >= 0)
-		close(fd);
+	expect_no_space(_metadata, self->space);
 	self->space[0] = '\0';
 	ASSERT_KV_CHECK_OK();
 }

@@ -343,10 +343,7 @@ TEST_F(ev, quota_pressure_count_and_enospc_evicts_nothing)
 	EXPECT_EQ(5, e);
 	nb = DRAIN(b, eb, 64);
 	ASSERT_EQ(1, nb);
-	EXPECT_EQ(1, eb[0].seq);
-	EXPECT_EQ(KVPOOL_EVENT_QUOTA_PRESSURE, eb[0].type);
-	EXPECT_EQ(5, eb[0].count);
-	EXPECT_EQ(KVPOOL_EVICT_QUOTA, eb[0].cause);
+	EXPECT_PRESSURE_EVENT(eb[0], 1, 5, KVPOOL_EVICT_QUOTA);
 
 	/* 11 cached, 0 free: ALLOC 12 cannot succeed, so it evicts nothing. */
 	EXPECT_EQ(-ENOSPC, kv_alloc(a, ids + 5, 12));

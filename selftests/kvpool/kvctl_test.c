@@ -342,10 +342,32 @@ TEST_F(kvctl, check)
 	EXPECT_EQ((__u64)(want), sysfs_get(file)) TH_LOG("%s after set %s", file, pair); \
 } while (0)
 
+/*
+ * kvctl set set_fmt (of TEST_UID) succeeds; then the uid_limit file lists
+ * an entry entry_fmt (of TEST_UID) or, unless listed, lists none.
+ */
+static void set_uid_limit(struct __test_metadata *_metadata, FIXTURE_DATA(kvctl) *self,
+			  const char *set_fmt, const char *entry_fmt, bool listed)
+{
+	char buf[4096], arg[96], entry[96];
+	ssize_t n;
+
+	snprintf(arg, sizeof(arg), set_fmt, TEST_UID);
+	snprintf(entry, sizeof(entry), entry_fmt, TEST_UID);
+	RUN("set", arg);
+	EXPECT_RC(0);
+	n = read_file(KV_SYSFS "/uid_limit", buf, sizeof(buf));
+	if (listed) {
+		ASSERT_LT(0, n);
+		EXPECT_NE(NULL, strstr(buf, entry)) TH_LOG("uid_limit: %s", buf);
+	} else {
+		ASSERT_LE(0, n);
+		EXPECT_EQ(NULL, strstr(buf, entry)) TH_LOG("uid_limit: %s", buf);
+	}
+}
+
 TEST_F(kvctl, set_valid_values)
 {
-	char buf[4096], want[96];
-
 	RETURN_IF_SKIPPED();
 	SET_AND_CHECK("event_queue_max=1024", "event_queue_max", 1024);
 	EXPECT_OUT("event_queue_max: 65536 -> 1024");
@@ -363,18 +385,8 @@ TEST_F(kvctl, set_valid_values)
 	EXPECT_EQ(96 * MiB, sysfs_get("node0/reserved_bytes"));
 	SET_AND_CHECK("pool_bytes=128M", "pool_bytes", KV_POOL_DEFAULT);
 
-	snprintf(want, sizeof(want), "uid_limit=%u:8M", TEST_UID);
-	RUN("set", want);
-	EXPECT_RC(0);
-	ASSERT_LT(0, read_file(KV_SYSFS "/uid_limit", buf, sizeof(buf)));
-	snprintf(want, sizeof(want), "uid=%u limit_bytes=8388608 ", TEST_UID);
-	EXPECT_NE(NULL, strstr(buf, want)) TH_LOG("uid_limit: %s", buf);
-	snprintf(want, sizeof(want), "uid_limit.%u=0", TEST_UID);
-	RUN("set", want);
-	EXPECT_RC(0);
-	ASSERT_LE(0, read_file(KV_SYSFS "/uid_limit", buf, sizeof(buf)));
-	snprintf(want, sizeof(want), "uid=%u ", TEST_UID);
-	EXPECT_EQ(NULL, strstr(buf, want)) TH_LOG("uid_limit: %s", buf);
+	set_uid_limit(_metadata, self, "uid_limit=%u:8M", "uid=%u limit_bytes=8388608 ", true);
+	set_uid_limit(_metadata, self, "uid_limit.%u=0", "uid=%u ", false);
 
 	/* Several at once. */
 	RUN("set", "event_queue_max=4096", "min_cached_bytes=1M");

@@ -434,6 +434,14 @@ static inline int kv_check(char *buf, size_t len)
 				 __r < 0 ? strerror(-__r) : __ck); \
 } while (0)
 
+/* Event @e is QUOTA_PRESSURE number @seq, for @count blocks, of cause @cause. */
+#define EXPECT_PRESSURE_EVENT(e, seq_, count_, cause_) do { \
+	EXPECT_EQ(seq_, (e).seq); \
+	EXPECT_EQ(KVPOOL_EVENT_QUOTA_PRESSURE, (e).type); \
+	EXPECT_EQ(count_, (e).count); \
+	EXPECT_EQ(cause_, (e).cause); \
+} while (0)
+
 /* Poll until sysfs @rel equals @want (processes exiting release lazily). */
 static inline __u64 sysfs_wait_eq(const char *rel, __u64 want, int ms)
 {
@@ -867,6 +875,22 @@ static inline int kv_publish_seq(int fd, __u32 *ids, __u32 count, __u32 seed,
 			ids[i] = e[i].id;
 	free(e);
 	return ret;
+}
+
+/*
+ * Fill blocks ids[0..n) of a space mapped at @m (@block_bytes each) with
+ * kv_fill(@fill0 + i), then publish them as kv_publish_seq(@seed) does,
+ * through @pub (a copy of @ids: publishing may change an id).
+ */
+static inline int kv_fill_and_publish(int fd, char *m, size_t block_bytes, const __u32 *ids,
+				      __u32 *pub, __u32 n, unsigned int fill0, __u32 seed)
+{
+	__u32 i;
+
+	for (i = 0; i < n; i++)
+		kv_fill(m + (size_t)ids[i] * block_bytes, block_bytes, fill0 + i, 0);
+	memcpy(pub, ids, n * sizeof(*pub));
+	return kv_publish_seq(fd, pub, n, seed, 0, NULL);
 }
 
 /* LOOKUP; @devices may be NULL; *@nr_hits (may be NULL) gets the out field. */

@@ -578,6 +578,7 @@ static void stall_tenant(const FIXTURE_VARIANT(stall) *variant, const char *name
 	struct kvpool_publish p;
 	struct kvpool_lookup l;
 	struct kvpool_blocks b;
+	__u64 arr;
 	__u8 hashes[STALL_N][KVPOOL_HASH_BYTES];
 	__u32 ids[STALL_N];
 	size_t off, len;
@@ -636,24 +637,20 @@ static void stall_tenant(const FIXTURE_VARIANT(stall) *variant, const char *name
 	if (pthread_create(&th, NULL, stall_handler, &st))
 		_exit(19);
 
+	/* The array straddling P1 and P2; every other field 0. */
+	arr = (unsigned long)(st.pages + off);
 	switch (variant->op) {
 	case STALL_ALLOC:
-		memset(&b, 0, sizeof(b));
-		b.ids = (unsigned long)(st.pages + off);
-		b.count = STALL_N;
+		b = (struct kvpool_blocks){ .ids = arr, .count = STALL_N };
 		ioctl(fd, KVPOOL_IOC_ALLOC, &b);
 		break;
 	case STALL_LOOKUP:
-		memset(&l, 0, sizeof(l));
-		l.hashes = (unsigned long)hashes;
-		l.ids = (unsigned long)(st.pages + off);
-		l.count = STALL_N;
+		l = (struct kvpool_lookup){ .hashes = (unsigned long)hashes, .ids = arr,
+					    .count = STALL_N };
 		ioctl(fd, KVPOOL_IOC_LOOKUP, &l);
 		break;
 	case STALL_PUBLISH:
-		memset(&p, 0, sizeof(p));
-		p.entries = (unsigned long)(st.pages + off);
-		p.count = STALL_N;
+		p = (struct kvpool_publish){ .entries = arr, .count = STALL_N };
 		ioctl(fd, KVPOOL_IOC_PUBLISH, &p);
 		break;
 	}

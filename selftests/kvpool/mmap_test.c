@@ -397,10 +397,22 @@ static int pvm_child(const char *name, int rd, int wr)
 	return 0;
 }
 
+/*
+ * process_vm_readv (remote -> local) or, where write, process_vm_writev
+ * (local -> remote) of len bytes in pid, one iovec each side.
+ */
+static ssize_t pvm_copy(pid_t pid, void *local, void *remote, size_t len, bool write)
+{
+	struct iovec l = { .iov_base = local, .iov_len = len };
+	struct iovec r = { .iov_base = remote, .iov_len = len };
+
+	return write ? process_vm_writev(pid, &l, 1, &r, 1, 0) :
+		       process_vm_readv(pid, &l, 1, &r, 1, 0);
+}
+
 TEST_F(map, process_vm_readv_writev_on_mapping)
 {
 	int to_child[2], to_parent[2];
-	struct iovec local, remote;
 	__u32 ids[2 * BPC];
 	char *m, *remote_m, *buf;
 	ssize_t n;
@@ -427,11 +439,7 @@ TEST_F(map, process_vm_readv_writev_on_mapping)
 
 	/* Remote mapping -> local heap: GUP on the child's pages. */
 	memset(buf, 0, GUP_BYTES);
-	local.iov_base = buf;
-	local.iov_len = GUP_BYTES;
-	remote.iov_base = remote_m;
-	remote.iov_len = GUP_BYTES;
-	n = process_vm_readv(pid, &local, 1, &remote, 1, 0);
+	n = pvm_copy(pid, buf, remote_m, GUP_BYTES, false);
 	ASSERT_EQ(GUP_BYTES, n) TH_LOG("process_vm_readv: %s",
 				      n < 0 ? strerror(errno) : "short");
 	EXPECT_EQ(-1, kv_verify(buf, GUP_BYTES, 5, 0));
@@ -440,9 +448,7 @@ TEST_F(map, process_vm_readv_writev_on_mapping)
 
 	/* Local heap -> remote mapping. */
 	kv_fill(buf, GUP_BYTES, 6, 0);
-	local.iov_base = buf;
-	local.iov_len = GUP_BYTES;
-	n = process_vm_writev(pid, &local, 1, &remote, 1, 0);
+	n = pvm_copy(pid, buf, remote_m, GUP_BYTES, true);
 	ASSERT_EQ(GUP_BYTES, n) TH_LOG("process_vm_writev: %s",
 				      n < 0 ? strerror(errno) : "short");
 	EXPECT_EQ(-1, kv_verify(m, GUP_BYTES, 6, 0));
@@ -454,7 +460,6 @@ TEST_F(map, process_vm_readv_writev_on_mapping)
 
 TEST_F(map, process_vm_readv_into_local_mapping)
 {
-	struct iovec local, remote;
 	__u32 ids[2 * BPC];
 	char *m, *src;
 	ssize_t n;
@@ -466,17 +471,11 @@ TEST_F(map, process_vm_readv_into_local_mapping)
 	src = malloc(KV_CHUNK);
 	ASSERT_NE(NULL, src);
 	kv_fill(m, KV_CHUNK, 21, 0);
-	local.iov_base = src;
-	local.iov_len = KV_CHUNK;
-	remote.iov_base = m;
-	remote.iov_len = KV_CHUNK;
-	n = process_vm_readv(getpid(), &local, 1, &remote, 1, 0);
+	n = pvm_copy(getpid(), src, m, KV_CHUNK, false);
 	ASSERT_EQ(KV_CHUNK, n);
 	EXPECT_EQ(-1, kv_verify(src, KV_CHUNK, 21, 0));
 	/* And as the target: copy chunk 0 to chunk 1 through GUP. */
-	local.iov_base = m;
-	remote.iov_base = m + KV_CHUNK;
-	n = process_vm_writev(getpid(), &local, 1, &remote, 1, 0);
+	n = pvm_copy(getpid(), m, m + KV_CHUNK, KV_CHUNK, true);
 	ASSERT_EQ(KV_CHUNK, n);
 	EXPECT_EQ(-1, kv_verify(m + KV_CHUNK, KV_CHUNK, 21, 0));
 	free(src);
@@ -485,18 +484,14 @@ TEST_F(map, process_vm_readv_into_local_mapping)
 
 TEST_F(map, process_vm_readv_unbacked_range_efault)
 {
-	struct iovec local, remote;
 	char *m, buf[64];
 	__u32 id;
 
 	ASSERT_EQ(0, kv_alloc(self->fd, &id, 1));
 	m = kv_mmap(self->fd, QUOTA, 0);
 	ASSERT_NE(MAP_FAILED, m);
-	local.iov_base = buf;
-	local.iov_len = sizeof(buf);
-	remote.iov_base = m + QUOTA - KV_CHUNK;	/* last chunk: unbacked */
-	remote.iov_len = sizeof(buf);
-	EXPECT_EQ(-1, process_vm_readv(getpid(), &local, 1, &remote, 1, 0));
+	/* The last chunk: unbacked. */
+	EXPECT_EQ(-1, pvm_copy(getpid(), buf, m + QUOTA - KV_CHUNK, sizeof(buf), false));
 	EXPECT_EQ(EFAULT, errno);
 	munmap(m, QUOTA);
 }

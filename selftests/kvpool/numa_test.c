@@ -101,26 +101,28 @@ static void fill_and_count(struct __test_metadata *_metadata, const char *name,
 	close(fd);
 }
 
-TEST_F(numa, bind_node1_places_every_page_on_node1)
+/* A space bound to node (0 or 1) has every page of its filled quota there, none on the other. */
+static void bind_places_every_page_on(struct __test_metadata *_metadata,
+				      FIXTURE_DATA(numa) *self, int node)
 {
 	struct node_count nc;
 
-	RETURN_IF_SKIPPED();
-	fill_and_count(_metadata, self->name, KVPOOL_NUMA_BIND, 0x2, &nc);
-	EXPECT_EQ(QUOTA / self->page, nc.n[1]) LOG_COUNT(nc);
-	EXPECT_EQ(0, nc.n[0]) LOG_COUNT(nc);
+	fill_and_count(_metadata, self->name, KVPOOL_NUMA_BIND, 1u << node, &nc);
+	EXPECT_EQ(QUOTA / self->page, nc.n[node]) LOG_COUNT(nc);
+	EXPECT_EQ(0, nc.n[!node]) LOG_COUNT(nc);
 	EXPECT_EQ(0, nc.err) LOG_COUNT(nc);
+}
+
+TEST_F(numa, bind_node1_places_every_page_on_node1)
+{
+	RETURN_IF_SKIPPED();
+	bind_places_every_page_on(_metadata, self, 1);
 }
 
 TEST_F(numa, bind_node0_places_every_page_on_node0)
 {
-	struct node_count nc;
-
 	RETURN_IF_SKIPPED();
-	fill_and_count(_metadata, self->name, KVPOOL_NUMA_BIND, 0x1, &nc);
-	EXPECT_EQ(QUOTA / self->page, nc.n[0]) LOG_COUNT(nc);
-	EXPECT_EQ(0, nc.n[1]) LOG_COUNT(nc);
-	EXPECT_EQ(0, nc.err) LOG_COUNT(nc);
+	bind_places_every_page_on(_metadata, self, 0);
 }
 
 TEST_F(numa, bind_node1_takes_chunks_from_node1_only)

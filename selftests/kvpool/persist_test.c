@@ -140,10 +140,7 @@ TEST_F(persist, persistent_space_outlives_last_close)
 	m = kv_mmap(fd, so.map_bytes, 0);
 	ASSERT_NE(MAP_FAILED, m);
 	ASSERT_EQ(0, kv_alloc(fd, a, 5));
-	for (i = 0; i < 4; i++)
-		kv_fill(m + (size_t)a[i] * BB, BB, 0x300 + i, 0);
-	memcpy(pub, a, sizeof(pub));
-	ASSERT_EQ(0, kv_publish_seq(fd, pub, 4, SEED, 0, NULL));
+	ASSERT_EQ(0, kv_fill_and_publish(fd, m, BB, a, pub, 4, 0x300, SEED));
 	EXPECT_EQ(1, kv_space_sysfs_get(so.space_id, "persistent"));
 	EXPECT_EQ(1, kv_space_sysfs_get(so.space_id, "clients"));
 	munmap(m, so.map_bytes);

@@ -48,6 +48,12 @@ static const char *const op_names[OP_NR] = {
 	"alloc", "rewrite", "publish", "lookup", "release", "free", "verify", "events", "free_eperm",
 };
 
+/* Op i is drawn when a draw of 100 is below op_below[i] (and no earlier op's bound). */
+static const unsigned int op_below[OP_NR] = {
+	[OP_ALLOC] = 18, [OP_REWRITE] = 24, [OP_PUBLISH] = 44, [OP_LOOKUP] = 68,
+	[OP_RELEASE] = 82, [OP_FREE] = 88, [OP_VERIFY] = 92, [OP_EVENTS] = 98, [OP_EPERM] = 100,
+};
+
 struct pstat {
 	volatile unsigned long ops[OP_NR];
 	volatile unsigned long hits, misses, dedups, inserts, evicted_events, pressure_events;
@@ -369,26 +375,10 @@ static void stress_proc(int idx, __u64 seed)
 
 	while (!sh->stop) {
 		unsigned int r = rnd() % 100;
-		enum op op;
+		enum op op = OP_ALLOC;
 
-		if (r < 18)
-			op = OP_ALLOC;
-		else if (r < 24)
-			op = OP_REWRITE;
-		else if (r < 44)
-			op = OP_PUBLISH;
-		else if (r < 68)
-			op = OP_LOOKUP;
-		else if (r < 82)
-			op = OP_RELEASE;
-		else if (r < 88)
-			op = OP_FREE;
-		else if (r < 92)
-			op = OP_VERIFY;
-		else if (r < 98)
-			op = OP_EVENTS;
-		else
-			op = OP_EPERM;
+		while (r >= op_below[op])
+			op++;
 
 		switch (op) {
 		case OP_ALLOC:

@@ -1203,10 +1203,7 @@ TEST_F(prefix, evicted_events_go_to_publishers_and_lookers)
 	/* fd3 neither published nor looked up: only the pressure event. */
 	n = kv_read_events(fd3, ev, 8);
 	ASSERT_EQ(1, n);
-	EXPECT_EQ(1, ev[0].seq);
-	EXPECT_EQ(KVPOOL_EVENT_QUOTA_PRESSURE, ev[0].type);
-	EXPECT_EQ(2, ev[0].count);
-	EXPECT_EQ(KVPOOL_EVICT_QUOTA, ev[0].cause);
+	EXPECT_PRESSURE_EVENT(ev[0], 1, 2, KVPOOL_EVICT_QUOTA);
 	/* A failed ALLOC: pressure with count 0 to every fd. */
 	EXPECT_EQ(-ENOSPC, kv_alloc(fd2, &got, 1));
 	for (i = 0; i < 3; i++) {
@@ -1298,7 +1295,7 @@ TEST_F(prefix, data_written_before_publish_visible_to_other_process)
 {
 	struct kvpool_space_open so;
 	__u32 ids[2], pub[2], theirs[2];
-	int fd, p[2], i;
+	int fd, p[2];
 	pid_t pid;
 	char *m;
 
@@ -1307,10 +1304,7 @@ TEST_F(prefix, data_written_before_publish_visible_to_other_process)
 	m = kv_mmap(fd, so.map_bytes, 0);
 	ASSERT_NE(MAP_FAILED, m);
 	ASSERT_EQ(0, kv_alloc(fd, ids, 2));
-	for (i = 0; i < 2; i++)
-		kv_fill(m + (size_t)ids[i] * BB, BB, 0x77 + i, 0);
-	memcpy(pub, ids, sizeof(pub));
-	ASSERT_EQ(0, kv_publish_seq(fd, pub, 2, SEED, 0, NULL));
+	ASSERT_EQ(0, kv_fill_and_publish(fd, m, BB, ids, pub, 2, 0x77, SEED));
 	/* Released: the blocks are CACHED and keep their data. */
 	ASSERT_EQ(0, kv_release(fd, pub, 2));
 	munmap(m, so.map_bytes);

@@ -149,6 +149,34 @@ FIXTURE_TEARDOWN(reclaim)
 		px_sysfs_write_u64("shrinker_enabled", self->enabled0);
 }
 
+/* drop_caches=2: every shrinker runs until it stops freeing, ours included. */
+static void drop_slab_caches(struct __test_metadata *_metadata)
+{
+	int dc = open("/proc/sys/vm/drop_caches", O_WRONLY);
+
+	ASSERT_LE(0, dc);
+	ASSERT_EQ(1, write(dc, "2", 1));
+	close(dc);
+}
+
+/* Unmap and close the fixture's space. */
+static void close_space(FIXTURE_DATA(reclaim) *self)
+{
+	munmap(self->map, QUOTA);
+	self->map = MAP_FAILED;
+	close(self->fd);
+	self->fd = -1;
+}
+
+/* The pool set back to its size at the start, all of it free again. */
+static void pool_back_to_start(struct __test_metadata *_metadata, FIXTURE_DATA(reclaim) *self)
+{
+	restore_pool(self->pool0);
+	EXPECT_EQ(self->pool0, sysfs_get("pool_bytes"));
+	EXPECT_EQ(self->free0, sysfs_wait_eq("free_bytes", self->free0, 2000));
+	ASSERT_KV_CHECK_OK();
+}
+
 static void hash_of(__u8 *h, __u64 tag, __u32 id)
 {
 	px_hash(h, tag, id);
@@ -411,10 +439,7 @@ TEST_F_TIMEOUT(reclaim, reclaim_gives_back_only_cached_chunks, 240)
 	EXPECT_EQ(s2.evictions[KVPOOL_EVICT_QUOTA] + 1, s1.evictions[KVPOOL_EVICT_QUOTA]);
 	ASSERT_KV_CHECK_OK();
 
-	munmap(self->map, QUOTA);
-	self->map = MAP_FAILED;
-	close(self->fd);
-	self->fd = -1;
+	close_space(self);
 	EXPECT_EQ(self->spaces0, sysfs_wait_eq("spaces", self->spaces0, 2000));
 	/* All of the pool is free again, whatever its size is now... */
 	pool1 = sysfs_get("pool_bytes");
@@ -422,10 +447,7 @@ TEST_F_TIMEOUT(reclaim, reclaim_gives_back_only_cached_chunks, 240)
 			pool1 - (self->pool0 - self->free0), 2000));
 	ASSERT_KV_CHECK_OK();
 	/* ...and a node below its size takes fresh chunks when a space needs them. */
-	restore_pool(self->pool0);
-	EXPECT_EQ(self->pool0, sysfs_get("pool_bytes"));
-	EXPECT_EQ(self->free0, sysfs_wait_eq("free_bytes", self->free0, 2000));
-	ASSERT_KV_CHECK_OK();
+	pool_back_to_start(_metadata, self);
 }
 
 TEST_F_TIMEOUT(reclaim, shrinker_disabled_no_reclaim, 240)
@@ -462,10 +484,7 @@ TEST_F_TIMEOUT(reclaim, shrinker_disabled_no_reclaim, 240)
 	}
 	EXPECT_EQ(NBLOCKS, present);
 	ASSERT_EQ(0, sysfs_write("shrinker_enabled", "1"));
-	munmap(self->map, QUOTA);
-	self->map = MAP_FAILED;
-	close(self->fd);
-	self->fd = -1;
+	close_space(self);
 	EXPECT_EQ(self->free0, sysfs_wait_eq("free_bytes", self->free0, 2000));
 	ASSERT_KV_CHECK_OK();
 }
@@ -494,13 +513,7 @@ TEST_F_TIMEOUT(reclaim, min_cached_floor_respected, 240)
 	 * this one provokes on purpose).  reclaim_gives_back_only_cached_chunks
 	 * is the test under real memory pressure.
 	 */
-	{
-		int dc = open("/proc/sys/vm/drop_caches", O_WRONLY);
-
-		ASSERT_LE(0, dc);
-		ASSERT_EQ(1, write(dc, "2", 1));
-		close(dc);
-	}
+	drop_slab_caches(_metadata);
 
 	/* Reclaimed chunks are freed after a grace period; the check waits for them. */
 	ASSERT_KV_CHECK_OK();
@@ -522,17 +535,11 @@ TEST_F_TIMEOUT(reclaim, min_cached_floor_respected, 240)
 	EXPECT_GT(floor + 2 * KV_CHUNK, cached)
 		TH_LOG("reclaim stopped %llu bytes above the floor", (unsigned long long)(cached - floor));
 	ASSERT_EQ(0, px_sysfs_write_u64("min_cached_bytes", self->min_cached0));
-	munmap(self->map, QUOTA);
-	self->map = MAP_FAILED;
-	close(self->fd);
-	self->fd = -1;
+	close_space(self);
 	EXPECT_EQ(self->spaces0, sysfs_wait_eq("spaces", self->spaces0, 2000));
 	ASSERT_KV_CHECK_OK();
 	/* The node takes its chunks back on demand. */
-	restore_pool(self->pool0);
-	EXPECT_EQ(self->pool0, sysfs_get("pool_bytes"));
-	EXPECT_EQ(self->free0, sysfs_wait_eq("free_bytes", self->free0, 2000));
-	ASSERT_KV_CHECK_OK();
+	pool_back_to_start(_metadata, self);
 }
 
 /*
@@ -548,7 +555,6 @@ TEST_F_TIMEOUT(reclaim, multi_chunk_blocks_reclaimed_whole, 120)
 	struct kvpool_space_open so;
 	struct kvpool_space_stats s1;
 	__u32 ids[8];
-	int dc;
 
 	RETURN_IF_SKIPPED();
 	self->fd = kv_open();
@@ -559,10 +565,7 @@ TEST_F_TIMEOUT(reclaim, multi_chunk_blocks_reclaimed_whole, 120)
 	ASSERT_EQ(0, kv_release(self->fd, ids, nblocks));
 	EXPECT_EQ(nblocks * big, kv_space_sysfs_get(so.space_id, "backed_bytes"));
 
-	dc = open("/proc/sys/vm/drop_caches", O_WRONLY);
-	ASSERT_LE(0, dc);
-	ASSERT_EQ(1, write(dc, "2", 1));
-	close(dc);
+	drop_slab_caches(_metadata);
 	ASSERT_KV_CHECK_OK();
 
 	ASSERT_EQ(0, px_stats(self->fd, &s1));
@@ -623,7 +626,7 @@ TEST_F_TIMEOUT(reclaim, reclaim_leaves_other_spaces_mapped, 120)
 	struct kvpool_space_stats sb;
 	char nameb[KVPOOL_NAME_MAX];
 	char *ma, *mb;
-	int fdb, dc;
+	int fdb;
 
 	RETURN_IF_SKIPPED();
 	/* A: every block owned (never reclaimable), written through the mapping. */
@@ -650,10 +653,7 @@ TEST_F_TIMEOUT(reclaim, reclaim_leaves_other_spaces_mapped, 120)
 	ASSERT_EQ((long)(len / KiB), rss_a0);
 	ASSERT_EQ((long)(len / KiB), rss_b0);
 
-	dc = open("/proc/sys/vm/drop_caches", O_WRONLY);
-	ASSERT_LE(0, dc);
-	ASSERT_EQ(1, write(dc, "2", 1));
-	close(dc);
+	drop_slab_caches(_metadata);
 	ASSERT_KV_CHECK_OK();
 
 	/* Read before touching anything: a zapped page would fault back in. */
@@ -719,7 +719,7 @@ TEST_F_TIMEOUT(reclaim, fault_racing_reclaim_leaves_no_stale_mapping, 300)
 	const size_t len = (size_t)nblocks * BLOCK;
 	static __u32 ids[8 * CHUNK_BLOCKS];
 	struct kvpool_space_stats st_space;
-	int round, k, go[2], st, dc, tries;
+	int round, k, go[2], st, tries;
 	pid_t kids[2];
 
 	RETURN_IF_SKIPPED();
@@ -745,10 +745,7 @@ TEST_F_TIMEOUT(reclaim, fault_racing_reclaim_leaves_no_stale_mapping, 300)
 		 * a hole: only then is every readable page a stale one.
 		 */
 		for (tries = 0; tries < 50; tries++) {
-			dc = open("/proc/sys/vm/drop_caches", O_WRONLY);
-			ASSERT_LE(0, dc);
-			ASSERT_EQ(1, write(dc, "2", 1));
-			close(dc);
+			drop_slab_caches(_metadata);
 			ASSERT_KV_CHECK_OK();
 			ASSERT_EQ(0, px_stats(self->fd, &st_space));
 			if (st_space.hole_blocks == nblocks)

@@ -117,10 +117,18 @@ static void drop(struct filled *f)
 	close(f->fd);
 }
 
+/* Every byte f has mapped reads zero; a failure names the first that does not. */
+static void expect_zeroed(struct __test_metadata *_metadata, const struct filled *f)
+{
+	long off = first_nonzero(f->m, f->bytes);
+
+	EXPECT_EQ(-1, off) TH_LOG("byte at %ld is 0x%02x", off,
+				  off < 0 ? 0 : (unsigned char)f->m[off]);
+}
+
 TEST_F_TIMEOUT(scrub, next_space_sees_only_zeroes, 120)
 {
 	struct filled a, b;
-	long off;
 
 	ASSERT_EQ(0, fill_pool(self->name_a, KV_CHUNK, PATTERN, &a));
 	EXPECT_EQ(self->free0, a.bytes);
@@ -130,9 +138,7 @@ TEST_F_TIMEOUT(scrub, next_space_sees_only_zeroes, 120)
 
 	ASSERT_EQ(0, fill_pool(self->name_b, KV_CHUNK, -1, &b));
 	EXPECT_EQ(self->free0, b.bytes);
-	off = first_nonzero(b.m, b.bytes);
-	EXPECT_EQ(-1, off) TH_LOG("byte at %ld is 0x%02x", off,
-				  off < 0 ? 0 : (unsigned char)b.m[off]);
+	expect_zeroed(_metadata, &b);
 	drop(&b);
 	ASSERT_KV_CHECK_OK();
 }
@@ -140,7 +146,6 @@ TEST_F_TIMEOUT(scrub, next_space_sees_only_zeroes, 120)
 TEST_F_TIMEOUT(scrub, different_geometry_sees_only_zeroes, 120)
 {
 	struct filled a, b;
-	long off;
 
 	/* Page-sized blocks first, then 3 MiB blocks that straddle chunks. */
 	ASSERT_EQ(0, fill_pool(self->name_a, getpagesize(), PATTERN, &a));
@@ -149,9 +154,7 @@ TEST_F_TIMEOUT(scrub, different_geometry_sees_only_zeroes, 120)
 
 	ASSERT_EQ(0, fill_pool(self->name_b, 3 * MiB, -1, &b));
 	EXPECT_EQ(self->free0 / (3 * MiB), b.blocks);
-	off = first_nonzero(b.m, b.bytes);
-	EXPECT_EQ(-1, off) TH_LOG("byte at %ld is 0x%02x", off,
-				  off < 0 ? 0 : (unsigned char)b.m[off]);
+	expect_zeroed(_metadata, &b);
 	drop(&b);
 }
 
@@ -159,7 +162,6 @@ TEST_F_TIMEOUT(scrub, killed_writer_pattern_is_scrubbed, 120)
 {
 	struct filled b;
 	int p[2], status;
-	long off;
 	pid_t pid;
 	char c;
 
@@ -186,9 +188,7 @@ TEST_F_TIMEOUT(scrub, killed_writer_pattern_is_scrubbed, 120)
 
 	ASSERT_EQ(0, fill_pool(self->name_b, KV_CHUNK, -1, &b));
 	EXPECT_EQ(self->free0, b.bytes);
-	off = first_nonzero(b.m, b.bytes);
-	EXPECT_EQ(-1, off) TH_LOG("byte at %ld is 0x%02x", off,
-				  off < 0 ? 0 : (unsigned char)b.m[off]);
+	expect_zeroed(_metadata, &b);
 	drop(&b);
 }
 
@@ -226,9 +226,7 @@ TEST_F_TIMEOUT(scrub, chunks_of_closed_space_zeroed_while_others_live, 120)
 	kv_name(name_c, sizeof(name_c), "scrub-c");
 	ASSERT_EQ(0, fill_pool(name_c, KV_CHUNK, -1, &c));
 	EXPECT_LE(half, c.bytes);
-	off = first_nonzero(c.m, c.bytes);
-	EXPECT_EQ(-1, off) TH_LOG("byte at %ld is 0x%02x", off,
-				  off < 0 ? 0 : (unsigned char)c.m[off]);
+	expect_zeroed(_metadata, &c);
 	/* B's data is untouched. */
 	for (off = 0; off < (long)half; off += getpagesize()) {
 		if (mb[off] != 0x5A || mb[off + getpagesize() - 1] != 0x5A)
@@ -277,7 +275,7 @@ TEST_F_TIMEOUT(scrub, wrap_ids_backwards_serial_still_scrubs, 120)
 	struct filled b;
 	__u32 *ids;
 	char buf[64];
-	long n, off;
+	long n;
 	int fa, err;
 	char *ma;
 
@@ -309,9 +307,7 @@ TEST_F_TIMEOUT(scrub, wrap_ids_backwards_serial_still_scrubs, 120)
 	/* Root's new space gets every chunk A had: all zero. */
 	ASSERT_EQ(0, fill_pool(self->name_b, KV_CHUNK, -1, &b));
 	EXPECT_EQ(self->free0, b.bytes);
-	off = first_nonzero(b.m, b.bytes);
-	EXPECT_EQ(-1, off) TH_LOG("byte at %ld is 0x%02x", off,
-				  off < 0 ? 0 : (unsigned char)b.m[off]);
+	expect_zeroed(_metadata, &b);
 	drop(&b);
 	free(ids);
 	ASSERT_KV_CHECK_OK();

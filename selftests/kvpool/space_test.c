@@ -110,15 +110,22 @@ TEST_F(space, create_without_excl_joins_existing)
 	close(fd1);
 }
 
+/* *fd1 holds a new space name of BLOCK blocks and QUOTA; *fd2 is a second fd, in no space. */
+static void created_and_bare(struct __test_metadata *_metadata, const char *name, int *fd1,
+			     int *fd2)
+{
+	*fd1 = kv_open_create(name, BLOCK, QUOTA, NULL);
+	ASSERT_LE(0, *fd1);
+	*fd2 = kv_open();
+	ASSERT_LE(0, *fd2);
+}
+
 TEST_F(space, create_excl_on_existing_eexist)
 {
 	struct kvpool_space_open so;
 	int fd1, fd2;
 
-	fd1 = kv_open_create(self->name, BLOCK, QUOTA, NULL);
-	ASSERT_LE(0, fd1);
-	fd2 = kv_open();
-	ASSERT_LE(0, fd2);
+	created_and_bare(_metadata, self->name, &fd1, &fd2);
 	EXPECT_EQ(-EEXIST, kv_create(fd2, self->name, BLOCK, QUOTA, &so));
 	/* Even with a different geometry. */
 	EXPECT_EQ(-EEXIST, kv_create(fd2, self->name, 2 * BLOCK, QUOTA, &so));
@@ -144,10 +151,7 @@ TEST_F(space, join_block_bytes_mismatch_einval)
 	struct kvpool_space_open so;
 	int fd1, fd2;
 
-	fd1 = kv_open_create(self->name, BLOCK, QUOTA, NULL);
-	ASSERT_LE(0, fd1);
-	fd2 = kv_open();
-	ASSERT_LE(0, fd2);
+	created_and_bare(_metadata, self->name, &fd1, &fd2);
 	kv_so_init(&so, self->name, 0, 2 * BLOCK, 0);
 	EXPECT_EQ(-EINVAL, kv_space_open(fd2, &so));
 	kv_so_init(&so, self->name, KVPOOL_SPACE_CREATE, BLOCK / 2, QUOTA);
@@ -434,6 +438,17 @@ static pid_t hold_space_as(const struct kv_cred *c, const char *name,
 	return pid;
 }
 
+/* hold_space_as(), which must succeed: the holder's pid. */
+static pid_t held_as(struct __test_metadata *_metadata, const struct kv_cred *c,
+		     const char *name, __u32 mode, struct kvpool_space_open *out)
+{
+	pid_t holder = hold_space_as(c, name, mode, out);
+
+	ASSERT_LT(0, holder) TH_LOG("uid %u create %s: %s", (unsigned int)c->uid, name,
+				    strerror(-holder));
+	return holder;
+}
+
 static void release_holder(pid_t pid)
 {
 	kill(pid, SIGKILL);
@@ -495,8 +510,7 @@ TEST_F(space, owner_0600_other_uid_eacces_root_allowed)
 	pid_t holder;
 	int fd;
 
-	holder = hold_space_as(&u1000, self->name, 0600, &so);
-	ASSERT_LT(0, holder) TH_LOG("uid 1000 create: %s", strerror(-holder));
+	holder = held_as(_metadata, &u1000, self->name, 0600, &so);
 	EXPECT_EQ(1000, so.uid);
 	EXPECT_EQ(2000, so.gid);
 	EXPECT_EQ(1, so.created);
@@ -533,8 +547,7 @@ TEST_F(space, space_name_squatting)
 	int fd;
 
 	kv_name(name, sizeof(name), "victim");
-	squatter = hold_space_as(&u1001, name, 0666, &so);
-	ASSERT_LT(0, squatter) TH_LOG("uid 1001 create: %s", strerror(-squatter));
+	squatter = held_as(_metadata, &u1001, name, 0666, &so);
 	EXPECT_EQ(1001, so.uid);
 
 	/* The victim's create-or-join, and a plain join, are refused. */
@@ -582,8 +595,7 @@ TEST_F(space, group_class_permissions)
 	pid_t holder;
 
 	/* Owner has no rights, group has rw, others none. */
-	holder = hold_space_as(&u1000, self->name, 0060, &so);
-	ASSERT_LT(0, holder) TH_LOG("create: %s", strerror(-holder));
+	holder = held_as(_metadata, &u1000, self->name, 0060, &so);
 	EXPECT_EQ(2000, so.gid);
 	EXPECT_EQ(0, join_foreign_as(&u1001_g2000, self->name, 1000));
 	EXPECT_EQ(0, join_foreign_as(&u1001_supp2000, self->name, 1000));
@@ -598,8 +610,7 @@ TEST_F(space, group_read_only_eacces)
 	struct kvpool_space_open so;
 	pid_t holder;
 
-	holder = hold_space_as(&u1000, self->name, 0640, &so);
-	ASSERT_LT(0, holder) TH_LOG("create: %s", strerror(-holder));
+	holder = held_as(_metadata, &u1000, self->name, 0640, &so);
 	EXPECT_EQ(EACCES, join_foreign_as(&u1001_g2000, self->name, 1000));
 	EXPECT_EQ(0, join_as(&u1000, self->name));
 	release_holder(holder);
@@ -731,8 +742,7 @@ TEST_F(space, passed_fd_keeps_openers_rights)
 	int owner_fd, out_fd, fd;
 	pid_t holder;
 
-	holder = hold_space_as(&u1000, self->name, 0600, &so);
-	ASSERT_LT(0, holder) TH_LOG("uid 1000 create: %s", strerror(-holder));
+	holder = held_as(_metadata, &u1000, self->name, 0600, &so);
 	ASSERT_EQ(1000, so.uid);
 
 	/* The owner's fd, passed to nobody, joins as the owner (no FOREIGN). */
@@ -813,8 +823,7 @@ TEST_F(space, destroyed_when_holder_process_exits)
 	pid_t holder;
 	int fd;
 
-	holder = hold_space_as(&u1000, self->name, 0600, NULL);
-	ASSERT_LT(0, holder);
+	holder = held_as(_metadata, &u1000, self->name, 0600, NULL);
 	EXPECT_EQ(self->spaces0 + 1, sysfs_get("spaces"));
 	release_holder(holder);
 	EXPECT_EQ(self->spaces0, sysfs_wait_eq("spaces", self->spaces0, 2000));
@@ -916,60 +925,80 @@ static void race_name(char *buf, const char *base, unsigned int i)
 	snprintf(buf, KVPOOL_NAME_MAX, "%.48s.r%u", base, i % RACE_NAMES);
 }
 
-/* Create-or-join, touch the space, close: the last close tears it down. */
-static int race_joiner(const char *base)
+/*
+ * Run op on each round's name (the names cycle through RACE_NAMES); the
+ * first op to return non-zero ends the racer with that exit code.
+ */
+static int race_each_name(const char *base, int (*op)(const char *name, unsigned int i))
 {
 	char name[KVPOOL_NAME_MAX];
-	struct kvpool_space_open so;
-	__u32 id;
-	int i, fd, ret;
+	unsigned int i;
+	int ret;
 
-	for (i = 0; i < (int)race_rounds; i++) {
+	for (i = 0; i < race_rounds; i++) {
 		race_name(name, base, i);
-		fd = kv_open();
-		if (fd < 0)
-			return 1;
-		kv_so_init(&so, name, KVPOOL_SPACE_CREATE, 4096, 16 * 4096);
-		ret = kv_space_open(fd, &so);
-		if (ret && ret != -ENOENT) {
-			close(fd);
-			return 2;
-		}
-		if (!ret && kv_alloc(fd, &id, 1)) {
-			close(fd);
-			return 3;
-		}
-		close(fd);
+		ret = op(name, i);
+		if (ret)
+			return ret;
 	}
 	return 0;
+}
+
+/* Create-or-join, touch the space, close: the last close tears it down. */
+static int join_touch_close(const char *name, unsigned int i)
+{
+	struct kvpool_space_open so;
+	__u32 id;
+	int fd, ret;
+
+	(void)i;
+	fd = kv_open();
+	if (fd < 0)
+		return 1;
+	kv_so_init(&so, name, KVPOOL_SPACE_CREATE, 4096, 16 * 4096);
+	ret = kv_space_open(fd, &so);
+	if (ret && ret != -ENOENT) {
+		close(fd);
+		return 2;
+	}
+	if (!ret && kv_alloc(fd, &id, 1)) {
+		close(fd);
+		return 3;
+	}
+	close(fd);
+	return 0;
+}
+
+/* Destroy the name; that it is gone already is no error. */
+static int destroy_name(const char *name, unsigned int i)
+{
+	int ret = kv_destroy_name(name);
+
+	(void)i;
+	return ret && ret != -ENOENT;
+}
+
+/* Drop the name's cached blocks, or every space's on odd rounds. */
+static int drop_cached(const char *name, unsigned int i)
+{
+	int ret = sysfs_write("drop_cached", i % 2 ? "*" : name);
+
+	return ret && ret != -ENOENT;
+}
+
+static int race_joiner(const char *base)
+{
+	return race_each_name(base, join_touch_close);
 }
 
 static int race_destroyer(const char *base)
 {
-	char name[KVPOOL_NAME_MAX];
-	int i, ret;
-
-	for (i = 0; i < (int)race_rounds; i++) {
-		race_name(name, base, i);
-		ret = kv_destroy_name(name);
-		if (ret && ret != -ENOENT)
-			return 1;
-	}
-	return 0;
+	return race_each_name(base, destroy_name);
 }
 
 static int race_dropper(const char *base)
 {
-	char name[KVPOOL_NAME_MAX];
-	int i, ret;
-
-	for (i = 0; i < (int)race_rounds; i++) {
-		race_name(name, base, i);
-		ret = sysfs_write("drop_cached", i % 2 ? "*" : name);
-		if (ret && ret != -ENOENT)
-			return 1;
-	}
-	return 0;
+	return race_each_name(base, drop_cached);
 }
 
 /* Two threads SPACE_OPEN one fd at once: exactly one joins. */

@@ -55,6 +55,12 @@ static const char *const op_names[OP_NR] = {
 	"alloc", "rewrite", "verify", "free", "gup_read", "remap", "rejoin",
 };
 
+/* Op i is drawn when a draw of 100 is below op_below[i] (and no earlier op's bound). */
+static const unsigned int op_below[OP_NR] = {
+	[OP_ALLOC] = 32, [OP_REWRITE] = 44, [OP_VERIFY] = 60, [OP_FREE] = 86, [OP_GUP] = 92,
+	[OP_REMAP] = 97, [OP_REJOIN] = 100,
+};
+
 struct pstat {
 	volatile int pid;
 	volatile int node;		/* node it runs on, -1 unpinned */
@@ -271,13 +277,45 @@ static void op_gup(struct pstat *st, struct pspace *s, __u32 pid)
 	verify_at(st, s, pid, i, buf, 0, "process_vm_readv copy");
 }
 
+/* Check a random owned block, then write it again. */
+static void op_rewrite(struct pstat *st, struct pspace *s, __u32 pid)
+{
+	unsigned int k;
+
+	if (!s->n)
+		return;
+	k = rnd() % s->n;
+	verify(st, s, pid, k);
+	fill(s, pid, k);
+}
+
+/* Map the space again; what it holds reads back the same. */
+static void op_remap(struct pstat *st, struct pspace *s, __u32 pid)
+{
+	if (munmap(s->map, s->map_bytes))
+		PFAIL(st, "munmap: %s", strerror(errno));
+	do_mmap(st, s);
+	verify_all(st, s, pid);
+}
+
+static void op_rejoin(struct pstat *st, struct pspace *s, __u32 pid)
+{
+	leave(st, s, pid);
+	join(st, s);
+}
+
+/* What each op does to one of the process's spaces. */
+static void (*const op_fn[OP_NR])(struct pstat *st, struct pspace *s, __u32 pid) = {
+	[OP_ALLOC] = op_alloc, [OP_REWRITE] = op_rewrite, [OP_VERIFY] = verify_all,
+	[OP_FREE] = op_free, [OP_GUP] = op_gup, [OP_REMAP] = op_remap, [OP_REJOIN] = op_rejoin,
+};
+
 static void stress_proc(int idx, __u64 seed)
 {
 	struct pstat *st = &sh->p[idx];
 	int node = idx / PER_NODE;
 	struct pspace sp[2];
 	__u32 pid = getpid();
-	int k;
 
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
 	rng_state = seed ^ ((__u64)(idx + 1) * 0x9E3779B97F4A7C15ULL);
@@ -293,56 +331,12 @@ static void stress_proc(int idx, __u64 seed)
 	while (!sh->stop) {
 		struct pspace *s = &sp[rnd() % 2];
 		unsigned int r = rnd() % 100;
-		enum op op;
+		enum op op = OP_ALLOC;
 
-		if (r < 32)
-			op = OP_ALLOC;
-		else if (r < 44)
-			op = OP_REWRITE;
-		else if (r < 60)
-			op = OP_VERIFY;
-		else if (r < 86)
-			op = OP_FREE;
-		else if (r < 92)
-			op = OP_GUP;
-		else if (r < 97)
-			op = OP_REMAP;
-		else
-			op = OP_REJOIN;
+		while (r >= op_below[op])
+			op++;
 
-		switch (op) {
-		case OP_ALLOC:
-			op_alloc(st, s, pid);
-			break;
-		case OP_REWRITE:
-			if (s->n) {
-				k = rnd() % s->n;
-				verify(st, s, pid, k);
-				fill(s, pid, k);
-			}
-			break;
-		case OP_VERIFY:
-			verify_all(st, s, pid);
-			break;
-		case OP_FREE:
-			op_free(st, s, pid);
-			break;
-		case OP_GUP:
-			op_gup(st, s, pid);
-			break;
-		case OP_REMAP:
-			if (munmap(s->map, s->map_bytes))
-				PFAIL(st, "munmap: %s", strerror(errno));
-			do_mmap(st, s);
-			verify_all(st, s, pid);
-			break;
-		case OP_REJOIN:
-			leave(st, s, pid);
-			join(st, s);
-			break;
-		case OP_NR:
-			break;
-		}
+		op_fn[op](st, s, pid);
 		st->ops[op]++;
 	}
 	leave(st, &sp[0], pid);

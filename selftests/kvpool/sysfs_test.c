@@ -80,15 +80,51 @@ FIXTURE_TEARDOWN(sysfs)
 	EXPECT_EQ(-(err), sysfs_write("pool_bytes", val)) \
 		TH_LOG("write '%.*s' to pool_bytes", (int)strcspn(val, "\n"), val)
 
+/* A size resize_pool() does not check. */
+#define ANY (~0ULL)
+
+/* One expectation of resize_pool(): want (unless ANY) == got, naming the write. */
+#define EXPECT_SIZE(want, got, val)                                                 \
+	do {                                                                        \
+		if ((want) != ANY) {                                                \
+			EXPECT_EQ(want, got)                                        \
+				TH_LOG("%s after writing '%.*s'", #got,             \
+				       (int)strcspn(val, "\n"), val);               \
+		}                                                                   \
+	} while (0)
+
+/*
+ * Write val to pool_bytes and expect err (0 or an errno); then the files
+ * read consistently into *s, with these sizes: the pool, each node's
+ * reserve, what is free (ANY: not checked).
+ */
+static void resize_pool(struct __test_metadata *_metadata, struct pool_state *s,
+			const char *val, int err, __u64 pool, __u64 res0, __u64 res1,
+			__u64 free)
+{
+	WRITE_POOL(val, err);
+	check_consistent(_metadata, s);
+	EXPECT_SIZE(pool, s->pool, val);
+	EXPECT_SIZE(res0, s->res[0], val);
+	EXPECT_SIZE(res1, s->res[1], val);
+	EXPECT_SIZE(free, s->free, val);
+}
+
+/* The files read consistently into *s, the pool at its default size. */
+static void expect_default_pool(struct __test_metadata *_metadata, struct pool_state *s)
+{
+	check_consistent(_metadata, s);
+	EXPECT_EQ(KV_POOL_DEFAULT, s->pool);
+	EXPECT_EQ(KV_NODE_DEFAULT, s->res[0]);
+	EXPECT_EQ(KV_NODE_DEFAULT, s->res[1]);
+}
+
 TEST_F(sysfs, files_read_consistently)
 {
 	struct pool_state s;
 	__u64 v;
 
-	check_consistent(_metadata, &s);
-	EXPECT_EQ(KV_POOL_DEFAULT, s.pool);
-	EXPECT_EQ(KV_NODE_DEFAULT, s.res[0]);
-	EXPECT_EQ(KV_NODE_DEFAULT, s.res[1]);
+	expect_default_pool(_metadata, &s);
 	EXPECT_LE(s.free, s.pool);
 	ASSERT_EQ(0, sysfs_u64("chunk_bytes", &v));
 	EXPECT_EQ(KV_CHUNK, v);
@@ -119,54 +155,24 @@ TEST_F(sysfs, pool_grow_and_shrink)
 {
 	struct pool_state s;
 
-	WRITE_POOL("160M\n", 0);
-	check_consistent(_metadata, &s);
-	EXPECT_EQ(160 * MiB, s.pool);
-	EXPECT_EQ(80 * MiB, s.res[0]);
-	EXPECT_EQ(80 * MiB, s.res[1]);
-	EXPECT_EQ(self->s0.free + 32 * MiB, s.free);
-
-	WRITE_POOL("64M\n", 0);
-	check_consistent(_metadata, &s);
-	EXPECT_EQ(64 * MiB, s.pool);
-	EXPECT_EQ(32 * MiB, s.res[0]);
-	EXPECT_EQ(32 * MiB, s.res[1]);
-	EXPECT_EQ(64 * MiB, s.free);
-
+	resize_pool(_metadata, &s, "160M\n", 0, 160 * MiB, 80 * MiB, 80 * MiB,
+		    self->s0.free + 32 * MiB);
+	resize_pool(_metadata, &s, "64M\n", 0, 64 * MiB, 32 * MiB, 32 * MiB, 64 * MiB);
 	/* Plain bytes, no newline. */
-	WRITE_POOL("134217728", 0);
-	check_consistent(_metadata, &s);
-	EXPECT_EQ(KV_POOL_DEFAULT, s.pool);
-	EXPECT_EQ(KV_NODE_DEFAULT, s.res[0]);
-	EXPECT_EQ(KV_NODE_DEFAULT, s.res[1]);
-	EXPECT_EQ(self->s0.free, s.free);
+	resize_pool(_metadata, &s, "134217728", 0, KV_POOL_DEFAULT, KV_NODE_DEFAULT,
+		    KV_NODE_DEFAULT, self->s0.free);
 }
 
 TEST_F(sysfs, pool_suffixes_and_rounding)
 {
 	struct pool_state s;
 
-	WRITE_POOL("196608K\n", 0);
-	check_consistent(_metadata, &s);
-	EXPECT_EQ(192 * MiB, s.pool);
-	EXPECT_EQ(96 * MiB, s.res[0]);
-
+	resize_pool(_metadata, &s, "196608K\n", 0, 192 * MiB, 96 * MiB, ANY, ANY);
 	/* 3 MiB: 1.5 MiB per node, rounded up to a 2 MiB chunk each. */
-	WRITE_POOL("3M\n", 0);
-	check_consistent(_metadata, &s);
-	EXPECT_EQ(4 * MiB, s.pool);
-	EXPECT_EQ(2 * MiB, s.res[0]);
-	EXPECT_EQ(2 * MiB, s.res[1]);
-
+	resize_pool(_metadata, &s, "3M\n", 0, 4 * MiB, 2 * MiB, 2 * MiB, ANY);
 	/* 100000000 bytes: 47.7 MiB per node -> 48 MiB each. */
-	WRITE_POOL("100000000\n", 0);
-	check_consistent(_metadata, &s);
-	EXPECT_EQ(96 * MiB, s.pool);
-	EXPECT_EQ(48 * MiB, s.res[1]);
-
-	WRITE_POOL("128M\n", 0);
-	check_consistent(_metadata, &s);
-	EXPECT_EQ(KV_POOL_DEFAULT, s.pool);
+	resize_pool(_metadata, &s, "100000000\n", 0, 96 * MiB, ANY, 48 * MiB, ANY);
+	resize_pool(_metadata, &s, "128M\n", 0, KV_POOL_DEFAULT, ANY, ANY, ANY);
 }
 
 TEST_F(sysfs, pool_shrink_to_zero_and_back)
@@ -176,16 +182,9 @@ TEST_F(sysfs, pool_shrink_to_zero_and_back)
 	int fd;
 
 	/* G suffix; nothing holds chunks, so all of them go. */
-	WRITE_POOL("0G\n", 0);
-	check_consistent(_metadata, &s);
-	EXPECT_EQ(0, s.pool);
-	EXPECT_EQ(0, s.free);
-
-	WRITE_POOL("128M\n", 0);
-	check_consistent(_metadata, &s);
-	EXPECT_EQ(KV_POOL_DEFAULT, s.pool);
-	EXPECT_EQ(KV_NODE_DEFAULT, s.res[0]);
-	EXPECT_EQ(KV_NODE_DEFAULT, s.res[1]);
+	resize_pool(_metadata, &s, "0G\n", 0, 0, ANY, ANY, 0);
+	resize_pool(_metadata, &s, "128M\n", 0, KV_POOL_DEFAULT, KV_NODE_DEFAULT, KV_NODE_DEFAULT,
+		    ANY);
 	fd = kv_open();
 	ASSERT_LE(0, fd);
 	ASSERT_EQ(0, kv_info(fd, &info));
@@ -201,8 +200,7 @@ TEST_F(sysfs, grown_pool_is_allocatable)
 	long n, max = 256;
 	int fd, err;
 
-	WRITE_POOL("160M\n", 0);
-	check_consistent(_metadata, &s);
+	resize_pool(_metadata, &s, "160M\n", 0, ANY, ANY, ANY, ANY);
 	ids = calloc(max, sizeof(*ids));
 	ASSERT_NE(NULL, ids);
 	fd = kv_open_create(self->name, KV_CHUNK, max * KV_CHUNK, NULL);
@@ -227,10 +225,7 @@ TEST_F(sysfs, pool_garbage_einval)
 	for (i = 0; i < ARRAY_SIZE(bad); i++) {
 		WRITE_POOL(bad[i], EINVAL);
 	}
-	check_consistent(_metadata, &s);
-	EXPECT_EQ(KV_POOL_DEFAULT, s.pool);
-	EXPECT_EQ(KV_NODE_DEFAULT, s.res[0]);
-	EXPECT_EQ(KV_NODE_DEFAULT, s.res[1]);
+	expect_default_pool(_metadata, &s);
 }
 
 TEST_F(sysfs, shrink_below_held_chunks_ebusy_data_intact)
@@ -251,28 +246,18 @@ TEST_F(sysfs, shrink_below_held_chunks_ebusy_data_intact)
 	kv_fill(m, QUOTA, 0x51, 0);
 
 	/* A target the held chunks fit in: fine. */
-	WRITE_POOL("32M\n", 0);
-	check_consistent(_metadata, &s);
-	EXPECT_EQ(32 * MiB, s.pool);
-	EXPECT_EQ(32 * MiB - QUOTA, s.free);
+	resize_pool(_metadata, &s, "32M\n", 0, 32 * MiB, ANY, ANY, 32 * MiB - QUOTA);
 
 	/* Zero: everything free goes, the space's chunks stay, EBUSY. */
-	WRITE_POOL("0\n", EBUSY);
-	check_consistent(_metadata, &s);
-	EXPECT_EQ(QUOTA, s.pool);
-	EXPECT_EQ(0, s.free);
+	resize_pool(_metadata, &s, "0\n", EBUSY, QUOTA, ANY, ANY, 0);
 	EXPECT_EQ(-1, kv_verify(m, QUOTA, 0x51, 0));
 	ASSERT_EQ(0, kv_space_info(fd, &si));
 	EXPECT_EQ(128, si.my_blocks);
 	EXPECT_EQ(QUOTA, si.backed_bytes);
 
 	/* Back to 128 MiB, evenly split, data still there. */
-	WRITE_POOL("128M\n", 0);
-	check_consistent(_metadata, &s);
-	EXPECT_EQ(KV_POOL_DEFAULT, s.pool);
-	EXPECT_EQ(KV_NODE_DEFAULT, s.res[0]);
-	EXPECT_EQ(KV_NODE_DEFAULT, s.res[1]);
-	EXPECT_EQ(KV_POOL_DEFAULT - QUOTA, s.free);
+	resize_pool(_metadata, &s, "128M\n", 0, KV_POOL_DEFAULT, KV_NODE_DEFAULT, KV_NODE_DEFAULT,
+		    KV_POOL_DEFAULT - QUOTA);
 	EXPECT_EQ(-1, kv_verify(m, QUOTA, 0x51, 0));
 	munmap(m, QUOTA);
 	close(fd);
