@@ -74,7 +74,8 @@ def library_missing(feature: str) -> Optional[str]:
 
 
 #: The package follows the library: kvrt 0.10 wraps every call of libkvrt
-#: 0.10 but the benchmark limits of 0.10, which it only declares.  It loads libkvrt 0.4 or newer; a call a loaded library is too old
+#: 0.10 but its two GPU benchmark calls, which it only declares.  It loads
+#: libkvrt 0.4 or newer; a call a loaded library is too old
 #: for raises NotSupportedError naming both versions.
 __version__ = "0.10.0"
 
