@@ -153,7 +153,7 @@ run() {
 		test) step test 30 240 test_gpu.tap step_test ;;
 		memcheck) step memcheck 30 150 memcheck.log step_memcheck ;;
 		python) step python 20 150 python.log step_python ;;
-		attn) step attn 30 150 gpu-attn.jsonl step_attn ;;
+		attn) step attn 30 200 gpu-attn.jsonl step_attn ;;
 		copy) step copy 20 90 gpu-copy.jsonl step_copy ;;
 		demo) step demo 20 150 demo.json step_demo ;;
 		profile) step profile 40 120 decode-ncu.txt step_profile ;;
