@@ -23,7 +23,8 @@
 #                   the machine's python3 and torch       (python.log)
 #         attn      kvbench gpu-attn, with the SDPA peer (gpu-attn.jsonl, .log):
 #                   decode against a read-only stream of the same bytes
-#                   (decode_read_*) and against the device copy (decode_*)
+#                   (decode_read_*) and against the device copy (decode_*);
+#                   chunked prefill against SDPA's flash (prefill_*)
 #         copy      kvbench gpu-copy, AUTO's calibration (auto_calib_*,
 #                   auto_threshold_kib) first  (gpu-copy.jsonl, .log)
 #         demo      kvrt-demo --device gpu: its KV cache, append, attention
@@ -152,7 +153,7 @@ run() {
 		test) step test 30 240 test_gpu.tap step_test ;;
 		memcheck) step memcheck 30 150 memcheck.log step_memcheck ;;
 		python) step python 20 150 python.log step_python ;;
-		attn) step attn 30 150 gpu-attn.jsonl step_attn ;;
+		attn) step attn 30 200 gpu-attn.jsonl step_attn ;;
 		copy) step copy 20 90 gpu-copy.jsonl step_copy ;;
 		demo) step demo 20 150 demo.json step_demo ;;
 		profile) step profile 40 120 decode-ncu.txt step_profile ;;
@@ -337,7 +338,8 @@ kvbench_step() {	# file, subcommand, args...
 
 step_attn() {
 	if [ "$profile" = tiny ]; then
-		kvbench_step "$1" gpu-attn --batches 1,2 --contexts 64 --copy-mib 16 --reps 1 --rep-time 0.001 --no-peer
+		kvbench_step "$1" gpu-attn --batches 1,2 --contexts 64 --prefill 2x8x48 --copy-mib 16 \
+			--reps 1 --rep-time 0.001 --no-peer
 	else
 		# shellcheck disable=SC2086
 		kvbench_step "$1" gpu-attn --peer-script "$b/sdpa_peer.py" --reps 5 --rep-time 0.1 \
@@ -376,7 +378,7 @@ step_profile() {
 		return 77
 	fi
 	# the 4th decode launch (past the warm-up); clocks left as they are
-	step_cmd="$ncu --clock-control none --set full -k regex:kvrt_decode -s 3 -c 1 -o $rep $b/bin/kvbench gpu-attn --batches 64 --contexts 4096 --reps 1 --rep-time 0.01 --no-peer"
+	step_cmd="$ncu --clock-control none --set full -k regex:kvrt_decode -s 3 -c 1 -o $rep $b/bin/kvbench gpu-attn --batches 64 --contexts 4096 --no-prefill --reps 1 --rep-time 0.01 --no-peer"
 	timeout -k 5 "$limit" $step_cmd > "${1%.*}.log" 2>&1
 	rc=$?
 	[ $rc = 0 ] || { step_note="ncu failed"; tail -5 "${1%.*}.log"; return $rc; }

@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * bench_gpu_attn.c: kvbench gpu-attn, paged-attention decode on the GPU.
+ * bench_gpu_attn.c: kvbench gpu-attn, paged-attention decode and chunked
+ * prefill on the GPU (the prefill cases: bench_gpu_prefill.c).
  *
  *   kvbench gpu-attn [--json] [--device N] [--kv-dtype bf16|f16|fp8]
- *                    [--batches LIST] [--contexts LIST] [--peer-script PATH]
- *                    [--no-peer] [common options]
+ *                    [--batches LIST] [--contexts LIST] [--prefill LIST]
+ *                    [--no-prefill] [--peer-script PATH] [--no-peer]
+ *                    [common options]
  *
  * Shapes: head dim 128, 32 query heads over 8 KV heads (GQA 4), 16-token
  * blocks of a layer-major (vLLM-style) cache of one layer, the blocks of
@@ -66,6 +68,33 @@
  *                       is reported absent with the reason, on stderr; no
  *                       line is made up.
  *
+ * Chunked prefill, --prefill BxQxCTX,... (default 8x512x4096, the GPU
+ * goal's case, 1x4096x4096 and 8x512x16384; --no-prefill: none): B
+ * sequences of CTX tokens in the same cache, the last Q of each the new
+ * chunk, causal (query r of Q sees keys 0 .. CTX - Q + r);
+ * kvrt_gpu_attn_prefill() timed as decode is (the plan made once, outside
+ * the timing).  Its lines come after the peer's run, which is their limit:
+ *   prefill_bB_ctxC_qQ  value: TFLOP/s of the causal work done, 4 x 128 x
+ *                       32 heads x the (query, visible key) pairs, B x (Q x
+ *                       (C - Q) + Q x (Q + 1) / 2); limit: the SDPA peer's
+ *                       best TFLOP/s on dense [B, 32, Q, 128] q and [B, 8,
+ *                       C, 128] K/V, each figure counting the pairs it
+ *                       computes: the flash backend forced without a mask
+ *                       (all B x Q x C pairs: SDPA's flash has no
+ *                       bottom-right causal mask), flash with is_causal
+ *                       where Q = C (exact there), or the lower-right
+ *                       CausalBias on another backend; the limit's unit
+ *                       names the figure (sdpa_peer.py says more);
+ *                       ratio = value / limit, the GPU goal's 0.7.
+ *   prefill_bB_ctxC_qQ_us  value: microseconds per call; limit: those the
+ *                       causal FLOPs take at the peer's rate; ratio = limit
+ *                       / value.
+ * Without the peer (--no-peer, fp8, no torch) both lines are still made,
+ * their limit and ratio null ("-" in the table).  The SIMT prefill
+ * (KVRT_GPU_PREFILL=simt) is not measured: libkvrt reads that variable at
+ * kvrt_gpu_open(), so a second device handle would be needed, not a call
+ * of the same one.
+ *
  * Split-KV: libkvrt splits long sequences of small batches along the keys
  * (flash-decoding); the API has no switch to turn that off, so there is
  * no on/off comparison: the plan of every b1 case is given in a note
@@ -93,26 +122,14 @@
 
 #include "kvrt.h"
 #include "attn_shape.h"
+#include "bench_gpu.h"
 #include "data.h"
 #include "child.h"
 #include "report.h"
 
-#define BLOCK 16
-#define MAX_LIST 16
 #define PEER_TIMEOUT_S 900
 #define STR(x) #x
 #define XSTR(x) STR(x)
-
-struct gattn_opts {
-	struct kvb_opts c;
-	int device;
-	enum kvrt_dtype kv_dtype;
-	uint32_t batches[MAX_LIST], contexts[MAX_LIST];
-	unsigned int nb, nc;
-	unsigned long copy_mib;
-	const char *peer_script;
-	bool no_peer;
-};
 
 static const struct kvb_opts gattn_defaults = {
 	.bench = "gpu-attn", .reps = 5, .rep_time = 0.1,
@@ -122,7 +139,8 @@ static const char gattn_about[] =
 	"GPU paged-attention decode (kvrt_gpu_attn_decode): GB/s of K/V read against\n"
 	"a read-only stream of the same bytes and against the device copy bandwidth\n"
 	"(bytes read + written), both measured in the same run, microseconds per call, planning cost, and PyTorch SDPA on the same shapes as\n"
-	"a peer.  bf16, head dim 128, 32 q / 8 KV heads, 16-token blocks.\n";
+	"a peer; chunked prefill (kvrt_gpu_attn_prefill): causal TFLOP/s against SDPA's\n"
+	"flash backend on dense data.  bf16, head dim 128, 32 q / 8 KV heads, 16-token blocks.\n";
 
 static const char *dtype_name(enum kvrt_dtype t)
 {
@@ -180,16 +198,7 @@ static int parse_contexts(const char *v, void *dst)
 
 /* ---- device helpers ----------------------------------------------------------- */
 
-struct gctx {
-	const struct gattn_opts *o;
-	struct kvrt *k;
-	struct kvrt_gpu *g;
-	struct kvrt_gpu_info info;
-	void *copy_a, *copy_b;
-	size_t copy_bytes;
-};
-
-static int report_gpu_error(const struct gctx *x, const char *what, int ret)
+int report_gpu_error(const struct gctx *x, const char *what, int ret)
 {
 	fprintf(stderr, "kvbench %s: %s: %s\n", x->o->c.bench, what, strerror(-ret));
 	return ret;
@@ -265,7 +274,7 @@ static void dcase_free(struct gctx *x, struct dcase *c)
 	c->lens = NULL;
 }
 
-static void *dev_upload(struct gctx *x, const void *h, size_t n, int *ret)
+void *dev_upload(struct gctx *x, const void *h, size_t n, int *ret)
 {
 	void *d = NULL;
 
@@ -369,13 +378,6 @@ static int time_reads(struct gctx *x, struct dcase *c, unsigned long n, double *
 
 /* ---- the SDPA peer ----------------------------------------------------------------------- */
 
-struct peer_result {
-	uint32_t batch, ctx;
-	double median_ms;
-	char error[200];
-	bool have;
-};
-
 /* The number after "key": in a JSON line, or NAN. */
 static double json_num(const char *line, const char *key)
 {
@@ -445,6 +447,24 @@ static bool find_peer(const struct gattn_opts *o, char *path, size_t len, char *
 	return !access(path, R_OK);
 }
 
+/* One case's JSON line from the peer into r. */
+static void peer_line(const char *line, struct peer_result *r)
+{
+	const char *key = r->q ? "tflops" : "median_ms";
+	double v = json_num(line, key);
+
+	r->have = true;
+	if (r->q) {
+		r->tflops = v;
+		if (!json_str(line, "best", r->best, sizeof(r->best)))
+			snprintf(r->best, sizeof(r->best), "?");
+	} else {
+		r->median_ms = v;
+	}
+	if (!json_str(line, "error", r->error, sizeof(r->error)) && !(v > 0))
+		snprintf(r->error, sizeof(r->error), "no %s", key);
+}
+
 /*
  * Run the peer for every combination; results into res[n] (each with a
  * time or an error).  Returns 0, or -1 with the reason in why when the
@@ -453,7 +473,8 @@ static bool find_peer(const struct gattn_opts *o, char *path, size_t len, char *
 static int run_peer(const struct gattn_opts *o, struct peer_result *res, unsigned int n, char *why,
 		    size_t wlen)
 {
-	char script[PATH_MAX], tried[2 * PATH_MAX + 64], *args[2 * 64 + 32], cases[64][32];
+	char script[PATH_MAX], tried[2 * PATH_MAX + 64], *args[2 * MAX_PEER + 32];
+	static char cases[MAX_PEER][40];
 	char dev[16], reps[16], out[1 << 16], q_heads[8], kv_heads[8], head_dim[8];
 	unsigned int i, na = 0;
 	bool timed_out;
@@ -483,9 +504,13 @@ static int run_peer(const struct gattn_opts *o, struct peer_result *res, unsigne
 	args[na++] = head_dim;
 	args[na++] = "--dtype";
 	args[na++] = o->kv_dtype == KVRT_DTYPE_F16 ? "f16" : "bf16";
-	for (i = 0; i < n && i < 64; i++) {
-		snprintf(cases[i], sizeof(cases[i]), "%ux%u", res[i].batch, res[i].ctx);
-		args[na++] = "--case";
+	for (i = 0; i < n && i < MAX_PEER; i++) {
+		if (res[i].q)
+			snprintf(cases[i], sizeof(cases[i]), "%ux%ux%u", res[i].batch, res[i].q,
+				 res[i].ctx);
+		else
+			snprintf(cases[i], sizeof(cases[i]), "%ux%u", res[i].batch, res[i].ctx);
+		args[na++] = res[i].q ? "--prefill-case" : "--case";
 		args[na++] = cases[i];
 	}
 	args[na] = NULL;
@@ -514,15 +539,9 @@ static int run_peer(const struct gattn_opts *o, struct peer_result *res, unsigne
 					return -1;
 				continue;
 			}
-			for (i = 0; i < n; i++) {
-				if (strcmp(c, cases[i]))
-					continue;
-				res[i].have = true;
-				res[i].median_ms = json_num(line, "median_ms");
-				if (!json_str(line, "error", res[i].error, sizeof(res[i].error)) &&
-				    !(res[i].median_ms > 0))
-					snprintf(res[i].error, sizeof(res[i].error), "no median_ms");
-			}
+			for (i = 0; i < n; i++)
+				if (!strcmp(c, cases[i]))
+					peer_line(line, &res[i]);
 		}
 	}
 	if (!WIFEXITED(status) || WEXITSTATUS(status)) {
@@ -540,22 +559,6 @@ static int run_peer(const struct gattn_opts *o, struct peer_result *res, unsigne
 }
 
 /* ---- the run ----------------------------------------------------------------------------- */
-
-/* What bench() sets up once, and the cases it ran (for the peer). */
-struct grun {
-	struct gctx x;
-	struct kvb_report rate, cost;
-	struct kvrt_layout layout;
-	struct kvrt_gpu_plan *plan;
-	void *cache, *scales;
-	uint64_t cap_tokens, tok_bytes;	/* the cache's tokens; K+V bytes of one */
-	uint64_t seed;			/* of the copy buffer's and the cache's bytes */
-	const char *sfx;		/* the K/V type's suffix of the case names */
-	unsigned int step, steps;
-	struct peer_result peer[MAX_LIST * MAX_LIST];
-	double dec_us[MAX_LIST * MAX_LIST];	/* us per decode call of peer[i]'s case */
-	unsigned int npeer;
-};
 
 /* The GPU: 0, or bench()'s exit status with nothing left open. */
 static int open_device(struct grun *g)
@@ -626,6 +629,8 @@ static int alloc_cache(struct grun *g)
 			if (t > max_tokens)
 				max_tokens = t;
 		}
+	if (prefill_cache_tokens(o) > max_tokens)
+		max_tokens = prefill_cache_tokens(o);
 	for (g->cap_tokens = max_tokens; g->cap_tokens >= BLOCK; g->cap_tokens /= 2) {
 		uint32_t nblk = (uint32_t)(g->cap_tokens / BLOCK);
 
@@ -865,38 +870,58 @@ static void free_device(struct grun *g)
 	g->cache = g->scales = g->x.copy_a = g->x.copy_b = NULL;
 }
 
-/* The SDPA peer over the cases run: a line each, or notes saying why not. */
-static void compare_with_peer(struct grun *g)
+/* Whether the SDPA peer ran; notes say why not. */
+static bool peer_ran(struct grun *g)
 {
 	const struct gattn_opts *o = g->x.o;
 	const struct kvb_opts *c = &o->c;
-	char why[512], name[64];
-	unsigned int i;
+	char why[512];
 
 	if (o->kv_dtype == KVRT_DTYPE_FP8_E4M3) {
 		kvb_note(c, "SDPA peer: not run for fp8 K/V (SDPA has no fp8 K/V path to compare)");
-		return;
+		return false;
 	}
 	if (o->no_peer) {
 		kvb_note(c, "SDPA peer: not run (--no-peer)");
-		return;
+		return false;
 	}
 	kvb_progress(c, 0, 0, "running the SDPA peer (python3)");
 	if (run_peer(o, g->peer, g->npeer, why, sizeof(why))) {
 		kvb_progress_end();
 		kvb_note(c, "SDPA peer absent: %s", why);
-		return;
+		return false;
 	}
 	kvb_progress_end();
+	return true;
+}
+
+/*
+ * The SDPA peer over the cases run: a line each, or notes saying why not.
+ * Prefill's lines are made here whether the peer ran or not: the peer is
+ * their limit.
+ */
+static void compare_with_peer(struct grun *g)
+{
+	const struct kvb_opts *c = &g->x.o->c;
+	bool ran = peer_ran(g);
+	char name[64];
+	unsigned int i;
+
 	for (i = 0; i < g->npeer; i++) {
 		const struct peer_result *p = &g->peer[i];
 		uint64_t kvb = (uint64_t)p->batch * p->ctx * g->tok_bytes;
+		bool ok = ran && p->have && !p->error[0];
 
-		if (!p->have || p->error[0] || !(p->median_ms > 0)) {
-			kvb_note(c, "SDPA peer b%u ctx%u absent: %s", p->batch, p->ctx,
+		if (ran && !ok)
+			kvb_note(c, "SDPA peer %s%ux%u%s%u absent: %s", p->q ? "prefill " : "",
+				 p->batch, p->q ? p->q : p->ctx, p->q ? "x" : "", p->ctx,
 				 p->have ? p->error : "the peer printed no result for it");
+		if (p->q) {
+			report_prefill(g, i, ok ? p : NULL);
 			continue;
 		}
+		if (!ok || !(p->median_ms > 0))
+			continue;
 		snprintf(name, sizeof(name), "sdpa_peer_b%u_ctx%u%s", p->batch, p->ctx, g->sfx);
 		kvb_report(&g->rate, name, (double)kvb / (g->dec_us[i] * 1e-6) / 1e9,
 			   "GB/s K/V read, kvrt paged decode (ratio = value/limit = speedup)",
@@ -913,7 +938,7 @@ static int bench(const struct gattn_opts *o)
 		.seed = 0x9e3779b97f4a7c15ULL,
 		.sfx = o->kv_dtype == KVRT_DTYPE_BF16 ? "" :
 		       o->kv_dtype == KVRT_DTYPE_F16 ? "_f16" : "_fp8",
-		.steps = o->nb * o->nc,
+		.steps = o->nb * o->nc + o->np,
 	};
 	unsigned int i, j;
 	int ret;
@@ -934,6 +959,8 @@ static int bench(const struct gattn_opts *o)
 		for (i = 0; i < o->nb && !ret; i++)
 			for (j = 0; j < o->nc && !ret; j++)
 				ret = bench_case(&g, i, j);
+		for (i = 0; i < o->np && !ret; i++)
+			ret = bench_prefill_case(&g, i);
 		kvb_progress_end();
 		free_device(&g);	/* before the peer needs the memory */
 		if (!ret && g.npeer)
@@ -951,7 +978,10 @@ int cmd_gpu_attn(int argc, char **argv)
 	struct gattn_opts o = {
 		.c = gattn_defaults, .kv_dtype = KVRT_DTYPE_BF16, .copy_mib = 1024,
 		.batches = { 1, 8, 64 }, .nb = 3, .contexts = { 1024, 4096, 16384, 32768 }, .nc = 4,
+		.prefill = { { 8, 512, 4096 }, { 1, 4096, 4096 }, { 8, 512, 16384 } }, .np = 3,
 	};
+	bool no_prefill = false;
+	char why[128];
 	int ret;
 	const struct topt opts[] = {
 		{ .name = "--device", .arg = "N", .kind = TOPT_INT, .dst = &o.device, .min = 0,
@@ -967,6 +997,13 @@ int cmd_gpu_attn(int argc, char **argv)
 		  .parse = parse_contexts,
 		  .want = "a list of 1 to " XSTR(MAX_LIST) " numbers from 1 to 4194304",
 		  .help = "tokens per sequence (default 1024,4096,16384,32768)" },
+		{ .name = "--prefill", .arg = "LIST", .kind = TOPT_FUNC, .dst = &o,
+		  .parse = parse_prefill,
+		  .want = "a list of 1 to " XSTR(MAX_PREFILL) " BxQxCTX items (e.g. 8x512x4096)",
+		  .help = "chunked prefill cases: B sequences, their last Q of CTX\n"
+			  "tokens new (default 8x512x4096,1x4096x4096,8x512x16384)" },
+		{ .name = "--no-prefill", .kind = TOPT_FLAG, .dst = &no_prefill,
+		  .help = "no prefill cases" },
 		{ .name = "--copy-mib", .arg = "M", .kind = TOPT_ULONG, .dst = &o.copy_mib,
 		  .min = 16, .max = 65536, .want = "a number from 16 to 65536",
 		  .help = "device copy buffers for the limit (default 1024)" },
@@ -984,5 +1021,9 @@ int cmd_gpu_attn(int argc, char **argv)
 		return ret;
 	if (o.nb * o.nc > 64)
 		return kvb_usage_error(&cmd, "at most 64 batch x context combinations");
+	if (prefill_check(&o, why, sizeof(why)))
+		return kvb_usage_error(&cmd, "%s", why);
+	if (no_prefill)
+		o.np = 0;
 	return bench(&o);
 }

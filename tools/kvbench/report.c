@@ -406,6 +406,10 @@ void kvb_report(const struct kvb_report *r, const char *name, double value, cons
 	format_number(v, sizeof(v), value);
 	format_number(l, sizeof(l), limit);
 	format_number(q, sizeof(q), ratio);
+	if (isnan(limit)) {	/* absent: null, "-" in the table */
+		snprintf(l, sizeof(l), "%s", r->o->json ? "null" : "-");
+		snprintf(q, sizeof(q), "%s", r->o->json ? "null" : "-");
+	}
 	progress_clear();
 	if (r->o->json)
 		printf("{\"bench\":\"%s\",\"case\":\"%s\",\"value\":%s,\"unit\":\"%s\","

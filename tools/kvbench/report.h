@@ -14,7 +14,9 @@
  * compared against, measured in the same run.  A cost (pool, hash) has
  * ratio = limit / value, a rate (attn, copy) ratio = value / limit; either
  * way 1.0 means as good as the limit.  Numbers are printed with %.4g
- * below 1000 and as integers above.
+ * below 1000 and as integers above.  A limit that could not be measured
+ * (NAN: a peer that is absent) is null, and so is the ratio ("-" in the
+ * table).
  */
 #ifndef KVBENCH_REPORT_H
 #define KVBENCH_REPORT_H

@@ -10,7 +10,8 @@
 # a count of 0 to 1,000,000.  The shared option parser, through the
 # other subcommands' tables: common options' errors, the usage after an
 # unknown option, a checked pair of options, generated help lines, demo's
-# own options and its "--".  kvbench tier, short, must print its four
+# own options and its "--"; gpu-attn --prefill's items (BxQxCTX, Q <= CTX,
+# at most 8) refused with the rule they break.  kvbench tier, short, must print its four
 # cases against fio, leave no file behind, and say how to get fio when it
 # is missing; with --redis, four more against redis-benchmark.  (The ioctl cases need /dev/kvpool: `make bench-pool` runs
 # them in the VM.)
@@ -116,6 +117,19 @@ check "copy --bogus: the usage after it lists copy's own options" 2 \
 check "gpu-copy --batch-mib 16 --mib 8 (options checked together)" 2 \
 	"--batch-mib 16 is more than --mib 8" gpu-copy --mib 8 --batch-mib 16
 check "gpu-attn --kv-dtype x" 2 "--kv-dtype wants bf16, f16 or fp8, not 'x'" gpu-attn --kv-dtype x
+check "gpu-attn --prefill 8x513x512 (Q > CTX)" 2 \
+	"--prefill 8x513x512: Q \(513 new tokens\) is more than CTX \(512 tokens in all\)" \
+	gpu-attn --prefill 8x513x512
+for v in 0 8x0x512 8x512 8x512x4096x1 8xAx512 x512x4096 8x-5x512 \
+	1x1x1,1x1x1,1x1x1,1x1x1,1x1x1,1x1x1,1x1x1,1x1x1,1x1x1 5000x1x16; do
+	check "gpu-attn --prefill $v" 2 \
+		"--prefill wants a list of 1 to 8 BxQxCTX items \(e.g. 8x512x4096\), not '$v'" \
+		gpu-attn --prefill "$v"
+done
+check "gpu-attn --prefill 4096x512x4096 (too many query tokens)" 2 \
+	"--prefill 4096x512x4096: B x Q is more than 1048576 query tokens" \
+	gpu-attn --prefill 4096x512x4096
+check "gpu-attn usage names --prefill and --no-prefill" 0 "--no-prefill" gpu-attn --help
 check "gpu-attn usage: a continued help line" 0 \
 	"^                    source tree, else ./bench/sdpa_peer.py\)$" gpu-attn --help
 check "demo --reps (not one of demo's options)" 2 \
