@@ -11,7 +11,6 @@ import unittest
 import torch
 
 import kvrt
-from kvrt.sglang import KvpoolStorage
 from sglang.srt.mem_cache.device_pool_info import MLABufferInfo
 from sglang.srt.mem_cache.pool_host.mla import MLATokenToKVPoolHost
 from test_storage import PAGE, Case, config, host_pool, indices, keys
